@@ -1,0 +1,37 @@
+// A tokenizer vocabulary as stored in a GGUF file's tokenizer.ggml.* keys.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace astr {
+
+// tokenizer.ggml.token_type values.
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct Vocab {
+  std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (byte BPE), ...
+  std::string pre;                  // tokenizer.ggml.pre (may be empty)
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens
+  std::vector<float> scores;        // tokenizer.ggml.scores (empty if absent)
+  std::vector<TokenType> types;     // tokenizer.ggml.token_type (empty if absent)
+  std::vector<std::string> merges;  // tokenizer.ggml.merges (gpt2 only)
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+  int64_t unk_id = -1;
+  int64_t pad_id = -1;
+  bool add_bos = true;           // tokenizer.ggml.add_bos_token (SentencePiece default: true)
+  bool add_eos = false;          // tokenizer.ggml.add_eos_token
+  bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (SentencePiece default: true)
+};
+
+}  // namespace astr

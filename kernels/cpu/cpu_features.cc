@@ -1,0 +1,102 @@
+#include "kernels/cpu/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace astr::cpu {
+namespace {
+
+struct CpuidRegs {
+  uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+
+CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf) {
+  CpuidRegs r;
+  if (!__get_cpuid_count(leaf, subleaf, &r.eax, &r.ebx, &r.ecx, &r.edx)) return CpuidRegs();
+  return r;
+}
+
+// XCR0: which register states the OS saves on context switch. Without it the instructions fault or
+// lose state even when CPUID advertises them (e.g. AVX-512 disabled by the hypervisor or kernel).
+uint64_t Xgetbv0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+bool Bit(uint32_t reg, int bit) { return (reg >> bit) & 1u; }
+
+Isa Detect() {
+  const CpuidRegs l1 = Cpuid(1, 0);
+  const bool osxsave = Bit(l1.ecx, 27);
+  const bool avx = Bit(l1.ecx, 28), fma = Bit(l1.ecx, 12), f16c = Bit(l1.ecx, 29);
+  if (!osxsave || !avx) return Isa::kScalar;
+  const uint64_t xcr0 = Xgetbv0();
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const CpuidRegs l7 = Cpuid(7, 0);
+  const CpuidRegs l7s1 = Cpuid(7, 1);
+  const bool avx2 = Bit(l7.ebx, 5);
+  if (!os_ymm || !avx2 || !fma || !f16c) return Isa::kScalar;
+  const bool avx512 = Bit(l7.ebx, 16) && Bit(l7.ebx, 17) && Bit(l7.ebx, 30) && Bit(l7.ebx, 31);  // F DQ BW VL
+  if (!os_zmm || !avx512) return Isa::kAvx2;
+  const bool bf16 = Bit(l7s1.eax, 5);
+  return bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
+}
+
+Isa ChooseActive() {
+  const Isa detected = DetectIsa();
+  const char* env = std::getenv("ASTR_CPU_ISA");
+  if (env == nullptr || *env == '\0') return detected;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (std::strcmp(env, IsaName(isa)) != 0) continue;
+    if (isa <= detected) return isa;
+    std::fprintf(stderr, "astr: ASTR_CPU_ISA=%s is not supported by this CPU; using %s\n", env,
+                 IsaName(detected));
+    return detected;
+  }
+  std::fprintf(stderr,
+               "astr: unknown ASTR_CPU_ISA=%s (want scalar|avx2|avx512|avx512bf16); using %s\n", env,
+               IsaName(detected));
+  return detected;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
+  }
+  return "unknown";
+}
+
+Isa DetectIsa() {
+  static const Isa isa = Detect();
+  return isa;
+}
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa <= DetectIsa()) isas.push_back(isa);
+  }
+  return isas;
+}
+
+Isa ActiveIsa() {
+  static const Isa isa = ChooseActive();
+  return isa;
+}
+
+}  // namespace astr::cpu

@@ -1,0 +1,160 @@
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/ops.h"
+
+namespace astr::cpu {
+namespace {
+
+using internal::KernelSet;
+
+// Below this many multiply-adds a GEMM runs on the calling thread: waking a worker costs more.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
+
+uint16_t F32ToBf16Rne(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+const KernelSet& Kernels(Isa isa, WeightType type) {
+  switch (isa) {
+    case Isa::kAvx512Bf16:
+      return internal::GemmKernelsAvx512Bf16(type);
+    case Isa::kAvx512:
+      return internal::GemmKernelsAvx512(type);
+    case Isa::kAvx2:
+      return internal::GemmKernelsAvx2(type);
+    case Isa::kScalar:
+      break;
+  }
+  return internal::GemmKernelsScalar(type);
+}
+
+// Rows [row_begin, row_end) x panels [panel_begin, panel_end). For each group of panels, the row
+// blocks run back to back so the group's weights (np * k * 64 bytes) are read from DRAM once and
+// re-read from L2 by the later row blocks.
+void RunTiles(const KernelSet& ks, const void* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+              const PackedMatrix& w, int64_t panel_begin, int64_t panel_end, float* y, int64_t ldy,
+              bool accumulate) {
+  const size_t x_elem = ks.x_bf16 ? sizeof(uint16_t) : sizeof(float);
+  const int64_t np = ks.panels_per_tile;
+  for (int64_t p = panel_begin; p < panel_end; p += np) {
+    const int64_t tile_np = std::min(np, panel_end - p);
+    const int64_t col = p * PackedMatrix::kPanel;
+    const int64_t ncols = std::min(tile_np * PackedMatrix::kPanel, w.n() - col);
+    for (int64_t r = row_begin; r < row_end; r += ks.max_rows) {
+      const int64_t rows = std::min<int64_t>(ks.max_rows, row_end - r);
+      const auto* xr = static_cast<const char*>(x) + r * ldx * x_elem;
+      ks.kernels[rows - 1][tile_np - 1](xr, ldx, w.panel(p), w.panel_stride(), w.k(),
+                                        y + r * ldy + col, ldy, ncols, accumulate);
+    }
+  }
+}
+
+}  // namespace
+
+void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
+
+PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type) : n_(n), k_(k), type_(type) {
+  const size_t elem = type == WeightType::kF32 ? sizeof(float) : sizeof(uint16_t);
+  bytes_ = static_cast<size_t>(panels() * panel_stride()) * elem;
+  if (bytes_ == 0) return;
+  // Round up so aligned_alloc's size requirement holds; zero so the padding rows/k contribute 0.
+  const size_t alloc = (bytes_ + 63) / 64 * 64;
+  data_.reset(std::aligned_alloc(64, alloc));
+  std::memset(data_.get(), 0, alloc);
+}
+
+PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightType type) {
+  PackedMatrix pm(n, k, type);
+  if (pm.bytes_ == 0) return pm;
+  for (int64_t p = 0; p < pm.panels(); ++p) {
+    const int64_t rows = std::min(kPanel, n - p * kPanel);
+    if (type == WeightType::kF32) {
+      float* dst = reinterpret_cast<float*>(pm.data_.get()) + p * pm.panel_stride();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = w + (p * kPanel + r) * k;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + r] = src[kk];
+      }
+    } else {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.get()) + p * pm.panel_stride();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = w + (p * kPanel + r) * k;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          dst[(kk / 2) * 2 * kPanel + r * 2 + (kk & 1)] = F32ToBf16Rne(src[kk]);
+        }
+      }
+    }
+  }
+  return pm;
+}
+
+PackedMatrix PackedMatrix::FromBf16(const uint16_t* w, int64_t n, int64_t k) {
+  PackedMatrix pm(n, k, WeightType::kBF16);
+  if (pm.bytes_ == 0) return pm;
+  for (int64_t p = 0; p < pm.panels(); ++p) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.get()) + p * pm.panel_stride();
+    const int64_t rows = std::min(kPanel, n - p * kPanel);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* src = w + (p * kPanel + r) * k;
+      for (int64_t kk = 0; kk < k; ++kk) dst[(kk / 2) * 2 * kPanel + r * 2 + (kk & 1)] = src[kk];
+    }
+  }
+  return pm;
+}
+
+void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
+             int64_t ldy, bool accumulate, ThreadPool* pool) {
+  if (m <= 0 || w.n() <= 0) return;
+  const KernelSet& ks = Kernels(isa, w.type());
+  const void* xk = x;
+  int64_t ldxk = ldx;
+  if (ks.x_bf16) {
+    // x as bf16 rows, k padded to even with a zero so the last pair reads no garbage. Grows only
+    // when a call needs more than any earlier one on this thread; steady-state steps allocate nothing.
+    thread_local std::vector<uint16_t> xb;
+    ldxk = w.k_pairs() * 2;
+    if (xb.size() < static_cast<size_t>(m * ldxk)) xb.resize(m * ldxk);
+    for (int64_t i = 0; i < m; ++i) {
+      F32ToBf16Isa(isa, x + i * ldx, xb.data() + i * ldxk, w.k());
+      if (w.k() & 1) xb[i * ldxk + w.k()] = 0;
+    }
+    xk = xb.data();
+  }
+  const int64_t panels = w.panels();
+  const int threads = pool == nullptr ? 1 : pool->size();
+  if (threads == 1 || m * w.n() * w.k() < kMinParallelMacs) {
+    RunTiles(ks, xk, ldxk, 0, m, w, 0, panels, y, ldy, accumulate);
+    return;
+  }
+  // Static split: over panel groups (each thread streams its own share of the weights) when there
+  // are enough of them, else over rows. Either way no output's k-chain is split.
+  const int64_t groups = (panels + ks.panels_per_tile - 1) / ks.panels_per_tile;
+  if (groups >= threads) {
+    pool->Run([&](int t, int nt) {
+      const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
+      const int64_t p0 = g0 * ks.panels_per_tile;
+      const int64_t p1 = std::min(panels, g1 * ks.panels_per_tile);
+      if (p0 < p1) RunTiles(ks, xk, ldxk, 0, m, w, p0, p1, y, ldy, accumulate);
+    });
+  } else {
+    pool->Run([&](int t, int nt) {
+      const int64_t r0 = m * t / nt, r1 = m * (t + 1) / nt;
+      if (r0 < r1) RunTiles(ks, xk, ldxk, r0, r1, w, 0, panels, y, ldy, accumulate);
+    });
+  }
+}
+
+void Gemm(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
+          bool accumulate, ThreadPool* pool) {
+  GemmIsa(ActiveIsa(), x, ldx, m, w, y, ldy, accumulate, pool);
+}
+
+}  // namespace astr::cpu

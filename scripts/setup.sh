@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian and pip package that building, running and testing astr needs. Idempotent:
+# packages already present are skipped. Run as root on Debian 12 (uses sudo when not root).
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgtest-dev libgmock-dev nlohmann-json3-dev
+  python3 python3-pip python3-venv
+  clang-format clang-tidy
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages used by the tests and tools, in a project-local virtual environment.
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/.cache/venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/scripts/requirements.txt"
+echo "setup: done"

@@ -1,0 +1,157 @@
+// astr-bench: prefill and decode throughput of the in-process engine on one model, printed as JSON.
+//
+//   astr-bench --model model.gguf --threads 2 --batch-sizes 1,4,16,64 --prompt-len 128
+//
+// Prefill: one sequence of --prompt-len random tokens in a single step (after a warm-up step).
+// Decode: B sequences with --decode-context tokens of prompt each; once all are decoding, the mean
+// time of --decode-steps steps (greedy sampling included) gives ms/step and aggregate tok/s.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "common/flags.h"
+#include "common/model_file.h"
+#include "kernels/cpu/cpu_features.h"
+#include "tools/engine_flags.h"
+#include "worker/engine.h"
+
+namespace astr {
+namespace {
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<int32_t> RandomPrompt(int64_t len, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = dist(rng);
+  return p;
+}
+
+GenerationRequest Request(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = static_cast<int32_t>(max_tokens);
+  r.params.ignore_eos = true;
+  return r;
+}
+
+StatusOr<nlohmann::json> BenchPrefill(Engine& engine, int64_t prompt_len, int reps) {
+  const int64_t vocab = engine.backend().config().vocab_size;
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // first run is warm-up
+    ASTR_RETURN_IF_ERROR(
+        engine.Submit(Request(RandomPrompt(prompt_len, vocab, 100 + rep), 1)).status());
+    std::vector<GenerationResult> done;
+    const double t0 = NowMs();
+    ASTR_RETURN_IF_ERROR(engine.Step(&done));
+    const double ms = NowMs() - t0;
+    if (!engine.Idle()) return InternalError("prefill did not finish in one step; raise --max-batch-tokens");
+    if (rep > 0) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
+  return nlohmann::json{{"tokens", prompt_len}, {"ms", ms}, {"tok_per_s", prompt_len * 1000.0 / ms}};
+}
+
+StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t context, int64_t steps) {
+  const int64_t vocab = engine.backend().config().vocab_size;
+  for (int64_t b = 0; b < batch; ++b) {
+    ASTR_RETURN_IF_ERROR(
+        engine.Submit(Request(RandomPrompt(context, vocab, 7 + b), steps + 4)).status());
+  }
+  std::vector<GenerationResult> done;
+  // Prefill everything (and one warm-up decode step).
+  while (engine.last_step().sampled != batch || engine.last_step().tokens != batch) {
+    ASTR_RETURN_IF_ERROR(engine.Step(&done));
+    if (engine.Idle()) return InternalError("sequences finished before decoding was measured");
+  }
+  std::vector<double> times;
+  for (int64_t s = 0; s < steps; ++s) {
+    const double t0 = NowMs();
+    ASTR_RETURN_IF_ERROR(engine.Step(&done));
+    times.push_back(NowMs() - t0);
+  }
+  while (!engine.Idle()) ASTR_RETURN_IF_ERROR(engine.Step(&done));
+  double total = 0;
+  for (double t : times) total += t;
+  const double ms = total / steps;
+  std::sort(times.begin(), times.end());
+  return nlohmann::json{{"batch", batch},
+                        {"context", context},
+                        {"steps", steps},
+                        {"ms_per_step", ms},
+                        {"ms_per_step_median", times[times.size() / 2]},
+                        {"tok_per_s", batch * 1000.0 / ms}};
+}
+
+int Main(int argc, const char* const* argv) {
+  flags::FlagSet fs("astr-bench",
+                    "Prefill tok/s and decode ms/step per batch size of the in-process CPU engine; "
+                    "prints one JSON object.");
+  std::string model, batch_sizes = "1,4,16,64";
+  int64_t prompt_len = 128, decode_context = 32, decode_steps = 16, reps = 3;
+  fs.String("model", &model, "Model file or folder.", /*required=*/true);
+  fs.String("batch-sizes", &batch_sizes, "Comma-separated decode batch sizes.");
+  fs.Int("prompt-len", &prompt_len, "Prefill benchmark prompt length.");
+  fs.Int("prefill-reps", &reps, "Timed prefill repetitions (median reported).");
+  fs.Int("decode-context", &decode_context, "Prompt tokens of each decoding sequence.");
+  fs.Int("decode-steps", &decode_steps, "Timed decode steps per batch size.");
+  cli::EngineFlags ef;
+  ef.Register(&fs);
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "astr-bench: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  auto sizes = flags::ParseIntList(batch_sizes, "batch-sizes");
+  if (!sizes.ok()) return fail(sizes.status());
+  auto file = ModelFile::Open(model);
+  if (!file.ok()) return fail(file.status());
+  ef.max_running = std::max<int64_t>(ef.max_running, *std::max_element(sizes->begin(), sizes->end()));
+  ef.max_batch_tokens = std::max(ef.max_batch_tokens, prompt_len);
+  ef.prefill_chunk = std::max(ef.prefill_chunk, prompt_len);
+  const double t0 = NowMs();
+  auto backend = ef.CreateBackend(**file);
+  if (!backend.ok()) return fail(backend.status());
+  const double load_ms = NowMs() - t0;
+  Engine engine(std::move(*backend), ef.EngineOpts());
+
+  nlohmann::json out;
+  out["model"] = model;
+  out["describe"] = (*file)->Describe();
+  out["threads"] = ef.threads;
+  out["weight_dtype"] = ef.dtype;
+  out["isa"] = cpu::IsaName(cpu::ActiveIsa());
+  out["load_ms"] = load_ms;
+  auto prefill = BenchPrefill(engine, prompt_len, static_cast<int>(reps));
+  if (!prefill.ok()) return fail(prefill.status());
+  out["prefill"] = *prefill;
+  nlohmann::json decode = nlohmann::json::array();
+  for (int64_t b : *sizes) {
+    auto r = BenchDecode(engine, b, decode_context, decode_steps);
+    if (!r.ok()) return fail(r.status());
+    decode.push_back(*r);
+    std::fprintf(stderr, "astr-bench: batch %lld: %.2f ms/step\n", static_cast<long long>(b),
+                 (*r)["ms_per_step"].get<double>());
+  }
+  out["decode"] = decode;
+  out["free_pages_after"] = engine.free_pages();
+  out["total_pages"] = engine.total_pages();
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace astr
+
+int main(int argc, char** argv) { return astr::Main(argc, argv); }

@@ -1,0 +1,106 @@
+// astr-bench-gemm: throughput of the CPU GEMM paths on the model's decode and prefill shapes.
+//
+// Prints one JSON document: for every shape, m and ISA path, the effective weight read rate (GB/s:
+// packed weight bytes / time) and GFLOP/s (2 m n k / time). Weights rotate through enough copies to
+// exceed the last-level cache, so decode (small m) figures reflect DRAM streaming as in a real step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace {
+
+using astr::cpu::Isa;
+using astr::cpu::PackedMatrix;
+
+struct Shape {
+  int64_t n, k;
+};
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  astr::flags::FlagSet fs("astr-bench-gemm",
+                          "Benchmark the CPU GEMM kernels (bf16 weights) and print JSON.");
+  int64_t threads = 2;
+  std::string ms_text = "1,4,16,64,128";
+  int64_t cache_mb = 600;
+  double min_seconds = 0.3;
+  bool f32 = false;
+  fs.Int("threads", &threads, "Threads (including the caller).");
+  fs.String("m", &ms_text, "Comma-separated row counts (tokens per call).");
+  fs.Int("rotate-mb", &cache_mb,
+         "Weights rotated through per shape, in MB (exceed the last-level cache to measure DRAM).");
+  fs.Double("min-seconds", &min_seconds, "Minimum timed duration per measurement.");
+  fs.Bool("f32", &f32, "Also benchmark f32 weights.");
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  auto ms = astr::flags::ParseIntList(ms_text, "m");
+  if (!ms.ok()) {
+    std::fprintf(stderr, "%s\n", ms.status().ToString().c_str());
+    return 2;
+  }
+
+  astr::cpu::ThreadPool pool(static_cast<int>(threads));
+  const std::vector<Shape> shapes = {{5632, 2048}, {2048, 5632}, {32000, 2048}};
+  std::vector<astr::cpu::WeightType> types = {astr::cpu::WeightType::kBF16};
+  if (f32) types.push_back(astr::cpu::WeightType::kF32);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+
+  std::printf("{\n  \"threads\": %lld,\n  \"detected_isa\": \"%s\",\n  \"results\": [",
+              static_cast<long long>(threads), astr::cpu::IsaName(astr::cpu::DetectIsa()));
+  bool first = true;
+  for (astr::cpu::WeightType type : types) {
+    for (const Shape& s : shapes) {
+      std::vector<float> w(s.n * s.k);
+      for (float& v : w) v = dist(rng);
+      std::vector<PackedMatrix> copies;
+      copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
+      const size_t bytes = copies[0].bytes();
+      const size_t num_copies = std::max<size_t>(1, cache_mb * (size_t{1} << 20) / bytes);
+      while (copies.size() < num_copies) copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
+      const int64_t max_m = *std::max_element(ms.value().begin(), ms.value().end());
+      std::vector<float> x(max_m * s.k), y(max_m * s.n);
+      for (float& v : x) v = dist(rng);
+      for (Isa isa : astr::cpu::AvailableIsas()) {
+        for (int64_t m : ms.value()) {
+          if (isa == Isa::kScalar && m > 1) continue;  // the reference path is minutes-slow at large m
+          size_t c = 0;
+          astr::cpu::GemmIsa(isa, x.data(), s.k, m, copies[c], y.data(), s.n, false, &pool);  // warm
+          int64_t iters = 0;
+          const double t0 = Seconds();
+          double t1 = t0;
+          while (t1 - t0 < min_seconds || iters < 3) {
+            c = (c + 1) % copies.size();
+            astr::cpu::GemmIsa(isa, x.data(), s.k, m, copies[c], y.data(), s.n, false, &pool);
+            ++iters;
+            t1 = Seconds();
+          }
+          const double per_call = (t1 - t0) / iters;
+          std::printf("%s\n    {\"weights\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
+                      "\"isa\": \"%s\", \"us_per_call\": %.1f, \"gb_per_s\": %.2f, "
+                      "\"gflop_per_s\": %.2f}",
+                      first ? "" : ",", type == astr::cpu::WeightType::kBF16 ? "bf16" : "f32",
+                      static_cast<long long>(s.n), static_cast<long long>(s.k),
+                      static_cast<long long>(m), astr::cpu::IsaName(isa), per_call * 1e6,
+                      bytes / per_call / 1e9, 2.0 * m * s.n * s.k / per_call / 1e9);
+          std::fflush(stdout);
+          first = false;
+        }
+      }
+    }
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}

@@ -1,0 +1,149 @@
+// `astr inspect PATH`: what a model file holds — config, tensors, parameter count, vocabulary.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/flags.h"
+#include "common/model_file.h"
+#include "tools/command.h"
+
+namespace astr {
+namespace {
+
+using json = nlohmann::json;
+
+const char* LayoutName(RopeLayout l) { return l == RopeLayout::kHalf ? "half" : "interleaved"; }
+const char* QkNormName(QkNorm q) {
+  return q == QkNorm::kNone ? "none" : q == QkNorm::kBeforeRope ? "before_rope" : "after_rope";
+}
+const char* ScalingName(RopeScaling::Type t) {
+  return t == RopeScaling::Type::kNone     ? "none"
+         : t == RopeScaling::Type::kLinear ? "linear"
+                                           : "llama3";
+}
+
+json ConfigJson(const ModelConfig& c) {
+  json j = {{"architecture", c.architecture},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_layers", c.num_layers},
+            {"num_heads", c.num_heads},
+            {"num_kv_heads", c.num_kv_heads},
+            {"head_dim", c.head_dim},
+            {"rope_dim", c.rope_dim},
+            {"max_position", c.max_position},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"rope_layout", LayoutName(c.rope_layout)},
+            {"rope_scaling",
+             {{"type", ScalingName(c.rope_scaling.type)}, {"factor", c.rope_scaling.factor}}},
+            {"qkv_bias", c.qkv_bias},
+            {"qk_norm", QkNormName(c.qk_norm)},
+            {"gated_attention", c.gated_attention},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"bos_token_id", c.bos_token_id},
+            {"eos_token_ids", c.eos_token_ids},
+            {"parameter_count", c.ParameterCount()}};
+  return j;
+}
+
+json VocabJson(const Vocab& v) {
+  json first = json::array();
+  for (size_t i = 0; i < v.tokens.size() && i < 8; ++i) first.push_back(v.tokens[i]);
+  return {{"size", v.tokens.size()}, {"model", v.model},          {"pre", v.pre},
+          {"bos_id", v.bos_id},      {"eos_id", v.eos_id},        {"unk_id", v.unk_id},
+          {"pad_id", v.pad_id},      {"merges", v.merges.size()}, {"first_tokens", first}};
+}
+
+StatusOr<json> Inspect(const ModelFile& m, bool with_tensors) {
+  json j = {{"path", m.path()},
+            {"format", m.format() == ModelFile::Format::kGguf ? "gguf" : "hf"},
+            {"config", ConfigJson(m.config())}};
+  std::map<std::string, int64_t> dtype_counts;
+  json tensors = json::array();
+  int64_t stored_params = 0;
+  for (const std::string& name : m.TensorNames()) {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, m.Raw(name));
+    ++dtype_counts[std::string(DTypeName(t.dtype))];
+    stored_params += t.num_elements();
+    if (with_tensors) {
+      tensors.push_back({{"name", name},
+                         {"file_name", t.source_name},
+                         {"dtype", DTypeName(t.dtype)},
+                         {"shape", t.shape}});
+    }
+  }
+  j["tensor_count"] = m.TensorNames().size();
+  j["stored_parameters"] = stored_params;
+  j["dtypes"] = dtype_counts;
+  if (with_tensors) j["tensors"] = tensors;
+  Status valid = m.ValidateWeights();
+  j["weights_valid"] = valid.ok();
+  if (!valid.ok()) j["weights_error"] = valid.message();
+  if (m.vocab() != nullptr) j["vocab"] = VocabJson(*m.vocab());
+  return j;
+}
+
+void PrintText(const json& j) {
+  const json& c = j["config"];
+  std::printf("%s (%s)\n", j["path"].get<std::string>().c_str(),
+              j["format"].get<std::string>().c_str());
+  std::printf("config:\n");
+  for (const auto& [k, v] : c.items()) std::printf("  %-20s %s\n", k.c_str(), v.dump().c_str());
+  std::printf("tensors: %lld (%lld stored parameters)",
+              static_cast<long long>(j["tensor_count"].get<int64_t>()),
+              static_cast<long long>(j["stored_parameters"].get<int64_t>()));
+  for (const auto& [k, v] : j["dtypes"].items())
+    std::printf(", %s x%lld", k.c_str(), static_cast<long long>(v.get<int64_t>()));
+  std::printf("\n");
+  if (j.contains("tensors")) {
+    for (const json& t : j["tensors"]) {
+      std::printf("  %-32s %-5s %-16s %s\n", t["name"].get<std::string>().c_str(),
+                  t["dtype"].get<std::string>().c_str(), t["shape"].dump().c_str(),
+                  t["file_name"].get<std::string>().c_str());
+    }
+  }
+  std::printf("weights: %s\n", j["weights_valid"].get<bool>()
+                                   ? "ok"
+                                   : j["weights_error"].get<std::string>().c_str());
+  if (j.contains("vocab")) {
+    const json& v = j["vocab"];
+    std::printf(
+        "vocab: %lld tokens, model %s, bos %lld, eos %lld, unk %lld, first %s\n",
+        static_cast<long long>(v["size"].get<int64_t>()), v["model"].get<std::string>().c_str(),
+        static_cast<long long>(v["bos_id"].get<int64_t>()),
+        static_cast<long long>(v["eos_id"].get<int64_t>()),
+        static_cast<long long>(v["unk_id"].get<int64_t>()), v["first_tokens"].dump().c_str());
+  }
+}
+
+int RunInspect(int argc, const char* const* argv) {
+  std::string path;
+  bool as_json = false, with_tensors = false;
+  flags::FlagSet fs(argv[0], "Show a model file's config, tensors and vocabulary.");
+  fs.Positional("path", &path, "A .gguf file or a Hugging Face model folder.");
+  fs.Bool("json", &as_json, "Print JSON instead of text.");
+  fs.Bool("tensors", &with_tensors, "List every tensor (name, dtype, shape).");
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  auto model = ModelFile::Open(path);
+  StatusOr<json> j = model.ok() ? Inspect(**model, with_tensors) : StatusOr<json>(model.status());
+  if (!j.ok()) {
+    std::fprintf(stderr, "astr inspect: %s\n", j.status().ToString().c_str());
+    return 1;
+  }
+  if (as_json) {
+    std::cout << j->dump(2) << "\n";
+  } else {
+    PrintText(*j);
+  }
+  return 0;
+}
+
+}  // namespace
+
+ASTR_REGISTER_COMMAND("inspect", "Show a model file's config, tensors and vocabulary.", RunInspect);
+
+}  // namespace astr

@@ -1,0 +1,245 @@
+// `astr make-model`: writes a random-weight model (GGUF or HF folder) of any supported
+// architecture, for tests and benchmarks. Weights are a pure function of (--seed, tensor, element),
+// and tensors are generated and written in chunks so that a multi-GB model needs little memory.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "common/gguf.h"
+#include "common/model_config.h"
+#include "common/model_file.h"
+#include "common/safetensors.h"
+#include "tools/command.h"
+
+namespace astr {
+namespace {
+
+constexpr int64_t kChunkElements = int64_t{1} << 20;  // a multiple of every block size
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform weights with std 0.02 (half-width 0.02 * sqrt(3)) keep activations finite at any depth we
+// build; norms are ~1 so that the residual stream keeps its scale; biases are small.
+void FillChunk(const std::string& name, uint64_t seed, uint64_t tensor_index, int64_t first,
+               int64_t count, float* out) {
+  const bool is_norm = name.find("norm") != std::string::npos;
+  const bool is_bias = name.find("bias") != std::string::npos;
+  const float half_width = is_norm ? 0.05f : is_bias ? 0.02f : 0.0346410162f;
+  const float center = is_norm ? 1.0f : 0.0f;
+  const uint64_t key = SplitMix64(seed * 0x100000001B3ull + tensor_index);
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t r = SplitMix64(key ^ static_cast<uint64_t>(first + i) * 0xD1B54A32D192ED03ull);
+    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = center + (2.0f * u - 1.0f) * half_width;
+  }
+}
+
+struct Options {
+  std::string arch = "llama", out, format = "gguf", dtype;
+  int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
+  int64_t seed = 0, max_position = 2048;
+  double rope_theta = 10000.0, rms_eps = 1e-5;
+  bool tie = false, qk_norm = false, gated = false;
+};
+
+StatusOr<ModelConfig> BuildConfig(const Options& o) {
+  ModelConfig c;
+  c.architecture = o.arch;
+  c.vocab_size = o.vocab;
+  c.hidden_size = o.hidden;
+  c.intermediate_size = o.ffn;
+  c.num_layers = o.layers;
+  c.num_heads = o.heads;
+  c.num_kv_heads = o.kv_heads;
+  c.head_dim = o.head_dim > 0 ? o.head_dim : (o.heads > 0 ? o.hidden / o.heads : 0);
+  c.rope_dim = c.head_dim;
+  c.max_position = o.max_position;
+  c.rms_norm_eps = o.rms_eps;
+  c.rope_theta = o.rope_theta;
+  c.tie_word_embeddings = o.tie;
+  c.bos_token_id = o.vocab > 1 ? 1 : -1;
+  if (o.vocab > 2) c.eos_token_ids = {2};
+  if (o.arch == "llama" || o.arch == "mistral") {
+    // GGUF llama stores q/k in interleaved order; an HF llama folder in half order.
+    c.rope_layout = o.format == "gguf" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
+  } else if (o.arch == "qwen2") {
+    c.qkv_bias = true;
+  } else if (o.arch == "qwen3") {
+    c.qk_norm = QkNorm::kBeforeRope;
+  } else if (o.arch == "autoregressive_lm") {
+    c.rope_layout = RopeLayout::kInterleaved;
+    c.qk_norm = o.qk_norm ? QkNorm::kAfterRope : QkNorm::kNone;
+    c.gated_attention = o.gated;
+  } else {
+    return InvalidArgumentError("--arch must be llama, mistral, qwen2, qwen3 or autoregressive_lm");
+  }
+  ASTR_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+// A minimal SentencePiece-style vocabulary: <unk> <s> </s>, byte tokens when there is room, then
+// distinct placeholder pieces.
+void AddGgufVocab(int64_t n, GgufWriter* w) {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  auto add = [&](std::string t, float score, TokenType type) {
+    tokens.push_back(std::move(t));
+    scores.push_back(score);
+    types.push_back(static_cast<int32_t>(type));
+  };
+  const char* specials[] = {"<unk>", "<s>", "</s>"};
+  const TokenType special_types[] = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
+  for (int i = 0; i < 3 && i < n; ++i) add(specials[i], 0.0f, special_types[i]);
+  if (n >= 3 + 256) {
+    char buf[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+      add(buf, 0.0f, TokenType::kByte);
+    }
+  }
+  for (int64_t i = static_cast<int64_t>(tokens.size()); i < n; ++i) {
+    add("\xE2\x96\x81t" + std::to_string(i), -static_cast<float>(i), TokenType::kNormal);
+  }
+  w->AddMetadata("tokenizer.ggml.model", GgufValue::String("llama"));
+  w->AddMetadata("tokenizer.ggml.tokens", GgufValue::StringArray(tokens));
+  w->AddMetadata("tokenizer.ggml.scores", GgufValue::F32Array(scores));
+  w->AddMetadata("tokenizer.ggml.token_type", GgufValue::I32Array(types));
+  w->AddMetadata("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
+  if (n > 1) w->AddMetadata("tokenizer.ggml.bos_token_id", GgufValue::U32(1));
+  if (n > 2) w->AddMetadata("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
+}
+
+// GGUF keeps 1-D tensors in F32 (as llama.cpp does) and falls back to F16 where rows are not whole
+// quantization blocks.
+DType StoredDType(const WeightSpec& w, DType requested, bool gguf) {
+  if (gguf && w.shape.size() == 1) return DType::kF32;
+  if (w.shape.back() % DTypeBlockElements(requested) != 0) return DType::kF16;
+  return requested;
+}
+
+template <typename Writer>
+Status StreamWeights(const std::vector<WeightSpec>& specs, const std::vector<DType>& dtypes,
+                     uint64_t seed, Writer* w) {
+  std::vector<float> f32(kChunkElements);
+  std::vector<uint8_t> bytes;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    int64_t n = 1;
+    for (int64_t d : specs[t].shape) n *= d;
+    for (int64_t first = 0; first < n; first += kChunkElements) {
+      const int64_t count = std::min(kChunkElements, n - first);
+      FillChunk(specs[t].name, seed, t, first, count, f32.data());
+      ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, DTypeByteSize(dtypes[t], count));
+      bytes.resize(nbytes);
+      QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
+      ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
+    }
+  }
+  return w->Close();
+}
+
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return InternalError(path + ": write failed");
+  return OkStatus();
+}
+
+Status MakeModel(const Options& o) {
+  if (o.format != "gguf" && o.format != "hf")
+    return InvalidArgumentError("--format must be gguf or hf");
+  const bool gguf = o.format == "gguf";
+  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+    return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3 (not " + o.arch +
+                                "); use --format hf");
+  }
+  ASTR_ASSIGN_OR_RETURN(DType dtype,
+                        ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
+  if (!gguf && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return InvalidArgumentError("--format hf stores f32, f16 or bf16, not " +
+                                std::string(DTypeName(dtype)));
+  }
+  ASTR_ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o));
+  const std::vector<WeightSpec> specs = ExpectedWeights(config);
+  std::vector<DType> dtypes;
+  for (const WeightSpec& w : specs) dtypes.push_back(StoredDType(w, dtype, gguf));
+  const uint64_t seed = static_cast<uint64_t>(o.seed);
+  if (gguf) {
+    GgufWriter w;
+    ASTR_RETURN_IF_ERROR(AddGgufMetadata(config, &w));
+    AddGgufVocab(config.vocab_size, &w);
+    for (size_t t = 0; t < specs.size(); ++t) {
+      w.AddTensor(GgufNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+    }
+    ASTR_RETURN_IF_ERROR(w.Open(o.out));
+    return StreamWeights(specs, dtypes, seed, &w);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) return InvalidArgumentError(o.out + ": cannot create folder: " + ec.message());
+  ASTR_ASSIGN_OR_RETURN(std::string config_json, ConfigToHfJson(config));
+  ASTR_RETURN_IF_ERROR(WriteTextFile(o.out + "/config.json", config_json));
+  ASTR_RETURN_IF_ERROR(
+      WriteTextFile(o.out + "/generation_config.json", GenerationConfigJson(config)));
+  SafetensorsWriter w;
+  w.SetMetadata("format", "pt");
+  for (size_t t = 0; t < specs.size(); ++t) {
+    w.AddTensor(HfNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+  }
+  ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
+  return StreamWeights(specs, dtypes, seed, &w);
+}
+
+int RunMakeModel(int argc, const char* const* argv) {
+  Options o;
+  flags::FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
+  fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm.");
+  fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
+  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");
+  fs.String("dtype", &o.dtype,
+            "f32 | f16 | bf16 | q8_0 (gguf only). Default: f16 for gguf, bf16 for hf.");
+  fs.Int("hidden", &o.hidden, "Hidden size.");
+  fs.Int("layers", &o.layers, "Decoder layers.");
+  fs.Int("heads", &o.heads, "Attention heads.");
+  fs.Int("kv-heads", &o.kv_heads, "Key/value heads (must divide --heads).");
+  fs.Int("head-dim", &o.head_dim, "Head dim (0: hidden / heads).");
+  fs.Int("ffn", &o.ffn, "MLP intermediate size.");
+  fs.Int("vocab", &o.vocab, "Vocabulary size.");
+  fs.Int("max-position", &o.max_position, "Context length (max_position_embeddings).");
+  fs.Int("seed", &o.seed, "Random seed; the same seed gives the same weights.");
+  fs.Double("rope-theta", &o.rope_theta, "RoPE base frequency.");
+  fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
+  fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
+  fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
+  fs.Bool("gated-attention", &o.gated,
+          "autoregressive_lm: sigmoid-gated attention output (default on).");
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (o.arch == "autoregressive_lm") {
+    if (!fs.WasSet("qk-norm")) o.qk_norm = true;
+    if (!fs.WasSet("gated-attention")) o.gated = true;
+  }
+  Status s = MakeModel(o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "astr make-model: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+ASTR_REGISTER_COMMAND("make-model", "Write a random-weight model (GGUF or HF folder).",
+                      RunMakeModel);
+
+}  // namespace astr

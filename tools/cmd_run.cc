@@ -1,0 +1,200 @@
+// `astr run`: offline, in-process generation on the CPU backend.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/byte_level.h"
+#include "common/flags.h"
+#include "common/model_file.h"
+#include "common/spm_tokenizer.h"
+#include "tools/command.h"
+#include "tools/engine_flags.h"
+#include "worker/engine.h"
+
+namespace astr::cli {
+namespace {
+
+// Text in/out for `astr run` until the full tokenizer lands: SentencePiece GGUF vocabularies encode
+// and decode; byte-level BPE (gpt2) vocabularies decode only.
+class TextCodec {
+ public:
+  static StatusOr<TextCodec> Create(const ModelFile& file) {
+    TextCodec codec;
+    const Vocab* vocab = file.vocab();
+    if (vocab == nullptr) return codec;
+    codec.vocab_ = vocab;
+    if (vocab->model == "llama") {
+      ASTR_ASSIGN_OR_RETURN(SpmTokenizer spm, SpmTokenizer::Create(*vocab));
+      codec.spm_ = std::make_unique<SpmTokenizer>(std::move(spm));
+    }
+    return codec;
+  }
+  bool can_encode() const { return spm_ != nullptr; }
+  bool can_decode() const { return vocab_ != nullptr; }
+  std::vector<int32_t> Encode(const std::string& text, bool add_bos) const {
+    return spm_->Encode(text, add_bos);
+  }
+  // Text of `ids` generated after `prompt`: decode(prompt + ids) minus decode(prompt), so that
+  // SentencePiece's leading-space rule applies to the prompt, not to the continuation.
+  std::string Decode(const std::vector<int32_t>& prompt, const std::vector<int32_t>& ids) const {
+    if (spm_ != nullptr) {
+      std::vector<int32_t> all = prompt;
+      all.insert(all.end(), ids.begin(), ids.end());
+      std::string full = spm_->Decode(all);
+      const std::string head = spm_->Decode(prompt);
+      return full.compare(0, head.size(), head) == 0 ? full.substr(head.size()) : full;
+    }
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= static_cast<int32_t>(vocab_->tokens.size())) continue;
+      const bool control = !vocab_->types.empty() && vocab_->types[id] == TokenType::kControl;
+      if (!control) out += ByteLevelDecode(vocab_->tokens[id]);
+    }
+    return out;
+  }
+
+ private:
+  const Vocab* vocab_ = nullptr;
+  std::unique_ptr<SpmTokenizer> spm_;
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "astr run: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int RunCommand(int argc, const char* const* argv) {
+  flags::FlagSet fs("astr run", "Generate offline (in-process) from a model file on the CPU backend.");
+  std::string model, prompt, prompt_ids;
+  bool json = false, no_bos = false;
+  int n = 1;
+  std::vector<std::string> stops;
+  fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
+  fs.String("prompt", &prompt, "Prompt text (SentencePiece GGUF vocabularies for now).");
+  fs.String("prompt-ids", &prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407.");
+  fs.Bool("no-bos", &no_bos, "Do not prepend BOS to a text prompt.");
+  fs.StringList("stop", &stops, "Stop string: generation ends when the text contains it.");
+  fs.Int("n", &n, "Samples to generate for the prompt.");
+  fs.Bool("json", &json, "Print one JSON object (prompt_ids, token_ids, text, logprobs, ...).");
+  SamplingFlags sampling;
+  sampling.Register(&fs);
+  EngineFlags engine_flags;
+  engine_flags.Register(&fs);
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (prompt.empty() == prompt_ids.empty()) {
+    std::fprintf(stderr, "astr run: give exactly one of --prompt or --prompt-ids\n");
+    return 2;
+  }
+  if (n < 1) {
+    std::fprintf(stderr, "astr run: --n must be >= 1\n");
+    return 2;
+  }
+
+  auto file = ModelFile::Open(model);
+  if (!file.ok()) return Fail(file.status());
+  auto codec = TextCodec::Create(**file);
+  if (!codec.ok()) return Fail(codec.status());
+  std::vector<int32_t> ids;
+  if (!prompt_ids.empty()) {
+    auto list = flags::ParseIntList(prompt_ids, "prompt-ids");
+    if (!list.ok()) return Fail(list.status());
+    ids.assign(list->begin(), list->end());
+  } else {
+    if (!codec->can_encode()) {
+      return Fail(UnimplementedError(
+          "--prompt: text input needs a SentencePiece GGUF vocabulary for now; use --prompt-ids"));
+    }
+    ids = codec->Encode(prompt, !no_bos);
+  }
+  auto params = sampling.ToParams(**file);
+  if (!params.ok()) return Fail(params.status());
+  if (json) params->return_logprob = true;
+
+  auto backend = engine_flags.CreateBackend(**file);
+  if (!backend.ok()) return Fail(backend.status());
+  Engine engine(std::move(*backend), engine_flags.EngineOpts());
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest req;
+    req.prompt = ids;
+    req.params = *params;
+    req.sample_index = static_cast<uint64_t>(i);
+    if (!stops.empty() && codec->can_decode()) {
+      const TextCodec* c = &*codec;
+      req.stop_check = [c, stops, ids](const std::vector<int32_t>& gen) {
+        const std::string text = c->Decode(ids, gen);
+        for (const auto& s : stops) {
+          if (!s.empty() && text.find(s) != std::string::npos) return true;
+        }
+        return false;
+      };
+    }
+    auto id = engine.Submit(std::move(req));
+    if (!id.ok()) return Fail(id.status());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto results = engine.RunToCompletion();
+  if (!results.ok()) return Fail(results.status());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  auto text_of = [&](const GenerationResult& r) {
+    std::string text = codec->can_decode() ? codec->Decode(ids, r.tokens) : "";
+    for (const auto& s : stops) {  // the stop string and what follows it are not returned
+      if (auto pos = text.find(s); !s.empty() && pos != std::string::npos) text.resize(pos);
+    }
+    return text;
+  };
+  if (json) {
+    nlohmann::json out;
+    out["model"] = model;
+    out["prompt_ids"] = ids;
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& r : *results) {
+      nlohmann::json s;
+      s["token_ids"] = r.tokens;
+      s["text"] = text_of(r);
+      s["logprobs"] = r.logprobs;
+      if (!r.top.empty()) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& alts : r.top) {
+          nlohmann::json a = nlohmann::json::array();
+          for (const auto& t : alts) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+          top.push_back(a);
+        }
+        s["top_logprobs"] = top;
+      }
+      s["finish_reason"] = FinishReasonName(r.finish);
+      samples.push_back(s);
+    }
+    // The first sample's fields at the top level; all samples under "samples" when n > 1.
+    for (auto& [k, v] : samples[0].items()) out[k] = v;
+    if (n > 1) out["samples"] = samples;
+    out["seconds"] = secs;
+    std::cout << out.dump() << "\n";
+  } else {
+    for (const auto& r : *results) {
+      if (n > 1) std::printf("--- sample %lld ---\n", static_cast<long long>(r.id));
+      if (codec->can_decode()) {
+        std::printf("%s\n", text_of(r).c_str());
+      } else {
+        for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);
+        std::printf("\n");
+      }
+    }
+    int64_t generated = 0;
+    for (const auto& r : *results) generated += static_cast<int64_t>(r.tokens.size());
+    std::fprintf(stderr, "astr run: %lld tokens in %.2f s (%.1f tok/s), finish: %s\n",
+                 static_cast<long long>(generated), secs, generated / std::max(secs, 1e-9),
+                 FinishReasonName((*results)[0].finish));
+  }
+  return 0;
+}
+
+}  // namespace
+
+ASTR_REGISTER_COMMAND("run", "Generate offline from a model file (CPU backend).", RunCommand);
+
+}  // namespace astr::cli

@@ -1,0 +1,110 @@
+#include "tools/engine_flags.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace astr::cli {
+
+void SamplingFlags::Register(flags::FlagSet* fs) {
+  fs->Int("max-tokens", &max_tokens, "Most tokens to generate.");
+  fs->Double("temperature", &temperature, "Sampling temperature; 0 = greedy.");
+  fs->Int("top-k", &top_k, "Keep the k most likely tokens; 0 = off.");
+  fs->Double("top-p", &top_p, "Nucleus sampling mass in (0, 1]; 1 = off.");
+  fs->Double("min-p", &min_p, "Drop tokens below min_p * p(most likely); 0 = off.");
+  fs->Double("repetition-penalty", &repetition_penalty,
+             "HF repetition penalty over prompt + output (> 0; 1 = off).");
+  fs->Double("frequency-penalty", &frequency_penalty, "OpenAI frequency penalty over the output.");
+  fs->Double("presence-penalty", &presence_penalty, "OpenAI presence penalty over the output.");
+  fs->Int("penalty-window", &penalty_window, "Penalties see only the last N tokens; 0 = all.");
+  fs->Int("seed", &seed, "Seed of the counter-based RNG (same seed -> same tokens).");
+  fs->String("stop-token-ids", &stop_token_ids, "Comma-separated token ids that end generation.");
+  fs->String("logit-bias", &logit_bias, "Additive biases as id:bias pairs, e.g. 13:-100,42:2.5.");
+  fs->Bool("ignore-eos", &ignore_eos, "Keep generating after EOS.");
+  fs->Int("min-tokens", &min_tokens, "EOS and stop ids are masked until this many tokens.");
+  fs->Int("logprobs", &logprobs, "Top-n alternatives per token to return (0..20).");
+  fs->String("logprobs-mode", &logprobs_mode,
+             "raw: log-softmax of the model's logits; processed: after bias, penalties and "
+             "temperature.");
+}
+
+StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
+  const ModelConfig& c = file.config();
+  SamplingParams p;
+  p.max_tokens = static_cast<int32_t>(max_tokens);
+  p.temperature = static_cast<float>(temperature);
+  p.top_k = static_cast<int32_t>(top_k);
+  p.top_p = static_cast<float>(top_p);
+  p.min_p = static_cast<float>(min_p);
+  p.repetition_penalty = static_cast<float>(repetition_penalty);
+  p.frequency_penalty = static_cast<float>(frequency_penalty);
+  p.presence_penalty = static_cast<float>(presence_penalty);
+  p.penalty_window = static_cast<int32_t>(penalty_window);
+  p.seed = static_cast<uint64_t>(seed);
+  p.ignore_eos = ignore_eos;
+  p.min_tokens = static_cast<int32_t>(min_tokens);
+  p.logprobs = static_cast<int32_t>(logprobs);
+  if (logprobs_mode == "raw") {
+    p.logprobs_mode = LogprobsMode::kRaw;
+  } else if (logprobs_mode == "processed") {
+    p.logprobs_mode = LogprobsMode::kProcessed;
+  } else {
+    return InvalidArgumentError("--logprobs-mode: expected raw or processed, got '" +
+                                logprobs_mode + "'");
+  }
+  for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
+  if (!stop_token_ids.empty()) {
+    ASTR_ASSIGN_OR_RETURN(auto ids, flags::ParseIntList(stop_token_ids, "stop-token-ids"));
+    for (int64_t id : ids) p.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  if (!logit_bias.empty()) {
+    std::stringstream ss(logit_bias);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const auto colon = item.find(':');
+      char* end = nullptr;
+      long id = colon == std::string::npos ? 0 : std::strtol(item.c_str(), &end, 10);
+      if (colon == std::string::npos || end != item.c_str() + colon) {
+        return InvalidArgumentError("--logit-bias: expected id:bias, got '" + item + "'");
+      }
+      p.logit_bias[static_cast<int32_t>(id)] = std::strtof(item.c_str() + colon + 1, nullptr);
+    }
+  }
+  ASTR_RETURN_IF_ERROR(p.Validate(c.vocab_size));
+  return p;
+}
+
+void EngineFlags::Register(flags::FlagSet* fs) {
+  fs->Int("threads", &threads, "CPU threads; 0 = all cores.");
+  fs->String("dtype", &dtype, "Weight dtype on the CPU backend: bf16 or f32.");
+  fs->Int("page-size", &page_size, "Tokens per KV page.");
+  fs->Int("num-pages", &num_pages, "KV pages; 0 = as many as --kv-cache-mb holds.");
+  fs->Int("kv-cache-mb", &kv_cache_mb, "KV cache size in MiB (when --num-pages is 0).");
+  fs->Int("max-batch-tokens", &max_batch_tokens, "Most tokens one step may carry.");
+  fs->Int("max-running", &max_running, "Most sequences in one step.");
+  fs->Int("prefill-chunk", &prefill_chunk, "Most prompt tokens of one sequence per step.");
+}
+
+BackendOptions EngineFlags::BackendOpts() const {
+  BackendOptions o;
+  o.weight_dtype = dtype;
+  o.threads = static_cast<int>(threads);
+  o.page_size = page_size;
+  o.num_pages = num_pages;
+  o.kv_cache_bytes = kv_cache_mb << 20;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_sample_rows = std::max<int64_t>(1, max_running);
+  return o;
+}
+
+EngineOptions EngineFlags::EngineOpts() const {
+  EngineOptions o;
+  o.max_running = max_running;
+  o.prefill_chunk = prefill_chunk;
+  return o;
+}
+
+StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const ModelFile& file) const {
+  return CreateCpuBackend(file, BackendOpts());
+}
+
+}  // namespace astr::cli

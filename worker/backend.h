@@ -1,0 +1,44 @@
+// The backend interface: one step's forward pass. A backend owns the weights, the KV pool and the
+// per-step workspace; the caller (executor / offline engine) owns sequences and page assignment.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "worker/step_batch.h"
+
+namespace astr {
+
+class ModelFile;
+
+struct BackendOptions {
+  std::string weight_dtype = "bf16";  // "bf16" or "f32": how projection weights are held
+  int threads = 0;                    // 0 = all hardware threads
+  int64_t page_size = 16;
+  int64_t num_pages = 0;              // 0 = from kv_cache_bytes
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int64_t max_batch_tokens = 2048;    // most rows (T) one step may carry
+  int64_t max_sample_rows = 256;      // most sample rows (S) one step may carry
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual int64_t num_pages() const = 0;
+  virtual int64_t page_size() const = 0;
+  virtual int64_t max_batch_tokens() const = 0;
+  virtual int64_t max_sample_rows() const = 0;
+  // Runs the step: writes the K/V of every row into its out slot and fills
+  // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch first.
+  virtual Status Forward(const StepBatch& batch, float* logits) = 0;
+};
+
+// Creates the CPU backend from an opened model file.
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file, const BackendOptions& options);
+
+}  // namespace astr

@@ -1,0 +1,95 @@
+#include "worker/backends/cpu/cpu_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/ops.h"
+
+namespace astr {
+namespace {
+
+constexpr int64_t kBlock = 32;  // KV positions per softmax block (fixed: keeps results chunk-invariant)
+
+// Attention of one row t for the query heads of kv head g.
+void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
+                 const StepBatch& b, int64_t t, int64_t entry, int64_t g, const AttentionShape& s,
+                 float* scratch, float* out, int64_t ldo) {
+  const int64_t group = s.num_heads / s.num_kv_heads;
+  const int64_t hd = s.head_dim;
+  const int64_t slot_floats = s.num_kv_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* acc = scratch;                 // [group, hd]
+  float* scores = acc + group * hd;     // [group, kBlock]
+  float* m = scores + group * kBlock;   // [group]
+  float* l = m + group;                 // [group]
+  std::fill(acc, acc + group * hd, 0.0f);
+  std::fill(m, m + group, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + group, 0.0f);
+  const int32_t* pages = b.kv_page_indices.data() + b.kv_indptr[entry];
+  const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
+  const float* q_row = q + t * ldq + g * group * hd;
+  for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
+    const int64_t j1 = std::min(j0 + kBlock, n_kv);
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t slot = static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
+      const float* k = k_pool + slot * slot_floats + g * hd;
+      for (int64_t h = 0; h < group; ++h) {
+        scores[h * kBlock + (j - j0)] = cpu::Dot(q_row + h * hd, k, hd) * scale;
+      }
+    }
+    for (int64_t h = 0; h < group; ++h) {
+      float* sh = scores + h * kBlock;
+      float block_max = *std::max_element(sh, sh + (j1 - j0));
+      const float m_new = std::max(m[h], block_max);
+      const float correction = std::exp(m[h] - m_new);
+      l[h] *= correction;
+      cpu::Scale(acc + h * hd, correction, hd);
+      for (int64_t j = 0; j < j1 - j0; ++j) {
+        sh[j] = std::exp(sh[j] - m_new);
+        l[h] += sh[j];
+      }
+      m[h] = m_new;
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t slot = static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
+      const float* v = v_pool + slot * slot_floats + g * hd;
+      for (int64_t h = 0; h < group; ++h) cpu::Axpy(scores[h * kBlock + (j - j0)], v, acc + h * hd, hd);
+    }
+  }
+  for (int64_t h = 0; h < group; ++h) {
+    float* o = out + t * ldo + (g * group + h) * hd;
+    const float inv = 1.0f / l[h];
+    for (int64_t d = 0; d < hd; ++d) o[d] = acc[h * hd + d] * inv;
+  }
+}
+
+}  // namespace
+
+int64_t AttentionScratchFloats(const AttentionShape& s) {
+  const int64_t group = s.num_heads / s.num_kv_heads;
+  return group * s.head_dim + group * kBlock + 2 * group + 16;
+}
+
+void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
+                    const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
+                    float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool) {
+  const int64_t items = batch.num_tokens() * shape.num_kv_heads;
+  const int64_t scratch_floats = AttentionScratchFloats(shape);
+  auto work = [&](int thread, int num_threads) {
+    // Static split; items are similar in cost within a step except for context length, which the
+    // interleaved assignment spreads over the threads.
+    float* my_scratch = scratch + thread * scratch_floats;
+    for (int64_t i = thread; i < items; i += num_threads) {
+      const int64_t t = i / shape.num_kv_heads, g = i % shape.num_kv_heads;
+      AttendGroup(q, ldq, k_pool, v_pool, batch, t, row_entry[t], g, shape, my_scratch, out, ldo);
+    }
+  };
+  if (pool == nullptr) {
+    work(0, 1);
+  } else {
+    pool->Run(work);
+  }
+}
+
+}  // namespace astr

@@ -1,0 +1,30 @@
+// Paged causal attention on the CPU over the ragged step batch.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+#include "worker/step_batch.h"
+
+namespace astr {
+
+struct AttentionShape {
+  int64_t num_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t page_size;
+};
+
+// Scratch floats attention needs per thread.
+int64_t AttentionScratchFloats(const AttentionShape& shape);
+
+// out[t, h*hd..] = softmax(q_t,h · K_{0..pos_t}ᵀ / sqrt(hd)) · V for every row t and head h.
+// q: [T, num_heads, head_dim] with row stride ldq; k_pool/v_pool: [pages, page_size, kv_heads, hd];
+// row_entry[t]: the batch entry of row t; out: [T, num_heads * head_dim] (row stride ldo).
+// Scores are reduced in blocks of fixed absolute positions, so a row's result does not depend on the
+// page size, on how the prompt was chunked, or on the other rows of the batch.
+void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
+                    const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
+                    float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool);
+
+}  // namespace astr

@@ -1,0 +1,222 @@
+// The CPU backend: LLaMA-family forward pass over a ragged step batch with a paged KV pool.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/model_file.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "worker/backend.h"
+#include "worker/backends/cpu/cpu_attention.h"
+#include "worker/backends/cpu/cpu_weights.h"
+#include "worker/kv_pool.h"
+#include "worker/rope.h"
+
+namespace astr {
+namespace {
+
+// Every per-step buffer, sized once for the largest step (max_batch_tokens rows).
+struct Workspace {
+  std::vector<float> x;        // [T, hidden] residual stream
+  std::vector<float> xn;       // [T, hidden] normed input of the next block
+  std::vector<float> qkv;      // [T, qkv_rows]
+  std::vector<float> attn;     // [T, heads*hd]
+  std::vector<float> proj;     // [T, hidden] output of o_proj / down_proj
+  std::vector<float> gate_up;  // [T, 2*ffn]
+  std::vector<float> act;      // [T, ffn]
+  std::vector<float> sampled;  // [S, hidden] final-normed sample rows
+  std::vector<float> attn_scratch;  // [threads, AttentionScratchFloats]
+  std::vector<int32_t> row_entry;   // [T]
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(ModelConfig config, CpuWeights weights, std::unique_ptr<KvPool> kv, int threads,
+             const BackendOptions& options)
+      : config_(std::move(config)),
+        weights_(std::move(weights)),
+        kv_(std::move(kv)),
+        pool_(threads),
+        max_tokens_(options.max_batch_tokens),
+        max_samples_(options.max_sample_rows),
+        inv_freq_(RopeInvFreq(config_)) {
+    const ModelConfig& c = config_;
+    const int64_t t = max_tokens_;
+    qkv_rows_ = weights_.layers.empty() ? 0 : weights_.layers[0].qkv.n();
+    ws_.x.resize(t * c.hidden_size);
+    ws_.xn.resize(t * c.hidden_size);
+    ws_.qkv.resize(t * qkv_rows_);
+    ws_.attn.resize(t * c.num_heads * c.head_dim);
+    ws_.proj.resize(t * c.hidden_size);
+    ws_.gate_up.resize(t * 2 * c.intermediate_size);
+    ws_.act.resize(t * c.intermediate_size);
+    ws_.sampled.resize(max_samples_ * c.hidden_size);
+    shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_->page_size()};
+    ws_.attn_scratch.resize(pool_.size() * AttentionScratchFloats(shape_));
+    ws_.row_entry.resize(t);
+  }
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return config_; }
+  int64_t num_pages() const override { return kv_->num_pages(); }
+  int64_t page_size() const override { return kv_->page_size(); }
+  int64_t max_batch_tokens() const override { return max_tokens_; }
+  int64_t max_sample_rows() const override { return max_samples_; }
+
+  Status Forward(const StepBatch& batch, float* logits) override;
+
+ private:
+  void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
+  void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
+
+  ModelConfig config_;
+  CpuWeights weights_;
+  std::unique_ptr<KvPool> kv_;
+  cpu::ThreadPool pool_;
+  int64_t max_tokens_;
+  int64_t max_samples_;
+  int64_t qkv_rows_ = 0;
+  std::vector<float> inv_freq_;
+  AttentionShape shape_{};
+  Workspace ws_;
+};
+
+void CpuBackend::QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w) {
+  const int64_t hd = config_.head_dim;
+  for (int64_t r = 0; r < t; ++r) {
+    float* row = base + r * qkv_rows_;
+    cpu::RmsNorm(row, hd, w.data(), static_cast<float>(config_.rms_norm_eps), heads, hd, row, hd);
+  }
+}
+
+void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm) {
+  const ModelConfig& c = config_;
+  const CpuLayerWeights& w = weights_.layers[l];
+  const int64_t t = batch.num_tokens();
+  const int64_t hd = c.head_dim;
+  const int64_t q_cols = c.num_heads * hd, kv_cols = c.num_kv_heads * hd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* qkv = ws_.qkv.data();
+
+  cpu::Gemm(ws_.xn.data(), c.hidden_size, t, w.qkv, qkv, qkv_rows_, false, &pool_);
+  if (!w.qkv_bias.empty()) {
+    for (int64_t r = 0; r < t; ++r) cpu::AddInPlace(qkv + r * qkv_rows_, w.qkv_bias.data(), qkv_rows_);
+  }
+  float* q = qkv;
+  float* k = qkv + q_cols;
+  float* v = k + kv_cols;
+  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  if (c.qk_norm == QkNorm::kBeforeRope) {
+    QkNormRows(q, t, c.num_heads, w.q_norm);
+    QkNormRows(k, t, c.num_kv_heads, w.k_norm);
+  }
+  cpu::Rope(q, qkv_rows_, t, c.num_heads, hd, c.rope_dim, batch.positions.data(), inv_freq_.data(),
+            interleaved);
+  cpu::Rope(k, qkv_rows_, t, c.num_kv_heads, hd, c.rope_dim, batch.positions.data(),
+            inv_freq_.data(), interleaved);
+  if (c.qk_norm == QkNorm::kAfterRope) {
+    QkNormRows(q, t, c.num_heads, w.q_norm);
+    QkNormRows(k, t, c.num_kv_heads, w.k_norm);
+  }
+  // Append this step's K/V to the pool before attention reads it.
+  float* k_pool = kv_->k(l);
+  float* v_pool = kv_->v(l);
+  for (int64_t r = 0; r < t; ++r) {
+    const int64_t slot = batch.out_slots[r];
+    std::memcpy(k_pool + slot * kv_cols, k + r * qkv_rows_, kv_cols * sizeof(float));
+    std::memcpy(v_pool + slot * kv_cols, v + r * qkv_rows_, kv_cols * sizeof(float));
+  }
+  PagedAttention(q, qkv_rows_, k_pool, v_pool, batch, ws_.row_entry.data(), shape_,
+                 ws_.attn_scratch.data(), ws_.attn.data(), q_cols, &pool_);
+  if (c.gated_attention) {
+    const float* gate = v + kv_cols;
+    for (int64_t r = 0; r < t; ++r) {
+      float* a = ws_.attn.data() + r * q_cols;
+      const float* g = gate + r * qkv_rows_;
+      for (int64_t i = 0; i < q_cols; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+    }
+  }
+  cpu::Gemm(ws_.attn.data(), q_cols, t, w.o, ws_.proj.data(), c.hidden_size, false, &pool_);
+  cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, w.mlp_norm.data(),
+                  eps, t, c.hidden_size, ws_.xn.data(), c.hidden_size);
+  const int64_t f = c.intermediate_size;
+  cpu::Gemm(ws_.xn.data(), c.hidden_size, t, w.gate_up, ws_.gate_up.data(), 2 * f, false, &pool_);
+  cpu::SiluMul(ws_.gate_up.data(), t, f, ws_.act.data(), f);
+  cpu::Gemm(ws_.act.data(), f, t, w.down, ws_.proj.data(), c.hidden_size, false, &pool_);
+  cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, next_norm, eps, t,
+                  c.hidden_size, ws_.xn.data(), c.hidden_size);
+}
+
+Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
+  const ModelConfig& c = config_;
+  ASTR_RETURN_IF_ERROR(ValidateStepBatch(batch, kv_->num_pages(), kv_->page_size(), c.vocab_size,
+                                         max_tokens_));
+  const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
+  if (s > max_samples_) {
+    return InvalidArgumentError("invalid step batch: " + std::to_string(s) +
+                                " sample rows, more than the workspace's " + std::to_string(max_samples_));
+  }
+  const int64_t t = batch.num_tokens();
+  for (int64_t e = 0; e < batch.batch_size(); ++e) {
+    for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r) ws_.row_entry[r] = e;
+  }
+  weights_.GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_.layers[0].attn_norm.data(), eps, t,
+               c.hidden_size, ws_.xn.data(), c.hidden_size);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const float* next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm.data()
+                                                  : weights_.final_norm.data();
+    Layer(l, batch, next_norm);
+  }
+  if (s == 0) return OkStatus();
+  for (int64_t i = 0; i < s; ++i) {
+    std::memcpy(ws_.sampled.data() + i * c.hidden_size,
+                ws_.xn.data() + static_cast<int64_t>(batch.sample_rows[i]) * c.hidden_size,
+                c.hidden_size * sizeof(float));
+  }
+  cpu::Gemm(ws_.sampled.data(), c.hidden_size, s, weights_.lm_head, logits, c.vocab_size, false,
+            &pool_);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
+                                                    const BackendOptions& options) {
+  const ModelConfig& c = file.config();
+  ASTR_RETURN_IF_ERROR(c.Validate());
+  cpu::WeightType type;
+  if (options.weight_dtype == "bf16") {
+    type = cpu::WeightType::kBF16;
+  } else if (options.weight_dtype == "f32") {
+    type = cpu::WeightType::kF32;
+  } else {
+    return InvalidArgumentError("weight dtype '" + options.weight_dtype + "': expected bf16 or f32");
+  }
+  if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
+  if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
+  int threads = options.threads > 0 ? options.threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int64_t pages = options.num_pages;
+  if (pages <= 0) {
+    pages = KvPool::PagesForBytes(options.kv_cache_bytes, c.num_layers, options.page_size,
+                                  c.num_kv_heads, c.head_dim);
+    if (pages < 1) {
+      return InvalidArgumentError("kv cache of " + std::to_string(options.kv_cache_bytes) +
+                                  " bytes holds no page of " + std::to_string(options.page_size) +
+                                  " tokens");
+    }
+  }
+  ASTR_ASSIGN_OR_RETURN(auto kv, KvPool::Create(c.num_layers, pages, options.page_size,
+                                                c.num_kv_heads, c.head_dim));
+  const bool progress = c.ParameterCount() > 50'000'000;
+  ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, progress));
+  return std::unique_ptr<Backend>(
+      new CpuBackend(c, std::move(weights), std::move(kv), threads, options));
+}
+
+}  // namespace astr

@@ -1,0 +1,35 @@
+#include "worker/rope.h"
+
+#include <cmath>
+
+namespace astr {
+
+std::vector<float> RopeInvFreq(const ModelConfig& c) {
+  const int64_t half = c.rope_dim / 2;
+  std::vector<float> inv(half);
+  const RopeScaling& s = c.rope_scaling;
+  for (int64_t i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / c.rope_dim);
+    if (s.type == RopeScaling::Type::kLinear) {
+      f /= s.factor;
+    } else if (s.type == RopeScaling::Type::kLlama3) {
+      // Meta's llama3 scaling: long wavelengths are divided by `factor`, short ones kept, and the band
+      // between is interpolated smoothly.
+      const double old_len = static_cast<double>(s.original_max_position);
+      const double low_wavelen = old_len / s.low_freq_factor;
+      const double high_wavelen = old_len / s.high_freq_factor;
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1.0 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+    inv[i] = static_cast<float>(f);
+  }
+  return inv;
+}
+
+}  // namespace astr

@@ -1,0 +1,13 @@
+// RoPE inverse frequencies for a model config, scaling included (linear, llama3).
+#pragma once
+
+#include <vector>
+
+#include "common/model_config.h"
+
+namespace astr {
+
+// inv_freq[i] for i < rope_dim / 2: theta^(-2i / rope_dim), then the config's rope scaling.
+std::vector<float> RopeInvFreq(const ModelConfig& config);
+
+}  // namespace astr

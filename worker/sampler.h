@@ -1,0 +1,173 @@
+// Token sampling on the host: one token per sampling row from an f32 logits row [vocab].
+//
+// Processing order for one draw (each step documented at its implementation in sampler.cc):
+//   1. raw logprobs captured (logprobs_mode == kRaw and logprobs requested)
+//   2. logit_bias added
+//   3. min_tokens: stop ids (and EOS unless ignore_eos) set to -inf while fewer than min_tokens
+//      tokens have been generated
+//   4. repetition penalty (prompt + generated, within penalty_window), then frequency / presence
+//      penalties (generated only, within penalty_window)
+//   5. temperature == 0: greedy argmax (ties -> lowest id), done
+//   6. divide by temperature; processed logprobs captured (logprobs_mode == kProcessed)
+//   7. top-k, then top-p, then min-p over the candidates sorted by (prob desc, id asc)
+//   8. renormalize, then inverse CDF over that sorted order with the Philox uniform for
+//      (seed, sequence, token_index) — see worker/philox.h for the bit recipe.
+//
+// Determinism: the chosen token depends only on (logits, params, prompt + generated tokens, seed,
+// sequence, token_index); never on the batch, the order sequences are sampled in, or the scratch.
+// Weights are expf(logit/T - max) in float; masses are summed in double, per weight bucket then
+// bucket by bucket (see BucketOrder in sampler.cc). That summation order is fixed for a build,
+// so results are bitwise reproducible across runs and batches; another backend reproduces the
+// same tokens except where a draw falls within rounding distance of a CDF boundary.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+
+namespace astr {
+
+// The most top-n alternatives a request may ask for (OpenAI's limit).
+inline constexpr int32_t kMaxLogprobs = 20;
+
+enum class LogprobsMode : int32_t {
+  // log_softmax of the model's raw logits, before any sampling parameter touched them.
+  kRaw = 0,
+  // log_softmax over the whole vocabulary after logit_bias, min_tokens masking, penalties and
+  // temperature (temperature 0 counts as 1), before top-k / top-p / min-p filtering.
+  kProcessed = 1,
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;             // 0 = greedy
+  int32_t top_k = 0;                    // 0 = off; >= vocab is also off
+  float top_p = 1.0f;                   // (0, 1]; 1 = off
+  float min_p = 0.0f;                   // [0, 1]; 0 = off
+  float repetition_penalty = 1.0f;      // > 0; 1 = off (HF semantics, prompt + generated)
+  float frequency_penalty = 0.0f;       // [-2, 2] (OpenAI semantics, generated only)
+  float presence_penalty = 0.0f;        // [-2, 2] (OpenAI semantics, generated only)
+  int32_t penalty_window = 0;           // 0 = whole context; else only the last W context tokens
+  std::map<int32_t, float> logit_bias;  // token id -> additive bias in [-100, 100]
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> eos_token_ids;  // from the model
+  bool ignore_eos = false;             // EOS neither stops nor is masked by min_tokens
+  int32_t min_tokens = 0;              // stop ids masked to -inf until this many generated
+  int32_t max_tokens = 16;             // >= 1
+  // Compute the chosen token's logprob. Implied by logprobs > 0. Off by default so that greedy
+  // decoding stays a single pass over the logits.
+  bool return_logprob = false;
+  int32_t logprobs = 0;  // top-n alternatives to return, 0..kMaxLogprobs
+  LogprobsMode logprobs_mode = LogprobsMode::kRaw;
+
+  // INVALID_ARGUMENT naming the first bad field, e.g. "top_p must be in (0, 1], got 0".
+  Status Validate(int64_t vocab_size) const;
+};
+
+// Occurrence counts of token ids in a sequence's penalty window: an open-addressing hash table
+// (power-of-two capacity, linear probing) sized at construction, so Add/Remove allocate nothing in
+// the steady state. Entries whose counts drop to zero stay until a compaction rebuilds the table.
+class TokenCounts {
+ public:
+  struct Entry {
+    int32_t id = -1;        // -1 = empty slot
+    int32_t context = 0;    // occurrences in prompt + generated (repetition penalty)
+    int32_t generated = 0;  // occurrences among generated tokens (frequency / presence)
+  };
+
+  explicit TokenCounts(int64_t expected_distinct = 64);
+  void Add(int32_t id, bool generated);
+  void Remove(int32_t id, bool generated);
+  // Calls fn(const Entry&) for every entry with a non-zero count, in table order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (uint32_t slot : used_) {
+      const Entry& e = table_[slot];
+      if (e.context > 0) fn(e);
+    }
+  }
+  // Counts for one id (zeros if absent).
+  Entry Get(int32_t id) const;
+
+ private:
+  uint32_t Find(int32_t id) const;  // slot holding id, or the empty slot where it would go
+  void Rebuild(size_t capacity);
+
+  std::vector<Entry> table_;
+  std::vector<uint32_t> used_;  // occupied slots in insertion order
+  int64_t live_ = 0;            // entries with context > 0
+};
+
+// Per-sequence sampling state. Rebuild it after a move to another worker by constructing it with
+// the prompt and Append()ing every token generated so far: the RNG counters follow.
+class SequenceSampler {
+ public:
+  // `params` must have passed Validate(vocab_size). `sequence` is the sample index within its
+  // request; it keys the RNG stream together with params.seed.
+  SequenceSampler(SamplingParams params, uint64_t sequence, std::span<const int32_t> prompt);
+
+  // Records a generated token: penalty counts, window and the token index of the next draw.
+  void Append(int32_t token);
+
+  // True if `token` ends the sequence: a stop id, or an EOS id unless ignore_eos.
+  bool IsStopToken(int32_t token) const;
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t sequence() const { return sequence_; }
+  int64_t num_generated() const { return num_generated_; }
+  const TokenCounts& counts() const { return counts_; }
+
+ private:
+  struct WindowToken {
+    int32_t id;
+    bool generated;
+  };
+  void Push(int32_t id, bool generated);
+
+  SamplingParams params_;
+  uint64_t sequence_;
+  int64_t num_generated_ = 0;
+  TokenCounts counts_;
+  // Ring buffer of the last penalty_window context tokens (empty when the window is off).
+  std::vector<WindowToken> window_;
+  size_t window_head_ = 0;  // oldest element once full
+  size_t window_size_ = 0;
+};
+
+// Buffers reused across draws (one per sampling thread). They grow to the vocabulary size on
+// first use and are never shrunk, so steady-state sampling allocates nothing.
+struct SamplerScratch {
+  std::vector<float> raw_logits;       // [vocab] copy of the input when raw logprobs are needed
+  std::vector<float> weights;          // [vocab] exp(logit/T - max), unnormalized
+  std::vector<int32_t> ids;            // [vocab] top-k selection
+  std::vector<int32_t> order;          // [vocab] candidates grouped by weight bucket
+  std::vector<double> bucket_mass;     // per weight bucket (see sampler.cc BucketOrder)
+  std::vector<int64_t> bucket_begin;   // per weight bucket: first position in `order`
+  std::vector<int64_t> bucket_end;     // per weight bucket: one past the last position
+  std::vector<uint8_t> bucket_sorted;  // per weight bucket: sorted this draw
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  // The chosen token's logprob per logprobs_mode; 0 when neither return_logprob nor logprobs.
+  float logprob = 0.0f;
+  int32_t num_top = 0;  // = params.logprobs
+  // top[0..num_top): the highest-logprob tokens, logprob desc, ties by id asc.
+  std::array<TokenLogprob, kMaxLogprobs> top{};
+};
+
+// Samples the next token of `state` from `logits` [vocab], which is overwritten (scratch). Does
+// not Append(): the caller does that once it accepts the token.
+SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
+                    SamplerScratch& scratch);
+
+}  // namespace astr
