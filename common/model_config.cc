@@ -218,6 +218,22 @@ Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
     if (qk_norm) c->qk_norm = QkNorm::kAfterRope;
     ASTR_ASSIGN_OR_RETURN(c->gated_attention, r.Bool("gated_attention", false));
   }
+  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and then
+  // only from layer max_window_layers on, which we do not implement.
+  const json& sw = r.raw().contains("sliding_window") ? r.raw()["sliding_window"] : json();
+  if (!sw.is_null()) {
+    bool use = true;
+    if (a == "qwen2" || a == "qwen3") {
+      ASTR_ASSIGN_OR_RETURN(use, r.Bool("use_sliding_window", false));
+      if (use) {
+        return UnimplementedError(r.path() + ": key 'use_sliding_window' true is not supported");
+      }
+    }
+    if (use) {
+      ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
+      if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
+    }
+  }
   // Biases we have no weights for would silently change the model: refuse them.
   if (a != "qwen2") {
     ASTR_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
@@ -314,6 +330,7 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
   if (c.architecture == "qwen2") j["use_sliding_window"] = false;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (interleaved) {
     j["qk_norm"] = c.qk_norm != QkNorm::kNone;
     j["gated_attention"] = c.gated_attention;

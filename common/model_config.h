@@ -57,6 +57,8 @@ struct ModelConfig {
   bool gated_attention =
       false;  // AstrAI: o_proj input is attn * sigmoid(gate), gate from `attn_gate`
   bool tie_word_embeddings = false;
+  // Mistral-style sliding window: a query at position i sees keys j with i - W < j <= i; 0 = none.
+  int64_t sliding_window = 0;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 

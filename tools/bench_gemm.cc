@@ -2,7 +2,8 @@
 //
 // Prints one JSON document: for every shape, m and ISA path, the effective weight read rate (GB/s:
 // packed weight bytes / time) and GFLOP/s (2 m n k / time). Weights rotate through enough copies to
-// exceed the last-level cache, so decode (small m) figures reflect DRAM streaming as in a real step.
+// exceed the last-level cache, so decode (small m) figures reflect DRAM streaming as in a real
+// step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,15 +70,18 @@ int main(int argc, char** argv) {
       copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
       const size_t bytes = copies[0].bytes();
       const size_t num_copies = std::max<size_t>(1, cache_mb * (size_t{1} << 20) / bytes);
-      while (copies.size() < num_copies) copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
+      while (copies.size() < num_copies)
+        copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
       const int64_t max_m = *std::max_element(ms.value().begin(), ms.value().end());
       std::vector<float> x(max_m * s.k), y(max_m * s.n);
       for (float& v : x) v = dist(rng);
       for (Isa isa : astr::cpu::AvailableIsas()) {
         for (int64_t m : ms.value()) {
-          if (isa == Isa::kScalar && m > 1) continue;  // the reference path is minutes-slow at large m
+          if (isa == Isa::kScalar && m > 1)
+            continue;  // the reference path is minutes-slow at large m
           size_t c = 0;
-          astr::cpu::GemmIsa(isa, x.data(), s.k, m, copies[c], y.data(), s.n, false, &pool);  // warm
+          astr::cpu::GemmIsa(isa, x.data(), s.k, m, copies[c], y.data(), s.n, false,
+                             &pool);  // warm
           int64_t iters = 0;
           const double t0 = Seconds();
           double t1 = t0;
@@ -88,13 +92,14 @@ int main(int argc, char** argv) {
             t1 = Seconds();
           }
           const double per_call = (t1 - t0) / iters;
-          std::printf("%s\n    {\"weights\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
-                      "\"isa\": \"%s\", \"us_per_call\": %.1f, \"gb_per_s\": %.2f, "
-                      "\"gflop_per_s\": %.2f}",
-                      first ? "" : ",", type == astr::cpu::WeightType::kBF16 ? "bf16" : "f32",
-                      static_cast<long long>(s.n), static_cast<long long>(s.k),
-                      static_cast<long long>(m), astr::cpu::IsaName(isa), per_call * 1e6,
-                      bytes / per_call / 1e9, 2.0 * m * s.n * s.k / per_call / 1e9);
+          std::printf(
+              "%s\n    {\"weights\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
+              "\"isa\": \"%s\", \"us_per_call\": %.1f, \"gb_per_s\": %.2f, "
+              "\"gflop_per_s\": %.2f}",
+              first ? "" : ",", type == astr::cpu::WeightType::kBF16 ? "bf16" : "f32",
+              static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
+              astr::cpu::IsaName(isa), per_call * 1e6, bytes / per_call / 1e9,
+              2.0 * m * s.n * s.k / per_call / 1e9);
           std::fflush(stdout);
           first = false;
         }

@@ -36,13 +36,14 @@ Isa Detect() {
   const bool avx = Bit(l1.ecx, 28), fma = Bit(l1.ecx, 12), f16c = Bit(l1.ecx, 29);
   if (!osxsave || !avx) return Isa::kScalar;
   const uint64_t xcr0 = Xgetbv0();
-  const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;  // + opmask, ZMM_Hi256, Hi16_ZMM
   const CpuidRegs l7 = Cpuid(7, 0);
   const CpuidRegs l7s1 = Cpuid(7, 1);
   const bool avx2 = Bit(l7.ebx, 5);
   if (!os_ymm || !avx2 || !fma || !f16c) return Isa::kScalar;
-  const bool avx512 = Bit(l7.ebx, 16) && Bit(l7.ebx, 17) && Bit(l7.ebx, 30) && Bit(l7.ebx, 31);  // F DQ BW VL
+  const bool avx512 =
+      Bit(l7.ebx, 16) && Bit(l7.ebx, 17) && Bit(l7.ebx, 30) && Bit(l7.ebx, 31);  // F DQ BW VL
   if (!os_zmm || !avx512) return Isa::kAvx2;
   const bool bf16 = Bit(l7s1.eax, 5);
   return bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
@@ -60,8 +61,8 @@ Isa ChooseActive() {
     return detected;
   }
   std::fprintf(stderr,
-               "astr: unknown ASTR_CPU_ISA=%s (want scalar|avx2|avx512|avx512bf16); using %s\n", env,
-               IsaName(detected));
+               "astr: unknown ASTR_CPU_ISA=%s (want scalar|avx2|avx512|avx512bf16); using %s\n",
+               env, IsaName(detected));
   return detected;
 }
 

@@ -1,7 +1,7 @@
 // Which x86 vector extensions this CPU (and its OS) can run, and which path the kernels use.
 //
-// Every kernel has a plain C++ reference (kScalar) and SIMD paths compiled with their own target flags;
-// the SIMD files are only entered after the checks here said the CPU supports them.
+// Every kernel has a plain C++ reference (kScalar) and SIMD paths compiled with their own target
+// flags; the SIMD files are only entered after the checks here said the CPU supports them.
 #pragma once
 
 #include <vector>
@@ -22,8 +22,9 @@ const char* IsaName(Isa isa);
 Isa DetectIsa();
 // Every path this CPU can run, kScalar first, in increasing order.
 std::vector<Isa> AvailableIsas();
-// The path the kernels use: DetectIsa(), or $ASTR_CPU_ISA=scalar|avx2|avx512|avx512bf16 when set. An
-// unknown name, or one the CPU cannot run, is reported on stderr and detection is used instead. Read once.
+// The path the kernels use: DetectIsa(), or $ASTR_CPU_ISA=scalar|avx2|avx512|avx512bf16 when set.
+// An unknown name, or one the CPU cannot run, is reported on stderr and detection is used instead.
+// Read once.
 Isa ActiveIsa();
 
 }  // namespace astr::cpu

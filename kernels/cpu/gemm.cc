@@ -19,7 +19,8 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
 uint16_t F32ToBf16Rne(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
@@ -118,7 +119,8 @@ void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix
   int64_t ldxk = ldx;
   if (ks.x_bf16) {
     // x as bf16 rows, k padded to even with a zero so the last pair reads no garbage. Grows only
-    // when a call needs more than any earlier one on this thread; steady-state steps allocate nothing.
+    // when a call needs more than any earlier one on this thread; steady-state steps allocate
+    // nothing.
     thread_local std::vector<uint16_t> xb;
     ldxk = w.k_pairs() * 2;
     if (xb.size() < static_cast<size_t>(m * ldxk)) xb.resize(m * ldxk);
@@ -154,7 +156,14 @@ void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix
 
 void Gemm(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
           bool accumulate, ThreadPool* pool) {
-  GemmIsa(ActiveIsa(), x, ldx, m, w, y, ldy, accumulate, pool);
+  // Measured on the target Xeon (tools/bench_gemm.cc, 1 thread, m=128, k=2048): the AVX-512F FMA
+  // tiles on bf16 weights reach ~107 GFLOP/s against ~74 for vdpbf16ps (which issues at about half
+  // the FMA rate there), decode is memory-bound and equal on both, and the FMA tiles keep x in f32.
+  // So the default never takes the bf16-dot tiles; GemmIsa(kAvx512Bf16, ...) still runs them. The
+  // choice is fixed per process, so batch invariance holds.
+  Isa isa = ActiveIsa();
+  if (isa == Isa::kAvx512Bf16) isa = Isa::kAvx512;
+  GemmIsa(isa, x, ldx, m, w, y, ldy, accumulate, pool);
 }
 
 }  // namespace astr::cpu

@@ -40,7 +40,9 @@ class PackedMatrix {
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
   int64_t k_pairs() const { return (k_ + 1) / 2; }
   // Elements (floats or bf16) from one panel to the next.
-  int64_t panel_stride() const { return type_ == WeightType::kF32 ? k_ * kPanel : k_pairs() * 2 * kPanel; }
+  int64_t panel_stride() const {
+    return type_ == WeightType::kF32 ? k_ * kPanel : k_pairs() * 2 * kPanel;
+  }
   const float* f32_panel(int64_t p) const /*[k][16]*/ {
     return reinterpret_cast<const float*>(data_.get()) + p * panel_stride();
   }
@@ -64,8 +66,10 @@ class PackedMatrix {
 };
 
 // y[m, n] = x[m, k] · Wᵀ (+ y if accumulate). x row stride ldx, y row stride ldy (in floats).
-// The bf16 weight path on kAvx512Bf16 rounds x to bf16 (round-to-nearest-even) and uses vdpbf16ps;
-// every other path keeps x in f32 and accumulates with f32 FMAs. pool may be null (single thread).
+// Gemm runs ActiveIsa()'s tiles, except that on kAvx512Bf16 it uses the kAvx512 FMA tiles (faster
+// on the target CPU, see gemm.cc). The bf16-dot tiles (GemmIsa(kAvx512Bf16, ...) with bf16 weights)
+// round x to bf16 (round-to-nearest-even) and use vdpbf16ps; every other path keeps x in f32 and
+// accumulates with f32 FMAs. pool may be null (single thread).
 void Gemm(const float* x /*[m, ldx]*/, int64_t ldx, int64_t m, const PackedMatrix& w /*[n, k]*/,
           float* y /*[m, ldy]*/, int64_t ldy, bool accumulate, ThreadPool* pool);
 // Same, forcing one path (tests, benchmarks). isa must be one of AvailableIsas().

@@ -1,5 +1,5 @@
-// AVX2 GEMM tiles (f32 FMAs, x kept in f32). A 16-output panel is two 8-lane halves; bf16 weights are
-// widened as in gemm_avx512.cc (low 16 bits = k even, high 16 bits = k odd).
+// AVX2 GEMM tiles (f32 FMAs, x kept in f32). A 16-output panel is two 8-lane halves; bf16 weights
+// are widened as in gemm_avx512.cc (low 16 bits = k even, high 16 bits = k odd).
 //
 // Per output: acc = 0; for k ascending: acc = fma(x[k], w[k], acc); y = acc (+ y).
 #include <immintrin.h>
@@ -29,7 +29,8 @@ template <int MR, int NH>
 inline void StoreTile(__m256 (&acc)[MR][NH], float* y, int64_t ldy, int64_t ncols,
                       bool accumulate) {
   for (int i = 0; i < MR; ++i) {
-    for (int h = 0; h < NH; ++h) StoreHalf(acc[i][h], y + i * ldy + h * 8, ncols - h * 8, accumulate);
+    for (int h = 0; h < NH; ++h)
+      StoreHalf(acc[i][h], y + i * ldy + h * 8, ncols - h * 8, accumulate);
   }
 }
 
@@ -53,7 +54,8 @@ struct TileF32 {
 #pragma GCC unroll 8
       for (int h = 0; h < NH; ++h) {
         const float* wp = w + (h / 2) * panel_stride + kk * kPanel + (h % 2) * 8;
-        if (h % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
+        if (h % 2 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
         const __m256 wk = _mm256_load_ps(wp);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) acc[i][h] = _mm256_fmadd_ps(xi[i], wk, acc[i][h]);
@@ -82,7 +84,8 @@ struct TileBf16 {
 #pragma GCC unroll 8
       for (int h = 0; h < NH; ++h) {
         const uint16_t* wp = w + (h / 2) * panel_stride + p * 2 * kPanel + (h % 2) * 16;
-        if (h % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
+        if (h % 2 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchBytes, _MM_HINT_T0);
         const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
         const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
         const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));

@@ -1,10 +1,10 @@
 // AVX-512F GEMM tiles (f32 FMAs, x kept in f32). bf16 weights are widened in registers: within a
-// k-pair vector, the low 16 bits of each lane hold k even (<< 16 makes the f32) and the high 16 bits
-// hold k odd (masking the low half off makes the f32).
+// k-pair vector, the low 16 bits of each lane hold k even (<< 16 makes the f32) and the high 16
+// bits hold k odd (masking the low half off makes the f32).
 //
-// Per output: acc = 0; for k ascending: acc = fma(x[k], w[k], acc); y = acc (+ y). The tile shape only
-// changes how many outputs share a loop, never this sequence.
-// GCC 12 flags the intentionally undefined pass-through operand inside AVX-512 intrinsics
+// Per output: acc = 0; for k ascending: acc = fma(x[k], w[k], acc); y = acc (+ y). The tile shape
+// only changes how many outputs share a loop, never this sequence. GCC 12 flags the intentionally
+// undefined pass-through operand inside AVX-512 intrinsics
 // (_mm512_undefined_*) as (maybe-)uninitialized; the warning is a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -19,9 +19,9 @@ namespace astr::cpu::internal {
 namespace {
 
 constexpr int kPanel = PackedMatrix::kPanel;
-// Software prefetch distance in bytes along each panel's stream. Decode reads every weight from DRAM
-// exactly once; prefetching ~1 KiB ahead per stream keeps enough lines in flight to approach the
-// memory bandwidth with a few concurrent streams per core.
+// Software prefetch distance in bytes along each panel's stream. Decode reads every weight from
+// DRAM exactly once; prefetching ~1 KiB ahead per stream keeps enough lines in flight to approach
+// the memory bandwidth with a few concurrent streams per core.
 constexpr int64_t kPrefetchBytes = 1024;
 
 inline void StorePanel(__m512 acc, float* y, int64_t cols, bool accumulate) {

@@ -1,6 +1,7 @@
 // AVX512_BF16 GEMM tiles for bf16 weights: vdpbf16ps consumes one 64-byte k-pair vector of a panel
-// (16 outputs x 2 k) against x's pair (x[2p], x[2p+1]) broadcast as one 32-bit lane. x is rounded to
-// bf16 (round-to-nearest-even) by the caller, which is this path's only loss against the f32 paths.
+// (16 outputs x 2 k) against x's pair (x[2p], x[2p+1]) broadcast as one 32-bit lane. x is rounded
+// to bf16 (round-to-nearest-even) by the caller, which is this path's only loss against the f32
+// paths.
 //
 // Per output: acc = 0; for pairs p ascending: acc = dpbf16(acc, x pair p, w pair p); y = acc (+ y).
 // f32 weights use the AVX-512F tiles.

@@ -1,7 +1,7 @@
 // Internal: the per-ISA GEMM micro-kernel tables that gemm.cc drives. Not part of the public API.
 //
-// A tile kernel computes `rows` rows of x against `np` consecutive panels (np * 16 outputs) over the
-// full k, holding one accumulator per output, and stores the first ncols columns (y = acc, or
+// A tile kernel computes `rows` rows of x against `np` consecutive panels (np * 16 outputs) over
+// the full k, holding one accumulator per output, and stores the first ncols columns (y = acc, or
 // y = acc + y when accumulate). Each output's summation sequence is the same in every kernel of a
 // table, so any tiling gives bit-identical results.
 #pragma once
@@ -22,7 +22,7 @@ using TileKernel = void (*)(const void* x /*[rows, ldx] f32 or bf16*/, int64_t l
 struct KernelSet {
   int max_rows = 1;         // <= kMaxTileRows
   int panels_per_tile = 1;  // <= kMaxTilePanels
-  bool x_bf16 = false;      // kernels read x as bf16, k padded to even (row stride in bf16 elements)
+  bool x_bf16 = false;  // kernels read x as bf16, k padded to even (row stride in bf16 elements)
   TileKernel kernels[kMaxTileRows][kMaxTilePanels] = {};  // [rows - 1][np - 1]
 };
 

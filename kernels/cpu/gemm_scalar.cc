@@ -1,6 +1,6 @@
-// Reference GEMM tiles in plain C++ (baseline x86-64): one float accumulator per output, k ascending,
-// the same per-output sequence as every other path's structure (though without FMA, so values differ
-// from the SIMD paths in the last bits).
+// Reference GEMM tiles in plain C++ (baseline x86-64): one float accumulator per output, k
+// ascending, the same per-output sequence as every other path's structure (though without FMA, so
+// values differ from the SIMD paths in the last bits).
 #include <cstdint>
 #include <cstring>
 
@@ -61,7 +61,8 @@ struct TileBf16 {
         const float xi = x[i * ldx + kk];
         for (int j = 0; j < NP; ++j) {
           const uint16_t* wk = w + j * panel_stride + pair * 2 * kPanel + half;
-          for (int c = 0; c < kPanel; ++c) acc[(i * NP + j) * kPanel + c] += xi * Bf16ToF32(wk[2 * c]);
+          for (int c = 0; c < kPanel; ++c)
+            acc[(i * NP + j) * kPanel + c] += xi * Bf16ToF32(wk[2 * c]);
         }
       }
     }

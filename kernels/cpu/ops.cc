@@ -79,8 +79,7 @@ void RopeIsa(Isa isa, float* x, int64_t ldx, int64_t tokens, int64_t heads, int6
   }
 }
 
-void SiluMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out,
-                int64_t ldo) {
+void SiluMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo) {
   const OpsTable& t = Table(isa);
   for (int64_t r = 0; r < tokens; ++r) {
     const float* g = gate_up + r * 2 * f;
@@ -122,7 +121,9 @@ void SiluMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_
   SiluMulIsa(ActiveIsa(), gate_up, tokens, f, out, ldo);
 }
 float Dot(const float* a, const float* b, int64_t n) { return DotIsa(ActiveIsa(), a, b, n); }
-void Axpy(float alpha, const float* x, float* y, int64_t n) { AxpyIsa(ActiveIsa(), alpha, x, y, n); }
+void Axpy(float alpha, const float* x, float* y, int64_t n) {
+  AxpyIsa(ActiveIsa(), alpha, x, y, n);
+}
 void Scale(float* y, float alpha, int64_t n) { ScaleIsa(ActiveIsa(), y, alpha, n); }
 void AddInPlace(float* y, const float* x, int64_t n) { AddInPlaceIsa(ActiveIsa(), y, x, n); }
 void F32ToBf16(const float* x, uint16_t* y, int64_t n) { F32ToBf16Isa(ActiveIsa(), x, y, n); }

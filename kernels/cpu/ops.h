@@ -1,6 +1,6 @@
-// Element-wise and row ops of the forward pass. Each op dispatches on ActiveIsa(); the ...Isa variants
-// force one path (tests, benchmarks) and take any of AvailableIsas() (kAvx512Bf16 runs the kAvx512
-// code). Every op is deterministic per row: a row's result never depends on the other rows.
+// Element-wise and row ops of the forward pass. Each op dispatches on ActiveIsa(); the ...Isa
+// variants force one path (tests, benchmarks) and take any of AvailableIsas() (kAvx512Bf16 runs the
+// kAvx512 code). Every op is deterministic per row: a row's result never depends on the other rows.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +12,16 @@ namespace astr::cpu {
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for r < rows. y may alias x.
 void RmsNorm(const float* x /*[rows, ldx]*/, int64_t ldx, const float* w /*[dim]*/, float eps,
              int64_t rows, int64_t dim, float* y /*[rows, ldy]*/, int64_t ldy);
-// x[r] += d[r], then y[r] = RmsNorm(x[r]): the residual add fused with the next norm. y may alias x.
+// x[r] += d[r], then y[r] = RmsNorm(x[r]): the residual add fused with the next norm. y may alias
+// x.
 void AddRmsNorm(float* x /*[rows, ldx]*/, int64_t ldx, const float* d /*[rows, ldd]*/, int64_t ldd,
                 const float* w /*[dim]*/, float eps, int64_t rows, int64_t dim,
                 float* y /*[rows, ldy]*/, int64_t ldy);
-// Rotary embedding in place on the first rot_dim dims of each head. angle = positions[t] * inv_freq[i]
-// (inv_freq already includes any scaling); cos/sin are computed in double, so results match a double
-// reference to ~1e-6 relative even for positions ~1e5. interleaved=false rotates pairs
-// (i, i + rot_dim/2) (HF rotate_half); true rotates (2i, 2i + 1) (GGUF / GPT-J). rot_dim even.
+// Rotary embedding in place on the first rot_dim dims of each head. angle = positions[t] *
+// inv_freq[i] (inv_freq already includes any scaling); cos/sin are computed in double, so results
+// match a double reference to ~1e-6 relative even for positions ~1e5. interleaved=false rotates
+// pairs (i, i + rot_dim/2) (HF rotate_half); true rotates (2i, 2i + 1) (GGUF / GPT-J). rot_dim
+// even.
 void Rope(float* x /*[tokens, ldx] holding [heads, head_dim]*/, int64_t ldx, int64_t tokens,
           int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions /*[tokens]*/,
           const float* inv_freq /*[rot_dim / 2]*/, bool interleaved);
@@ -28,7 +30,7 @@ void SiluMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
              float* out /*[tokens, ldo]*/, int64_t ldo);
 float Dot(const float* a /*[n]*/, const float* b /*[n]*/, int64_t n);
 void Axpy(float alpha, const float* x /*[n]*/, float* y /*[n]*/, int64_t n);  // y += alpha * x
-void Scale(float* y /*[n]*/, float alpha, int64_t n);                        // y *= alpha
+void Scale(float* y /*[n]*/, float alpha, int64_t n);                         // y *= alpha
 void AddInPlace(float* y /*[n]*/, const float* x /*[n]*/, int64_t n);         // y += x
 // Round-to-nearest-even; NaN stays a (quiet) NaN.
 void F32ToBf16(const float* x /*[n]*/, uint16_t* y /*[n]*/, int64_t n);

@@ -32,7 +32,8 @@ inline __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -53,8 +54,8 @@ void ScaleMul(const float* x, float scale, const float* w, float* y, int64_t dim
   const __m256 s = _mm256_set1_ps(scale);
   int64_t i = 0;
   for (; i + 8 <= dim; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s),
-                                          _mm256_loadu_ps(w + i)));
+    _mm256_storeu_ps(
+        y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), _mm256_loadu_ps(w + i)));
   }
   for (; i < dim; ++i) y[i] = x[i] * scale * w[i];
 }
@@ -117,7 +118,8 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   int64_t i = 0;
   for (; i + 8 <= f; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    const __m256 silu =
+        _mm256_div_ps(g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }
   for (; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
@@ -204,7 +206,8 @@ void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+    _mm256_storeu_ps(y + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
   }
   if (i < n) {  // tail through a zero-padded vector: F16C handles subnormals/inf/NaN exactly
     alignas(16) uint16_t tmp[8] = {};
@@ -218,9 +221,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsAvx2() {
-  static const OpsTable table = {SumSquares, ScaleMul, AddSumSquares, RopeRotate, SiluMul,
-                                 Dot,        Axpy,     Scale,         AddInPlace, F32ToBf16,
-                                 Bf16ToF32,  F16ToF32};
+  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
+                                 SiluMul,    Dot,       Axpy,          Scale,
+                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
   return table;
 }
 

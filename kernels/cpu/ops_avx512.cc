@@ -74,7 +74,8 @@ float AddSumSquares(float* x, const float* d, int64_t dim) {
   }
   for (; i < dim; i += 16) {
     const __mmask16 m = TailMask(dim - i);
-    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, d + i));
+    const __m512 v =
+        _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, d + i));
     _mm512_mask_storeu_ps(x + i, m, v);
     acc0 = _mm512_fmadd_ps(v, v, acc0);
   }
@@ -114,7 +115,8 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   for (int64_t i = 0; i < f; i += 16) {
     const __mmask16 m = TailMask(f - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    const __m512 silu =
+        _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
@@ -138,7 +140,8 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask(n - i);
     _mm512_mask_storeu_ps(
-        y + i, m, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+        y + i, m,
+        _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 
@@ -192,9 +195,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsAvx512() {
-  static const OpsTable table = {SumSquares, ScaleMul, AddSumSquares, RopeRotate, SiluMul,
-                                 Dot,        Axpy,     Scale,         AddInPlace, F32ToBf16,
-                                 Bf16ToF32,  F16ToF32};
+  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
+                                 SiluMul,    Dot,       Axpy,          Scale,
+                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
   return table;
 }
 

@@ -9,8 +9,8 @@ struct OpsTable {
   // One row: sum of squares of x[0, dim) (the norm's reduction).
   float (*sum_squares)(const float* x /*[dim]*/, int64_t dim);
   // One row: y = x * scale * w.
-  void (*scale_mul)(const float* x /*[dim]*/, float scale, const float* w /*[dim]*/, float* y /*[dim]*/,
-                    int64_t dim);
+  void (*scale_mul)(const float* x /*[dim]*/, float scale, const float* w /*[dim]*/,
+                    float* y /*[dim]*/, int64_t dim);
   // One row: x += d, returns the sum of squares of the new x.
   float (*add_sum_squares)(float* x /*[dim]*/, const float* d /*[dim]*/, int64_t dim);
   // Rotates one token's heads over a chunk of pairs [i0, i0 + count) of each head.
@@ -19,7 +19,8 @@ struct OpsTable {
   //                      s [2 count] = (-sin, +sin) per pair; x' = x * c + swap_pairs(x) * s.
   void (*rope_rotate)(float* x /*[heads, head_dim]*/, int64_t heads, int64_t head_dim, int64_t half,
                       int64_t i0, int64_t count, const float* c, const float* s, bool interleaved);
-  void (*silu_mul)(const float* gate /*[f]*/, const float* up /*[f]*/, float* out /*[f]*/, int64_t f);
+  void (*silu_mul)(const float* gate /*[f]*/, const float* up /*[f]*/, float* out /*[f]*/,
+                   int64_t f);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float alpha, const float* x, float* y, int64_t n);
   void (*scale)(float* y, float alpha, int64_t n);

@@ -107,9 +107,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsScalar() {
-  static const OpsTable table = {SumSquares, ScaleMul, AddSumSquares, RopeRotate, SiluMul,
-                                 Dot,        Axpy,     Scale,         AddInPlace, F32ToBf16,
-                                 Bf16ToF32,  F16ToF32};
+  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
+                                 SiluMul,    Dot,       Axpy,          Scale,
+                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
   return table;
 }
 

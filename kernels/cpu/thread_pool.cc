@@ -47,14 +47,15 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
   }
   fn_ = &fn;
   done_.store(0, std::memory_order_relaxed);
-  // seq_cst bump then seq_cst sleepers_ load pairs with the worker's sleepers_ increment followed by
-  // its re-check of generation_: either we see the sleeper and wake it, or it sees the new generation.
+  // seq_cst bump then seq_cst sleepers_ load pairs with the worker's sleepers_ increment followed
+  // by its re-check of generation_: either we see the sleeper and wake it, or it sees the new
+  // generation.
   generation_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&generation_);
   fn(0, num_threads_);
   const int workers = num_threads_ - 1;
-  // Spin briefly, then yield: with more runnable threads than cores (other processes, a busy host) a
-  // preempted worker can only finish if this thread gives up its core.
+  // Spin briefly, then yield: with more runnable threads than cores (other processes, a busy host)
+  // a preempted worker can only finish if this thread gives up its core.
   for (int i = 0; done_.load(std::memory_order_acquire) != workers; ++i) {
     if (i < kSpinIterations) {
       _mm_pause();
@@ -66,7 +67,9 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::WorkerLoop(int thread) {
-  uint32_t seen = generation_.load(std::memory_order_acquire);
+  // The generation at construction (0), not a fresh load: Run or the destructor may already have
+  // bumped it before this thread got scheduled, and that region must not be missed.
+  uint32_t seen = 0;
   for (;;) {
     uint32_t gen = generation_.load(std::memory_order_acquire);
     for (int i = 0; gen == seen && i < kSpinIterations; ++i) {

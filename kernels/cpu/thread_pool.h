@@ -1,8 +1,8 @@
 // A fixed set of worker threads for the kernels' parallel regions.
 //
-// A decode step runs ~100-200 short parallel regions (one per GEMM), so waking the workers must cost
-// well under a microsecond: idle workers spin on a generation counter (with _mm_pause) for a while after
-// each region and only then sleep on a futex. Threads are not pinned.
+// A decode step runs ~100-200 short parallel regions (one per GEMM), so waking the workers must
+// cost well under a microsecond: idle workers spin on a generation counter (with _mm_pause) for a
+// while after each region and only then sleep on a futex. Threads are not pinned.
 #pragma once
 
 #include <atomic>
@@ -23,8 +23,8 @@ class ThreadPool {
 
   int size() const { return num_threads_; }
 
-  // Runs fn(thread, num_threads) on every thread, the caller being thread 0, and returns when all have
-  // finished. One caller at a time; fn must not call Run on the same pool.
+  // Runs fn(thread, num_threads) on every thread, the caller being thread 0, and returns when all
+  // have finished. One caller at a time; fn must not call Run on the same pool.
   void Run(const std::function<void(int thread, int num_threads)>& fn);
 
  private:
@@ -43,8 +43,8 @@ class ThreadPool {
 };
 
 // Calls fn(begin, end) over [0, n) split into at most pool->size() contiguous ranges of at least
-// `grain` items. The split depends only on n, grain and the pool size (static, deterministic). A null
-// pool, or n <= grain, runs fn(0, n) inline.
+// `grain` items. The split depends only on n, grain and the pool size (static, deterministic). A
+// null pool, or n <= grain, runs fn(0, n) inline.
 void ParallelFor(ThreadPool* pool, int64_t n, int64_t grain,
                  const std::function<void(int64_t begin, int64_t end)>& fn);
 

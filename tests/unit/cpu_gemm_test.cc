@@ -1,5 +1,6 @@
-// Tests of astr::cpu::Gemm on every ISA path this CPU runs: values against a double reference computed
-// here (independent of the kernels), and bit-exact batch invariance across m, row blocking and threads.
+// Tests of astr::cpu::Gemm on every ISA path this CPU runs: values against a double reference
+// computed here (independent of the kernels), and bit-exact batch invariance across m, row blocking
+// and threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,8 +86,8 @@ void CheckCase(Isa isa, const Case& c) {
 }
 
 TEST(CpuGemmTest, MatchesDoubleReferenceOnEveryIsa) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {16, 2}, {17, 3}, {31, 33}, {64, 64}, {70, 129}, {5, 300}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {16, 2},   {17, 3}, {31, 33},
+                                                           {64, 64}, {70, 129}, {5, 300}};
   std::vector<int64_t> ms = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 130};
   for (Isa isa : AvailableIsas()) {
     for (WeightType type : {WeightType::kF32, WeightType::kBF16}) {
@@ -119,8 +120,8 @@ TEST(CpuGemmTest, BatchInvariantAcrossMAndThreads) {
   for (Isa isa : AvailableIsas()) {
     for (WeightType type : {WeightType::kF32, WeightType::kBF16}) {
       for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{100, 257}, {37, 64}, {8, 31}}) {
-        SCOPED_TRACE(std::string(IsaName(isa)) + " n=" + std::to_string(n) + " k=" +
-                     std::to_string(k) + (type == WeightType::kBF16 ? " bf16" : " f32"));
+        SCOPED_TRACE(std::string(IsaName(isa)) + " n=" + std::to_string(n) +
+                     " k=" + std::to_string(k) + (type == WeightType::kBF16 ? " bf16" : " f32"));
         const int64_t m = 37;
         const std::vector<float> x = Random(m * k, 11);
         const std::vector<float> w = Random(n * k, 12);
@@ -178,7 +179,8 @@ TEST(CpuGemmTest, PackingFromBf16MatchesFromF32) {
   const PackedMatrix a = PackedMatrix::FromF32(w.data(), n, k, WeightType::kBF16);
   const PackedMatrix b = PackedMatrix::FromBf16(raw.data(), n, k);
   ASSERT_EQ(a.bytes(), b.bytes());
-  EXPECT_EQ(a.bytes(), static_cast<size_t>(2 * 16 * 4 * 2 * 2));  // 2 panels x 4 pairs x 16 x 2 bf16
+  EXPECT_EQ(a.bytes(),
+            static_cast<size_t>(2 * 16 * 4 * 2 * 2));  // 2 panels x 4 pairs x 16 x 2 bf16
   EXPECT_EQ(0, std::memcmp(a.bf16_panel(0), b.bf16_panel(0), a.bytes()));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.bf16_panel(0)) % 64, 0u);
 }

@@ -28,9 +28,11 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
   std::fill(l, l + group, 0.0f);
   const int32_t* pages = b.kv_page_indices.data() + b.kv_indptr[entry];
   const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
+  const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, n_kv - s.sliding_window) : 0;
   const float* q_row = q + t * ldq + g * group * hd;
-  for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
-    const int64_t j1 = std::min(j0 + kBlock, n_kv);
+  // Blocks stay aligned to absolute positions (multiples of kBlock) whatever `lo` is.
+  for (int64_t j0 = lo; j0 < n_kv; j0 = (j0 / kBlock + 1) * kBlock) {
+    const int64_t j1 = std::min((j0 / kBlock + 1) * kBlock, n_kv);
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot = static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
       const float* k = k_pool + slot * slot_floats + g * hd;

@@ -54,7 +54,7 @@ class CpuBackend final : public Backend {
     ws_.gate_up.resize(t * 2 * c.intermediate_size);
     ws_.act.resize(t * c.intermediate_size);
     ws_.sampled.resize(max_samples_ * c.hidden_size);
-    shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_->page_size()};
+    shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_->page_size(), c.sliding_window};
     ws_.attn_scratch.resize(pool_.size() * AttentionScratchFloats(shape_));
     ws_.row_entry.resize(t);
   }
