@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 
 #include "common/model_file.h"
 #include "kernels/cpu/ops.h"
@@ -69,6 +70,20 @@ Status LoadLayer(const ModelFile& file, const ModelConfig& c, int64_t i, cpu::We
   return LoadStacked(file, {{p + "down_proj", c.hidden_size}}, c.intermediate_size, type, &w->down);
 }
 
+// On a terminal: one line rewritten per layer; in a log: a line at each quarter.
+void ReportProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_point start) {
+  static const bool tty = isatty(fileno(stderr)) != 0;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (tty) {
+    std::fprintf(stderr, "\rastr: loading weights: layer %lld/%lld (%.1f s)%s",
+                 static_cast<long long>(done), static_cast<long long>(total), s,
+                 done == total ? "\n" : "");
+  } else if ((done * 4) / total != ((done - 1) * 4) / total) {
+    std::fprintf(stderr, "astr: loading weights: layer %lld/%lld (%.1f s)\n",
+                 static_cast<long long>(done), static_cast<long long>(total), s);
+  }
+}
+
 }  // namespace
 
 void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden, float* out) const {
@@ -115,13 +130,7 @@ StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     ASTR_RETURN_IF_ERROR(LoadLayer(file, c, i, type, &w.layers[i]));
-    if (progress) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::fprintf(stderr, "\rastr: loading weights: layer %lld/%lld (%.1f s)",
-                   static_cast<long long>(i + 1), static_cast<long long>(c.num_layers), s);
-      if (i + 1 == c.num_layers) std::fputc('\n', stderr);
-    }
+    if (progress) ReportProgress(i + 1, c.num_layers, start);
   }
   return w;
 }
