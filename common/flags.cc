@@ -58,7 +58,8 @@ void FlagSet::Int(const std::string& name, int* dst, std::string help, bool requ
   Add({name, std::move(help), "int", std::to_string(*dst), required, false, false,
        [dst, name](const std::string& v) -> Status {
          ASTR_ASSIGN_OR_RETURN(int64_t x, ParseInt(name, v));
-         if (x < INT32_MIN || x > INT32_MAX) return InvalidArgumentError("--" + name + ": out of range");
+         if (x < INT32_MIN || x > INT32_MAX)
+           return InvalidArgumentError("--" + name + ": out of range");
          *dst = static_cast<int>(x);
          return OkStatus();
        }});
@@ -79,8 +80,7 @@ void FlagSet::Double(const std::string& name, double* dst, std::string help, boo
        }});
 }
 
-void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst,
-                         std::string help) {
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst, std::string help) {
   Add({name, std::move(help) + " May be repeated.", "string", "", false, false, false,
        [dst](const std::string& v) {
          dst->push_back(v);
@@ -102,7 +102,8 @@ void FlagSet::Bool(const std::string& name, bool* dst, std::string help) {
        }});
 }
 
-void FlagSet::Positional(const std::string& name, std::string* dst, std::string help, bool required) {
+void FlagSet::Positional(const std::string& name, std::string* dst, std::string help,
+                         bool required) {
   Add({name, std::move(help), "string", *dst, required, true, false, [dst](const std::string& v) {
          *dst = v;
          return OkStatus();
@@ -223,7 +224,8 @@ StatusOr<std::vector<int64_t>> ParseIntList(const std::string& text, const std::
     ASTR_ASSIGN_OR_RETURN(int64_t x, ParseInt(flag, item));
     out.push_back(x);
   }
-  if (out.empty()) return InvalidArgumentError("--" + flag + ": expected a comma-separated list of integers");
+  if (out.empty())
+    return InvalidArgumentError("--" + flag + ": expected a comma-separated list of integers");
   return out;
 }
 

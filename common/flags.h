@@ -1,11 +1,12 @@
-// The one flags system of every astr binary: each binary declares its flags (name, destination, help)
-// on a FlagSet; Parse() fills the destinations and --help prints every flag with its default.
+// The one flags system of every astr binary: each binary declares its flags (name, destination,
+// help) on a FlagSet; Parse() fills the destinations and --help prints every flag with its default.
 //
 //   astr::flags::FlagSet fs("astr run", "Generate offline from a model file.");
 //   std::string model; int64_t max_tokens = 32;
 //   fs.String("model", &model, "Model file or folder (GGUF or HF).", /*required=*/true);
 //   fs.Int("max-tokens", &max_tokens, "Tokens to generate.");
-//   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;   // --help (0) or a usage error (2)
+//   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;   // --help (0) or a usage error
+//   (2)
 #pragma once
 
 #include <cstdint>
@@ -30,12 +31,13 @@ class FlagSet {
   // `--name`, `--name=true|false`, `--no-name`.
   void Bool(const std::string& name, bool* dst, std::string help);
   // A positional argument, filled in declaration order.
-  void Positional(const std::string& name, std::string* dst, std::string help, bool required = true);
+  void Positional(const std::string& name, std::string* dst, std::string help,
+                  bool required = true);
 
   // Parses argv[1..argc). `--flag value` and `--flag=value` are both accepted.
   Status Parse(int argc, const char* const* argv);
-  // Parse(); on --help prints Help() to stdout and returns 0; on an error prints it with a hint to stderr
-  // and returns 2; returns -1 when the caller should go on.
+  // Parse(); on --help prints Help() to stdout and returns 0; on an error prints it with a hint to
+  // stderr and returns 2; returns -1 when the caller should go on.
   int ParseOrExit(int argc, const char* const* argv);
 
   bool help_requested() const { return help_requested_; }
@@ -47,8 +49,8 @@ class FlagSet {
   struct Flag {
     std::string name;
     std::string help;
-    std::string type;            // "string", "int", "float", "bool"
-    std::string default_value;   // printed by --help
+    std::string type;           // "string", "int", "float", "bool"
+    std::string default_value;  // printed by --help
     bool required = false;
     bool positional = false;
     bool set = false;

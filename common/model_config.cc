@@ -218,8 +218,8 @@ Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
     if (qk_norm) c->qk_norm = QkNorm::kAfterRope;
     ASTR_ASSIGN_OR_RETURN(c->gated_attention, r.Bool("gated_attention", false));
   }
-  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and then
-  // only from layer max_window_layers on, which we do not implement.
+  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and
+  // then only from layer max_window_layers on, which we do not implement.
   const json& sw = r.raw().contains("sliding_window") ? r.raw()["sliding_window"] : json();
   if (!sw.is_null()) {
     bool use = true;

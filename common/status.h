@@ -1,9 +1,9 @@
 // astr::Status / astr::StatusOr<T>: error values for every fallible call.
 //
-// The API mirrors absl::Status (codes, ok(), message(), StatusOr::value()) so that the service edge maps
-// it one-to-one onto grpc::Status. It is our own small type rather than absl's because the core (model
-// readers, kernels, backends) must also build on a bare GPU machine that has only a C++ compiler and the
-// CUDA toolkit (see docs/building.md).
+// The API mirrors absl::Status (codes, ok(), message(), StatusOr::value()) so that the service edge
+// maps it one-to-one onto grpc::Status. It is our own small type rather than absl's because the
+// core (model readers, kernels, backends) must also build on a bare GPU machine that has only a C++
+// compiler and the CUDA toolkit (see docs/building.md).
 #pragma once
 
 #include <cassert>
@@ -55,14 +55,22 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status UnimplementedError(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 template <typename T>
@@ -70,7 +78,8 @@ class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "StatusOr constructed from an OK status without a value");
-    if (status_.ok()) status_ = InternalError("StatusOr constructed from OK status without a value");
+    if (status_.ok())
+      status_ = InternalError("StatusOr constructed from OK status without a value");
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
 
@@ -95,9 +104,9 @@ class [[nodiscard]] StatusOr {
 #define ASTR_STATUS_CONCAT(a, b) ASTR_STATUS_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define ASTR_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::astr::Status astr_status_tmp_ = (expr);        \
+#define ASTR_RETURN_IF_ERROR(expr)                       \
+  do {                                                   \
+    ::astr::Status astr_status_tmp_ = (expr);            \
     if (!astr_status_tmp_.ok()) return astr_status_tmp_; \
   } while (0)
 

@@ -19,8 +19,8 @@ enum class TokenType : int32_t {
 };
 
 struct Vocab {
-  std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (byte BPE), ...
-  std::string pre;                  // tokenizer.ggml.pre (may be empty)
+  std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (byte BPE), ...
+  std::string pre;    // tokenizer.ggml.pre (may be empty)
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
   std::vector<float> scores;        // tokenizer.ggml.scores (empty if absent)
   std::vector<TokenType> types;     // tokenizer.ggml.token_type (empty if absent)

@@ -32,8 +32,8 @@ Status DriveGreedy(Backend& backend, std::vector<DrivenSequence>& seqs, uint32_t
       if (s.done) continue;
       pending = true;
       if (seqs[i].join_step > step) continue;
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed,
-                                          seqs[i].chunk);
+      const int64_t n =
+          std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, seqs[i].chunk);
       const int64_t need = (s.computed + n + page_size - 1) / page_size;
       while (static_cast<int64_t>(s.pages.size()) < need) {
         if (free_pages.empty()) return ResourceExhaustedError("test pool too small");

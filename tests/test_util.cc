@@ -20,8 +20,9 @@ std::string SharedFile(const std::string& rel) {
 
 std::string TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
-  auto dir = std::filesystem::temp_directory_path() /
-             ("astr_test_" + tag + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  auto dir =
+      std::filesystem::temp_directory_path() /
+      ("astr_test_" + tag + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

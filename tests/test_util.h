@@ -5,7 +5,8 @@
 
 namespace astr::testing {
 
-// The shared test-data folder: $ASTR_SHARED_DIR, else the build's default (../shared next to the repo).
+// The shared test-data folder: $ASTR_SHARED_DIR, else the build's default (../shared next to the
+// repo).
 std::string SharedDir();
 // SharedDir() + "/" + rel if that file exists, else "" (the caller then GTEST_SKIP()s).
 std::string SharedFile(const std::string& rel);
@@ -17,7 +18,7 @@ std::string BinDir();
 }  // namespace astr::testing
 
 // Skips the test (reported as skipped, never passed) when a shared file is missing.
-#define ASTR_REQUIRE_SHARED_FILE(var, rel)                                             \
-  const std::string var = ::astr::testing::SharedFile(rel);                           \
-  if (var.empty()) GTEST_SKIP() << "shared test data missing: " << (rel) << " under " \
-                                << ::astr::testing::SharedDir()
+#define ASTR_REQUIRE_SHARED_FILE(var, rel)                  \
+  const std::string var = ::astr::testing::SharedFile(rel); \
+  if (var.empty())                                          \
+  GTEST_SKIP() << "shared test data missing: " << (rel) << " under " << ::astr::testing::SharedDir()

@@ -9,9 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "common/flags.h"
 #include "common/model_file.h"
@@ -55,15 +54,18 @@ StatusOr<nlohmann::json> BenchPrefill(Engine& engine, int64_t prompt_len, int re
     const double t0 = NowMs();
     ASTR_RETURN_IF_ERROR(engine.Step(&done));
     const double ms = NowMs() - t0;
-    if (!engine.Idle()) return InternalError("prefill did not finish in one step; raise --max-batch-tokens");
+    if (!engine.Idle())
+      return InternalError("prefill did not finish in one step; raise --max-batch-tokens");
     if (rep > 0) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
-  return nlohmann::json{{"tokens", prompt_len}, {"ms", ms}, {"tok_per_s", prompt_len * 1000.0 / ms}};
+  return nlohmann::json{
+      {"tokens", prompt_len}, {"ms", ms}, {"tok_per_s", prompt_len * 1000.0 / ms}};
 }
 
-StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t context, int64_t steps) {
+StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t context,
+                                     int64_t steps) {
   const int64_t vocab = engine.backend().config().vocab_size;
   for (int64_t b = 0; b < batch; ++b) {
     ASTR_RETURN_IF_ERROR(
@@ -117,7 +119,8 @@ int Main(int argc, const char* const* argv) {
   if (!sizes.ok()) return fail(sizes.status());
   auto file = ModelFile::Open(model);
   if (!file.ok()) return fail(file.status());
-  ef.max_running = std::max<int64_t>(ef.max_running, *std::max_element(sizes->begin(), sizes->end()));
+  ef.max_running =
+      std::max<int64_t>(ef.max_running, *std::max_element(sizes->begin(), sizes->end()));
   ef.max_batch_tokens = std::max(ef.max_batch_tokens, prompt_len);
   ef.prefill_chunk = std::max(ef.prefill_chunk, prompt_len);
   const double t0 = NowMs();

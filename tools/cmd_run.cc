@@ -3,9 +3,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/byte_level.h"
 #include "common/flags.h"
@@ -68,7 +67,8 @@ int Fail(const Status& s) {
 }
 
 int RunCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs("astr run", "Generate offline (in-process) from a model file on the CPU backend.");
+  flags::FlagSet fs("astr run",
+                    "Generate offline (in-process) from a model file on the CPU backend.");
   std::string model, prompt, prompt_ids;
   bool json = false, no_bos = false;
   int n = 1;
@@ -138,7 +138,8 @@ int RunCommand(int argc, const char* const* argv) {
   const auto start = std::chrono::steady_clock::now();
   auto results = engine.RunToCompletion();
   if (!results.ok()) return Fail(results.status());
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   auto text_of = [&](const GenerationResult& r) {
     std::string text = codec->can_decode() ? codec->Decode(ids, r.tokens) : "";

@@ -1,5 +1,6 @@
 // Subcommands of the `astr` CLI. Each tools/cmd_*.cc registers one with ASTR_REGISTER_COMMAND; its
-// run function gets argv with argv[0] = "astr <name>" and parses its own flags with astr::flags::FlagSet.
+// run function gets argv with argv[0] = "astr <name>" and parses its own flags with
+// astr::flags::FlagSet.
 #pragma once
 
 #include <vector>
@@ -17,8 +18,8 @@ const std::vector<Command>& Commands();
 
 }  // namespace astr::cli
 
-#define ASTR_REGISTER_COMMAND(name, summary, fn)                                     \
-  static const bool astr_registered_command_##fn = [] {                              \
-    ::astr::cli::RegisterCommand(::astr::cli::Command{name, summary, fn});          \
-    return true;                                                                     \
+#define ASTR_REGISTER_COMMAND(name, summary, fn)                           \
+  static const bool astr_registered_command_##fn = [] {                    \
+    ::astr::cli::RegisterCommand(::astr::cli::Command{name, summary, fn}); \
+    return true;                                                           \
   }()

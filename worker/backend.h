@@ -18,10 +18,10 @@ struct BackendOptions {
   std::string weight_dtype = "bf16";  // "bf16" or "f32": how projection weights are held
   int threads = 0;                    // 0 = all hardware threads
   int64_t page_size = 16;
-  int64_t num_pages = 0;              // 0 = from kv_cache_bytes
+  int64_t num_pages = 0;  // 0 = from kv_cache_bytes
   int64_t kv_cache_bytes = int64_t{1} << 30;
-  int64_t max_batch_tokens = 2048;    // most rows (T) one step may carry
-  int64_t max_sample_rows = 256;      // most sample rows (S) one step may carry
+  int64_t max_batch_tokens = 2048;  // most rows (T) one step may carry
+  int64_t max_sample_rows = 256;    // most sample rows (S) one step may carry
 };
 
 class Backend {
@@ -34,11 +34,13 @@ class Backend {
   virtual int64_t max_batch_tokens() const = 0;
   virtual int64_t max_sample_rows() const = 0;
   // Runs the step: writes the K/V of every row into its out slot and fills
-  // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch first.
+  // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch
+  // first.
   virtual Status Forward(const StepBatch& batch, float* logits) = 0;
 };
 
 // Creates the CPU backend from an opened model file.
-StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file, const BackendOptions& options);
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
+                                                    const BackendOptions& options);
 
 }  // namespace astr

@@ -8,11 +8,16 @@ namespace astr {
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kAbort:
+      return "abort";
   }
   return "none";
 }
@@ -30,8 +35,8 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     if (request.prompt[i] < 0 || request.prompt[i] >= c.vocab_size) {
       return InvalidArgumentError("prompt[" + std::to_string(i) + "]: token id " +
-                                  std::to_string(request.prompt[i]) + " outside the vocabulary of " +
-                                  std::to_string(c.vocab_size));
+                                  std::to_string(request.prompt[i]) +
+                                  " outside the vocabulary of " + std::to_string(c.vocab_size));
     }
   }
   ASTR_RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
@@ -39,7 +44,8 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   if (c.max_position > 0 && total > c.max_position) {
     return InvalidArgumentError("max_tokens: prompt (" + std::to_string(request.prompt.size()) +
                                 ") + max_tokens (" + std::to_string(request.params.max_tokens) +
-                                ") exceeds the model's context of " + std::to_string(c.max_position));
+                                ") exceeds the model's context of " +
+                                std::to_string(c.max_position));
   }
   const int64_t capacity = backend_->num_pages() * backend_->page_size();
   if (total > capacity) {
@@ -148,7 +154,8 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
     const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
     seq->computed += n;
     if (seq->computed != static_cast<int64_t>(seq->tokens.size())) continue;  // mid-prompt chunk
-    SampleResult r = Sample(logits_.data() + sample_index++ * vocab, vocab, *seq->sampler, scratch_);
+    SampleResult r =
+        Sample(logits_.data() + sample_index++ * vocab, vocab, *seq->sampler, scratch_);
     seq->sampler->Append(r.token);
     seq->tokens.push_back(r.token);
     const SamplingParams& p = seq->sampler->params();

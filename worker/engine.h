@@ -37,9 +37,9 @@ const char* FinishReasonName(FinishReason reason);
 struct GenerationResult {
   int64_t id = 0;
   std::vector<int32_t> prompt;
-  std::vector<int32_t> tokens;                    // generated ids
-  std::vector<float> logprobs;                    // per generated token (if requested)
-  std::vector<std::vector<TokenLogprob>> top;     // per generated token: top-n alternatives
+  std::vector<int32_t> tokens;                 // generated ids
+  std::vector<float> logprobs;                 // per generated token (if requested)
+  std::vector<std::vector<TokenLogprob>> top;  // per generated token: top-n alternatives
   FinishReason finish = FinishReason::kNone;
   int64_t preemptions = 0;
 };

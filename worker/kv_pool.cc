@@ -30,7 +30,8 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(int64_t num_layers, int64_t num
   size_t alloc = (pool->bytes_ + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, alloc);
   if (p == nullptr) {
-    return ResourceExhaustedError("KV pool: cannot allocate " + std::to_string(pool->bytes_) + " bytes");
+    return ResourceExhaustedError("KV pool: cannot allocate " + std::to_string(pool->bytes_) +
+                                  " bytes");
   }
   // Zeroed so that a page read before it is written gives finite values.
   std::memset(p, 0, alloc);

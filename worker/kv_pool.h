@@ -1,6 +1,6 @@
-// The paged KV pool: per layer, K and V arrays of layout [num_pages, page_size, n_kv_heads, head_dim]
-// (f32 on the CPU backend). The worker never allocates pages: the scheduler (or the offline engine) hands
-// out page ids; the pool only holds the storage.
+// The paged KV pool: per layer, K and V arrays of layout [num_pages, page_size, n_kv_heads,
+// head_dim] (f32 on the CPU backend). The worker never allocates pages: the scheduler (or the
+// offline engine) hands out page ids; the pool only holds the storage.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,9 @@ class KvPool {
   int64_t slot_floats() const { return n_kv_heads_ * head_dim_; }
   size_t bytes() const { return bytes_; }
 
-  float* k(int64_t layer) { return data_.get() + (2 * layer) * layer_floats_; }  // [pages, page_size, kvh, hd]
+  float* k(int64_t layer) {
+    return data_.get() + (2 * layer) * layer_floats_;
+  }  // [pages, page_size, kvh, hd]
   float* v(int64_t layer) { return data_.get() + (2 * layer + 1) * layer_floats_; }
   const float* k(int64_t layer) const { return data_.get() + (2 * layer) * layer_floats_; }
   const float* v(int64_t layer) const { return data_.get() + (2 * layer + 1) * layer_floats_; }

@@ -1,5 +1,5 @@
-// Page ids of a KV pool handed out to sequences (the in-process counterpart of the scheduler's block
-// manager, used by the offline engine). A PageList is RAII: destroying it returns its pages.
+// Page ids of a KV pool handed out to sequences (the in-process counterpart of the scheduler's
+// block manager, used by the offline engine). A PageList is RAII: destroying it returns its pages.
 #pragma once
 
 #include <cstdint>

@@ -13,8 +13,8 @@ std::vector<float> RopeInvFreq(const ModelConfig& c) {
     if (s.type == RopeScaling::Type::kLinear) {
       f /= s.factor;
     } else if (s.type == RopeScaling::Type::kLlama3) {
-      // Meta's llama3 scaling: long wavelengths are divided by `factor`, short ones kept, and the band
-      // between is interpolated smoothly.
+      // Meta's llama3 scaling: long wavelengths are divided by `factor`, short ones kept, and the
+      // band between is interpolated smoothly.
       const double old_len = static_cast<double>(s.original_max_position);
       const double low_wavelen = old_len / s.low_freq_factor;
       const double high_wavelen = old_len / s.high_freq_factor;

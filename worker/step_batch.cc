@@ -16,7 +16,8 @@ void StepBatch::Clear() {
 }
 
 void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos,
-                       const int32_t* pages, int64_t num_pages, int64_t page_size, bool sample_last) {
+                       const int32_t* pages, int64_t num_pages, int64_t page_size,
+                       bool sample_last) {
   if (qo_indptr.empty()) qo_indptr.push_back(0);
   if (kv_indptr.empty()) kv_indptr.push_back(0);
   const int64_t kv_len = start_pos + num_tokens;
@@ -27,7 +28,8 @@ void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_
     positions.push_back(static_cast<int32_t>(pos));
     out_slots.push_back(static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size);
   }
-  if (sample_last && num_tokens > 0) sample_rows.push_back(static_cast<int32_t>(token_ids.size() - 1));
+  if (sample_last && num_tokens > 0)
+    sample_rows.push_back(static_cast<int32_t>(token_ids.size() - 1));
   qo_indptr.push_back(static_cast<int32_t>(token_ids.size()));
   (void)num_pages;
   kv_page_indices.insert(kv_page_indices.end(), pages, pages + used_pages);
@@ -51,9 +53,12 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
   if (static_cast<int64_t>(b.out_slots.size()) != t) return Bad("out_slots size != token_ids size");
   if (b.qo_indptr.size() < 2) return Bad("qo_indptr needs at least 2 entries");
   const int64_t bs = b.batch_size();
-  if (static_cast<int64_t>(b.kv_indptr.size()) != bs + 1) return Bad("kv_indptr size != qo_indptr size");
-  if (static_cast<int64_t>(b.kv_last_page_len.size()) != bs) return Bad("kv_last_page_len size != batch size");
-  if (b.qo_indptr[0] != 0 || b.qo_indptr[bs] != t) return Bad("qo_indptr must span [0, num_tokens]");
+  if (static_cast<int64_t>(b.kv_indptr.size()) != bs + 1)
+    return Bad("kv_indptr size != qo_indptr size");
+  if (static_cast<int64_t>(b.kv_last_page_len.size()) != bs)
+    return Bad("kv_last_page_len size != batch size");
+  if (b.qo_indptr[0] != 0 || b.qo_indptr[bs] != t)
+    return Bad("qo_indptr must span [0, num_tokens]");
   if (b.kv_indptr[0] != 0 || b.kv_indptr[bs] != static_cast<int64_t>(b.kv_page_indices.size())) {
     return Bad("kv_indptr must span kv_page_indices");
   }
@@ -85,10 +90,12 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
                    std::to_string(kv_len));
       }
       if (r > q0 && pos != b.positions[r - 1] + 1) return Bad(entry + "positions not contiguous");
-      const int64_t want = static_cast<int64_t>(b.kv_page_indices[p0 + pos / page_size]) * page_size +
-                           pos % page_size;
+      const int64_t want =
+          static_cast<int64_t>(b.kv_page_indices[p0 + pos / page_size]) * page_size +
+          pos % page_size;
       if (b.out_slots[r] != want) {
-        return Bad(entry + "out_slots[" + std::to_string(r) + "] does not match its position's page slot");
+        return Bad(entry + "out_slots[" + std::to_string(r) +
+                   "] does not match its position's page slot");
       }
     }
     if (q1 > q0 && b.positions[q1 - 1] != kv_len - 1) {

@@ -24,12 +24,12 @@ uint16_t F32ToBf16Rne(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-const KernelSet& Kernels(Isa isa, WeightType type) {
+const KernelSet& Kernels(Isa isa, WeightType type, int64_t m) {
   switch (isa) {
     case Isa::kAvx512Bf16:
       return internal::GemmKernelsAvx512Bf16(type);
     case Isa::kAvx512:
-      return internal::GemmKernelsAvx512(type);
+      return internal::GemmKernelsAvx512(type, m);
     case Isa::kAvx2:
       return internal::GemmKernelsAvx2(type);
     case Isa::kScalar:
@@ -114,7 +114,7 @@ PackedMatrix PackedMatrix::FromBf16(const uint16_t* w, int64_t n, int64_t k) {
 void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
              int64_t ldy, bool accumulate, ThreadPool* pool) {
   if (m <= 0 || w.n() <= 0) return;
-  const KernelSet& ks = Kernels(isa, w.type());
+  const KernelSet& ks = Kernels(isa, w.type(), m);
   const void* xk = x;
   int64_t ldxk = ldx;
   if (ks.x_bf16) {

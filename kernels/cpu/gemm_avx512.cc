@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cpu/gemm_kernels.h"
 
@@ -122,10 +123,19 @@ struct TileBf16 {
 
 }  // namespace
 
-const KernelSet& GemmKernelsAvx512(WeightType type) {
+const KernelSet& GemmKernelsAvx512(WeightType type, int64_t m) {
   // 6 rows x 4 panels = 24 accumulators + 2 widened weights; x comes as embedded broadcasts.
   static const KernelSet f32 = MakeKernelSet<TileF32, 6, 4>(/*x_bf16=*/false);
   static const KernelSet bf16 = MakeKernelSet<TileBf16, 6, 4>(/*x_bf16=*/false);
+  static const KernelSet b83 = MakeKernelSet<TileBf16, 8, 3>(/*x_bf16=*/false);
+  static const KernelSet b122 = MakeKernelSet<TileBf16, 12, 2>(/*x_bf16=*/false);
+  static const KernelSet b82 = MakeKernelSet<TileBf16, 8, 2>(/*x_bf16=*/false);
+  static const int mode = getenv("GM") ? atoi(getenv("GM")) : 0;
+  if (type == WeightType::kBF16 && m >= 8) {
+    if (mode == 1) return b83;
+    if (mode == 2) return b122;
+    if (mode == 3) return b82;
+  }
   return type == WeightType::kF32 ? f32 : bf16;
 }
 

@@ -1,5 +1,5 @@
-// The CPU backend's forward pass on real model files: the golden greedy output of stories260K, batch
-// independence, chunked prefill and page-size invariance, and converted / HF-format models.
+// The CPU backend's forward pass on real model files: the golden greedy output of stories260K,
+// batch independence, chunked prefill and page-size invariance, and converted / HF-format models.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,11 +15,12 @@
 namespace astr {
 namespace {
 
-using testing::DrivenSequence;
 using testing::DriveGreedy;
+using testing::DrivenSequence;
 using testing::MaxAbsDiff;
 
-// llama.cpp's greedy continuation of "Once upon a time" (BOS added); see ../shared/models/README.md.
+// llama.cpp's greedy continuation of "Once upon a time" (BOS added); see
+// ../shared/models/README.md.
 const std::vector<int32_t> kGoldenPrompt = {1, 403, 407, 261, 378};
 const std::vector<int32_t> kGoldenIds = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
                                          338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322,
@@ -176,8 +177,8 @@ TEST(CpuModelTest, ConvertedModelMatchesGguf) {
   }
 }
 
-// Random HF-named Qwen2 (qkv bias), Qwen3 (q/k norm) and AstrAI models load from safetensors and run:
-// finite logits and batch-invariant greedy output.
+// Random HF-named Qwen2 (qkv bias), Qwen3 (q/k norm) and AstrAI models load from safetensors and
+// run: finite logits and batch-invariant greedy output.
 TEST(CpuModelTest, RandomHfModelsLoadAndRun) {
   for (const char* arch : {"qwen2", "qwen3", "llama", "mistral", "autoregressive_lm"}) {
     SCOPED_TRACE(arch);

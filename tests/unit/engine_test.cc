@@ -1,5 +1,7 @@
-// The offline engine: continuous batching with preemption, seeded sampling independent of the batch,
-// stop conditions, request validation, and every KV page returned.
+// The offline engine: continuous batching with preemption, seeded sampling independent of the
+// batch, stop conditions, request validation, and every KV page returned.
+#include "worker/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -7,7 +9,6 @@
 #include "common/model_file.h"
 #include "tests/test_util.h"
 #include "worker/backend.h"
-#include "worker/engine.h"
 
 namespace astr {
 namespace {

@@ -9,7 +9,8 @@
 namespace astr {
 namespace {
 
-constexpr int64_t kBlock = 32;  // KV positions per softmax block (fixed: keeps results chunk-invariant)
+constexpr int64_t kBlock =
+    32;  // KV positions per softmax block (fixed: keeps results chunk-invariant)
 
 // Attention of one row t for the query heads of kv head g.
 void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
@@ -19,10 +20,10 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
   const int64_t hd = s.head_dim;
   const int64_t slot_floats = s.num_kv_heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* acc = scratch;                 // [group, hd]
-  float* scores = acc + group * hd;     // [group, kBlock]
-  float* m = scores + group * kBlock;   // [group]
-  float* l = m + group;                 // [group]
+  float* acc = scratch;                // [group, hd]
+  float* scores = acc + group * hd;    // [group, kBlock]
+  float* m = scores + group * kBlock;  // [group]
+  float* l = m + group;                // [group]
   std::fill(acc, acc + group * hd, 0.0f);
   std::fill(m, m + group, -std::numeric_limits<float>::infinity());
   std::fill(l, l + group, 0.0f);
@@ -34,7 +35,8 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
   for (int64_t j0 = lo; j0 < n_kv; j0 = (j0 / kBlock + 1) * kBlock) {
     const int64_t j1 = std::min((j0 / kBlock + 1) * kBlock, n_kv);
     for (int64_t j = j0; j < j1; ++j) {
-      const int64_t slot = static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
+      const int64_t slot =
+          static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
       const float* k = k_pool + slot * slot_floats + g * hd;
       for (int64_t h = 0; h < group; ++h) {
         scores[h * kBlock + (j - j0)] = cpu::Dot(q_row + h * hd, k, hd) * scale;
@@ -54,9 +56,11 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
       m[h] = m_new;
     }
     for (int64_t j = j0; j < j1; ++j) {
-      const int64_t slot = static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
+      const int64_t slot =
+          static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
       const float* v = v_pool + slot * slot_floats + g * hd;
-      for (int64_t h = 0; h < group; ++h) cpu::Axpy(scores[h * kBlock + (j - j0)], v, acc + h * hd, hd);
+      for (int64_t h = 0; h < group; ++h)
+        cpu::Axpy(scores[h * kBlock + (j - j0)], v, acc + h * hd, hd);
     }
   }
   for (int64_t h = 0; h < group; ++h) {

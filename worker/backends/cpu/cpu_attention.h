@@ -23,8 +23,8 @@ int64_t AttentionScratchFloats(const AttentionShape& shape);
 // lo = 0, or pos_t - sliding_window + 1 with a sliding window.
 // q: [T, num_heads, head_dim] with row stride ldq; k_pool/v_pool: [pages, page_size, kv_heads, hd];
 // row_entry[t]: the batch entry of row t; out: [T, num_heads * head_dim] (row stride ldo).
-// Scores are reduced in blocks of fixed absolute positions, so a row's result does not depend on the
-// page size, on how the prompt was chunked, or on the other rows of the batch.
+// Scores are reduced in blocks of fixed absolute positions, so a row's result does not depend on
+// the page size, on how the prompt was chunked, or on the other rows of the batch.
 void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
                     const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
                     float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool);

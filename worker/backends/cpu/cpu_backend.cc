@@ -20,14 +20,14 @@ namespace {
 
 // Every per-step buffer, sized once for the largest step (max_batch_tokens rows).
 struct Workspace {
-  std::vector<float> x;        // [T, hidden] residual stream
-  std::vector<float> xn;       // [T, hidden] normed input of the next block
-  std::vector<float> qkv;      // [T, qkv_rows]
-  std::vector<float> attn;     // [T, heads*hd]
-  std::vector<float> proj;     // [T, hidden] output of o_proj / down_proj
-  std::vector<float> gate_up;  // [T, 2*ffn]
-  std::vector<float> act;      // [T, ffn]
-  std::vector<float> sampled;  // [S, hidden] final-normed sample rows
+  std::vector<float> x;             // [T, hidden] residual stream
+  std::vector<float> xn;            // [T, hidden] normed input of the next block
+  std::vector<float> qkv;           // [T, qkv_rows]
+  std::vector<float> attn;          // [T, heads*hd]
+  std::vector<float> proj;          // [T, hidden] output of o_proj / down_proj
+  std::vector<float> gate_up;       // [T, 2*ffn]
+  std::vector<float> act;           // [T, ffn]
+  std::vector<float> sampled;       // [S, hidden] final-normed sample rows
   std::vector<float> attn_scratch;  // [threads, AttentionScratchFloats]
   std::vector<int32_t> row_entry;   // [T]
 };
@@ -103,7 +103,8 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
 
   cpu::Gemm(ws_.xn.data(), c.hidden_size, t, w.qkv, qkv, qkv_rows_, false, &pool_);
   if (!w.qkv_bias.empty()) {
-    for (int64_t r = 0; r < t; ++r) cpu::AddInPlace(qkv + r * qkv_rows_, w.qkv_bias.data(), qkv_rows_);
+    for (int64_t r = 0; r < t; ++r)
+      cpu::AddInPlace(qkv + r * qkv_rows_, w.qkv_bias.data(), qkv_rows_);
   }
   float* q = qkv;
   float* k = qkv + q_cols;
@@ -152,12 +153,13 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
 
 Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   const ModelConfig& c = config_;
-  ASTR_RETURN_IF_ERROR(ValidateStepBatch(batch, kv_->num_pages(), kv_->page_size(), c.vocab_size,
-                                         max_tokens_));
+  ASTR_RETURN_IF_ERROR(
+      ValidateStepBatch(batch, kv_->num_pages(), kv_->page_size(), c.vocab_size, max_tokens_));
   const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
   if (s > max_samples_) {
     return InvalidArgumentError("invalid step batch: " + std::to_string(s) +
-                                " sample rows, more than the workspace's " + std::to_string(max_samples_));
+                                " sample rows, more than the workspace's " +
+                                std::to_string(max_samples_));
   }
   const int64_t t = batch.num_tokens();
   for (int64_t e = 0; e < batch.batch_size(); ++e) {
@@ -168,8 +170,8 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_.layers[0].attn_norm.data(), eps, t,
                c.hidden_size, ws_.xn.data(), c.hidden_size);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const float* next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm.data()
-                                                  : weights_.final_norm.data();
+    const float* next_norm =
+        l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm.data() : weights_.final_norm.data();
     Layer(l, batch, next_norm);
   }
   if (s == 0) return OkStatus();
@@ -195,12 +197,14 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
   } else if (options.weight_dtype == "f32") {
     type = cpu::WeightType::kF32;
   } else {
-    return InvalidArgumentError("weight dtype '" + options.weight_dtype + "': expected bf16 or f32");
+    return InvalidArgumentError("weight dtype '" + options.weight_dtype +
+                                "': expected bf16 or f32");
   }
   if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
   if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t pages = options.num_pages;
   if (pages <= 0) {
     pages = KvPool::PagesForBytes(options.kv_cache_bytes, c.num_layers, options.page_size,
@@ -211,8 +215,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
                                   " tokens");
     }
   }
-  ASTR_ASSIGN_OR_RETURN(auto kv, KvPool::Create(c.num_layers, pages, options.page_size,
-                                                c.num_kv_heads, c.head_dim));
+  ASTR_ASSIGN_OR_RETURN(
+      auto kv, KvPool::Create(c.num_layers, pages, options.page_size, c.num_kv_heads, c.head_dim));
   const bool progress = c.ParameterCount() > 50'000'000;
   ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, progress));
   return std::unique_ptr<Backend>(

@@ -1,9 +1,10 @@
 #include "worker/backends/cpu/cpu_weights.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "common/model_file.h"
 #include "kernels/cpu/ops.h"
@@ -33,7 +34,8 @@ Status LoadStacked(const ModelFile& file, const std::vector<std::pair<std::strin
   return OkStatus();
 }
 
-Status LoadVector(const ModelFile& file, const std::string& name, int64_t n, std::vector<float>* out) {
+Status LoadVector(const ModelFile& file, const std::string& name, int64_t n,
+                  std::vector<float>* out) {
   return file.LoadF32(name, {n}, out);
 }
 
@@ -98,10 +100,12 @@ void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden,
 }
 
 size_t CpuWeights::bytes() const {
-  size_t total = embed_f32.size() * 4 + embed_bf16.size() * 2 + final_norm.size() * 4 + lm_head.bytes();
+  size_t total =
+      embed_f32.size() * 4 + embed_bf16.size() * 2 + final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
     total += (l.attn_norm.size() + l.mlp_norm.size() + l.q_norm.size() + l.k_norm.size() +
-              l.qkv_bias.size()) * 4;
+              l.qkv_bias.size()) *
+             4;
     total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
   return total;
@@ -117,7 +121,8 @@ StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
   if (c.tie_word_embeddings) {
     w.lm_head = cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type);
   } else {
-    ASTR_RETURN_IF_ERROR(LoadStacked(file, {{"lm_head", c.vocab_size}}, c.hidden_size, type, &w.lm_head));
+    ASTR_RETURN_IF_ERROR(
+        LoadStacked(file, {{"lm_head", c.vocab_size}}, c.hidden_size, type, &w.lm_head));
   }
   if (type == cpu::WeightType::kF32) {
     w.embed_f32 = std::move(embed);

@@ -1,5 +1,5 @@
-// The CPU backend's weights: projections packed for the GEMM kernels (bf16 or f32), norms and biases
-// in f32, the embedding table row-major for gathers.
+// The CPU backend's weights: projections packed for the GEMM kernels (bf16 or f32), norms and
+// biases in f32, the embedding table row-major for gathers.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,10 @@ struct CpuLayerWeights {
   std::vector<float> q_norm;     // [head_dim] (qk_norm only)
   std::vector<float> k_norm;     // [head_dim] (qk_norm only)
   std::vector<float> qkv_bias;   // [qkv_rows] (qkv_bias only; zero over the gate rows)
-  cpu::PackedMatrix qkv;         // rows: q [heads*hd], k [kv*hd], v [kv*hd], gate [heads*hd] (gated)
-  cpu::PackedMatrix o;           // [hidden, heads*hd]
-  cpu::PackedMatrix gate_up;     // rows: gate [ffn], up [ffn]
-  cpu::PackedMatrix down;        // [hidden, ffn]
+  cpu::PackedMatrix qkv;      // rows: q [heads*hd], k [kv*hd], v [kv*hd], gate [heads*hd] (gated)
+  cpu::PackedMatrix o;        // [hidden, heads*hd]
+  cpu::PackedMatrix gate_up;  // rows: gate [ffn], up [ffn]
+  cpu::PackedMatrix down;     // [hidden, ffn]
 };
 
 struct CpuWeights {
