@@ -375,7 +375,7 @@ Status ReadGgufRopeFreqs(const GgufFile& g, const GgufTensor& t, ModelConfig* c)
   std::vector<float> divisors;
   ASTR_RETURN_IF_ERROR(g.ReadF32(t, &divisors));
   const std::string err = g.path() + ": tensor 'rope_freqs.weight' ";
-  if (static_cast<int64_t>(divisors.size()) != c->rope_dim / 2) {
+  if (divisors.empty() || static_cast<int64_t>(divisors.size()) != c->rope_dim / 2) {
     return InvalidArgumentError(
         err + "has " + std::to_string(divisors.size()) +
         " entries, expected rope_dim/2 = " + std::to_string(c->rope_dim / 2));

@@ -72,11 +72,11 @@ StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t cont
         engine.Submit(Request(RandomPrompt(context, vocab, 7 + b), steps + 4)).status());
   }
   std::vector<GenerationResult> done;
-  // Prefill everything (and one warm-up decode step).
-  while (engine.last_step().sampled != batch || engine.last_step().tokens != batch) {
+  // Prefill everything, until a step is pure decode of all `batch` sequences (the warm-up step).
+  do {
     ASTR_RETURN_IF_ERROR(engine.Step(&done));
     if (engine.Idle()) return InternalError("sequences finished before decoding was measured");
-  }
+  } while (engine.last_step().sampled != batch || engine.last_step().tokens != batch);
   std::vector<double> times;
   for (int64_t s = 0; s < steps; ++s) {
     const double t0 = NowMs();
@@ -117,6 +117,13 @@ int Main(int argc, const char* const* argv) {
   };
   auto sizes = flags::ParseIntList(batch_sizes, "batch-sizes");
   if (!sizes.ok()) return fail(sizes.status());
+  for (int64_t b : *sizes) {
+    if (b < 1) return fail(InvalidArgumentError("--batch-sizes: each size must be >= 1"));
+  }
+  if (prompt_len < 1 || reps < 1 || decode_context < 1 || decode_steps < 1) {
+    return fail(InvalidArgumentError(
+        "--prompt-len, --prefill-reps, --decode-context and --decode-steps must be >= 1"));
+  }
   auto file = ModelFile::Open(model);
   if (!file.ok()) return fail(file.status());
   ef.max_running =

@@ -1,5 +1,6 @@
 // `astr run`: offline, in-process generation on the CPU backend.
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -102,7 +103,13 @@ int RunCommand(int argc, const char* const* argv) {
   if (!prompt_ids.empty()) {
     auto list = flags::ParseIntList(prompt_ids, "prompt-ids");
     if (!list.ok()) return Fail(list.status());
-    ids.assign(list->begin(), list->end());
+    for (int64_t id : *list) {
+      if (id < 0 || id > INT32_MAX) {
+        return Fail(
+            InvalidArgumentError("--prompt-ids: token id " + std::to_string(id) + " out of range"));
+      }
+      ids.push_back(static_cast<int32_t>(id));
+    }
   } else {
     if (!codec->can_encode()) {
       return Fail(UnimplementedError(
@@ -174,7 +181,8 @@ int RunCommand(int argc, const char* const* argv) {
     for (auto& [k, v] : samples[0].items()) out[k] = v;
     if (n > 1) out["samples"] = samples;
     out["seconds"] = secs;
-    std::cout << out.dump() << "\n";
+    // Text cut mid-character (max_tokens, byte tokens) is not valid UTF-8: replace, never throw.
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     for (const auto& r : *results) {
       if (n > 1) std::printf("--- sample %lld ---\n", static_cast<long long>(r.id));

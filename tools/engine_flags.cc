@@ -1,6 +1,7 @@
 #include "tools/engine_flags.h"
 
 #include <algorithm>
+#include <climits>
 #include <sstream>
 
 namespace astr::cli {
@@ -27,8 +28,28 @@ void SamplingFlags::Register(flags::FlagSet* fs) {
              "temperature.");
 }
 
+namespace {
+
+// Flags are parsed as int64; the sampler's fields are int32. Out of range is an error, not a wrap.
+Status CheckInt32(const char* flag, int64_t v) {
+  if (v < INT32_MIN || v > INT32_MAX) {
+    return InvalidArgumentError(std::string("--") + flag + ": " + std::to_string(v) +
+                                " is out of range");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
   const ModelConfig& c = file.config();
+  for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"max-tokens", max_tokens},
+                                {"top-k", top_k},
+                                {"penalty-window", penalty_window},
+                                {"min-tokens", min_tokens},
+                                {"logprobs", logprobs}}) {
+    ASTR_RETURN_IF_ERROR(CheckInt32(flag, v));
+  }
   SamplingParams p;
   p.max_tokens = static_cast<int32_t>(max_tokens);
   p.temperature = static_cast<float>(temperature);
@@ -54,7 +75,10 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
   for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (!stop_token_ids.empty()) {
     ASTR_ASSIGN_OR_RETURN(auto ids, flags::ParseIntList(stop_token_ids, "stop-token-ids"));
-    for (int64_t id : ids) p.stop_token_ids.push_back(static_cast<int32_t>(id));
+    for (int64_t id : ids) {
+      ASTR_RETURN_IF_ERROR(CheckInt32("stop-token-ids", id));
+      p.stop_token_ids.push_back(static_cast<int32_t>(id));
+    }
   }
   if (!logit_bias.empty()) {
     std::stringstream ss(logit_bias);
@@ -62,11 +86,14 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
     while (std::getline(ss, item, ',')) {
       const auto colon = item.find(':');
       char* end = nullptr;
-      long id = colon == std::string::npos ? 0 : std::strtol(item.c_str(), &end, 10);
-      if (colon == std::string::npos || end != item.c_str() + colon) {
-        return InvalidArgumentError("--logit-bias: expected id:bias, got '" + item + "'");
-      }
-      p.logit_bias[static_cast<int32_t>(id)] = std::strtof(item.c_str() + colon + 1, nullptr);
+      const long long id = colon == std::string::npos ? 0 : std::strtoll(item.c_str(), &end, 10);
+      bool ok = colon != std::string::npos && colon > 0 && end == item.c_str() + colon;
+      const char* bias_text = ok ? item.c_str() + colon + 1 : "";
+      char* bias_end = nullptr;
+      const float bias = std::strtof(bias_text, &bias_end);
+      ok = ok && *bias_text != '\0' && *bias_end == '\0' && CheckInt32("logit-bias", id).ok();
+      if (!ok) return InvalidArgumentError("--logit-bias: expected id:bias, got '" + item + "'");
+      p.logit_bias[static_cast<int32_t>(id)] = bias;
     }
   }
   ASTR_RETURN_IF_ERROR(p.Validate(c.vocab_size));
@@ -82,6 +109,19 @@ void EngineFlags::Register(flags::FlagSet* fs) {
   fs->Int("max-batch-tokens", &max_batch_tokens, "Most tokens one step may carry.");
   fs->Int("max-running", &max_running, "Most sequences in one step.");
   fs->Int("prefill-chunk", &prefill_chunk, "Most prompt tokens of one sequence per step.");
+}
+
+Status EngineFlags::Validate() const {
+  if (threads < 0) return InvalidArgumentError("--threads must be >= 0");
+  if (page_size < 1) return InvalidArgumentError("--page-size must be >= 1");
+  if (num_pages < 0) return InvalidArgumentError("--num-pages must be >= 0");
+  if (kv_cache_mb < 1 || kv_cache_mb > (int64_t{1} << 30)) {
+    return InvalidArgumentError("--kv-cache-mb must be in [1, 2^30]");
+  }
+  if (max_batch_tokens < 1) return InvalidArgumentError("--max-batch-tokens must be >= 1");
+  if (max_running < 1) return InvalidArgumentError("--max-running must be >= 1");
+  if (prefill_chunk < 1) return InvalidArgumentError("--prefill-chunk must be >= 1");
+  return OkStatus();
 }
 
 BackendOptions EngineFlags::BackendOpts() const {
@@ -104,6 +144,7 @@ EngineOptions EngineFlags::EngineOpts() const {
 }
 
 StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const ModelFile& file) const {
+  ASTR_RETURN_IF_ERROR(Validate());
   return CreateCpuBackend(file, BackendOpts());
 }
 

@@ -48,6 +48,8 @@ struct EngineFlags {
   int64_t prefill_chunk = 512;
 
   void Register(flags::FlagSet* fs);
+  // Each size in range; the error names the flag.
+  Status Validate() const;
   BackendOptions BackendOpts() const;
   EngineOptions EngineOpts() const;
   StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelFile& file) const;

@@ -24,7 +24,7 @@ const char* FinishReasonName(FinishReason reason) {
 
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
     : backend_(std::move(backend)), options_(options), pages_(backend_->num_pages()) {
-  options_.max_running = std::min(options_.max_running, backend_->max_sample_rows());
+  options_.max_running = std::clamp<int64_t>(options_.max_running, 1, backend_->max_sample_rows());
   options_.prefill_chunk = std::max<int64_t>(1, options_.prefill_chunk);
   logits_.resize(backend_->max_sample_rows() * backend_->config().vocab_size);
 }

@@ -1,12 +1,12 @@
 #include "worker/kv_pool.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <sys/mman.h>
+
 #include <string>
 
 namespace astr {
 
-void KvPool::FreeDeleter::operator()(float* p) const { std::free(p); }
+void KvMemoryUnmapper::operator()(float* p) const { munmap(p, bytes); }
 
 int64_t KvPool::PagesForBytes(int64_t bytes, int64_t num_layers, int64_t page_size,
                               int64_t n_kv_heads, int64_t head_dim) {
@@ -25,17 +25,24 @@ StatusOr<std::unique_ptr<KvPool>> KvPool::Create(int64_t num_layers, int64_t num
   pool->page_size_ = page_size;
   pool->n_kv_heads_ = n_kv_heads;
   pool->head_dim_ = head_dim;
-  pool->layer_floats_ = num_pages * page_size * n_kv_heads * head_dim;
-  pool->bytes_ = static_cast<size_t>(2 * num_layers * pool->layer_floats_) * sizeof(float);
-  size_t alloc = (pool->bytes_ + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (p == nullptr) {
-    return ResourceExhaustedError("KV pool: cannot allocate " + std::to_string(pool->bytes_) +
-                                  " bytes");
+  int64_t layer_floats = 0, total_floats = 0;
+  if (__builtin_mul_overflow(num_pages, page_size, &layer_floats) ||
+      __builtin_mul_overflow(layer_floats, n_kv_heads * head_dim, &layer_floats) ||
+      __builtin_mul_overflow(layer_floats, 2 * num_layers, &total_floats) ||
+      total_floats > (int64_t{1} << 60) / static_cast<int64_t>(sizeof(float))) {
+    return ResourceExhaustedError("KV pool: " + std::to_string(num_pages) + " pages of " +
+                                  std::to_string(page_size) + " tokens overflow the address space");
   }
-  // Zeroed so that a page read before it is written gives finite values.
-  std::memset(p, 0, alloc);
-  pool->data_.reset(static_cast<float*>(p));
+  pool->layer_floats_ = layer_floats;
+  pool->bytes_ = static_cast<size_t>(total_floats) * sizeof(float);
+  // Anonymous memory: page-aligned and zero (a slot read before it is written holds finite values),
+  // committed by the OS only when first touched, so a large pool costs nothing until it is used.
+  void* p = mmap(nullptr, pool->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return ResourceExhaustedError("KV pool: cannot map " + std::to_string(pool->bytes_) + " bytes");
+  }
+  pool->data_ = std::unique_ptr<float, KvMemoryUnmapper>(static_cast<float*>(p),
+                                                         KvMemoryUnmapper{pool->bytes_});
   return pool;
 }
 

@@ -10,6 +10,12 @@
 
 namespace astr {
 
+// Unmaps the pool's anonymous mapping.
+struct KvMemoryUnmapper {
+  size_t bytes = 0;
+  void operator()(float* p) const;
+};
+
 class KvPool {
  public:
   // Pages that fit in `bytes` for this shape (at least 0).
@@ -37,13 +43,10 @@ class KvPool {
 
  private:
   KvPool() = default;
-  struct FreeDeleter {
-    void operator()(float* p) const;
-  };
   int64_t num_layers_ = 0, num_pages_ = 0, page_size_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   int64_t layer_floats_ = 0;
   size_t bytes_ = 0;
-  std::unique_ptr<float, FreeDeleter> data_;
+  std::unique_ptr<float, KvMemoryUnmapper> data_;
 };
 
 }  // namespace astr

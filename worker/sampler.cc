@@ -318,7 +318,9 @@ class BucketOrder {
   static int BucketOf(float w) {
     uint32_t bits;
     std::memcpy(&bits, &w, sizeof(bits));
-    return static_cast<int>(bits >> 20);
+    // Weights are finite and in [0, 1] (SampleScaled guarantees it); the clamp keeps a bad value
+    // from indexing past the bucket arrays.
+    return std::min(static_cast<int>(bits >> 20), kBuckets - 1);
   }
 
   // Candidates are cand[0..n), or 0..n-1 when cand is null.
@@ -441,13 +443,16 @@ class BucketOrder {
 // Steps 7-8 on temperature-scaled logits x. `u` is the Philox uniform in [0, 1).
 int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, double u,
                      SamplerScratch& scratch) {
+  // NaN logits (a broken model file, an overflow) never win; NaN compares false, so `m` skips them.
   float m = kNegInf;
   for (int64_t i = 0; i < vocab; ++i) m = std::max(m, x[i]);
   if (!(m > kNegInf)) return Argmax(x, vocab);  // everything masked: nothing to sample from
   float* w = scratch.weights.data();
   float w_max = 0.0f;
+  const bool inf_max = std::isinf(m);  // e.g. a tiny temperature: only the +inf logits remain
   for (int64_t i = 0; i < vocab; ++i) {
-    w[i] = std::exp(x[i] - m);
+    const float d = x[i] - m;
+    w[i] = inf_max ? (x[i] == m ? 1.0f : 0.0f) : (std::isnan(d) ? 0.0f : std::exp(d));
     w_max = std::max(w_max, w[i]);
   }
 
@@ -490,7 +495,9 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
   ApplyBiasMaskPenalties(logits, state);
 
   SampleResult result;
-  if (p.temperature == 0.0f) {
+  // Temperatures this small make x / T overflow and are greedy in effect (vLLM draws the same
+  // line).
+  if (p.temperature < kGreedyTemperature) {
     result.token = Argmax(logits, vocab);
   } else {
     const float t = p.temperature;

@@ -33,6 +33,8 @@ namespace astr {
 
 // The most top-n alternatives a request may ask for (OpenAI's limit).
 inline constexpr int32_t kMaxLogprobs = 20;
+// Temperatures below this are greedy.
+inline constexpr float kGreedyTemperature = 1e-5f;
 
 enum class LogprobsMode : int32_t {
   // log_softmax of the model's raw logits, before any sampling parameter touched them.

@@ -62,6 +62,15 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
   if (b.kv_indptr[0] != 0 || b.kv_indptr[bs] != static_cast<int64_t>(b.kv_page_indices.size())) {
     return Bad("kv_indptr must span kv_page_indices");
   }
+  // Monotone indptrs (with the end checks above) bound every index the per-entry checks read.
+  for (int64_t e = 0; e < bs; ++e) {
+    if (b.qo_indptr[e + 1] < b.qo_indptr[e]) {
+      return Bad("qo_indptr decreases at entry " + std::to_string(e));
+    }
+    if (b.kv_indptr[e + 1] <= b.kv_indptr[e]) {
+      return Bad("kv_indptr: entry " + std::to_string(e) + " has no KV pages");
+    }
+  }
   for (int64_t i = 0; i < t; ++i) {
     if (b.token_ids[i] < 0 || b.token_ids[i] >= vocab_size) {
       return Bad("token_ids[" + std::to_string(i) + "] = " + std::to_string(b.token_ids[i]) +
@@ -78,8 +87,6 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
     const std::string entry = "entry " + std::to_string(e) + ": ";
     const int64_t q0 = b.qo_indptr[e], q1 = b.qo_indptr[e + 1];
     const int64_t p0 = b.kv_indptr[e], p1 = b.kv_indptr[e + 1];
-    if (q1 < q0) return Bad(entry + "qo_indptr decreases");
-    if (p1 <= p0) return Bad(entry + "has no KV pages");
     const int64_t last = b.kv_last_page_len[e];
     if (last < 1 || last > page_size) return Bad(entry + "kv_last_page_len out of [1, page_size]");
     const int64_t kv_len = (p1 - p0 - 1) * page_size + last;

@@ -538,6 +538,31 @@ TEST(SamplerTest, AllMaskedRowDoesNotCrash) {
   EXPECT_LT(r.token, 3);
 }
 
+// NaN and +inf logits (a broken model, or a temperature so small that x / T overflows) neither
+// crash nor pick a NaN token; +inf logits take all the mass.
+TEST(SamplerTest, NanAndInfLogitsAreSafe) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  SamplingParams p;
+  p.temperature = 1.0f;
+  SamplerScratch scratch;
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> x = {nan, 1.0f, -nan, 2.0f};
+    SequenceSampler state(p, 0, {});
+    for (int k = 0; k < i; ++k) state.Append(1);
+    const SampleResult r = Sample(x.data(), 4, state, scratch);
+    EXPECT_TRUE(r.token == 1 || r.token == 3) << r.token;
+  }
+  std::vector<float> inf_row = {1.0f, kInf, 3.0f, kInf};
+  std::vector<int> counts = Draw(inf_row, p, 2000);
+  EXPECT_EQ(counts[0] + counts[2], 0);
+  EXPECT_GT(counts[1], 800);
+  EXPECT_GT(counts[3], 800);
+  SamplingParams tiny = p;
+  tiny.temperature = 1e-38f;
+  counts = Draw({30.0f, 29.0f, 30.0f}, tiny, 200);
+  EXPECT_EQ(counts[0], 200);  // greedy: ties go to the lowest id
+}
+
 // ------------------------------------------------------------------------------------------
 // TokenCounts against a std::map reference, through growth, window eviction and compaction.
 
