@@ -12,7 +12,7 @@
 
 namespace astr::cpu::internal {
 
-constexpr int kMaxTileRows = 12;
+constexpr int kMaxTileRows = 8;
 constexpr int kMaxTilePanels = 4;
 
 using TileKernel = void (*)(const void* x /*[rows, ldx] f32 or bf16*/, int64_t ldx,
@@ -28,6 +28,7 @@ struct KernelSet {
 
 const KernelSet& GemmKernelsScalar(WeightType type);
 const KernelSet& GemmKernelsAvx2(WeightType type);
+// m: rows of the call; picks the tile shape (every shape gives the same per-output summation).
 const KernelSet& GemmKernelsAvx512(WeightType type, int64_t m = 1);
 const KernelSet& GemmKernelsAvx512Bf16(WeightType type);
 
