@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/attention.h"
 
 namespace astr {
 namespace {
@@ -12,10 +12,12 @@ namespace {
 constexpr int64_t kBlock =
     32;  // KV positions per softmax block (fixed: keeps results chunk-invariant)
 
-// Attention of one row t for the query heads of kv head g.
-void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
-                 const StepBatch& b, int64_t t, int64_t entry, int64_t g, const AttentionShape& s,
-                 float* scratch, float* out, int64_t ldo) {
+// Attention of one row t for the query heads of kv head g. Per block: one scores kernel call over
+// the block's K rows for the whole group, the online-softmax update, one accumulate call over the
+// V rows (which also applies the rescaling of the running accumulators).
+void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, const float* k_pool,
+                 const float* v_pool, const StepBatch& b, int64_t t, int64_t entry, int64_t g,
+                 const AttentionShape& s, float* scratch, float* out, int64_t ldo) {
   const int64_t group = s.num_heads / s.num_kv_heads;
   const int64_t hd = s.head_dim;
   const int64_t slot_floats = s.num_kv_heads * hd;
@@ -24,9 +26,12 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
   float* scores = acc + group * hd;    // [group, kBlock]
   float* m = scores + group * kBlock;  // [group]
   float* l = m + group;                // [group]
+  float* corr = l + group;             // [group]
   std::fill(acc, acc + group * hd, 0.0f);
   std::fill(m, m + group, -std::numeric_limits<float>::infinity());
   std::fill(l, l + group, 0.0f);
+  const float* k_rows[kBlock];
+  const float* v_rows[kBlock];
   const int32_t* pages = b.kv_page_indices.data() + b.kv_indptr[entry];
   const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
   const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, n_kv - s.sliding_window) : 0;
@@ -34,34 +39,28 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
   // Blocks stay aligned to absolute positions (multiples of kBlock) whatever `lo` is.
   for (int64_t j0 = lo; j0 < n_kv; j0 = (j0 / kBlock + 1) * kBlock) {
     const int64_t j1 = std::min((j0 / kBlock + 1) * kBlock, n_kv);
+    const int64_t n = j1 - j0;
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t slot =
           static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
-      const float* k = k_pool + slot * slot_floats + g * hd;
-      for (int64_t h = 0; h < group; ++h) {
-        scores[h * kBlock + (j - j0)] = cpu::Dot(q_row + h * hd, k, hd) * scale;
-      }
+      k_rows[j - j0] = k_pool + slot * slot_floats + g * hd;
+      v_rows[j - j0] = v_pool + slot * slot_floats + g * hd;
     }
+    kern.scores(q_row, group, hd, k_rows, n, scale, scores, kBlock);
     for (int64_t h = 0; h < group; ++h) {
       float* sh = scores + h * kBlock;
-      float block_max = *std::max_element(sh, sh + (j1 - j0));
+      const float block_max = *std::max_element(sh, sh + n);
       const float m_new = std::max(m[h], block_max);
-      const float correction = std::exp(m[h] - m_new);
-      l[h] *= correction;
-      cpu::Scale(acc + h * hd, correction, hd);
-      for (int64_t j = 0; j < j1 - j0; ++j) {
+      corr[h] = std::exp(m[h] - m_new);
+      float sum = l[h] * corr[h];
+      for (int64_t j = 0; j < n; ++j) {
         sh[j] = std::exp(sh[j] - m_new);
-        l[h] += sh[j];
+        sum += sh[j];
       }
+      l[h] = sum;
       m[h] = m_new;
     }
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t slot =
-          static_cast<int64_t>(pages[j / s.page_size]) * s.page_size + j % s.page_size;
-      const float* v = v_pool + slot * slot_floats + g * hd;
-      for (int64_t h = 0; h < group; ++h)
-        cpu::Axpy(scores[h * kBlock + (j - j0)], v, acc + h * hd, hd);
-    }
+    kern.accumulate(scores, kBlock, group, hd, v_rows, n, corr, acc);
   }
   for (int64_t h = 0; h < group; ++h) {
     float* o = out + t * ldo + (g * group + h) * hd;
@@ -74,12 +73,14 @@ void AttendGroup(const float* q, int64_t ldq, const float* k_pool, const float* 
 
 int64_t AttentionScratchFloats(const AttentionShape& s) {
   const int64_t group = s.num_heads / s.num_kv_heads;
-  return group * s.head_dim + group * kBlock + 2 * group + 16;
+  return group * s.head_dim + group * kBlock + 3 * group + 16;
 }
 
-void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
-                    const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
-                    float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool) {
+void PagedAttentionIsa(cpu::Isa isa, const float* q, int64_t ldq, const float* k_pool,
+                       const float* v_pool, const StepBatch& batch, const int32_t* row_entry,
+                       const AttentionShape& shape, float* scratch, float* out, int64_t ldo,
+                       cpu::ThreadPool* pool) {
+  const cpu::AttnKernels& kern = cpu::AttnKernelsFor(isa);
   const int64_t items = batch.num_tokens() * shape.num_kv_heads;
   const int64_t scratch_floats = AttentionScratchFloats(shape);
   auto work = [&](int thread, int num_threads) {
@@ -88,7 +89,8 @@ void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const floa
     float* my_scratch = scratch + thread * scratch_floats;
     for (int64_t i = thread; i < items; i += num_threads) {
       const int64_t t = i / shape.num_kv_heads, g = i % shape.num_kv_heads;
-      AttendGroup(q, ldq, k_pool, v_pool, batch, t, row_entry[t], g, shape, my_scratch, out, ldo);
+      AttendGroup(kern, q, ldq, k_pool, v_pool, batch, t, row_entry[t], g, shape, my_scratch, out,
+                  ldo);
     }
   };
   if (pool == nullptr) {
@@ -96,6 +98,13 @@ void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const floa
   } else {
     pool->Run(work);
   }
+}
+
+void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
+                    const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
+                    float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool) {
+  PagedAttentionIsa(cpu::ActiveIsa(), q, ldq, k_pool, v_pool, batch, row_entry, shape, scratch, out,
+                    ldo, pool);
 }
 
 }  // namespace astr

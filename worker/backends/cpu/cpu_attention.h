@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "worker/step_batch.h"
 
@@ -28,5 +29,10 @@ int64_t AttentionScratchFloats(const AttentionShape& shape);
 void PagedAttention(const float* q, int64_t ldq, const float* k_pool, const float* v_pool,
                     const StepBatch& batch, const int32_t* row_entry, const AttentionShape& shape,
                     float* scratch, float* out, int64_t ldo, cpu::ThreadPool* pool);
+// The same on a given ISA path (PagedAttention uses cpu::ActiveIsa()); for tests.
+void PagedAttentionIsa(cpu::Isa isa, const float* q, int64_t ldq, const float* k_pool,
+                       const float* v_pool, const StepBatch& batch, const int32_t* row_entry,
+                       const AttentionShape& shape, float* scratch, float* out, int64_t ldo,
+                       cpu::ThreadPool* pool);
 
 }  // namespace astr

@@ -1,0 +1,50 @@
+// AVX2 + FMA attention block kernels: 8 lanes, masked tails (vmaskmovps).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/attention_impl.h"
+
+namespace astr::cpu::internal {
+namespace {
+
+struct V256 {
+  using T = __m256;
+  static constexpr int64_t kLanes = 8;
+  static constexpr int kRegs = 16;
+  static __m256i Mask(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left < 8 ? left : 8)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static T Zero() { return _mm256_setzero_ps(); }
+  static T Set1(float x) { return _mm256_set1_ps(x); }
+  static T Load(const float* p) { return _mm256_loadu_ps(p); }
+  static T LoadTail(const float* p, int64_t left) {
+    return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, Mask(left));
+  }
+  static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void StoreTail(float* p, T v, int64_t left) {
+    if (left >= 8) {
+      _mm256_storeu_ps(p, v);
+    } else {
+      _mm256_maskstore_ps(p, Mask(left), v);
+    }
+  }
+  static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T Mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static float ReduceAdd(T v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+}  // namespace
+
+const AttnKernels& AttnKernelsAvx2() {
+  static const AttnKernels k{attn::Scores<V256>, attn::Accumulate<V256>};
+  return k;
+}
+
+}  // namespace astr::cpu::internal
