@@ -9,4 +9,7 @@ MODEL="$("$ROOT/scripts/default_model.sh")"
 # SmolLM2-Instruct's chat prompt "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 # as token ids (text prompts for byte-level BPE vocabularies arrive with the tokenizer issue).
 PROMPT_IDS="${ASTR_PROMPT_IDS:-1,4093,198,1780,314,260,3575,282,4649,47,2,198,1,520,9531,198}"
+if [ -z "${ASTR_PROMPT_IDS:-}" ]; then
+  echo "astr: prompt (SmolLM2 chat template, as ids): What is the capital of France?" >&2
+fi
 exec "$ROOT/build/bin/astr" run --model "$MODEL" --prompt-ids "$PROMPT_IDS" --max-tokens 48 "$@"
