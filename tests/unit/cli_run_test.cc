@@ -85,9 +85,9 @@ TEST(CliRunTest, UsageErrors) {
   EXPECT_EQ(RunCommand("run --model /nonexistent.gguf --prompt-ids 1").exit_code, 1);
   EXPECT_EQ(RunCommand("run --help").exit_code, 0);
   // Out-of-range values are refused, never wrapped or looped on.
-  for (const char* bad : {"--logit-bias 13:abc", "--max-tokens 4294967297", "--max-running 0",
-                          "--num-pages 100000000000000", "--stop-token-ids 4294967296",
-                          "--temperature -1"}) {
+  for (const char* bad :
+       {"--logit-bias 13:abc", "--max-tokens 4294967297", "--max-running 0",
+        "--num-pages 100000000000000", "--stop-token-ids 4294967296", "--temperature -1"}) {
     auto r = RunCommand("run --model " + path + " --prompt-ids 1 " + bad);
     EXPECT_EQ(r.exit_code, 1) << bad;
   }
