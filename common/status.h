@@ -113,7 +113,9 @@ class [[nodiscard]] StatusOr {
 // `ASTR_ASSIGN_OR_RETURN(auto x, MakeX());` declares/assigns x or returns the error.
 #define ASTR_ASSIGN_OR_RETURN(lhs, expr) \
   ASTR_ASSIGN_OR_RETURN_IMPL(ASTR_STATUS_CONCAT(astr_statusor_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration and cannot be parenthesized.
 #define ASTR_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
