@@ -73,27 +73,30 @@ PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type) : n_(n), k_(k)
   std::memset(data_.get(), 0, alloc);
 }
 
-PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightType type) {
+PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightType type,
+                                   ThreadPool* pool) {
   PackedMatrix pm(n, k, type);
   if (pm.bytes_ == 0) return pm;
-  for (int64_t p = 0; p < pm.panels(); ++p) {
-    const int64_t rows = std::min(kPanel, n - p * kPanel);
-    if (type == WeightType::kF32) {
-      float* dst = reinterpret_cast<float*>(pm.data_.get()) + p * pm.panel_stride();
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* src = w + (p * kPanel + r) * k;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + r] = src[kk];
-      }
-    } else {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.get()) + p * pm.panel_stride();
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* src = w + (p * kPanel + r) * k;
+  // k outer, rows inner: the panel is written sequentially while its 16 source rows are read as
+  // 16 forward streams.
+  ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t rows = std::min(kPanel, n - p * kPanel);
+      const float* src = w + p * kPanel * k;
+      if (type == WeightType::kF32) {
+        float* dst = reinterpret_cast<float*>(pm.data_.get()) + p * pm.panel_stride();
         for (int64_t kk = 0; kk < k; ++kk) {
-          dst[(kk / 2) * 2 * kPanel + r * 2 + (kk & 1)] = F32ToBf16Rne(src[kk]);
+          for (int64_t r = 0; r < rows; ++r) dst[kk * kPanel + r] = src[r * k + kk];
+        }
+      } else {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.get()) + p * pm.panel_stride();
+        for (int64_t kk = 0; kk < k; ++kk) {
+          uint16_t* d = dst + (kk / 2) * 2 * kPanel + (kk & 1);
+          for (int64_t r = 0; r < rows; ++r) d[r * 2] = F32ToBf16Rne(src[r * k + kk]);
         }
       }
     }
-  }
+  });
   return pm;
 }
 

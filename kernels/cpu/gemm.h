@@ -29,7 +29,9 @@ class PackedMatrix {
 
   PackedMatrix() = default;
   // bf16 = round-to-nearest-even from w.
-  static PackedMatrix FromF32(const float* w /*[n, k]*/, int64_t n, int64_t k, WeightType type);
+  // Panels are packed in parallel on `pool` when given.
+  static PackedMatrix FromF32(const float* w /*[n, k]*/, int64_t n, int64_t k, WeightType type,
+                              ThreadPool* pool = nullptr);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
 

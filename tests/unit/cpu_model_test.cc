@@ -177,6 +177,31 @@ TEST(CpuModelTest, ConvertedModelMatchesGguf) {
   }
 }
 
+// F16 weights load through the SIMD conversion; the same weights converted to f32 safetensors load
+// through ModelFile::LoadF32. Both must give identical logits.
+TEST(CpuModelTest, F16FastLoadMatchesGenericLoad) {
+  ASTR_REQUIRE_SHARED_FILE(path, "models/llama-2-tiny-random.gguf");
+  const std::string out = testing::TempDir("convert_f16");
+  const std::string cmd =
+      testing::BinDir() + "/astr convert " + path + " " + out + " --dtype f32 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto gguf = OpenOrDie(path);
+  auto hf = OpenOrDie(out);
+  ASSERT_NE(gguf, nullptr);
+  ASSERT_NE(hf, nullptr);
+  auto a = MakeBackend(*gguf, "f32", 16);
+  auto b = MakeBackend(*hf, "f32", 16);
+  std::vector<DrivenSequence> sa(1), sb(1);
+  sa[0].prompt = sb[0].prompt = {1, 15043, 3186, 29892};
+  sa[0].max_new = sb[0].max_new = 8;
+  ASSERT_TRUE(DriveGreedy(*a, sa).ok());
+  ASSERT_TRUE(DriveGreedy(*b, sb).ok());
+  EXPECT_EQ(sa[0].generated, sb[0].generated);
+  for (size_t s = 0; s < sa[0].logits.size(); ++s) {
+    EXPECT_LE(MaxAbsDiff(sa[0].logits[s], sb[0].logits[s]), 1e-5f) << "step " << s;
+  }
+}
+
 // Random HF-named Qwen2 (qkv bias), Qwen3 (q/k norm) and AstrAI models load from safetensors and
 // run: finite logits and batch-invariant greedy output.
 TEST(CpuModelTest, RandomHfModelsLoadAndRun) {

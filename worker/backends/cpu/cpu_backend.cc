@@ -218,7 +218,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
   ASTR_ASSIGN_OR_RETURN(
       auto kv, KvPool::Create(c.num_layers, pages, options.page_size, c.num_kv_heads, c.head_dim));
   const bool progress = c.ParameterCount() > 50'000'000;
-  ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, progress));
+  cpu::ThreadPool load_pool(threads);
+  ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, &load_pool, progress));
   return std::unique_ptr<Backend>(
       new CpuBackend(c, std::move(weights), std::move(kv), threads, options));
 }

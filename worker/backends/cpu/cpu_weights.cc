@@ -8,47 +8,76 @@
 
 #include "common/model_file.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace astr {
 namespace {
 
-// Loads tensors `names` (each [rows_i, cols]) stacked along rows, then packs them.
-Status LoadStacked(const ModelFile& file, const std::vector<std::pair<std::string, int64_t>>& parts,
-                   int64_t cols, cpu::WeightType type, cpu::PackedMatrix* out) {
-  int64_t rows = 0;
-  for (const auto& p : parts) rows += p.second;
-  std::vector<float> stacked;
-  std::vector<float> one;
-  if (parts.size() > 1) stacked.resize(static_cast<size_t>(rows * cols));
-  int64_t row = 0;
-  for (const auto& [name, n] : parts) {
-    ASTR_RETURN_IF_ERROR(file.LoadF32(name, {n, cols}, &one));
-    if (parts.size() == 1) {
-      *out = cpu::PackedMatrix::FromF32(one.data(), n, cols, type);
+// Reads tensors as f32 into buffers reused from tensor to tensor (no page faults per tensor) and
+// packs them on the thread pool.
+class WeightLoader {
+ public:
+  WeightLoader(const ModelFile& file, cpu::WeightType type, cpu::ThreadPool* pool)
+      : file_(file), type_(type), pool_(pool) {}
+
+  // The tensor as f32 in `out`. F16 (the common checkpoint dtype) takes the SIMD conversion;
+  // everything else, and every error message, goes through ModelFile::LoadF32.
+  Status Read(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) {
+    auto raw = file_.Raw(name);
+    if (raw.ok() && raw->dtype == DType::kF16 && raw->shape == shape) {
+      out->resize(static_cast<size_t>(raw->num_elements()));
+      const auto* src = static_cast<const uint16_t*>(raw->data);
+      const int64_t n = raw->num_elements();
+      cpu::ParallelFor(pool_, n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+        cpu::F16ToF32(src + b, out->data() + b, e - b);
+      });
       return OkStatus();
     }
-    std::memcpy(stacked.data() + row * cols, one.data(), one.size() * sizeof(float));
-    row += n;
+    return file_.LoadF32(name, shape, out);
   }
-  *out = cpu::PackedMatrix::FromF32(stacked.data(), rows, cols, type);
-  return OkStatus();
-}
 
-Status LoadVector(const ModelFile& file, const std::string& name, int64_t n,
-                  std::vector<float>* out) {
-  return file.LoadF32(name, {n}, out);
-}
+  // Loads tensors `parts` (each [rows_i, cols]) stacked along rows, then packs them.
+  Status Stacked(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
+                 cpu::PackedMatrix* out) {
+    int64_t rows = 0;
+    for (const auto& p : parts) rows += p.second;
+    if (parts.size() == 1) {
+      ASTR_RETURN_IF_ERROR(Read(parts[0].first, {rows, cols}, &one_));
+      *out = cpu::PackedMatrix::FromF32(one_.data(), rows, cols, type_, pool_);
+      return OkStatus();
+    }
+    stacked_.resize(static_cast<size_t>(rows * cols));
+    int64_t row = 0;
+    for (const auto& [name, n] : parts) {
+      ASTR_RETURN_IF_ERROR(Read(name, {n, cols}, &one_));
+      std::memcpy(stacked_.data() + row * cols, one_.data(), one_.size() * sizeof(float));
+      row += n;
+    }
+    *out = cpu::PackedMatrix::FromF32(stacked_.data(), rows, cols, type_, pool_);
+    return OkStatus();
+  }
 
-Status LoadLayer(const ModelFile& file, const ModelConfig& c, int64_t i, cpu::WeightType type,
-                 CpuLayerWeights* w) {
+  Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
+    return file_.LoadF32(name, {n}, out);
+  }
+
+ private:
+  const ModelFile& file_;
+  cpu::WeightType type_;
+  cpu::ThreadPool* pool_;
+  std::vector<float> one_;
+  std::vector<float> stacked_;
+};
+
+Status LoadLayer(WeightLoader& loader, const ModelConfig& c, int64_t i, CpuLayerWeights* w) {
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
-  ASTR_RETURN_IF_ERROR(LoadVector(file, p + "attn_norm", c.hidden_size, &w->attn_norm));
-  ASTR_RETURN_IF_ERROR(LoadVector(file, p + "mlp_norm", c.hidden_size, &w->mlp_norm));
+  ASTR_RETURN_IF_ERROR(loader.Vector(p + "attn_norm", c.hidden_size, &w->attn_norm));
+  ASTR_RETURN_IF_ERROR(loader.Vector(p + "mlp_norm", c.hidden_size, &w->mlp_norm));
   std::vector<std::pair<std::string, int64_t>> qkv = {
       {p + "q_proj", q_rows}, {p + "k_proj", kv_rows}, {p + "v_proj", kv_rows}};
   if (c.gated_attention) qkv.push_back({p + "attn_gate", q_rows});
-  ASTR_RETURN_IF_ERROR(LoadStacked(file, qkv, c.hidden_size, type, &w->qkv));
+  ASTR_RETURN_IF_ERROR(loader.Stacked(qkv, c.hidden_size, &w->qkv));
   if (c.qkv_bias) {
     w->qkv_bias.assign(w->qkv.n(), 0.0f);
     std::vector<float> b;
@@ -56,20 +85,20 @@ Status LoadLayer(const ModelFile& file, const ModelConfig& c, int64_t i, cpu::We
     for (const auto& [name, rows] : {std::pair<std::string, int64_t>{p + "q_bias", q_rows},
                                      {p + "k_bias", kv_rows},
                                      {p + "v_bias", kv_rows}}) {
-      ASTR_RETURN_IF_ERROR(LoadVector(file, name, rows, &b));
+      ASTR_RETURN_IF_ERROR(loader.Vector(name, rows, &b));
       std::memcpy(w->qkv_bias.data() + off, b.data(), rows * sizeof(float));
       off += rows;
     }
   }
   if (c.qk_norm != QkNorm::kNone) {
-    ASTR_RETURN_IF_ERROR(LoadVector(file, p + "q_norm", c.head_dim, &w->q_norm));
-    ASTR_RETURN_IF_ERROR(LoadVector(file, p + "k_norm", c.head_dim, &w->k_norm));
+    ASTR_RETURN_IF_ERROR(loader.Vector(p + "q_norm", c.head_dim, &w->q_norm));
+    ASTR_RETURN_IF_ERROR(loader.Vector(p + "k_norm", c.head_dim, &w->k_norm));
   }
-  ASTR_RETURN_IF_ERROR(LoadStacked(file, {{p + "o_proj", c.hidden_size}}, q_rows, type, &w->o));
-  ASTR_RETURN_IF_ERROR(LoadStacked(
-      file, {{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
-      c.hidden_size, type, &w->gate_up));
-  return LoadStacked(file, {{p + "down_proj", c.hidden_size}}, c.intermediate_size, type, &w->down);
+  ASTR_RETURN_IF_ERROR(loader.Stacked({{p + "o_proj", c.hidden_size}}, q_rows, &w->o));
+  ASTR_RETURN_IF_ERROR(
+      loader.Stacked({{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
+                     c.hidden_size, &w->gate_up));
+  return loader.Stacked({{p + "down_proj", c.hidden_size}}, c.intermediate_size, &w->down);
 }
 
 // On a terminal: one line rewritten per layer; in a log: a line at each quarter.
@@ -111,18 +140,19 @@ size_t CpuWeights::bytes() const {
   return total;
 }
 
-StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type, bool progress) {
+StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
+                                    cpu::ThreadPool* pool, bool progress) {
   const ModelConfig& c = file.config();
+  WeightLoader loader(file, type, pool);
   CpuWeights w;
   w.type = type;
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> embed;
-  ASTR_RETURN_IF_ERROR(file.LoadF32("embed", {c.vocab_size, c.hidden_size}, &embed));
+  ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
   if (c.tie_word_embeddings) {
-    w.lm_head = cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type);
+    w.lm_head = cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type, pool);
   } else {
-    ASTR_RETURN_IF_ERROR(
-        LoadStacked(file, {{"lm_head", c.vocab_size}}, c.hidden_size, type, &w.lm_head));
+    ASTR_RETURN_IF_ERROR(loader.Stacked({{"lm_head", c.vocab_size}}, c.hidden_size, &w.lm_head));
   }
   if (type == cpu::WeightType::kF32) {
     w.embed_f32 = std::move(embed);
@@ -131,10 +161,10 @@ StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
     cpu::F32ToBf16(embed.data(), w.embed_bf16.data(), static_cast<int64_t>(embed.size()));
     std::vector<float>().swap(embed);
   }
-  ASTR_RETURN_IF_ERROR(LoadVector(file, "final_norm", c.hidden_size, &w.final_norm));
+  ASTR_RETURN_IF_ERROR(loader.Vector("final_norm", c.hidden_size, &w.final_norm));
   w.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    ASTR_RETURN_IF_ERROR(LoadLayer(file, c, i, type, &w.layers[i]));
+    ASTR_RETURN_IF_ERROR(LoadLayer(loader, c, i, &w.layers[i]));
     if (progress) ReportProgress(i + 1, c.num_layers, start);
   }
   return w;

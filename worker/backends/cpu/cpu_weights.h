@@ -38,7 +38,9 @@ struct CpuWeights {
   size_t bytes() const;
 };
 
-// Loads and packs every weight of `file`; reports progress on stderr when `progress`.
-StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type, bool progress);
+// Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
+// on stderr when `progress`.
+StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
+                                    cpu::ThreadPool* pool, bool progress);
 
 }  // namespace astr
