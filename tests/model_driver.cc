@@ -40,8 +40,7 @@ Status DriveGreedy(Backend& backend, std::vector<DrivenSequence>& seqs, uint32_t
         s.pages.push_back(free_pages.back());
         free_pages.pop_back();
       }
-      batch.Append(s.tokens.data() + s.computed, n, s.computed, s.pages.data(),
-                   static_cast<int64_t>(s.pages.size()), page_size,
+      batch.Append(s.tokens.data() + s.computed, n, s.computed, s.pages.data(), page_size,
                    s.computed + n == static_cast<int64_t>(s.tokens.size()));
       entries.push_back(i);
     }

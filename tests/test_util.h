@@ -1,7 +1,9 @@
 // Helpers shared by the C++ tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace astr::testing {
 
@@ -14,6 +16,16 @@ std::string SharedFile(const std::string& rel);
 std::string TempDir(const std::string& tag);
 // Folder of the built binaries (build/bin).
 std::string BinDir();
+
+// n floats uniform in [lo, hi), deterministic from seed.
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi);
+
+struct CommandResult {
+  int exit_code = -1;  // -1 if the command could not run or did not exit normally
+  std::string out;     // its standard output
+};
+// Runs a shell command and captures its standard output.
+CommandResult RunCommand(const std::string& command);
 
 }  // namespace astr::testing
 

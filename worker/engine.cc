@@ -114,8 +114,7 @@ std::vector<Engine::Sequence*> Engine::Plan() {
       }
       if (no_pages) break;  // nothing else can be freed this step
       batch_.Append(seq->tokens.data() + seq->computed, n, seq->computed, seq->pages.pages().data(),
-                    seq->pages.size(), page_size,
-                    seq->computed + n == static_cast<int64_t>(seq->tokens.size()));
+                    page_size, seq->computed + n == static_cast<int64_t>(seq->tokens.size()));
       seq->planned = true;
       entries.push_back(seq);
       budget -= n;

@@ -16,8 +16,7 @@ void StepBatch::Clear() {
 }
 
 void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos,
-                       const int32_t* pages, int64_t num_pages, int64_t page_size,
-                       bool sample_last) {
+                       const int32_t* pages, int64_t page_size, bool sample_last) {
   if (qo_indptr.empty()) qo_indptr.push_back(0);
   if (kv_indptr.empty()) kv_indptr.push_back(0);
   const int64_t kv_len = start_pos + num_tokens;
@@ -31,7 +30,6 @@ void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_
   if (sample_last && num_tokens > 0)
     sample_rows.push_back(static_cast<int32_t>(token_ids.size() - 1));
   qo_indptr.push_back(static_cast<int32_t>(token_ids.size()));
-  (void)num_pages;
   kv_page_indices.insert(kv_page_indices.end(), pages, pages + used_pages);
   kv_indptr.push_back(static_cast<int32_t>(kv_page_indices.size()));
   kv_last_page_len.push_back(static_cast<int32_t>(kv_len - (used_pages - 1) * page_size));

@@ -34,7 +34,7 @@ struct StepBatch {
   // and the last page length follow from the positions. If `sample_last`, the entry's last row is a
   // sample row.
   void Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, const int32_t* pages,
-              int64_t num_pages, int64_t page_size, bool sample_last);
+              int64_t page_size, bool sample_last);
 };
 
 // Checks every index of `batch` against the pool and vocabulary: array sizes agree, indptrs are

@@ -12,22 +12,8 @@
 namespace astr {
 namespace {
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-};
-
-CommandResult RunCommand(const std::string& args) {
-  const std::string cmd = testing::BinDir() + "/astr " + args + " 2>/dev/null";
-  CommandResult r{-1, ""};
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+testing::CommandResult RunCommand(const std::string& args) {
+  return testing::RunCommand(testing::BinDir() + "/astr " + args + " 2>/dev/null");
 }
 
 TEST(CliRunTest, GoldenJson) {

@@ -14,17 +14,14 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "tests/test_util.h"
 #include "worker/step_batch.h"
 
 namespace astr {
 namespace {
 
 std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
+  return testing::RandomFloats(n, seed, lo, hi);
 }
 
 // K and V of every absolute position of a few sequences, [seq][pos, kv_heads, hd].
@@ -82,9 +79,8 @@ Result RunAttention(cpu::Isa isa, const AttentionShape& s, const Sequences& seqs
   for (size_t e = 0; e < entries.size(); ++e) {
     const Entry& en = entries[e];
     std::vector<int32_t> tokens(en.count, 1);
-    const int64_t end = en.start + en.count;
-    batch.Append(tokens.data(), en.count, en.start, &order[en.seq * pages_per_seq],
-                 (end + s.page_size - 1) / s.page_size, s.page_size, true);
+    batch.Append(tokens.data(), en.count, en.start, &order[en.seq * pages_per_seq], s.page_size,
+                 true);
     for (int64_t i = 0; i < en.count; ++i) {
       const float* src = &q_all[en.seq][(en.start + i) * q_floats];
       q.insert(q.end(), src, src + q_floats);

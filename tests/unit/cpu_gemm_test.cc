@@ -13,9 +13,14 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/test_util.h"
 
 namespace astr::cpu {
 namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  return testing::RandomFloats(n, seed, -1.0f, 1.0f);
+}
 
 float RoundBf16(float f) {  // round-to-nearest-even, as the packing and the bf16-dot path do
   uint32_t b;
@@ -23,14 +28,6 @@ float RoundBf16(float f) {  // round-to-nearest-even, as the packing and the bf1
   b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
   std::memcpy(&f, &b, 4);
   return f;
-}
-
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
 }
 
 struct Case {

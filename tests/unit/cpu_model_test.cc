@@ -248,13 +248,13 @@ TEST(CpuModelTest, InvalidBatchIsAnErrorNotACrash) {
   b.Clear();
   const int32_t tok = 600;  // outside the 512-token vocabulary
   const int32_t page = 0;
-  b.Append(&tok, 1, 0, &page, 1, 16, true);
+  b.Append(&tok, 1, 0, &page, 16, true);
   Status s = backend->Forward(b, logits.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("token_ids[0]"), std::string::npos) << s.message();
   b.Clear();
   const int32_t ok_tok = 5, bad_page = 100000;
-  b.Append(&ok_tok, 1, 0, &bad_page, 1, 16, true);
+  b.Append(&ok_tok, 1, 0, &bad_page, 16, true);
   s = backend->Forward(b, logits.data());
   EXPECT_NE(s.message().find("kv_page_indices"), std::string::npos) << s.message();
 }

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "tests/test_util.h"
 
 namespace astr::cpu {
 namespace {
 
 std::vector<float> Random(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
+  return testing::RandomFloats(n, seed, lo, hi);
 }
 
 const std::vector<int64_t> kDims = {1, 7, 8, 15, 16, 17, 33, 64, 100, 2048};

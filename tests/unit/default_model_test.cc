@@ -26,14 +26,9 @@ nlohmann::json RunAstr(const std::string& model, const std::string& prompt_ids, 
   const std::string cmd = testing::BinDir() + "/astr run --model " + model + " --prompt-ids " +
                           prompt_ids + " --max-tokens " + std::to_string(max_tokens) +
                           " --json 2>/dev/null";
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  if (pclose(pipe) != 0) return {};
-  return nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  const testing::CommandResult r = testing::RunCommand(cmd);
+  if (r.exit_code != 0) return {};
+  return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
 }
 
 struct Case {

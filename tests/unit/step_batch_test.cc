@@ -14,10 +14,10 @@ StepBatch Good() {
   b.Clear();
   const int32_t prefill[3] = {10, 11, 12};
   const int32_t pages_a[2] = {4, 9};
-  b.Append(prefill, 3, 0, pages_a, 2, 2, true);
+  b.Append(prefill, 3, 0, pages_a, 2, true);
   const int32_t decode = 13;
   const int32_t pages_b[3] = {1, 2, 3};
-  b.Append(&decode, 1, 5, pages_b, 3, 2, true);
+  b.Append(&decode, 1, 5, pages_b, 2, true);
   return b;
 }
 
