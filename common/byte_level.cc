@@ -23,6 +23,30 @@ const std::array<int, 324>& UnicodeToByte() {
 
 }  // namespace
 
+const std::array<std::string, 256>& ByteLevelAlphabet() {
+  static const std::array<std::string, 256> alphabet = [] {
+    std::array<std::string, 256> a;
+    const auto& table = UnicodeToByte();
+    for (int cp = 0; cp < static_cast<int>(table.size()); ++cp) {
+      if (table[cp] < 0) continue;
+      std::string& s = a[table[cp]];
+      if (cp < 0x80) {
+        s.push_back(static_cast<char>(cp));
+      } else {
+        s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+    }
+    return a;
+  }();
+  return alphabet;
+}
+
+int ByteLevelByte(uint32_t codepoint) {
+  const auto& table = UnicodeToByte();
+  return codepoint < table.size() ? table[codepoint] : -1;
+}
+
 std::string ByteLevelDecode(std::string_view piece) {
   const auto& table = UnicodeToByte();
   std::string out;

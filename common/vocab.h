@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace astr {
 
@@ -27,11 +30,19 @@ struct Vocab {
   std::vector<std::string> merges;  // tokenizer.ggml.merges (gpt2 only)
   int64_t bos_id = -1;
   int64_t eos_id = -1;
+  int64_t eot_id = -1;  // end of turn (tokenizer.ggml.eot_token_id), -1 if absent
+  int64_t eom_id = -1;  // end of message (tokenizer.ggml.eom_token_id), -1 if absent
   int64_t unk_id = -1;
   int64_t pad_id = -1;
   bool add_bos = true;           // tokenizer.ggml.add_bos_token (SentencePiece default: true)
   bool add_eos = false;          // tokenizer.ggml.add_eos_token
   bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (SentencePiece default: true)
 };
+
+class GgufFile;
+
+// The tokenizer.ggml.* keys of a GGUF file; null when it has no tokenizer.ggml.tokens. Errors name
+// the file and the key.
+StatusOr<std::unique_ptr<Vocab>> ReadVocab(const GgufFile& gguf);
 
 }  // namespace astr

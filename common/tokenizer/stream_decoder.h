@@ -1,0 +1,41 @@
+// Incremental detokenization for streaming: feed ids one at a time, get back only text that can no
+// longer change. The concatenation of everything Push and Finish return equals
+// Decode(all ids) (or, with a prompt, the part of Decode(prompt + ids) after Decode(prompt)).
+//
+// Method (as vLLM / TGI): decode a window that starts a few tokens back, so that context-dependent
+// rules (SentencePiece's leading space, byte-level pieces of one character) see the same
+// neighbours as a full decode, and emit only the new suffix. Text is held back while it ends in an
+// incomplete UTF-8 sequence (shown as U+FFFD) or in a byte-fallback token, whose bytes the decoder
+// joins with the following byte tokens.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer/tokenizer.h"
+
+namespace astr {
+
+class StreamDecoder {
+ public:
+  // `prompt`: ids that precede the generated ones (their text is not emitted).
+  StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens,
+                std::span<const int32_t> prompt = {});
+
+  // Text that became final with `id` (often empty while a character is incomplete).
+  std::string Push(int32_t id);
+  // Everything still held back; call once at the end of the sequence.
+  std::string Finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t prefix_offset_ = 0;  // window start
+  size_t read_offset_ = 0;    // end of the ids whose text was emitted
+  bool in_byte_run_ = false;  // the last token the decode keeps is a joinable byte token
+};
+
+}  // namespace astr

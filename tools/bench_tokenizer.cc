@@ -1,0 +1,112 @@
+// Tokenizer encode / decode throughput on one thread, printed as JSON.
+//
+//   astr-bench-tokenizer --model PATH [--file TEXT] [--min-seconds S]
+//
+// Without --file the text is the English prose of /usr/share/common-licenses (GPL, Apache, ...),
+// which every Debian machine has.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/flags.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace astr {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string DefaultText() {
+  std::string text;
+  const fs::path dir = "/usr/share/common-licenses";
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) text += ReadFile(p);
+  return text;
+}
+
+template <typename Fn>
+double TimeRepeated(double min_seconds, int* reps, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  *reps = 0;
+  do {
+    fn();
+    ++*reps;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < min_seconds);
+  return elapsed;
+}
+
+int Run(int argc, const char* const* argv) {
+  std::string model, file;
+  double min_seconds = 2.0;
+  flags::FlagSet flags("astr-bench-tokenizer",
+                       "Measure tokenizer encode and decode speed on one thread; prints JSON.");
+  flags.String("model", &model, "A .gguf file, a Hugging Face model folder, or a tokenizer.json.",
+               true);
+  flags.String("file", &file,
+               "Text to encode (default: the English texts in /usr/share/common-licenses).");
+  flags.Double("min-seconds", &min_seconds, "Repeat each measurement for at least this long.");
+  if (int rc = flags.ParseOrExit(argc, argv); rc >= 0) return rc;
+  const std::string text = file.empty() ? DefaultText() : ReadFile(file);
+  if (text.empty()) {
+    std::fprintf(stderr, "astr-bench-tokenizer: no text (give --file)\n");
+    return 1;
+  }
+  auto loaded = Tokenizer::Load(model);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "astr-bench-tokenizer: %s\n", loaded.status().ToString().c_str());
+    return 1;
+  }
+  const Tokenizer& tok = **loaded;
+  const EncodeOptions plain{.add_special_tokens = false, .parse_special = false};
+  std::vector<int32_t> ids;
+  // First pass on a fresh tokenizer: the word cache starts empty.
+  const auto cold_start = std::chrono::steady_clock::now();
+  ids = tok.Encode(text, plain);
+  const double cold_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cold_start).count();
+  int encode_reps = 0, decode_reps = 0;
+  const double encode_s =
+      TimeRepeated(min_seconds, &encode_reps, [&] { ids = tok.Encode(text, plain); });
+  std::string decoded;
+  const double decode_s =
+      TimeRepeated(min_seconds, &decode_reps, [&] { decoded = tok.Decode(ids, false); });
+  const double mb = static_cast<double>(text.size()) / 1e6;
+  nlohmann::json out = {
+      {"model", model},
+      {"tokenizer", tok.Describe()},
+      {"text_bytes", text.size()},
+      {"tokens", ids.size()},
+      {"threads", 1},
+      {"encode_first_pass_mb_per_s", mb / cold_s},
+      {"encode_mb_per_s", mb * encode_reps / encode_s},
+      {"encode_tokens_per_s", static_cast<double>(ids.size()) * encode_reps / encode_s},
+      {"decode_mb_per_s", static_cast<double>(decoded.size()) / 1e6 * decode_reps / decode_s},
+      {"round_trip_exact", decoded == text},
+  };
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace astr
+
+int main(int argc, char** argv) { return astr::Run(argc, argv); }
