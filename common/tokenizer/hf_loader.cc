@@ -1,4 +1,5 @@
 // tokenizer.json (Hugging Face `tokenizers` serialization) -> Tokenizer.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -159,6 +160,30 @@ Status TemplateProcessing(const json& j, std::vector<int32_t>& prefix,
   return OkStatus();
 }
 
+// The ids `tokenizers` really gives added tokens when it loads a file: a content the model's
+// vocabulary has keeps that id, a new one gets the next id after the vocabulary and the added
+// tokens so far (the "id" field is only checked, with a warning). Real files agree with this;
+// edited ones may not.
+void AssignAddedTokenIds(const tok::Model& model, std::vector<tok::AddedToken>& tokens) {
+  const auto& vocab = model.token_to_id();
+  const int32_t vocab_len = static_cast<int32_t>(vocab.size());
+  tok::TokenMap assigned;
+  int32_t max_added = -1;
+  for (tok::AddedToken& t : tokens) {
+    if (const auto it = assigned.find(t.content); it != assigned.end()) {
+      t.id = it->second;
+    } else if (const auto v = vocab.find(t.content); v != vocab.end()) {
+      t.id = v->second;
+    } else if (max_added < 0) {
+      t.id = vocab_len;
+    } else {
+      t.id = max_added >= vocab_len || vocab_len == 0 ? max_added + 1 : vocab_len;
+    }
+    assigned.emplace(t.content, t.id);
+    max_added = std::max(max_added, t.id);
+  }
+}
+
 // The single-sequence ids a post-processor puts before and after the text.
 Status PostProcessor(const json& j, std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
   if (j.is_null()) return OkStatus();
@@ -288,6 +313,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> BuildHf(const json& j, const std::str
   TokenizerBuilder b;
   auto model = ModelFromJson(j["model"]);
   if (!model.ok()) return fail(model.status());
+  const tok::Model* model_ptr = model->get();
   b.set_model(std::move(*model));
   auto normalizer = tok::NormalizerFromJson(j.value("normalizer", json()));
   if (!normalizer.ok()) return fail(normalizer.status());
@@ -306,6 +332,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> BuildHf(const json& j, const std::str
   b.set_post_processor(std::move(prefix), std::move(suffix));
   auto added = AddedTokensFromJson(j.value("added_tokens", json()));
   if (!added.ok()) return fail(added.status());
+  AssignAddedTokenIds(*model_ptr, *added);
   for (tok::AddedToken& t : *added) b.add_token(std::move(t));
   const bool byte_level = pre_json.dump().find("\"ByteLevel\"") != std::string::npos;
   b.set_kind(byte_level ? "BPE (byte-level)" : "BPE");

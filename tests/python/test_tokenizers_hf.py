@@ -148,3 +148,127 @@ def test_streaming_detokenizer(name, skip_special, corpus, tmp_path):
             # that the full text does not have there.
             assert p.encode("utf-8", "strict").decode("utf-8") == p
     assert any(len(p) > 1 for p in chunks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines of tokenizers we have no file for (Llama-3, Qwen2, ...) and the remaining components:
+# tokenizer.json variants built from the shared files by swapping normalizer / pre-tokenizer /
+# model options / added tokens, each compared with `tokenizers` loading the same JSON.
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_level(use_regex):
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+            "use_regex": use_regex}
+
+
+def split(regex, behavior="Isolated", invert=False):
+    return {"type": "Split", "pattern": {"Regex": regex}, "behavior": behavior, "invert": invert}
+
+
+def added(content, id_, special=True, **flags):
+    token = {"id": id_, "content": content, "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": not special, "special": special}
+    token.update(flags)
+    return token
+
+
+def variant_gpt2_llama3(j):
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(False)]}
+    j["model"]["ignore_merges"] = True
+    j["post_processor"] = {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [], "special_tokens": {"<|endoftext|>": {
+                               "id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}}}
+
+
+def variant_gpt2_qwen2(j):
+    j["normalizer"] = {"type": "NFC"}
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(False)]}
+
+
+def variant_gpt2_word_splitters(j):
+    j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"},
+                                                           {"type": "Strip", "strip_left": True,
+                                                            "strip_right": False}]}
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": False},
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        split(r"\s+", "MergedWithNext"),
+        byte_level(True)]}
+
+
+def variant_gpt2_whitespace(j):
+    j["normalizer"] = {"type": "NFD"}
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Whitespace"}, split(r"[aeiou]", "MergedWithPrevious"),
+        split(r"x", "Removed", invert=True), byte_level(False)]}
+
+
+def variant_gpt2_added_flags(j):
+    j["added_tokens"] = [
+        added("<|endoftext|>", 50256),
+        added("<tool>", 50257, lstrip=True, rstrip=True),
+        added("word", 50258, special=False, single_word=True),
+        added("</tool>", 50259, rstrip=True),
+        added("ing", 50260, special=False),
+    ]
+
+
+def variant_mistral_metaspace_split(j):
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                          "split": True}
+    j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                    "split": True}
+    j["added_tokens"].append(added("[INST]", 3, special=True, lstrip=True))
+
+
+def variant_tinyllama_no_fallback(j):
+    j["model"]["byte_fallback"] = False
+    j["model"]["fuse_unk"] = False
+    j["normalizer"]["normalizers"].insert(0, {"type": "NFKD"})
+
+
+VARIANTS = {
+    "gpt2-as-llama3": ("gpt2", variant_gpt2_llama3),
+    "gpt2-as-qwen2": ("gpt2", variant_gpt2_qwen2),
+    "gpt2-word-splitters": ("gpt2", variant_gpt2_word_splitters),
+    "gpt2-whitespace": ("gpt2", variant_gpt2_whitespace),
+    "gpt2-added-flags": ("gpt2", variant_gpt2_added_flags),
+    "mistral-metaspace-split": ("mistral-7b-v0.1", variant_mistral_metaspace_split),
+    "tinyllama-unk": ("tinyllama-1.1b-chat-v1.0", variant_tinyllama_no_fallback),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_pipeline_variants_match_tokenizers(variant, corpus, tmp_path):
+    base, edit = VARIANTS[variant]
+    with open(os.path.join(model_dir(base), "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    edit(j)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(j), encoding="utf-8")
+    tok = Tokenizer.from_file(str(path))
+    texts = corpus[:2000] + [
+        "a <tool>  call </tool>  done", "word words sword word.", "<tool>x</tool>", " <tool> ",
+        "singing ringing", "[INST] hi [/INST]", "  [INST]x", "ΑΣ ΣΟΦΟΣ Ὀδυσσεύς", "ﬁne ①②", "x",
+    ]
+    for parse_special in (True, False):
+        tok.encode_special_tokens = not parse_special
+        want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
+        args = ["tokenize", "--model", str(path)] + (["--parse-special"] if parse_special else [])
+        got = run_astr(args, tmp_path, texts)
+        mismatch = first_mismatch(texts, want, got)
+        assert mismatch is None, f"parse_special={parse_special}:\n{mismatch}"
+    seqs = [e.ids for e in tok.encode_batch(texts[:500])] + random_id_sequences(tok, 500, 3)
+    for skip in (True, False):
+        want = tok.decode_batch(seqs, skip_special_tokens=skip)
+        got = run_astr(["detokenize", "--model", str(path)] + ([] if skip else ["--keep-special"]),
+                       tmp_path, seqs)
+        bad = [(s, w, g) for s, w, g in zip(seqs, want, got) if w != g]
+        assert not bad, f"skip={skip}: {len(bad)} differ; first ids={bad[0][0]}\nwant={bad[0][1]!r}\ngot ={bad[0][2]!r}"
