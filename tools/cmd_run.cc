@@ -1,4 +1,5 @@
 // `astr run`: offline, in-process generation on the CPU backend.
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -7,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/byte_level.h"
+#include "common/chat_template.h"
 #include "common/flags.h"
 #include "common/model_file.h"
-#include "common/spm_tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tools/command.h"
 #include "tools/engine_flags.h"
 #include "worker/engine.h"
@@ -18,49 +19,51 @@
 namespace astr::cli {
 namespace {
 
-// Text in/out for `astr run` until the full tokenizer lands: SentencePiece GGUF vocabularies encode
-// and decode; byte-level BPE (gpt2) vocabularies decode only.
+// Text in/out for `astr run`: the model's tokenizer (tokenizer.json of a folder, or the GGUF
+// vocabulary). A model without one still runs on --prompt-ids and prints ids.
 class TextCodec {
  public:
-  static StatusOr<TextCodec> Create(const ModelFile& file) {
-    TextCodec codec;
-    const Vocab* vocab = file.vocab();
-    if (vocab == nullptr) return codec;
-    codec.vocab_ = vocab;
-    if (vocab->model == "llama") {
-      ASTR_ASSIGN_OR_RETURN(SpmTokenizer spm, SpmTokenizer::Create(*vocab));
-      codec.spm_ = std::make_unique<SpmTokenizer>(std::move(spm));
+  explicit TextCodec(const std::string& model) {
+    auto t = Tokenizer::Load(model);
+    if (t.ok()) {
+      tokenizer_ = *t;
+    } else {
+      why_not_ = t.status();
     }
-    return codec;
   }
-  bool can_encode() const { return spm_ != nullptr; }
-  bool can_decode() const { return vocab_ != nullptr; }
-  std::vector<int32_t> Encode(const std::string& text, bool add_bos) const {
-    return spm_->Encode(text, add_bos);
+  bool available() const { return tokenizer_ != nullptr; }
+  const Status& why_not() const { return why_not_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  std::vector<int32_t> Encode(const std::string& text, bool add_special, bool parse_special) const {
+    return tokenizer_->Encode(text,
+                              {.add_special_tokens = add_special, .parse_special = parse_special});
   }
   // Text of `ids` generated after `prompt`: decode(prompt + ids) minus decode(prompt), so that
   // SentencePiece's leading-space rule applies to the prompt, not to the continuation.
   std::string Decode(const std::vector<int32_t>& prompt, const std::vector<int32_t>& ids) const {
-    if (spm_ != nullptr) {
-      std::vector<int32_t> all = prompt;
-      all.insert(all.end(), ids.begin(), ids.end());
-      std::string full = spm_->Decode(all);
-      const std::string head = spm_->Decode(prompt);
-      return full.compare(0, head.size(), head) == 0 ? full.substr(head.size()) : full;
-    }
-    std::string out;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= static_cast<int32_t>(vocab_->tokens.size())) continue;
-      const bool control = !vocab_->types.empty() && vocab_->types[id] == TokenType::kControl;
-      if (!control) out += ByteLevelDecode(vocab_->tokens[id]);
-    }
-    return out;
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), ids.begin(), ids.end());
+    std::string full = tokenizer_->Decode(all);
+    const std::string head = tokenizer_->Decode(prompt);
+    return full.compare(0, head.size(), head) == 0 ? full.substr(head.size()) : full;
   }
 
  private:
-  const Vocab* vocab_ = nullptr;
-  std::unique_ptr<SpmTokenizer> spm_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  Status why_not_;
 };
+
+// The model's chat template rendered for one user message (and an optional system message),
+// ending with the generation prompt.
+StatusOr<std::string> RenderChat(const std::string& model, const std::string& system,
+                                 const std::string& user) {
+  ASTR_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::Load(model));
+  ChatInputs inputs;
+  if (!system.empty()) inputs.messages.push_back({{"role", "system"}, {"content", system}});
+  inputs.messages.push_back({{"role", "user"}, {"content", user}});
+  inputs.add_generation_prompt = true;
+  return chat_template.Render(inputs);
+}
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "astr run: %s\n", s.ToString().c_str());
@@ -70,14 +73,20 @@ int Fail(const Status& s) {
 int RunCommand(int argc, const char* const* argv) {
   flags::FlagSet fs("astr run",
                     "Generate offline (in-process) from a model file on the CPU backend.");
-  std::string model, prompt, prompt_ids;
-  bool json = false, no_bos = false;
+  std::string model, prompt, prompt_ids, chat, system;
+  bool json = false, no_bos = false, parse_special = false;
   int n = 1;
   std::vector<std::string> stops;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
-  fs.String("prompt", &prompt, "Prompt text (SentencePiece GGUF vocabularies for now).");
+  fs.String("prompt", &prompt, "Prompt text, tokenized with the model's tokenizer.");
   fs.String("prompt-ids", &prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407.");
-  fs.Bool("no-bos", &no_bos, "Do not prepend BOS to a text prompt.");
+  fs.String("chat", &chat,
+            "A user message: the prompt is the model's chat template rendered for it (with "
+            "--system if given) plus the generation prompt.");
+  fs.String("system", &system, "System message for --chat.");
+  fs.Bool("no-bos", &no_bos, "Do not add the tokenizer's special tokens (BOS) to a text prompt.");
+  fs.Bool("parse-special", &parse_special,
+          "Turn special tokens written in --prompt (e.g. <|im_start|>) into their ids.");
   fs.StringList("stop", &stops, "Stop string: generation ends when the text contains it.");
   fs.Int("n", &n, "Samples to generate for the prompt.");
   fs.Bool("json", &json, "Print one JSON object (prompt_ids, token_ids, text, logprobs, ...).");
@@ -86,8 +95,12 @@ int RunCommand(int argc, const char* const* argv) {
   EngineFlags engine_flags;
   engine_flags.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
-  if (prompt.empty() == prompt_ids.empty()) {
-    std::fprintf(stderr, "astr run: give exactly one of --prompt or --prompt-ids\n");
+  if (!prompt.empty() + !prompt_ids.empty() + !chat.empty() != 1) {
+    std::fprintf(stderr, "astr run: give exactly one of --prompt, --prompt-ids or --chat\n");
+    return 2;
+  }
+  if (!system.empty() && chat.empty()) {
+    std::fprintf(stderr, "astr run: --system needs --chat\n");
     return 2;
   }
   if (n < 1) {
@@ -97,8 +110,7 @@ int RunCommand(int argc, const char* const* argv) {
 
   auto file = ModelFile::Open(model);
   if (!file.ok()) return Fail(file.status());
-  auto codec = TextCodec::Create(**file);
-  if (!codec.ok()) return Fail(codec.status());
+  const TextCodec codec(model);
   std::vector<int32_t> ids;
   if (!prompt_ids.empty()) {
     auto list = flags::ParseIntList(prompt_ids, "prompt-ids");
@@ -110,16 +122,31 @@ int RunCommand(int argc, const char* const* argv) {
       }
       ids.push_back(static_cast<int32_t>(id));
     }
-  } else {
-    if (!codec->can_encode()) {
-      return Fail(UnimplementedError(
-          "--prompt: text input needs a SentencePiece GGUF vocabulary for now; use --prompt-ids"));
+  } else if (!chat.empty()) {
+    auto text = RenderChat(model, system, chat);
+    if (!text.ok()) return Fail(text.status());
+    if (!codec.available()) {
+      return Fail(Status(codec.why_not().code(),
+                         "--chat needs the model's tokenizer: " + codec.why_not().message()));
     }
-    ids = codec->Encode(prompt, !no_bos);
+    // The template writes BOS and the turn markers itself (as transformers' apply_chat_template).
+    ids = codec.Encode(*text, /*add_special=*/false, /*parse_special=*/true);
+  } else {
+    if (!codec.available()) {
+      return Fail(Status(codec.why_not().code(),
+                         "--prompt needs the model's tokenizer: " + codec.why_not().message()));
+    }
+    ids = codec.Encode(prompt, !no_bos, parse_special);
   }
   auto params = sampling.ToParams(**file);
   if (!params.ok()) return Fail(params.status());
   if (json) params->return_logprob = true;
+  if (codec.available()) {  // the tokenizer's EOS ids (generation_config.json) end generation too
+    for (int32_t id : codec.tokenizer().eos_ids()) {
+      auto& eos = params->eos_token_ids;
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+    }
+  }
 
   auto backend = engine_flags.CreateBackend(**file);
   if (!backend.ok()) return Fail(backend.status());
@@ -129,8 +156,8 @@ int RunCommand(int argc, const char* const* argv) {
     req.prompt = ids;
     req.params = *params;
     req.sample_index = static_cast<uint64_t>(i);
-    if (!stops.empty() && codec->can_decode()) {
-      const TextCodec* c = &*codec;
+    if (!stops.empty() && codec.available()) {
+      const TextCodec* c = &codec;
       req.stop_check = [c, stops, ids](const std::vector<int32_t>& gen) {
         const std::string text = c->Decode(ids, gen);
         for (const auto& s : stops) {
@@ -149,7 +176,7 @@ int RunCommand(int argc, const char* const* argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   auto text_of = [&](const GenerationResult& r) {
-    std::string text = codec->can_decode() ? codec->Decode(ids, r.tokens) : "";
+    std::string text = codec.available() ? codec.Decode(ids, r.tokens) : "";
     for (const auto& s : stops) {  // the stop string and what follows it are not returned
       if (auto pos = text.find(s); !s.empty() && pos != std::string::npos) text.resize(pos);
     }
@@ -186,7 +213,7 @@ int RunCommand(int argc, const char* const* argv) {
   } else {
     for (const auto& r : *results) {
       if (n > 1) std::printf("--- sample %lld ---\n", static_cast<long long>(r.id));
-      if (codec->can_decode()) {
+      if (codec.available()) {
         std::printf("%s\n", text_of(r).c_str());
       } else {
         for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? "," : "", r.tokens[i]);

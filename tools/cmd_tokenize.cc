@@ -1,5 +1,6 @@
 // `astr tokenize` and `astr detokenize`: the model's tokenizer from the command line, one text or a
 // JSON-lines batch.
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -108,12 +109,26 @@ int RunTokenize(int argc, const char* const* argv) {
   return 0;
 }
 
+// A token id as tokenizers takes it: any u32; ids past the vocabulary decode to nothing.
+StatusOr<int32_t> CheckedId(int64_t id) {
+  if (id < 0 || id > int64_t{UINT32_MAX}) {
+    return InvalidArgumentError("token id " + std::to_string(id) + " is outside 0.." +
+                                std::to_string(UINT32_MAX));
+  }
+  return id > INT32_MAX ? -1 : static_cast<int32_t>(id);  // -1: not in any vocabulary
+}
+
 StatusOr<std::vector<int32_t>> IdsFromJson(const json& j) {
   if (!j.is_array()) return InvalidArgumentError("expected a JSON array of ids");
   std::vector<int32_t> ids;
   for (const json& id : j) {
+    if (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t{UINT32_MAX}) {
+      return InvalidArgumentError("token id " + id.dump() + " is outside 0.." +
+                                  std::to_string(UINT32_MAX));
+    }
     if (!id.is_number_integer()) return InvalidArgumentError("ids must be integers");
-    ids.push_back(id.get<int32_t>());
+    ASTR_ASSIGN_OR_RETURN(int32_t checked, CheckedId(id.get<int64_t>()));
+    ids.push_back(checked);
   }
   return ids;
 }
@@ -174,7 +189,14 @@ int RunDetokenize(int argc, const char* const* argv) {
       std::fprintf(stderr, "astr detokenize: %s\n", parsed.status().message().c_str());
       return 2;
     }
-    for (int64_t id : *parsed) ids.push_back(static_cast<int32_t>(id));
+    for (int64_t id : *parsed) {
+      auto checked = CheckedId(id);
+      if (!checked.ok()) {
+        std::fprintf(stderr, "astr detokenize: --ids: %s\n", checked.status().message().c_str());
+        return 2;
+      }
+      ids.push_back(*checked);
+    }
   }
   const json out = DecodeOne(**tokenizer, ids, !keep_special, stream);
   if (stream) {

@@ -42,6 +42,15 @@ void CharMatches(std::string_view text, const std::function<bool(uint32_t)>& pre
   }
 }
 
+// Rust's char::is_numeric, which `tokenizers`' Digits pre-tokenizer uses. Rust's standard library
+// follows Unicode 17.0 while our tables (and Oniguruma's) are 16.0; the only code points 17.0 added
+// to the N* categories are U+11DE0..U+11DE9 and U+16FF4..U+16FF6 (checked with unicodedata2
+// 17.0.0 against 16.0.0).
+bool IsRustNumeric(uint32_t cp) {
+  return unicode::IsNumber(cp) || (cp >= 0x11DE0 && cp <= 0x11DE9) ||
+         (cp >= 0x16FF4 && cp <= 0x16FF6);
+}
+
 class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
@@ -207,9 +216,8 @@ std::unique_ptr<PreTokenizer> MakeSplitPreTokenizer(Pattern pattern, SplitBehavi
 }
 
 std::unique_ptr<PreTokenizer> MakeDigitsPreTokenizer(bool individual_digits) {
-  return std::unique_ptr<PreTokenizer>(
-      new CharSplitPreTokenizer(unicode::IsNumber, individual_digits ? SplitBehavior::kIsolated
-                                                                     : SplitBehavior::kContiguous));
+  return std::unique_ptr<PreTokenizer>(new CharSplitPreTokenizer(
+      IsRustNumeric, individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous));
 }
 
 StatusOr<std::unique_ptr<PreTokenizer>> MakeByteLevelPreTokenizer(bool add_prefix_space,

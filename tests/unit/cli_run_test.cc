@@ -70,6 +70,13 @@ TEST(CliRunTest, UsageErrors) {
   EXPECT_EQ(RunCommand("run --model " + path + " --prompt-ids 1 --top-p 0").exit_code, 1);
   EXPECT_EQ(RunCommand("run --model /nonexistent.gguf --prompt-ids 1").exit_code, 1);
   EXPECT_EQ(RunCommand("run --help").exit_code, 0);
+  EXPECT_EQ(RunCommand("run --model " + path + " --prompt x --chat y").exit_code, 2);
+  EXPECT_EQ(RunCommand("run --model " + path + " --prompt x --system y").exit_code, 2);
+  // stories260K has no chat template: a clear error, not a crash.
+  auto no_template =
+      testing::RunCommand(testing::BinDir() + "/astr run --model " + path + " --chat hi 2>&1");
+  EXPECT_EQ(no_template.exit_code, 1);
+  EXPECT_NE(no_template.out.find("template"), std::string::npos) << no_template.out;
   // Out-of-range values are refused, never wrapped or looped on.
   for (const char* bad :
        {"--logit-bias 13:abc", "--max-tokens 4294967297", "--max-running 0",

@@ -93,7 +93,9 @@ void CheckGolden(const std::string& model_rel, const std::string& golden_rel, bo
     const auto want = e["input_ids"].get<std::vector<int32_t>>();
     const std::vector<int32_t> got = tok->Encode(text);
     EXPECT_EQ(got, want) << e["id"] << ": \"" << text << "\"";
-    if (check_decode) EXPECT_EQ(tok->Decode(got, true), e["decoded_skip_special"]) << e["id"];
+    if (check_decode) {
+      EXPECT_EQ(tok->Decode(got, true), e["decoded_skip_special"]) << e["id"];
+    }
   }
 }
 
@@ -128,6 +130,28 @@ TEST(TokenizerTest, SmolLm2IdsFromTheReadme) {
   EXPECT_EQ(tok->Decode(std::vector<int32_t>{1, 4093, 198, 26843, 2}, true), "user\nHi");
   EXPECT_EQ(tok->Decode(std::vector<int32_t>{1, 4093, 198, 26843, 2}, false),
             "<|im_start|>user\nHi<|im_end|>");
+}
+
+TEST(TokenizerTest, DigitsFollowRustUnicode17) {
+  // U+11DE0 became a digit (Nd) in Unicode 17.0, which Rust's char::is_numeric (and so the Digits
+  // pre-tokenizer of tokenizers 0.23.3) follows: the two spaces stay one piece. Expected ids from
+  // tokenizers.
+  ASTR_REQUIRE_SHARED_FILE(path, "tokenizers/hf/smollm2-135m-instruct/tokenizer.json");
+  auto tok = MustLoad(path);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->Encode("  \U00011DE0"), (std::vector<int32_t>{256, 187, 235, 132, 250}));
+}
+
+TEST(TokenizerTest, DetokenizeCliRejectsIdsOutsideU32) {
+  ASTR_REQUIRE_SHARED_FILE(path, "tokenizers/hf/gpt2/tokenizer.json");
+  const std::string astr = testing::BinDir() + "/astr detokenize --model " + path;
+  auto r = testing::RunCommand(astr + " --ids 4294967296 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("4294967296 is outside"), std::string::npos) << r.out;
+  // Ids past the vocabulary but inside u32 are skipped, as tokenizers does.
+  r = testing::RunCommand(astr + " --ids 40,2147483648,4294967295,41");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "IJ");
 }
 
 TEST(TokenizerTest, DefaultModelGgufMatchesTheHfTokenizer) {

@@ -1,0 +1,126 @@
+// Renders a parsed template: scopes, statements, expression evaluation and the attribute / item
+// lookup rules of jinja2's ImmutableSandboxedEnvironment.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/jinja/ast.h"
+#include "common/jinja/value.h"
+#include "common/status.h"
+
+namespace astr::jinja {
+
+// A variable scope. Loop bodies, macro calls and {% with %} blocks get a child frame; lookups
+// walk up to the parent, assignments stay in the frame (jinja2's scoping rules).
+class Frame {
+ public:
+  explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
+  const Value* Find(std::string_view name) const;
+  void Set(const std::string& name, Value value);
+
+ private:
+  std::shared_ptr<Frame> parent_;
+  std::vector<std::pair<std::string, Value>> vars_;
+};
+using FramePtr = std::shared_ptr<Frame>;
+
+// A C++ function callable from templates (globals, bound methods, loop.cycle).
+class NativeFunction : public Callable {
+ public:
+  using Fn = std::function<StatusOr<Value>(Interpreter&, CallArgs&)>;
+  NativeFunction(std::string name, std::string type_name, Fn fn)
+      : name_(std::move(name)), type_name_(std::move(type_name)), fn_(std::move(fn)) {}
+  std::string type_name() const override { return type_name_; }
+  std::string repr() const override { return "<built-in function " + name_ + ">"; }
+  StatusOr<Value> Call(Interpreter& interp, CallArgs args) const override {
+    return fn_(interp, args);
+  }
+  static Value Make(std::string name, std::string type_name, Fn fn) {
+    return Value::Function(
+        std::make_shared<NativeFunction>(std::move(name), std::move(type_name), std::move(fn)));
+  }
+
+ private:
+  std::string name_;
+  std::string type_name_;
+  Fn fn_;
+};
+
+struct InterpreterOptions {
+  std::optional<int64_t> now_unix_seconds;  // strftime_now()'s clock; nullopt: system clock
+  size_t max_output_bytes = size_t{256} << 20;
+  int max_call_depth = 200;  // macro recursion (Python's recursion limit ends jinja2 near here)
+  // Statements + expressions evaluated per render; bounds templates that would loop for hours.
+  int64_t max_steps = 20'000'000;
+};
+
+class Interpreter {
+ public:
+  Interpreter(const Program& program, InterpreterOptions options);
+
+  // Renders the template with `context` (a dict of variables).
+  StatusOr<std::string> Render(const Value& context);
+
+  // Environment operations used by filters, tests and methods.
+  StatusOr<Value> GetAttr(const Value& obj, const std::string& name);
+  StatusOr<Value> GetItem(const Value& obj, const Value& key);
+  StatusOr<Value> CallValue(const Value& fn, CallArgs args);
+  const InterpreterOptions& options() const { return options_; }
+
+  // Called by macro values.
+  StatusOr<Value> InvokeMacro(const Stmt& def, const FramePtr& closure, CallArgs args,
+                              const std::string& name);
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  StatusOr<Flow> ExecList(const StmtList& body, const FramePtr& frame, std::string* out);
+  StatusOr<Flow> Exec(const Stmt& stmt, const FramePtr& frame, std::string* out);
+  StatusOr<Flow> ExecStmt(const Stmt& stmt, const FramePtr& frame, std::string* out);
+  StatusOr<Flow> ExecFor(const Stmt& stmt, const FramePtr& frame, std::string* out);
+  Status ExecCallBlock(const Stmt& stmt, const FramePtr& frame, std::string* out);
+  Status Assign(const Expr& target, const Value& value, const FramePtr& frame);
+  // RuntimeError unless `target` ({% set ns.attr %}) names a namespace.
+  Status CheckNamespace(const Expr& target, const FramePtr& frame);
+  Status Append(std::string* out, std::string_view text);
+
+  StatusOr<Value> Eval(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalExpr(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalGetitem(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalCompare(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalBinary(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalLiteral(const Expr& expr, const FramePtr& frame);
+  StatusOr<CallArgs> EvalArgs(const Expr& expr, const FramePtr& frame);
+  StatusOr<Value> EvalFilter(const Expr& expr, const FramePtr& frame);
+  Value MakeMacro(const Stmt& def, const FramePtr& closure, std::string name);
+
+  const Program& program_;
+  InterpreterOptions options_;
+  int call_depth_ = 0;
+  int64_t steps_ = 0;
+  int error_line_ = 0;  // line of the innermost node that failed
+  // The body text of the {% filter %} / {% set %} block whose filter chain is being evaluated.
+  std::vector<Value> filter_inputs_;
+};
+
+// Python semantics of the binary operators (+ - * / // % **).
+StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b);
+// obj[index] of a str, list or tuple (negative counts from the end); nullopt when out of range.
+std::optional<Value> IndexSequence(const Value& obj, int64_t index);
+// Python slicing obj[start:stop:step] of str, list and tuple (null bounds are None).
+StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop,
+                           const Value& step);
+// ResourceExhausted: a render ran more than `max_steps` statements and expressions.
+Status StepBudgetExceeded(int64_t max_steps);
+// The template globals: jinja2's range, dict, namespace, cycler, joiner plus transformers'
+// raise_exception and strftime_now.
+void AddGlobals(Frame* frame, const InterpreterOptions& options);
+
+}  // namespace astr::jinja

@@ -1,0 +1,65 @@
+// A Jinja2 template engine for Hugging Face chat templates.
+//
+// It renders exactly what Python's jinja2 renders in the environment transformers uses for
+// chat templates: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with the
+// loopcontrols extension ({% break %}, {% continue %}), transformers' {% generation %} block,
+// transformers' `tojson` filter (json.dumps with ensure_ascii=False) and its globals
+// `raise_exception(message)` and `strftime_now(format)`. Values follow Python semantics: str
+// methods, dict key order, float repr, Undefined. docs/chat_templates.md lists what is supported.
+//
+//   ASTR_ASSIGN_OR_RETURN(auto t, jinja::Template::Parse(source));
+//   ASTR_ASSIGN_OR_RETURN(std::string text, t.Render(context));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace astr::jinja {
+
+struct Program;
+
+struct Options {
+  bool trim_blocks = true;    // drop the first newline after a block tag
+  bool lstrip_blocks = true;  // strip spaces / tabs before a block tag at the start of a line
+};
+
+struct RenderOptions {
+  // strftime_now()'s clock in seconds since the epoch (local time zone); nullopt reads the
+  // system clock.
+  std::optional<int64_t> now_unix_seconds;
+  // A render producing more output than this fails instead of exhausting memory.
+  size_t max_output_bytes = size_t{256} << 20;
+  // A render evaluating more statements + expressions than this fails (ResourceExhausted)
+  // instead of running for hours.
+  int64_t max_steps = 20'000'000;
+};
+
+class Template {
+ public:
+  // Parse errors: InvalidArgument "line L, column C: <what>".
+  static StatusOr<Template> Parse(std::string_view source, Options options = {});
+
+  // Render is const and may run concurrently on one Template.
+  // `context`: a JSON object of template variables (messages, tools, add_generation_prompt,
+  // bos_token, ...). Object key order is kept: Python dicts iterate in insertion order, which
+  // `tojson` and `|items` expose. Render errors (an undefined value used, a TypeError,
+  // raise_exception("msg")) are InvalidArgument "line N: <Python exception text>".
+  StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                               const RenderOptions& options = {}) const;
+  // Same, for a context whose keys are already sorted (nlohmann::json keeps no insertion order).
+  StatusOr<std::string> Render(const nlohmann::json& context,
+                               const RenderOptions& options = {}) const;
+
+ private:
+  explicit Template(std::shared_ptr<const Program> program) : program_(std::move(program)) {}
+  std::shared_ptr<const Program> program_;
+};
+
+}  // namespace astr::jinja

