@@ -47,29 +47,5 @@ int ByteLevelByte(uint32_t codepoint) {
   return codepoint < table.size() ? table[codepoint] : -1;
 }
 
-std::string ByteLevelDecode(std::string_view piece) {
-  const auto& table = UnicodeToByte();
-  std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    const unsigned char c = piece[i];
-    int cp = -1;
-    size_t len = 1;
-    if (c < 0x80) {
-      cp = c;
-    } else if ((c & 0xE0) == 0xC0 && i + 1 < piece.size()) {
-      cp = ((c & 0x1F) << 6) | (piece[i + 1] & 0x3F);
-      len = 2;
-    } else {
-      len = (c & 0xF0) == 0xE0 ? 3 : ((c & 0xF8) == 0xF0 ? 4 : 1);
-    }
-    if (cp >= 0 && cp < static_cast<int>(table.size()) && table[cp] >= 0) {
-      out.push_back(static_cast<char>(table[cp]));
-    } else {
-      out.append(piece.substr(i, std::min(len, piece.size() - i)));
-    }
-    i += len;
-  }
-  return out;
-}
 
 }  // namespace astr

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/gguf.h"
 
 namespace astr {
@@ -14,23 +15,6 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 constexpr const char* kNowEnv = "ASTR_CHAT_TEMPLATE_NOW";
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-StatusOr<ojson> ReadJson(const std::string& path) {
-  ASTR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  try {
-    return ojson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgumentError(path + ": invalid JSON: " + e.what());
-  }
-}
 
 // A token entry: "text", {"content": "text", ...} (AddedToken) or null.
 StatusOr<std::optional<std::string>> TokenString(const ojson& v, const std::string& where) {
@@ -115,19 +99,19 @@ StatusOr<ChatTemplateSource> ReadHf(const fs::path& config_path) {
   ChatTemplateSource out;
   const fs::path dir = config_path.parent_path();
   out.origin = config_path.string();
-  ASTR_ASSIGN_OR_RETURN(ojson config, ReadJson(config_path.string()));
+  ASTR_ASSIGN_OR_RETURN(ojson config, ReadOrderedJsonFile(config_path.string()));
   if (!config.is_object()) return InvalidArgumentError(out.origin + ": expected a JSON object");
   std::optional<ojson> special_map;
   const fs::path map_path = dir / "special_tokens_map.json";
   if (fs::exists(map_path)) {
-    ASTR_ASSIGN_OR_RETURN(special_map, ReadJson(map_path.string()));
+    ASTR_ASSIGN_OR_RETURN(special_map, ReadOrderedJsonFile(map_path.string()));
   }
   ASTR_RETURN_IF_ERROR(
       ReadHfTokens(config, out.origin, special_map, map_path.string(), &out.tokens));
   // transformers lets chat_template.jinja replace the config's template.
   const fs::path jinja_path = dir / "chat_template.jinja";
   if (fs::exists(jinja_path)) {
-    ASTR_ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_path.string()));
+    ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(jinja_path.string()));
     out.origin = jinja_path.string();
     out.templates.emplace_back("default", std::move(text));
   } else {
@@ -207,7 +191,7 @@ StatusOr<ChatTemplateSource> ReadChatTemplateSource(const std::string& model_pat
       if (fs::exists(p / "chat_template.jinja", ec)) {
         ChatTemplateSource out;
         out.origin = (p / "chat_template.jinja").string();
-        ASTR_ASSIGN_OR_RETURN(std::string text, ReadFile(out.origin));
+        ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(out.origin));
         out.templates.emplace_back("default", std::move(text));
         return out;
       }

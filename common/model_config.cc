@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/gguf.h"
 
 namespace astr {
@@ -173,12 +174,8 @@ class JsonReader {
 };
 
 StatusOr<json> ParseJsonFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError(path + ": not a JSON object");
+  ASTR_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
+  if (!j.is_object()) return InvalidArgumentError(path + ": not a JSON object");
   return j;
 }
 

@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
+
 namespace astr {
 namespace {
 
@@ -35,14 +37,6 @@ std::optional<DType> ReadableDType(const std::string& dtype) {
   return std::nullopt;
 }
 
-StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
@@ -64,7 +58,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   }
   // Sharded: weight_map names the shard of every tensor.
   f->path_ = target;
-  ASTR_ASSIGN_OR_RETURN(std::string text, ReadTextFile(target));
+  ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(target));
   json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
       !index["weight_map"].is_object()) {

@@ -16,25 +16,6 @@ size_t Utf8Len(char lead) {
   return kLen[static_cast<uint8_t>(lead) >> 4];
 }
 
-// Parses "<0xXX>" (upper or lower hex); -1 if `piece` is not of that form.
-int ParseByteToken(std::string_view piece) {
-  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
-  int value = 0;
-  for (char c : piece.substr(3, 2)) {
-    int digit;
-    if (c >= '0' && c <= '9') {
-      digit = c - '0';
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else {
-      return -1;
-    }
-    value = value * 16 + digit;
-  }
-  return value;
-}
 
 // A symbol of the merge: a byte range of the escaped text, linked to its live neighbours.
 struct Symbol {

@@ -4,6 +4,25 @@
 
 namespace astr {
 
+int ParseByteToken(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  int value = 0;
+  for (char c : token.substr(3, 2)) {
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      digit = c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return -1;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
 StatusOr<std::unique_ptr<Vocab>> ReadVocab(const GgufFile& gguf) {
   const GgufValue* tokens = gguf.Find("tokenizer.ggml.tokens");
   if (tokens == nullptr) return std::unique_ptr<Vocab>();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -38,6 +39,10 @@ struct Vocab {
   bool add_eos = false;          // tokenizer.ggml.add_eos_token
   bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (SentencePiece default: true)
 };
+
+// "<0x41>" -> 0x41 (upper or lower hex): the byte-fallback tokens of SentencePiece-style
+// vocabularies; -1 for any other token.
+int ParseByteToken(std::string_view token);
 
 class GgufFile;
 

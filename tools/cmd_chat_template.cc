@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/chat_template.h"
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "tools/command.h"
 
@@ -15,27 +16,10 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-StatusOr<ojson> ReadJsonFile(const std::string& path) {
-  ASTR_ASSIGN_OR_RETURN(std::string text, ReadText(path));
-  try {
-    return ojson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgumentError(path + ": invalid JSON: " + e.what());
-  }
-}
-
 // A messages file: a JSON array of messages, or {"messages": [...], "tools": [...], <variable>:
 // <value>, ...} where every other key becomes a template variable.
 Status ReadMessagesFile(const std::string& path, ChatInputs* inputs) {
-  ASTR_ASSIGN_OR_RETURN(ojson doc, ReadJsonFile(path));
+  ASTR_ASSIGN_OR_RETURN(ojson doc, ReadOrderedJsonFile(path));
   if (doc.is_array()) {
     inputs->messages = std::move(doc);
     return OkStatus();
@@ -67,7 +51,7 @@ Status ReadMessagesFile(const std::string& path, ChatInputs* inputs) {
 }
 
 Status ReadToolsFile(const std::string& path, ChatInputs* inputs) {
-  ASTR_ASSIGN_OR_RETURN(ojson doc, ReadJsonFile(path));
+  ASTR_ASSIGN_OR_RETURN(ojson doc, ReadOrderedJsonFile(path));
   if (doc.is_object() && doc.contains("tools")) doc = doc["tools"];
   if (!doc.is_array()) {
     return InvalidArgumentError(path + ": expected a JSON array of tools (or {\"tools\": [...]})");
@@ -87,7 +71,7 @@ struct Flags {
 
 StatusOr<ChatTemplate> LoadTemplate(const Flags& f) {
   if (f.template_file.empty()) return ChatTemplate::Load(f.model, f.template_name);
-  ASTR_ASSIGN_OR_RETURN(std::string text, ReadText(f.template_file));
+  ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.template_file));
   ChatSpecialTokens tokens;
   if (f.model.empty()) {
     tokens.bos = "";

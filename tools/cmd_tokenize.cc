@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tokenizer/stream_decoder.h"
 #include "common/tokenizer/tokenizer.h"
@@ -21,14 +22,6 @@ using json = nlohmann::json;
 int Fail(const char* command, const std::string& message) {
   std::fprintf(stderr, "astr %s: %s\n", command, message.c_str());
   return 1;
-}
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 // Runs `line_fn` on every non-empty line of a JSON-lines file; the error names the line.
@@ -87,7 +80,7 @@ int RunTokenize(int argc, const char* const* argv) {
     return s.ok() ? 0 : Fail("tokenize", s.ToString());
   }
   if (!file.empty()) {
-    auto content = ReadFile(file);
+    auto content = ReadFileToString(file);
     if (!content.ok()) return Fail("tokenize", content.status().ToString());
     text = std::move(*content);
   }

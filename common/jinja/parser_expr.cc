@@ -37,13 +37,14 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
   return expr1;
 }
 
-StatusOr<ExprPtr> Parser::ParseOr() {
+StatusOr<ExprPtr> Parser::ParseKeywordChain(const char* keyword,
+                                            StatusOr<ExprPtr> (Parser::*operand)()) {
   int line = Cur().line;
-  ASTR_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
-  while (SkipName("or")) {
-    ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
+  ASTR_ASSIGN_OR_RETURN(ExprPtr left, (this->*operand)());
+  while (SkipName(keyword)) {
+    ASTR_ASSIGN_OR_RETURN(ExprPtr right, (this->*operand)());
     ExprPtr node = MakeExpr(ExprKind::kBinary, line);
-    node->name = "or";
+    node->name = keyword;
     node->children.push_back(std::move(left));
     node->children.push_back(std::move(right));
     left = std::move(node);
@@ -52,20 +53,9 @@ StatusOr<ExprPtr> Parser::ParseOr() {
   return left;
 }
 
-StatusOr<ExprPtr> Parser::ParseAnd() {
-  int line = Cur().line;
-  ASTR_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
-  while (SkipName("and")) {
-    ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
-    ExprPtr node = MakeExpr(ExprKind::kBinary, line);
-    node->name = "and";
-    node->children.push_back(std::move(left));
-    node->children.push_back(std::move(right));
-    left = std::move(node);
-    line = Cur().line;
-  }
-  return left;
-}
+StatusOr<ExprPtr> Parser::ParseOr() { return ParseKeywordChain("or", &Parser::ParseAnd); }
+
+StatusOr<ExprPtr> Parser::ParseAnd() { return ParseKeywordChain("and", &Parser::ParseNot); }
 
 StatusOr<ExprPtr> Parser::ParseNot() {
   if (IsName("not")) {

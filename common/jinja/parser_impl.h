@@ -113,6 +113,8 @@ class Parser {
   // ---- expressions ----
   StatusOr<ExprPtr> ParseExpression(bool with_condexpr = true);
   StatusOr<ExprPtr> ParseCondExpr();
+  // `operand (keyword operand)*`, left-associative, as nested binary nodes named `keyword`.
+  StatusOr<ExprPtr> ParseKeywordChain(const char* keyword, StatusOr<ExprPtr> (Parser::*operand)());
   StatusOr<ExprPtr> ParseOr();
   StatusOr<ExprPtr> ParseAnd();
   StatusOr<ExprPtr> ParseNot();

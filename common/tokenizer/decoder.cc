@@ -3,6 +3,7 @@
 #include "common/byte_level.h"
 #include "common/tokenizer/json_util.h"
 #include "common/unicode.h"
+#include "common/vocab.h"
 
 namespace astr::tok {
 namespace {
@@ -227,24 +228,6 @@ StatusOr<std::unique_ptr<Decoder>> MetaspaceDecoderFromJson(const nlohmann::json
 
 }  // namespace
 
-int ParseByteToken(std::string_view token) {
-  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
-  int value = 0;
-  for (char c : token.substr(3, 2)) {
-    int digit;
-    if (c >= '0' && c <= '9') {
-      digit = c - '0';
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else {
-      return -1;
-    }
-    value = value * 16 + digit;
-  }
-  return value;
-}
 
 std::unique_ptr<Decoder> MakeByteLevelDecoder() {
   return std::unique_ptr<Decoder>(new ByteLevelDecoder());

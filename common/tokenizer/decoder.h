@@ -30,7 +30,4 @@ std::unique_ptr<Decoder> MakeByteLevelDecoder();
 // Replace U+2581 by ' ', ByteFallback, Fuse, and Strip one leading space when strip_leading_space.
 std::unique_ptr<Decoder> MakeSentencePieceDecoder(bool strip_leading_space);
 
-// "<0x41>" -> 0x41; -1 if `token` is not a byte token.
-int ParseByteToken(std::string_view token);
-
 }  // namespace astr::tok

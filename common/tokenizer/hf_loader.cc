@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/tokenizer/json_util.h"
 #include "common/tokenizer/loaders.h"
 #include "common/tokenizer/tokenizer_builder.h"
@@ -13,16 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-StatusOr<json> ReadJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgumentError(path + ": not valid JSON");
-  return j;
-}
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(const json& list) {
   std::vector<std::pair<std::string, std::string>> merges;

@@ -116,7 +116,7 @@ bool Tokenizer::IsSpecial(int32_t id) const {
 }
 
 bool Tokenizer::IsByteFallbackToken(int32_t id) const {
-  return decoder_joins_bytes_ && tok::ParseByteToken(IdToToken(id)) >= 0;
+  return decoder_joins_bytes_ && ParseByteToken(IdToToken(id)) >= 0;
 }
 
 std::string Tokenizer::Describe() const {

@@ -328,7 +328,7 @@ TEST(TokenizerTest, MalformedFilesNameTheProblem) {
     return j.dump();
   };
   const std::vector<Case> cases = {
-      {"{\"model\": ", "not valid JSON"},
+      {"{\"model\": ", "invalid JSON: [json.exception.parse_error.101] parse error at line 1"},
       {"[]", "not a JSON object"},
       {with("/model/type", "Unigram"), "Unigram"},
       {with("/model/type", "WordPiece"), "WordPiece"},
