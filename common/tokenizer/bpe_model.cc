@@ -107,7 +107,7 @@ class MergeTable {
 class BpeModel final : public Model {
  public:
   BpeModel(TokenMap vocab, std::vector<std::string> id_to_token,
-           std::unordered_map<uint64_t, MergeTarget> merges, BpeOptions options)
+           const std::unordered_map<uint64_t, MergeTarget>& merges, BpeOptions options)
       : vocab_(std::move(vocab)),
         id_to_token_(std::move(id_to_token)),
         merges_(merges),
@@ -299,10 +299,10 @@ StatusOr<std::unique_ptr<Model>> MakeBpeModel(
                                   "\" uses a token that is not in the vocab");
     }
     // With a continuing-subword prefix the right side's prefix is dropped when joining.
-    std::string joined =
-        a + (prefix > 0 && b.compare(0, prefix, options.continuing_subword_prefix) == 0
-                 ? b.substr(prefix)
-                 : b);
+    std::string joined = a;
+    joined += prefix > 0 && b.compare(0, prefix, options.continuing_subword_prefix) == 0
+                  ? std::string_view(b).substr(prefix)
+                  : std::string_view(b);
     const auto ij = vocab.find(joined);
     if (ij == vocab.end()) {
       return InvalidArgumentError("merges[" + std::to_string(rank) + "]" + " \"" + a + " " + b +
@@ -313,7 +313,7 @@ StatusOr<std::unique_ptr<Model>> MakeBpeModel(
                                MergeTarget{static_cast<int32_t>(rank), ij->second});
   }
   return std::unique_ptr<Model>(
-      new BpeModel(std::move(vocab), std::move(id_to_token), std::move(merge_map), options));
+      new BpeModel(std::move(vocab), std::move(id_to_token), merge_map, options));
 }
 
 }  // namespace astr::tok

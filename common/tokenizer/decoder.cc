@@ -145,7 +145,8 @@ class FuseDecoder final : public Decoder {
   void DecodeChain(std::vector<std::string>& tokens) const override {
     std::string all;
     for (const std::string& t : tokens) all += t;
-    tokens.assign(1, std::move(all));
+    tokens.clear();
+    tokens.push_back(std::move(all));
   }
 };
 
@@ -227,7 +228,6 @@ StatusOr<std::unique_ptr<Decoder>> MetaspaceDecoderFromJson(const nlohmann::json
 }
 
 }  // namespace
-
 
 std::unique_ptr<Decoder> MakeByteLevelDecoder() {
   return std::unique_ptr<Decoder>(new ByteLevelDecoder());
