@@ -171,7 +171,7 @@ StatusOr<std::optional<int64_t>> NowFromEnvironment() {
   const char* env = std::getenv(kNowEnv);
   if (env == nullptr || *env == '\0') return std::optional<int64_t>();
   char* end = nullptr;
-  long long v = std::strtoll(env, &end, 10);
+  int64_t v = std::strtoll(env, &end, 10);
   if (*end != '\0') {
     return InvalidArgumentError(std::string(kNowEnv) + "=" + env +
                                 ": expected unix seconds (an integer)");

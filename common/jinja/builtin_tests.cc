@@ -123,8 +123,9 @@ StatusOr<bool> TestExists(Interpreter&, const Value& v, const CallArgs&) {
 template <const char* kOp, const char* kName>
 StatusOr<bool> CompareTest(Interpreter&, const Value& v, const CallArgs& a) {
   if (a.positional.size() + a.keyword.size() != 1) {
-    if (!a.keyword.empty()) return TypeError(std::string(kName) + "() takes no keyword arguments");
-    return TypeError(std::string(kName) + " expected 2 arguments, got " +
+    const std::string name = kName;
+    if (!a.keyword.empty()) return TypeError(name + "() takes no keyword arguments");
+    return TypeError(name + " expected 2 arguments, got " +
                      std::to_string(a.positional.size() + 1));
   }
   return Compare(v, a.positional[0], kOp);
@@ -192,7 +193,7 @@ const std::map<std::string_view, TestFn>& TestTable() {
 bool IsBuiltinTest(std::string_view name) { return TestTable().count(name) > 0; }
 
 StatusOr<bool> CallTest(Interpreter& interp, std::string_view name, const Value& value,
-                        CallArgs args) {
+                        const CallArgs& args) {
   const auto& table = TestTable();
   auto it = table.find(name);
   if (it == table.end()) return RuntimeError("No test named '" + std::string(name) + "'.");

@@ -15,10 +15,10 @@ bool IsBuiltinTest(std::string_view name);
 
 // Applies filter `name` (jinja2's builtins plus transformers' tojson) to `value`.
 StatusOr<Value> CallFilter(Interpreter& interp, std::string_view name, const Value& value,
-                           CallArgs args);
+                           const CallArgs& args);
 // Evaluates test `name` on `value`.
 StatusOr<bool> CallTest(Interpreter& interp, std::string_view name, const Value& value,
-                        CallArgs args);
+                        const CallArgs& args);
 
 // Python attribute lookup on str / list / tuple / dict values: a bound method, an unsafe-attribute
 // Undefined (for list.append & co. under the immutable sandbox), or nullopt when the type has no

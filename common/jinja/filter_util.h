@@ -27,7 +27,7 @@ class Params {
   std::vector<const Value*> values_;
 };
 
-using FilterFn = StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
+using FilterFn = StatusOr<Value> (*)(Interpreter&, const Value&, const CallArgs&);
 
 // jinja2's make_attrgetter: "a.b.0" walks items with the sandbox's getitem; `dflt` replaces
 // undefined results when given.
@@ -43,26 +43,26 @@ Status StableSort(std::vector<std::pair<Value, Value>>* keyed, bool reverse);
 Value IgnoreCase(const Value& v);
 
 // Sequence filters (filters_seq.cc).
-StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Select(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Reject(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> SelectAttr(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> RejectAttr(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> First(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Last(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> ListFilter(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Unique(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Sort(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> DictSort(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Reverse(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Items(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Batch(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> SliceFilter(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Sum(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Min(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Max(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> GroupBy(Interpreter& interp, const Value& v, CallArgs& a);
-StatusOr<Value> Count(Interpreter& interp, const Value& v, CallArgs& a);
+StatusOr<Value> Map(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Select(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Reject(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> SelectAttr(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> RejectAttr(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Join(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> First(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Last(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> ListFilter(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Unique(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Sort(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> DictSort(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Reverse(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Items(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Batch(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> SliceFilter(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Sum(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Min(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Max(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> GroupBy(Interpreter& interp, const Value& v, const CallArgs& a);
+StatusOr<Value> Count(Interpreter& interp, const Value& v, const CallArgs& a);
 
 }  // namespace astr::jinja::filters

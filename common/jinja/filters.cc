@@ -1,6 +1,7 @@
 // jinja2's built-in filters on strings and numbers, transformers' tojson, and the filter table.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -87,7 +88,7 @@ Value SameKind(const Value& like, std::string s) {
   return like.is_markup() ? Value::Markup(std::move(s)) : Value::Str(std::move(s));
 }
 
-StatusOr<Value> ToJson(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> ToJson(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(
       Params p, Params::Bind("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonDumpOptions o;
@@ -115,7 +116,7 @@ StatusOr<Value> ToJson(Interpreter&, const Value& v, CallArgs& a) {
   return Value::Str(std::move(s));
 }
 
-StatusOr<Value> Default(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Default(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_default", a, {"default_value", "boolean"}));
   if (v.is_undefined() || (p.Flag(1, false) && !Truthy(v))) {
     return p.has(0) ? *p[0] : Value::Str("");
@@ -123,21 +124,21 @@ StatusOr<Value> Default(Interpreter&, const Value& v, CallArgs& a) {
   return v;
 }
 
-StatusOr<Value> StringFilter(Interpreter&, const Value& v, CallArgs&) { return SoftStr(v); }
+StatusOr<Value> StringFilter(Interpreter&, const Value& v, const CallArgs&) { return SoftStr(v); }
 
-StatusOr<Value> Safe(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Safe(Interpreter&, const Value& v, const CallArgs&) {
   return v.is_markup() ? v : Value::Markup(ToStr(v));
 }
 
-StatusOr<Value> Escape(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Escape(Interpreter&, const Value& v, const CallArgs&) {
   return v.is_markup() ? v : Value::Markup(HtmlEscape(ToStr(v)));
 }
 
-StatusOr<Value> ForceEscape(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> ForceEscape(Interpreter&, const Value& v, const CallArgs&) {
   return Value::Markup(HtmlEscape(ToStr(v)));
 }
 
-StatusOr<Value> Trim(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Trim(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_trim", a, {"chars"}));
   const std::string* chars = nullptr;
   if (p.has(0) && !p[0]->is_none()) {
@@ -148,24 +149,25 @@ StatusOr<Value> Trim(Interpreter&, const Value& v, CallArgs& a) {
   return SameKind(s, text::Strip(s.str(), chars, true, true));
 }
 
-StatusOr<Value> Upper(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Upper(Interpreter&, const Value& v, const CallArgs&) {
   Value s = SoftStr(v);
   return SameKind(s, text::Upper(s.str()));
 }
 
-StatusOr<Value> Lower(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Lower(Interpreter&, const Value& v, const CallArgs&) {
   Value s = SoftStr(v);
   return SameKind(s, text::Lower(s.str()));
 }
 
-StatusOr<Value> Capitalize(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Capitalize(Interpreter&, const Value& v, const CallArgs&) {
   Value s = SoftStr(v);
   return SameKind(s, text::Capitalize(s.str()));
 }
 
 // jinja2's do_title: capitalizes each piece split at runs of [-\s({[<].
-StatusOr<Value> Title(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Title(Interpreter&, const Value& v, const CallArgs&) {
   std::u32string cps = text::Decode(ToStr(v));
+  const std::u32string_view cps_view = cps;
   auto is_sep = [](char32_t c) {
     return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || text::IsSpace(c);
   };
@@ -176,14 +178,14 @@ StatusOr<Value> Title(Interpreter&, const Value& v, CallArgs&) {
     bool sep = is_sep(cps[i]);
     while (j < cps.size() && is_sep(cps[j]) == sep) ++j;
     // item[0].upper() + item[1:].lower()
-    out += text::Upper(text::Encode(std::u32string_view(cps).substr(i, 1)));
-    out += text::Lower(text::Encode(std::u32string_view(cps).substr(i + 1, j - i - 1)));
+    out += text::Upper(text::Encode(cps_view.substr(i, 1)));
+    out += text::Lower(text::Encode(cps_view.substr(i + 1, j - i - 1)));
     i = j;
   }
   return Value::Str(std::move(out));
 }
 
-StatusOr<Value> Center(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Center(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_center", a, {"width"}));
   int64_t width = p.has(0) && p[0]->is_integral() ? p[0]->int_value() : 80;
   Value s = SoftStr(v);
@@ -194,7 +196,7 @@ StatusOr<Value> Center(Interpreter&, const Value& v, CallArgs& a) {
   return SameKind(s, std::string(left, ' ') + s.str() + std::string(pad - left, ' '));
 }
 
-StatusOr<Value> Replace(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Replace(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_replace", a, {"old", "new", "count"}));
   if (!p.has(0) || !p.has(1)) {
     return TypeError("do_replace() missing required positional arguments: 'old' and 'new'");
@@ -203,7 +205,7 @@ StatusOr<Value> Replace(Interpreter&, const Value& v, CallArgs& a) {
   return Value::Str(text::Replace(ToStr(v), ToStr(*p[0]), ToStr(*p[1]), count));
 }
 
-StatusOr<Value> Indent(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Indent(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_indent", a, {"width", "first", "blank"}));
   std::string indention(4, ' ');
   if (p.has(0)) {
@@ -288,7 +290,7 @@ std::optional<int64_t> ParsePyInt(const std::string& raw, int base) {
   }
   errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(cleaned.c_str(), &end, base);
+  int64_t v = std::strtoll(cleaned.c_str(), &end, base);
   if (*end != '\0' || errno != 0 || std::isspace(static_cast<unsigned char>(cleaned[start]))) {
     return std::nullopt;
   }
@@ -300,7 +302,7 @@ Status IntTooLarge() {
   return InvalidArgumentError("OverflowError: integer does not fit in 64 bits");
 }
 
-StatusOr<Value> Int(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Int(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_int", a, {"default", "base"}));
   Value dflt = p.has(0) ? *p[0] : Value::Int(0);
   int base = p.has(1) && p[1]->is_integral() ? static_cast<int>(p[1]->int_value()) : 10;
@@ -327,7 +329,7 @@ StatusOr<Value> Int(Interpreter&, const Value& v, CallArgs& a) {
   return dflt;
 }
 
-StatusOr<Value> Float(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Float(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_float", a, {"default"}));
   if (v.is_undefined()) return UndefinedUse(v);
   if (v.is_number()) return Value::Float(v.number_value());
@@ -337,7 +339,7 @@ StatusOr<Value> Float(Interpreter&, const Value& v, CallArgs& a) {
   return p.has(0) ? *p[0] : Value::Float(0.0);
 }
 
-StatusOr<Value> Abs(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Abs(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_float()) return Value::Float(std::fabs(v.number_value()));
   if (v.is_integral()) return Value::Int(std::llabs(v.int_value()));
   return TypeError("bad operand type for abs(): '" + TypeName(v) + "'");
@@ -355,7 +357,7 @@ double RoundFloat(double x, int64_t n) {
   return std::nearbyint(x / scale) * scale;
 }
 
-StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Round(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_round", a, {"precision", "method"}));
   int64_t precision = p.has(0) && p[0]->is_integral() ? p[0]->int_value() : 0;
   std::string method = p.has(1) ? ToStr(*p[1]) : "common";
@@ -380,7 +382,7 @@ StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& a) {
   return Value::Float(r / scale);
 }
 
-StatusOr<Value> Format(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Format(Interpreter&, const Value& v, const CallArgs& a) {
   if (!a.positional.empty() && !a.keyword.empty()) {
     return RuntimeError("can't handle positional and keyword arguments at the same time");
   }
@@ -397,7 +399,7 @@ StatusOr<Value> Format(Interpreter&, const Value& v, CallArgs& a) {
   return SameKind(s, std::move(out));
 }
 
-StatusOr<Value> WordCount(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> WordCount(Interpreter&, const Value& v, const CallArgs&) {
   int64_t n = 0;
   bool in_word = false;
   for (char32_t c : text::Decode(ToStr(v))) {
@@ -408,7 +410,7 @@ StatusOr<Value> WordCount(Interpreter&, const Value& v, CallArgs&) {
   return Value::Int(n);
 }
 
-StatusOr<Value> Truncate(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Truncate(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p,
                         Params::Bind("do_truncate", a, {"length", "killwords", "end", "leeway"}));
   int64_t length = p.has(0) && p[0]->is_integral() ? p[0]->int_value() : 255;
@@ -431,7 +433,7 @@ StatusOr<Value> Truncate(Interpreter&, const Value& v, CallArgs& a) {
   return Value::Str(parts[0] + end);
 }
 
-StatusOr<Value> Attr(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Attr(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_attr", a, {"name"}));
   if (!p.has(0)) return TypeError("do_attr() missing 1 required positional argument: 'name'");
   std::string name = ToStr(*p[0]);
@@ -440,9 +442,11 @@ StatusOr<Value> Attr(Interpreter& interp, const Value& v, CallArgs& a) {
   return Value::UndefinedAttr(v, Value::Str(name));
 }
 
-StatusOr<Value> Pprint(Interpreter&, const Value& v, CallArgs&) { return Value::Str(Repr(v)); }
+StatusOr<Value> Pprint(Interpreter&, const Value& v, const CallArgs&) {
+  return Value::Str(Repr(v));
+}
 
-StatusOr<Value> StripTags(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> StripTags(Interpreter&, const Value& v, const CallArgs&) {
   std::string s = ToStr(v);
   for (const auto& [open, close] : {std::pair<std::string, std::string>{"<!--", "-->"},
                                     std::pair<std::string, std::string>{"<", ">"}}) {
@@ -479,7 +483,7 @@ std::string UrlQuote(const std::string& s, bool for_qs) {
   return out;
 }
 
-StatusOr<Value> UrlEncode(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> UrlEncode(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_string() || !(v.is_dict() || v.is_sequence() || v.is_iterator())) {
     return Value::Str(UrlQuote(ToStr(v), false));
   }
@@ -499,7 +503,7 @@ StatusOr<Value> UrlEncode(Interpreter&, const Value& v, CallArgs&) {
   return Value::Str(std::move(out));
 }
 
-StatusOr<Value> XmlAttr(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> XmlAttr(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_xmlattr", a, {"autospace"}));
   if (!v.is_dict()) {
     return InvalidArgumentError("AttributeError: '" + TypeName(v) +
@@ -519,7 +523,7 @@ StatusOr<Value> XmlAttr(Interpreter&, const Value& v, CallArgs& a) {
   return Value::Str(std::move(rv));
 }
 
-StatusOr<Value> FileSizeFormat(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> FileSizeFormat(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_filesizeformat", a, {"binary"}));
   double bytes;
   if (v.is_number()) {
@@ -610,7 +614,7 @@ const std::map<std::string_view, FilterFn>& FilterTable() {
 bool IsBuiltinFilter(std::string_view name) { return filters::FilterTable().count(name) > 0; }
 
 StatusOr<Value> CallFilter(Interpreter& interp, std::string_view name, const Value& value,
-                           CallArgs args) {
+                           const CallArgs& args) {
   const auto& table = filters::FilterTable();
   auto it = table.find(name);
   if (it == table.end()) return RuntimeError("No filter named '" + std::string(name) + "'.");

@@ -23,7 +23,7 @@ CallArgs Rest(const CallArgs& a, size_t from) {
 }
 
 // select / reject / selectattr / rejectattr.
-StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& v, CallArgs& a, bool keep,
+StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& v, const CallArgs& a, bool keep,
                                bool lookup_attr) {
   ASTR_ASSIGN_OR_RETURN(ValueList items, ItemsIfTruthy(v));
   if (items.empty()) return Generator({});
@@ -53,7 +53,7 @@ StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& v, CallArgs& a,
   return Generator(std::move(out));
 }
 
-StatusOr<Value> MinOrMax(Interpreter& interp, const Value& v, CallArgs& a, bool want_max) {
+StatusOr<Value> MinOrMax(Interpreter& interp, const Value& v, const CallArgs& a, bool want_max) {
   ASTR_ASSIGN_OR_RETURN(
       Params p, Params::Bind(want_max ? "do_max" : "do_min", a, {"case_sensitive", "attribute"}));
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
@@ -80,7 +80,7 @@ StatusOr<Value> MinOrMax(Interpreter& interp, const Value& v, CallArgs& a, bool 
 
 }  // namespace
 
-StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Map(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(ValueList items, ItemsIfTruthy(v));
   if (items.empty()) return Generator({});
   ValueList out;
@@ -112,20 +112,20 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& a) {
   return Generator(std::move(out));
 }
 
-StatusOr<Value> Select(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Select(Interpreter& interp, const Value& v, const CallArgs& a) {
   return SelectOrReject(interp, v, a, true, false);
 }
-StatusOr<Value> Reject(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Reject(Interpreter& interp, const Value& v, const CallArgs& a) {
   return SelectOrReject(interp, v, a, false, false);
 }
-StatusOr<Value> SelectAttr(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> SelectAttr(Interpreter& interp, const Value& v, const CallArgs& a) {
   return SelectOrReject(interp, v, a, true, true);
 }
-StatusOr<Value> RejectAttr(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> RejectAttr(Interpreter& interp, const Value& v, const CallArgs& a) {
   return SelectOrReject(interp, v, a, false, true);
 }
 
-StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Join(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("sync_do_join", a, {"d", "attribute"}));
   std::string sep = p.has(0) ? ToStr(*p[0]) : "";
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
@@ -141,7 +141,7 @@ StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& a) {
   return Value::Str(std::move(out));
 }
 
-StatusOr<Value> First(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> First(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_iterator() && !v.iterator().reiterable) {
     IteratorData& it = v.iterator();
     if (it.pos < it.items.size()) return it.items[it.pos++];
@@ -152,7 +152,7 @@ StatusOr<Value> First(Interpreter&, const Value& v, CallArgs&) {
   return items.front();
 }
 
-StatusOr<Value> Last(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Last(Interpreter&, const Value& v, const CallArgs&) {
   bool reversible = v.is_string() || v.has_items() || v.is_dict() || v.is_undefined() ||
                     (v.is_iterator() && v.iterator().reiterable);
   if (!reversible) return TypeError(StrRepr(TypeName(v)) + " object is not reversible");
@@ -161,17 +161,17 @@ StatusOr<Value> Last(Interpreter&, const Value& v, CallArgs&) {
   return items.back();
 }
 
-StatusOr<Value> ListFilter(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> ListFilter(Interpreter&, const Value& v, const CallArgs&) {
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
   return Value::List(std::move(items));
 }
 
-StatusOr<Value> Count(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Count(Interpreter&, const Value& v, const CallArgs&) {
   ASTR_ASSIGN_OR_RETURN(int64_t n, jinja::Length(v));
   return Value::Int(n);
 }
 
-StatusOr<Value> Unique(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Unique(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p,
                         Params::Bind("sync_do_unique", a, {"case_sensitive", "attribute"}));
   bool case_sensitive = p.Flag(0, false);
@@ -192,7 +192,7 @@ StatusOr<Value> Unique(Interpreter& interp, const Value& v, CallArgs& a) {
   return Generator(std::move(out));
 }
 
-StatusOr<Value> Sort(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Sort(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p,
                         Params::Bind("do_sort", a, {"reverse", "case_sensitive", "attribute"}));
   bool case_sensitive = p.Flag(1, false);
@@ -222,7 +222,7 @@ StatusOr<Value> Sort(Interpreter& interp, const Value& v, CallArgs& a) {
   return Value::List(std::move(out));
 }
 
-StatusOr<Value> DictSort(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> DictSort(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p,
                         Params::Bind("do_dictsort", a, {"case_sensitive", "by", "reverse"}));
   if (v.is_undefined()) return UndefinedUse(v);
@@ -251,7 +251,7 @@ StatusOr<Value> DictSort(Interpreter&, const Value& v, CallArgs& a) {
   return Value::List(std::move(out));
 }
 
-StatusOr<Value> Reverse(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Reverse(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_string()) {
     std::u32string cps = text::Decode(v.str());
     std::reverse(cps.begin(), cps.end());
@@ -269,7 +269,7 @@ StatusOr<Value> Reverse(Interpreter&, const Value& v, CallArgs&) {
   return Value::Iterator(type, std::move(*items), false, false);
 }
 
-StatusOr<Value> Items(Interpreter&, const Value& v, CallArgs&) {
+StatusOr<Value> Items(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_undefined()) return Generator({});
   if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
   ValueList out;
@@ -277,7 +277,7 @@ StatusOr<Value> Items(Interpreter&, const Value& v, CallArgs&) {
   return Generator(std::move(out));
 }
 
-StatusOr<Value> Batch(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> Batch(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("do_batch", a, {"linecount", "fill_with"}));
   if (!p.has(0) || !p[0]->is_integral()) {
     return TypeError("do_batch() missing 1 required positional argument: 'linecount'");
@@ -301,7 +301,7 @@ StatusOr<Value> Batch(Interpreter&, const Value& v, CallArgs& a) {
   return Generator(std::move(out));
 }
 
-StatusOr<Value> SliceFilter(Interpreter&, const Value& v, CallArgs& a) {
+StatusOr<Value> SliceFilter(Interpreter&, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("sync_do_slice", a, {"slices", "fill_with"}));
   if (!p.has(0) || !p[0]->is_integral() || p[0]->int_value() <= 0) {
     return ValueError("slices must be a positive integer");
@@ -322,7 +322,7 @@ StatusOr<Value> SliceFilter(Interpreter&, const Value& v, CallArgs& a) {
   return Generator(std::move(out));
 }
 
-StatusOr<Value> Sum(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Sum(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(Params p, Params::Bind("sync_do_sum", a, {"attribute", "start"}));
   Value total = p.has(1) ? *p[1] : Value::Int(0);
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
@@ -338,14 +338,14 @@ StatusOr<Value> Sum(Interpreter& interp, const Value& v, CallArgs& a) {
   return total;
 }
 
-StatusOr<Value> Min(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Min(Interpreter& interp, const Value& v, const CallArgs& a) {
   return MinOrMax(interp, v, a, false);
 }
-StatusOr<Value> Max(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> Max(Interpreter& interp, const Value& v, const CallArgs& a) {
   return MinOrMax(interp, v, a, true);
 }
 
-StatusOr<Value> GroupBy(Interpreter& interp, const Value& v, CallArgs& a) {
+StatusOr<Value> GroupBy(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(
       Params p, Params::Bind("sync_do_groupby", a, {"attribute", "default", "case_sensitive"}));
   if (!p.has(0)) return TypeError("sync_do_groupby() missing 1 required positional argument");

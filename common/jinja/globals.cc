@@ -2,6 +2,8 @@
 // safe_range) and the two functions transformers adds, raise_exception and strftime_now.
 #include <sys/time.h>
 
+#include <cinttypes>
+#include <cstdint>
 #include <ctime>
 
 #include "common/jinja/interpreter.h"
@@ -84,7 +86,7 @@ StatusOr<Value> StrftimeNow(const InterpreterOptions& options, CallArgs& args) {
     return TypeError("strftime_now() takes one string argument");
   }
   std::time_t t;
-  long micros = 0;
+  int64_t micros = 0;
   if (options.now_unix_seconds) {
     t = static_cast<std::time_t>(*options.now_unix_seconds);
   } else {
@@ -103,7 +105,7 @@ StatusOr<Value> StrftimeNow(const InterpreterOptions& options, CallArgs& args) {
       char c = fmt[i + 1];
       if (c == 'f') {
         char buf[16];
-        std::snprintf(buf, sizeof(buf), "%06ld", micros);
+        std::snprintf(buf, sizeof(buf), "%06" PRId64, micros);
         prepared += buf;
         ++i;
         continue;

@@ -42,7 +42,7 @@ StatusOr<Value> Interpreter::EvalExpr(const Expr& expr, const FramePtr& frame) {
       // An unknown test the parser let through (inside an `if`) fails only when reached.
       if (!IsBuiltinTest(expr.name))
         return RuntimeError("No test named '" + expr.name + "' found.");
-      ASTR_ASSIGN_OR_RETURN(bool r, CallTest(*this, expr.name, v, std::move(args)));
+      ASTR_ASSIGN_OR_RETURN(bool r, CallTest(*this, expr.name, v, args));
       return Value::Bool(r);
     }
     case ExprKind::kNot: {
@@ -207,7 +207,7 @@ StatusOr<Value> Interpreter::EvalFilter(const Expr& expr, const FramePtr& frame)
   if (!IsBuiltinFilter(expr.name)) {
     return RuntimeError("No filter named '" + expr.name + "' found.");
   }
-  return CallFilter(*this, expr.name, input, std::move(args));
+  return CallFilter(*this, expr.name, input, args);
 }
 
 }  // namespace astr::jinja

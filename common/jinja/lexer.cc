@@ -1,6 +1,7 @@
 #include "common/jinja/lexer.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -276,13 +277,11 @@ Status Lexer::LexString(size_t* pos) {
 size_t Lexer::DigitsEnd(size_t q) const {
   size_t start = q;
   while (q < src_.size()) {
-    if (IsDigitChar(src_[q])) {
-      ++q;
-    } else if (src_[q] == '_' && q > start && q + 1 < src_.size() && IsDigitChar(src_[q + 1])) {
-      ++q;
-    } else {
-      break;
-    }
+    // A digit, or a single '_' separating two digits.
+    const bool separator =
+        src_[q] == '_' && q > start && q + 1 < src_.size() && IsDigitChar(src_[q + 1]);
+    if (!IsDigitChar(src_[q]) && !separator) break;
+    ++q;
   }
   return q > start ? q : std::string::npos;
 }
@@ -360,7 +359,7 @@ bool Lexer::LexNumber(size_t* pos, Status* error) {
   }
   std::string literal = WithoutUnderscores(base == 10 ? p : p + 2, q);
   errno = 0;
-  long long v = std::strtoll(literal.c_str(), nullptr, base);
+  int64_t v = std::strtoll(literal.c_str(), nullptr, base);
   if (errno == ERANGE) {
     *error = Error(p, "integer literal too large");
     return true;

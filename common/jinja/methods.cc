@@ -78,7 +78,7 @@ StatusOr<Value> StrSplit(const Value& self, CallArgs& a, bool from_right) {
   ASTR_ASSIGN_OR_RETURN(const std::string* sep, OptionalStr(Arg(a, 0, "sep"), "sep"));
   if (sep != nullptr && sep->empty()) return ValueError("empty separator");
   int64_t maxsplit = IntArg(Arg(a, 1, "maxsplit"), -1);
-  return StrList(text::Split(self.str(), sep, static_cast<long>(maxsplit), from_right));
+  return StrList(text::Split(self.str(), sep, maxsplit, from_right));
 }
 
 StatusOr<Value> StrAffix(const Value& self, CallArgs& a, bool prefix) {
@@ -108,14 +108,14 @@ StatusOr<Value> StrFind(const Value& self, CallArgs& a, bool from_right, bool ra
                         std::string_view name) {
   ASTR_ASSIGN_OR_RETURN(const std::string* sub, RequireStr(Arg(a, 0), name, 0));
   std::string window = Window(self.str(), a, 1);
-  long pos = text::Find(window, *sub, from_right);
+  int64_t pos = text::Find(window, *sub, from_right);
   if (pos >= 0) {
     const Value* start = Arg(a, 1);
     if (start != nullptr && start->is_integral()) {
       int64_t st = start->int_value();
       int64_t n = static_cast<int64_t>(text::Length(self.str()));
       if (st < 0) st = std::max<int64_t>(0, st + n);
-      pos += static_cast<long>(std::min(st, n));
+      pos += std::min(st, n);
     }
   }
   if (pos < 0 && raise) return ValueError("substring not found");

@@ -247,6 +247,7 @@ std::string SwapCase(std::string_view s) {
 
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right) {
   std::u32string cps = Decode(s);
+  const std::u32string_view cps_view = cps;
   std::u32string set = chars != nullptr ? Decode(*chars) : std::u32string();
   auto strip_char = [&](char32_t c) { return chars == nullptr ? IsSpace(c) : InSet(c, set); };
   size_t begin = 0, end = cps.size();
@@ -256,16 +257,16 @@ std::string Strip(std::string_view s, const std::string* chars, bool left, bool 
   if (right) {
     while (end > begin && strip_char(cps[end - 1])) --end;
   }
-  return Encode(std::u32string_view(cps).substr(begin, end - begin));
+  return Encode(cps_view.substr(begin, end - begin));
 }
 
-std::vector<std::string> Split(std::string_view s, const std::string* sep, long maxsplit,
+std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit,
                                bool from_right) {
   std::vector<std::string> parts;
   if (sep != nullptr) {
     if (from_right) {
       size_t end = s.size();
-      while (maxsplit < 0 || static_cast<long>(parts.size()) < maxsplit) {
+      while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
         size_t pos = end < sep->size() ? std::string_view::npos : s.rfind(*sep, end - sep->size());
         if (pos == std::string_view::npos) break;
         parts.emplace_back(s.substr(pos + sep->size(), end - pos - sep->size()));
@@ -276,7 +277,7 @@ std::vector<std::string> Split(std::string_view s, const std::string* sep, long 
       return parts;
     }
     size_t start = 0;
-    while (maxsplit < 0 || static_cast<long>(parts.size()) < maxsplit) {
+    while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
       size_t pos = s.find(*sep, start);
       if (pos == std::string_view::npos) break;
       parts.emplace_back(s.substr(start, pos - start));
@@ -292,7 +293,7 @@ std::vector<std::string> Split(std::string_view s, const std::string* sep, long 
   while (i < cps.size()) {
     while (i < cps.size() && IsSpace(cps[i])) ++i;
     if (i >= cps.size()) break;
-    if (maxsplit >= 0 && static_cast<long>(parts.size()) >= maxsplit) {
+    if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
       std::u32string rest = cps.substr(i);
       if (from_right) std::reverse(rest.begin(), rest.end());
       parts.push_back(Encode(rest));
@@ -312,6 +313,7 @@ std::vector<std::string> Split(std::string_view s, const std::string* sep, long 
 std::vector<std::string> SplitLines(std::string_view s, bool keepends) {
   std::vector<std::string> lines;
   std::u32string cps = Decode(s);
+  const std::u32string_view cps_view = cps;
   size_t start = 0, i = 0;
   while (i < cps.size()) {
     char32_t c = cps[i];
@@ -323,20 +325,20 @@ std::vector<std::string> SplitLines(std::string_view s, bool keepends) {
     }
     size_t eol = i + 1;
     if (c == '\r' && eol < cps.size() && cps[eol] == '\n') ++eol;
-    lines.push_back(Encode(std::u32string_view(cps).substr(start, (keepends ? eol : i) - start)));
+    lines.push_back(Encode(cps_view.substr(start, (keepends ? eol : i) - start)));
     start = i = eol;
   }
-  if (start < cps.size()) lines.push_back(Encode(std::u32string_view(cps).substr(start)));
+  if (start < cps.size()) lines.push_back(Encode(cps_view.substr(start)));
   return lines;
 }
 
 std::string Replace(std::string_view s, std::string_view old_text, std::string_view new_text,
-                    long count) {
+                    int64_t count) {
   std::string out;
   if (old_text.empty()) {
     // Python inserts `new` between every code point (and at both ends).
     std::u32string cps = Decode(s);
-    long done = 0;
+    int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
         out.append(new_text);
@@ -347,7 +349,7 @@ std::string Replace(std::string_view s, std::string_view old_text, std::string_v
     return out;
   }
   size_t start = 0;
-  long done = 0;
+  int64_t done = 0;
   while (count < 0 || done < count) {
     size_t pos = s.find(old_text, start);
     if (pos == std::string_view::npos) break;
@@ -360,15 +362,15 @@ std::string Replace(std::string_view s, std::string_view old_text, std::string_v
   return out;
 }
 
-long Find(std::string_view s, std::string_view sub, bool from_right) {
+int64_t Find(std::string_view s, std::string_view sub, bool from_right) {
   size_t pos = from_right ? s.rfind(sub) : s.find(sub);
   if (pos == std::string_view::npos) return -1;
-  return static_cast<long>(ByteToCodepointIndex(s, pos));
+  return static_cast<int64_t>(ByteToCodepointIndex(s, pos));
 }
 
-long Count(std::string_view s, std::string_view sub) {
-  if (sub.empty()) return static_cast<long>(Length(s)) + 1;
-  long n = 0;
+int64_t Count(std::string_view s, std::string_view sub) {
+  if (sub.empty()) return static_cast<int64_t>(Length(s)) + 1;
+  int64_t n = 0;
   size_t start = 0;
   while (true) {
     size_t pos = s.find(sub, start);

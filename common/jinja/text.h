@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,16 +50,16 @@ std::string SwapCase(std::string_view s);
 // Python str.strip([chars]) / lstrip / rstrip. `chars` == nullptr strips whitespace.
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right);
 // Python str.split(sep, maxsplit) / rsplit. `sep` == nullptr splits on whitespace runs.
-std::vector<std::string> Split(std::string_view s, const std::string* sep, long maxsplit,
+std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit,
                                bool from_right);
 // Python str.splitlines(keepends).
 std::vector<std::string> SplitLines(std::string_view s, bool keepends);
 // Python str.replace(old, new, count); count < 0 replaces all.
 std::string Replace(std::string_view s, std::string_view old_text, std::string_view new_text,
-                    long count);
+                    int64_t count);
 // Python str.find / rfind by code point; -1 when absent.
-long Find(std::string_view s, std::string_view sub, bool from_right);
+int64_t Find(std::string_view s, std::string_view sub, bool from_right);
 // Python str.count(sub).
-long Count(std::string_view s, std::string_view sub);
+int64_t Count(std::string_view s, std::string_view sub);
 
 }  // namespace astr::jinja::text
