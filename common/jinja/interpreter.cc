@@ -111,7 +111,14 @@ StatusOr<std::string> Interpreter::Render(const Value& context) {
   }
   std::string out;
   error_line_ = 0;
+  const char stack_marker = 0;
+  stack_base_ = reinterpret_cast<uintptr_t>(&stack_marker);
   StatusOr<Flow> flow = ExecList(program_.body, root, &out);
+  for (const std::weak_ptr<Frame>& weak : macro_closures_) {
+    if (FramePtr frame = weak.lock()) frame->Clear();
+  }
+  macro_closures_.clear();
+  root->Clear();
   if (!flow.ok()) return WithLine(flow.status(), error_line_ > 0 ? error_line_ : 1);
   return out;
 }
@@ -293,12 +300,16 @@ Status Interpreter::CheckNamespace(const Expr& target, const FramePtr& frame) {
 }
 
 Value Interpreter::MakeMacro(const Stmt& def, const FramePtr& closure, std::string name) {
+  macro_closures_.push_back(closure);
   return Value::Function(std::make_shared<Macro>(&def, closure, std::move(name)));
 }
 
 StatusOr<Value> Interpreter::InvokeMacro(const Stmt& def, const FramePtr& closure, CallArgs args,
                                          const std::string& name) {
-  if (call_depth_ >= options_.max_call_depth) {
+  // The stack grows down on every target astr supports.
+  const char here = 0;
+  const uintptr_t stack_used = stack_base_ - reinterpret_cast<uintptr_t>(&here);
+  if (call_depth_ >= options_.max_call_depth || stack_used > options_.max_stack_bytes) {
     return InvalidArgumentError("RecursionError: maximum recursion depth exceeded");
   }
   const size_t n = def.params.size();

@@ -24,6 +24,12 @@ class Frame {
   explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
   const Value* Find(std::string_view name) const;
   void Set(const std::string& name, Value value);
+  // Drops the variables and the parent: breaks the frame -> macro -> closure frame cycles that
+  // reference counting cannot free.
+  void Clear() {
+    vars_.clear();
+    parent_.reset();
+  }
 
  private:
   std::shared_ptr<Frame> parent_;
@@ -57,6 +63,10 @@ struct InterpreterOptions {
   std::optional<int64_t> now_unix_seconds;  // strftime_now()'s clock; nullopt: system clock
   size_t max_output_bytes = size_t{256} << 20;
   int max_call_depth = 200;  // macro recursion (Python's recursion limit ends jinja2 near here)
+  // Stack the macro recursion of one render may use. A render runs on the caller's thread, whose
+  // stack may be small, and a macro level takes several KB (tens of KB under sanitizers), so
+  // recursion also stops here, with the same RecursionError, whatever the depth.
+  size_t max_stack_bytes = size_t{512} << 10;
   // Statements + expressions evaluated per render; bounds templates that would loop for hours.
   int64_t max_steps = 20'000'000;
 };
@@ -105,7 +115,11 @@ class Interpreter {
   InterpreterOptions options_;
   int call_depth_ = 0;
   int64_t steps_ = 0;
-  int error_line_ = 0;  // line of the innermost node that failed
+  int error_line_ = 0;        // line of the innermost node that failed
+  uintptr_t stack_base_ = 0;  // address of a local of Render(): where this render's stack began
+  // Frames captured by macros; Render clears them at the end so that every frame and value of
+  // the render is freed (a macro stored in its own frame is a reference cycle).
+  std::vector<std::weak_ptr<Frame>> macro_closures_;
   // The body text of the {% filter %} / {% set %} block whose filter chain is being evaluated.
   std::vector<Value> filter_inputs_;
 };
