@@ -2,6 +2,7 @@
 // lookup rules of jinja2's ImmutableSandboxedEnvironment.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,7 +22,12 @@ namespace astr::jinja {
 // walk up to the parent, assignments stay in the frame (jinja2's scoping rules).
 class Frame {
  public:
-  explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
+  explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) { ++live_; }
+  ~Frame() { --live_; }
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+  // Frames alive in the process (tests check that a render frees all of its frames).
+  static int64_t live_count() { return live_.load(); }
   const Value* Find(std::string_view name) const;
   void Set(const std::string& name, Value value);
   // Drops the variables and the parent: breaks the frame -> macro -> closure frame cycles that
@@ -32,6 +38,7 @@ class Frame {
   }
 
  private:
+  static inline std::atomic<int64_t> live_{0};
   std::shared_ptr<Frame> parent_;
   std::vector<std::pair<std::string, Value>> vars_;
 };

@@ -16,6 +16,7 @@
 
 #include "common/chat_template.h"
 #include "common/gguf.h"
+#include "common/jinja/interpreter.h"
 #include "common/jinja/template.h"
 #include "tests/test_util.h"
 
@@ -23,6 +24,7 @@ namespace astr {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+using jinja::Frame;
 
 const char* const kContext = R"({
   "s": "Hello World", "n": 5, "f": 2.5, "lst": [3, 1, 2], "words": ["b", "A", "c", "a"],
@@ -131,6 +133,28 @@ TEST(JinjaRenderTest, AssignmentAndScope) {
 }
 
 // defaults, keyword arguments, varargs / kwargs, recursion, caller, late binding.
+TEST(JinjaRenderTest, RenderFreesEveryFrame) {
+  // A macro kept in the scope it closes over is a reference cycle (frame -> macro -> frame); so is
+  // one stored in a namespace of the outer scope. Both must be freed when the render ends, on
+  // success and on error.
+  const int64_t before = Frame::live_count();
+  const char* kSources[] = {
+      "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}",
+      "{% for i in range(3) %}{% macro inner() %}{{ i }}{% endmacro %}{{ inner() }}{% endfor %}",
+      "{% set ns = namespace(f=none) %}{% for i in range(2) %}{% macro g() %}{{ i }}{% endmacro %}"
+      "{% set ns.f = g %}{% endfor %}{{ ns.f() }}",
+      "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}",  // fails: recursion limit
+  };
+  for (const char* source : kSources) {
+    (void)Render(source, ojson::object());
+    EXPECT_EQ(Frame::live_count(), before) << source;
+  }
+  auto out = Render(kSources[2], ojson::object());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "1");
+  EXPECT_FALSE(Render(kSources[3], ojson::object()).ok());
+}
+
 TEST(JinjaRenderTest, Macros) {
   ExpectRenders({
       {"{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m('A') }}{{ m('A', 'C') }}{{ "
