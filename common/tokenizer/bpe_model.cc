@@ -218,7 +218,7 @@ class BpeModel final : public Model {
   void MergeWithHeap(std::vector<int32_t>& symbols) const {
     const int n = static_cast<int>(symbols.size());
     std::vector<int> prev(n), next(n);
-    std::vector<bool> alive(n, true);
+    std::vector<uint8_t> alive(n, 1);
     for (int i = 0; i < n; ++i) {
       prev[i] = i - 1;
       next[i] = i + 1 < n ? i + 1 : -1;
@@ -228,19 +228,28 @@ class BpeModel final : public Model {
       int pos;
       int32_t left_id;
       int32_t right_id;
+      int32_t merged_id;
       bool operator>(const Candidate& o) const {
         return rank != o.rank ? rank > o.rank : pos > o.pos;
       }
     };
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+    // The initial pairs are heapified at once (O(n)) rather than pushed one by one.
+    std::vector<Candidate> initial;
+    initial.reserve(n);
+    for (int i = 0; i + 1 < n; ++i) {
+      if (const MergeTarget* m = FindMerge(symbols[i], symbols[i + 1])) {
+        initial.push_back({m->rank, i, symbols[i], symbols[i + 1], m->id});
+      }
+    }
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>(),
+                                                                                std::move(initial));
     auto push = [&](int left) {
       if (left < 0 || next[left] < 0) return;
       const int right = next[left];
       if (const MergeTarget* m = FindMerge(symbols[left], symbols[right])) {
-        heap.push({m->rank, left, symbols[left], symbols[right]});
+        heap.push({m->rank, left, symbols[left], symbols[right], m->id});
       }
     };
-    for (int i = 0; i + 1 < n; ++i) push(i);
     while (!heap.empty()) {
       const Candidate c = heap.top();
       heap.pop();
@@ -250,8 +259,8 @@ class BpeModel final : public Model {
           symbols[right] != c.right_id) {
         continue;
       }
-      symbols[c.pos] = FindMerge(c.left_id, c.right_id)->id;
-      alive[right] = false;
+      symbols[c.pos] = c.merged_id;
+      alive[right] = 0;
       next[c.pos] = next[right];
       if (next[right] >= 0) prev[next[right]] = c.pos;
       push(prev[c.pos]);
