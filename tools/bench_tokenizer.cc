@@ -8,11 +8,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -20,13 +19,6 @@ namespace astr {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 std::string DefaultText() {
   std::string text;
@@ -37,7 +29,9 @@ std::string DefaultText() {
     if (entry.is_regular_file()) files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
-  for (const fs::path& p : files) text += ReadFile(p);
+  for (const fs::path& p : files) {
+    if (auto content = ReadFileToString(p.string()); content.ok()) text += *content;
+  }
   return text;
 }
 
@@ -65,7 +59,17 @@ int Run(int argc, const char* const* argv) {
                "Text to encode (default: the English texts in /usr/share/common-licenses).");
   flags.Double("min-seconds", &min_seconds, "Repeat each measurement for at least this long.");
   if (int rc = flags.ParseOrExit(argc, argv); rc >= 0) return rc;
-  const std::string text = file.empty() ? DefaultText() : ReadFile(file);
+  std::string text;
+  if (file.empty()) {
+    text = DefaultText();
+  } else {
+    auto content = ReadFileToString(file);
+    if (!content.ok()) {
+      std::fprintf(stderr, "astr-bench-tokenizer: %s\n", content.status().ToString().c_str());
+      return 1;
+    }
+    text = std::move(*content);
+  }
   if (text.empty()) {
     std::fprintf(stderr, "astr-bench-tokenizer: no text (give --file)\n");
     return 1;

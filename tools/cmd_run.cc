@@ -19,12 +19,13 @@
 namespace astr::cli {
 namespace {
 
-// Text in/out for `astr run`: the model's tokenizer (tokenizer.json of a folder, or the GGUF
-// vocabulary). A model without one still runs on --prompt-ids and prints ids.
+// Text in/out for `astr run`: the model's tokenizer (the GGUF vocabulary ModelFile already read,
+// or the folder's tokenizer.json). A model without one still runs on --prompt-ids and prints ids.
 class TextCodec {
  public:
-  explicit TextCodec(const std::string& model) {
-    auto t = Tokenizer::Load(model);
+  explicit TextCodec(const ModelFile& file) {
+    auto t = file.vocab() != nullptr ? Tokenizer::FromGgufVocab(*file.vocab(), file.path())
+                                     : Tokenizer::Load(file.path());
     if (t.ok()) {
       tokenizer_ = *t;
     } else {
@@ -38,19 +39,27 @@ class TextCodec {
     return tokenizer_->Encode(text,
                               {.add_special_tokens = add_special, .parse_special = parse_special});
   }
-  // Text of `ids` generated after `prompt`: decode(prompt + ids) minus decode(prompt), so that
+  // The prompt that Decode's ids follow.
+  void SetPrompt(std::vector<int32_t> prompt) {
+    prompt_ = std::move(prompt);
+    prompt_text_ = tokenizer_->Decode(prompt_);
+  }
+  // Text of `ids` generated after the prompt: decode(prompt + ids) minus decode(prompt), so that
   // SentencePiece's leading-space rule applies to the prompt, not to the continuation.
-  std::string Decode(const std::vector<int32_t>& prompt, const std::vector<int32_t>& ids) const {
-    std::vector<int32_t> all = prompt;
+  std::string Decode(const std::vector<int32_t>& ids) const {
+    std::vector<int32_t> all = prompt_;
     all.insert(all.end(), ids.begin(), ids.end());
     std::string full = tokenizer_->Decode(all);
-    const std::string head = tokenizer_->Decode(prompt);
-    return full.compare(0, head.size(), head) == 0 ? full.substr(head.size()) : full;
+    return full.compare(0, prompt_text_.size(), prompt_text_) == 0
+               ? full.substr(prompt_text_.size())
+               : full;
   }
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;
   Status why_not_;
+  std::vector<int32_t> prompt_;
+  std::string prompt_text_;  // Decode(prompt_), computed once
 };
 
 // The model's chat template rendered for one user message (and an optional system message),
@@ -110,7 +119,12 @@ int RunCommand(int argc, const char* const* argv) {
 
   auto file = ModelFile::Open(model);
   if (!file.ok()) return Fail(file.status());
-  const TextCodec codec(model);
+  TextCodec codec(**file);
+  if (prompt_ids.empty() && !codec.available()) {
+    return Fail(Status(codec.why_not().code(), (chat.empty() ? "--prompt" : "--chat") +
+                                                   std::string(" needs the model's tokenizer: ") +
+                                                   codec.why_not().message()));
+  }
   std::vector<int32_t> ids;
   if (!prompt_ids.empty()) {
     auto list = flags::ParseIntList(prompt_ids, "prompt-ids");
@@ -125,19 +139,12 @@ int RunCommand(int argc, const char* const* argv) {
   } else if (!chat.empty()) {
     auto text = RenderChat(model, system, chat);
     if (!text.ok()) return Fail(text.status());
-    if (!codec.available()) {
-      return Fail(Status(codec.why_not().code(),
-                         "--chat needs the model's tokenizer: " + codec.why_not().message()));
-    }
     // The template writes BOS and the turn markers itself (as transformers' apply_chat_template).
     ids = codec.Encode(*text, /*add_special=*/false, /*parse_special=*/true);
   } else {
-    if (!codec.available()) {
-      return Fail(Status(codec.why_not().code(),
-                         "--prompt needs the model's tokenizer: " + codec.why_not().message()));
-    }
     ids = codec.Encode(prompt, !no_bos, parse_special);
   }
+  if (codec.available()) codec.SetPrompt(ids);
   auto params = sampling.ToParams(**file);
   if (!params.ok()) return Fail(params.status());
   if (json) params->return_logprob = true;
@@ -158,8 +165,8 @@ int RunCommand(int argc, const char* const* argv) {
     req.sample_index = static_cast<uint64_t>(i);
     if (!stops.empty() && codec.available()) {
       const TextCodec* c = &codec;
-      req.stop_check = [c, stops, ids](const std::vector<int32_t>& gen) {
-        const std::string text = c->Decode(ids, gen);
+      req.stop_check = [c, stops](const std::vector<int32_t>& gen) {
+        const std::string text = c->Decode(gen);
         for (const auto& s : stops) {
           if (!s.empty() && text.find(s) != std::string::npos) return true;
         }
@@ -176,7 +183,7 @@ int RunCommand(int argc, const char* const* argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   auto text_of = [&](const GenerationResult& r) {
-    std::string text = codec.available() ? codec.Decode(ids, r.tokens) : "";
+    std::string text = codec.available() ? codec.Decode(r.tokens) : "";
     for (const auto& s : stops) {  // the stop string and what follows it are not returned
       if (auto pos = text.find(s); !s.empty() && pos != std::string::npos) text.resize(pos);
     }

@@ -11,8 +11,7 @@ bool IsWordChar(uint32_t cp) {
 }
 
 uint32_t LastCodepoint(std::string_view text, size_t end) {
-  size_t start = end - 1;
-  while (start > 0 && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) --start;
+  size_t start = unicode::PrevCodepointStart(text, end, 0);
   return unicode::NextCodepoint(text, start);
 }
 
@@ -78,13 +77,9 @@ std::vector<Segment> AddedTokenMatcher::Split(std::string_view text, bool parse_
       if (word_before || word_after) continue;
     }
     if (token.lstrip) {
-      size_t new_start = start;
-      while (new_start > start_offset && unicode::IsWhitespace(LastCodepoint(text, new_start))) {
-        size_t s = new_start - 1;
-        while (s > 0 && (static_cast<uint8_t>(text[s]) & 0xC0) == 0x80) --s;
-        new_start = s;
+      while (start > start_offset && unicode::IsWhitespace(LastCodepoint(text, start))) {
+        start = unicode::PrevCodepointStart(text, start, 0);
       }
-      start = new_start;
     }
     if (token.rstrip) {
       while (stop < text.size()) {

@@ -84,21 +84,7 @@ class ReplaceDecoder final : public Decoder {
   ReplaceDecoder(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void DecodeChain(std::vector<std::string>& tokens) const override {
-    std::vector<Regex::Match> matches;
-    for (std::string& t : tokens) {
-      matches.clear();
-      pattern_.FindAll(t, matches);
-      if (matches.empty()) continue;
-      std::string out;
-      size_t prev = 0;
-      for (const Regex::Match& m : matches) {
-        out.append(t, prev, m.begin - prev);
-        out += content_;
-        prev = m.end;
-      }
-      out.append(t, prev, std::string::npos);
-      t = std::move(out);
-    }
+    for (std::string& t : tokens) t = ReplaceAll(pattern_, t, content_);
   }
 
  private:

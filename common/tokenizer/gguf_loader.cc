@@ -58,7 +58,7 @@ constexpr std::string_view kCjkRun =
 // optionally after individual-digit splitting, then the byte-level mapping.
 struct PreFamily {
   std::vector<std::string_view> names;
-  std::vector<std::string_view> regexes;
+  std::vector<std::string_view> regexes = {};
   bool digits_first = false;  // Digits(individual_digits) before the regexes
   bool gpt2_regex = false;    // ByteLevel's own GPT-2 regex after the splits
   bool nfc = false;
@@ -67,31 +67,30 @@ struct PreFamily {
 
 const std::vector<PreFamily>& PreFamilies() {
   static const std::vector<PreFamily> families = {
-      {{"gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "jina-v1-en", "jina-v2-en",
-        "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat"},
-       {},
-       false,
-       true},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"},
-       {kLlama3Regex},
-       false,
-       false,
-       false,
-       true},
-      {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"}, {kQwen2Regex}, false, false, true},
-      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-       {},
-       true,
-       true},
-      {{"deepseek-llm"},
-       {"[\r\n]", kDeepseekLetters, kDeepseekPunct, R"(\s+$)", kCjkRun, R"(\p{N}+)"}},
-      {{"deepseek-coder"}, {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjkRun, R"(\p{N})"}},
-      {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2NoTailRegex, "[0-9][0-9][0-9]"}},
-      {{"tekken"}, {kTekkenRegex}, false, false, false, true},
-      {{"poro-chat", "bloom", "gpt3-finnish"}, {R"( ?[^(\s|.,!?…。，、।۔،)]+)"}},
-      {{"viking"}, {R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"}},
-      {{"default", ""},
-       {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2NoTailRegex, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+      {.names = {"gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "jina-v1-en", "jina-v2-en",
+                 "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat"},
+       .gpt2_regex = true},
+      {.names = {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"},
+       .regexes = {kLlama3Regex},
+       .ignore_merges = true},
+      {.names = {"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"},
+       .regexes = {kQwen2Regex},
+       .nfc = true},
+      {.names = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
+       .digits_first = true,
+       .gpt2_regex = true},
+      {.names = {"deepseek-llm"},
+       .regexes = {"[\r\n]", kDeepseekLetters, kDeepseekPunct, R"(\s+$)", kCjkRun, R"(\p{N}+)"}},
+      {.names = {"deepseek-coder"},
+       .regexes = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjkRun, R"(\p{N})"}},
+      {.names = {"falcon"},
+       .regexes = {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2NoTailRegex, "[0-9][0-9][0-9]"}},
+      {.names = {"tekken"}, .regexes = {kTekkenRegex}, .ignore_merges = true},
+      {.names = {"poro-chat", "bloom", "gpt3-finnish"},
+       .regexes = {R"( ?[^(\s|.,!?…。，、।۔،)]+)"}},
+      {.names = {"viking"}, .regexes = {R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"}},
+      {.names = {"default", ""},
+       .regexes = {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2NoTailRegex, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
   };
   return families;
 }

@@ -210,18 +210,16 @@ std::string TokenContent(const json& j) {
   return "";
 }
 
-// The id of `content` in a tokenizer.json: an added token, else the model vocabulary; -1 if absent.
-int32_t ResolveToken(const json& j, const std::string& content) {
+// The id a token string has once loaded: an added token (ids as AssignAddedTokenIds gave them),
+// else the model vocabulary; -1 if absent or empty.
+int32_t ResolveToken(const std::vector<tok::AddedToken>& added, const tok::Model& model,
+                     const std::string& content) {
   if (content.empty()) return -1;
-  for (const json& a : j.value("added_tokens", json::array())) {
-    if (a.is_object() && a.value("content", json()) == content &&
-        a.value("id", json()).is_number_integer()) {
-      return a["id"].get<int32_t>();
-    }
+  for (const tok::AddedToken& t : added) {
+    if (t.content == content) return t.id;
   }
-  const json& vocab = j["model"].value("vocab", json::object());
-  const auto it = vocab.find(content);
-  return it != vocab.end() && it->is_number_integer() ? it->get<int32_t>() : -1;
+  const auto it = model.token_to_id().find(content);
+  return it == model.token_to_id().end() ? -1 : it->second;
 }
 
 // What the config files next to tokenizer.json say about special tokens.
@@ -244,7 +242,9 @@ StatusOr<json> ReadOptionalJsonObject(const fs::path& path) {
 // EOS ids: generation_config.json's eos_token_id (int or list), else tokenizer_config.json's
 // eos_token, else special_tokens_map.json's; BOS likewise. Missing files are fine; malformed ones
 // are errors.
-StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir, const json& tokenizer_json) {
+StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir,
+                                            const std::vector<tok::AddedToken>& added,
+                                            const tok::Model& model) {
   ConfigSpecials out;
   const fs::path gen_path = dir / "generation_config.json";
   ASTR_ASSIGN_OR_RETURN(json gen, ReadOptionalJsonObject(gen_path));
@@ -267,8 +267,8 @@ StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir, const json& tok
     out.bos = b.get<int32_t>();
   }
   auto token_id = [&](const char* key) {
-    int32_t id = ResolveToken(tokenizer_json, TokenContent(cfg.value(key, json())));
-    if (id < 0) id = ResolveToken(tokenizer_json, TokenContent(map.value(key, json())));
+    int32_t id = ResolveToken(added, model, TokenContent(cfg.value(key, json())));
+    if (id < 0) id = ResolveToken(added, model, TokenContent(map.value(key, json())));
     return id;
   };
   const int32_t eos_token = token_id("eos_token");
@@ -276,9 +276,8 @@ StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir, const json& tok
   if (out.eos.empty() && eos_token >= 0) out.eos.push_back(eos_token);
   if (out.bos < 0) out.bos = bos_token;
 
-  const std::string cls = cfg.value("tokenizer_class", json("")).is_string()
-                              ? cfg.value("tokenizer_class", std::string())
-                              : std::string();
+  const json cls_json = cfg.value("tokenizer_class", json());
+  const std::string cls = cls_json.is_string() ? cls_json.get<std::string>() : "";
   for (const char* family : {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"}) {
     if (cls == family || cls == std::string(family) + "Fast") out.override_post_processor = true;
   }
@@ -324,17 +323,17 @@ StatusOr<std::shared_ptr<const Tokenizer>> BuildHf(const json& j, const std::str
   auto added = AddedTokensFromJson(j.value("added_tokens", json()));
   if (!added.ok()) return fail(added.status());
   AssignAddedTokenIds(*model_ptr, *added);
-  for (tok::AddedToken& t : *added) b.add_token(std::move(t));
   const bool byte_level = pre_json.dump().find("\"ByteLevel\"") != std::string::npos;
   b.set_kind(byte_level ? "BPE (byte-level)" : "BPE");
   if (dir != nullptr) {
-    ASTR_ASSIGN_OR_RETURN(ConfigSpecials specials, ReadConfigSpecials(*dir, j));
+    ASTR_ASSIGN_OR_RETURN(ConfigSpecials specials, ReadConfigSpecials(*dir, *added, *model_ptr));
     b.set_eos_ids(std::move(specials.eos));
     b.set_bos_id(specials.bos);
     if (specials.override_post_processor) {
       b.set_post_processor(std::move(specials.prefix), std::move(specials.suffix));
     }
   }
+  for (tok::AddedToken& t : *added) b.add_token(std::move(t));
   return b.Build(source);
 }
 

@@ -34,21 +34,7 @@ class ReplaceNormalizer final : public Normalizer {
  public:
   ReplaceNormalizer(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  void Normalize(std::string& text) const override {
-    std::vector<Regex::Match> matches;
-    pattern_.FindAll(text, matches);
-    if (matches.empty()) return;
-    std::string out;
-    out.reserve(text.size() + matches.size() * content_.size());
-    size_t prev = 0;
-    for (const Regex::Match& m : matches) {
-      out.append(text, prev, m.begin - prev);
-      out += content_;
-      prev = m.end;
-    }
-    out.append(text, prev, std::string::npos);
-    text = std::move(out);
-  }
+  void Normalize(std::string& text) const override { text = ReplaceAll(pattern_, text, content_); }
 
  private:
   Pattern pattern_;
@@ -86,8 +72,7 @@ class StripNormalizer final : public Normalizer {
     }
     if (right_) {
       while (end > begin) {
-        size_t start = end - 1;
-        while (start > begin && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) --start;
+        const size_t start = unicode::PrevCodepointStart(text, end, begin);
         size_t i = start;
         if (!unicode::IsWhitespace(unicode::NextCodepoint(text, i))) break;
         end = start;

@@ -28,6 +28,21 @@ void Pattern::FindAll(std::string_view text, std::vector<Regex::Match>& out) con
   }
 }
 
+std::string ReplaceAll(const Pattern& pattern, std::string_view text, std::string_view content) {
+  std::vector<Regex::Match> matches;
+  pattern.FindAll(text, matches);
+  std::string out;
+  out.reserve(text.size() + matches.size() * content.size());
+  size_t prev = 0;
+  for (const Regex::Match& m : matches) {
+    out.append(text, prev, m.begin - prev);
+    out += content;
+    prev = m.end;
+  }
+  out.append(text, prev, std::string_view::npos);
+  return out;
+}
+
 StatusOr<SplitBehavior> ParseSplitBehavior(std::string_view name) {
   if (name == "Removed") return SplitBehavior::kRemoved;
   if (name == "Isolated") return SplitBehavior::kIsolated;

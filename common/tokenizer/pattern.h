@@ -28,6 +28,9 @@ class Pattern {
   std::shared_ptr<const Regex> regex_;  // null for a literal
 };
 
+// `text` with every match of `pattern` replaced by `content` (Replace normalizer and decoder).
+std::string ReplaceAll(const Pattern& pattern, std::string_view text, std::string_view content);
+
 // The `tokenizers` split behaviours (SplitDelimiterBehavior).
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 

@@ -131,7 +131,10 @@ enum class PrependScheme { kAlways, kFirst, kNever };
 class MetaspacePreTokenizer final : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
-      : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
+      : replacement_(std::move(replacement)),
+        marker_(Pattern::Literal(replacement_)),
+        scheme_(scheme),
+        split_(split) {}
   void PreTokenize(std::vector<PreToken>& pieces) const override {
     for (PreToken& p : pieces) {
       std::string replaced;
@@ -151,17 +154,17 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       p.text = std::move(replaced);
     }
     if (!split_) return;
-    const Pattern marker = Pattern::Literal(replacement_);
     std::vector<Regex::Match> matches;
     SplitEach(pieces, [&](const std::string& text, std::vector<Span>& spans) {
       matches.clear();
-      marker.FindAll(text, matches);
+      marker_.FindAll(text, matches);
       SplitByMatches(text.size(), matches, SplitBehavior::kMergedWithNext, false, spans);
     });
   }
 
  private:
   std::string replacement_;
+  Pattern marker_;  // replacement_ as a pattern, for split
   PrependScheme scheme_;
   bool split_;
 };

@@ -22,8 +22,15 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_token
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {
   const size_t keep = std::min(prompt.size(), kPromptContext);
   ids_.assign(prompt.end() - static_cast<std::ptrdiff_t>(keep), prompt.end());
-  prefix_offset_ = 0;
   read_offset_ = ids_.size();
+}
+
+std::string StreamDecoder::NewText() const {
+  const std::span<const int32_t> all(ids_);
+  const std::string emitted = tokenizer_.Decode(all.first(read_offset_), skip_special_);
+  std::string full = tokenizer_.Decode(all, skip_special_);
+  if (full.size() <= emitted.size() || full.compare(0, emitted.size(), emitted) != 0) return "";
+  return full.substr(emitted.size());
 }
 
 std::string StreamDecoder::Push(int32_t id) {
@@ -34,34 +41,18 @@ std::string StreamDecoder::Push(int32_t id) {
       tokenizer_.IdToToken(id).empty() || (skip_special_ && tokenizer_.IsSpecial(id));
   if (!dropped) in_byte_run_ = tokenizer_.IsByteFallbackToken(id);
   if (in_byte_run_) return "";
-  const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
-  const std::string new_text = tokenizer_.Decode(all.subspan(prefix_offset_), skip_special_);
-  if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
-      new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
-    return "";
-  }
-  std::string out = new_text.substr(prefix_text.size());
-  prefix_offset_ = read_offset_;
+  std::string out = NewText();
+  if (out.empty() || EndsWithReplacement(out)) return "";
+  // The ids before the old read offset are no longer needed as context.
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
   read_offset_ = ids_.size();
-  // Drop ids that no window will read again.
-  if (prefix_offset_ > 0) {
-    ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_));
-    read_offset_ -= prefix_offset_;
-    prefix_offset_ = 0;
-  }
   return out;
 }
 
 std::string StreamDecoder::Finish() {
-  const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
-  const std::string new_text = tokenizer_.Decode(all.subspan(prefix_offset_), skip_special_);
-  read_offset_ = prefix_offset_ = ids_.size();
-  if (new_text.size() <= prefix_text.size()) return "";
-  return new_text.substr(prefix_text.size());
+  std::string out = NewText();
+  read_offset_ = ids_.size();
+  return out;
 }
 
 }  // namespace astr

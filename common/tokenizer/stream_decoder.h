@@ -30,11 +30,15 @@ class StreamDecoder {
   std::string Finish();
 
  private:
+  // The text of ids_ beyond that of ids_[0, read_offset_); "" when it does not extend it.
+  std::string NewText() const;
+
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  // The window: ids already emitted (context for the decoder rules), then ids not yet emitted
+  // from read_offset_ on. After each emission the window restarts at the previous read offset.
   std::vector<int32_t> ids_;
-  size_t prefix_offset_ = 0;  // window start
-  size_t read_offset_ = 0;    // end of the ids whose text was emitted
+  size_t read_offset_ = 0;
   bool in_byte_run_ = false;  // the last token the decode keeps is a joinable byte token
 };
 
