@@ -7,6 +7,7 @@
 
 #include "common/file_util.h"
 #include "common/gguf.h"
+#include "common/hf_tokenizer_config.h"
 
 namespace astr {
 namespace {
@@ -15,61 +16,6 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 constexpr const char* kNowEnv = "ASTR_CHAT_TEMPLATE_NOW";
-
-// A token entry: "text", {"content": "text", ...} (AddedToken) or null.
-StatusOr<std::optional<std::string>> TokenString(const ojson& v, const std::string& where) {
-  if (v.is_null()) return std::optional<std::string>();
-  if (v.is_string()) return std::optional<std::string>(v.get<std::string>());
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-    return std::optional<std::string>(v["content"].get<std::string>());
-  }
-  return InvalidArgumentError(where + ": expected a string, an AddedToken object or null");
-}
-
-struct TokenField {
-  const char* key;
-  std::optional<std::string> ChatSpecialTokens::*member;
-};
-constexpr TokenField kTokenFields[] = {
-    {"bos_token", &ChatSpecialTokens::bos},   {"eos_token", &ChatSpecialTokens::eos},
-    {"unk_token", &ChatSpecialTokens::unk},   {"sep_token", &ChatSpecialTokens::sep},
-    {"pad_token", &ChatSpecialTokens::pad},   {"cls_token", &ChatSpecialTokens::cls},
-    {"mask_token", &ChatSpecialTokens::mask},
-};
-
-// Special tokens from tokenizer_config.json, falling back to special_tokens_map.json per key.
-Status ReadHfTokens(const ojson& config, const std::string& config_path,
-                    const std::optional<ojson>& special_map, const std::string& map_path,
-                    ChatSpecialTokens* tokens) {
-  for (const TokenField& f : kTokenFields) {
-    const ojson* src = nullptr;
-    std::string where;
-    if (config.contains(f.key)) {
-      src = &config[f.key];
-      where = config_path + ": " + f.key;
-    } else if (special_map && special_map->is_object() && special_map->contains(f.key)) {
-      src = &(*special_map)[f.key];
-      where = map_path + ": " + f.key;
-    }
-    if (src == nullptr) continue;
-    ASTR_ASSIGN_OR_RETURN(tokens->*f.member, TokenString(*src, where));
-  }
-  const ojson* extra = nullptr;
-  if (config.contains("additional_special_tokens")) {
-    extra = &config["additional_special_tokens"];
-  } else if (special_map && special_map->is_object() &&
-             special_map->contains("additional_special_tokens")) {
-    extra = &(*special_map)["additional_special_tokens"];
-  }
-  if (extra != nullptr && extra->is_array()) {
-    for (const ojson& t : *extra) {
-      ASTR_ASSIGN_OR_RETURN(std::optional<std::string> s,
-                            TokenString(t, config_path + ": additional_special_tokens"));
-      if (s) tokens->additional.push_back(*s);
-    }
-  }
-  return OkStatus();
-}
 
 Status ReadHfTemplates(const ojson& config, const std::string& config_path,
                        ChatTemplateSource* out) {
@@ -99,15 +45,9 @@ StatusOr<ChatTemplateSource> ReadHf(const fs::path& config_path) {
   ChatTemplateSource out;
   const fs::path dir = config_path.parent_path();
   out.origin = config_path.string();
-  ASTR_ASSIGN_OR_RETURN(ojson config, ReadOrderedJsonFile(config_path.string()));
-  if (!config.is_object()) return InvalidArgumentError(out.origin + ": expected a JSON object");
-  std::optional<ojson> special_map;
-  const fs::path map_path = dir / "special_tokens_map.json";
-  if (fs::exists(map_path)) {
-    ASTR_ASSIGN_OR_RETURN(special_map, ReadOrderedJsonFile(map_path.string()));
-  }
-  ASTR_RETURN_IF_ERROR(
-      ReadHfTokens(config, out.origin, special_map, map_path.string(), &out.tokens));
+  ASTR_ASSIGN_OR_RETURN(HfTokenizerConfig hf, ReadHfTokenizerConfig(config_path));
+  const ojson& config = hf.config;
+  out.tokens = std::move(hf.tokens);
   // transformers lets chat_template.jinja replace the config's template.
   const fs::path jinja_path = dir / "chat_template.jinja";
   if (fs::exists(jinja_path)) {
@@ -282,7 +222,7 @@ StatusOr<std::string> ChatTemplate::Render(const ChatInputs& inputs) const {
   context["messages"] = inputs.messages;
   if (inputs.tools) context["tools"] = *inputs.tools;
   context["add_generation_prompt"] = inputs.add_generation_prompt;
-  for (const TokenField& f : kTokenFields) {
+  for (const SpecialTokenField& f : kSpecialTokenFields) {
     if (tokens_.*f.member) context[f.key] = *(tokens_.*f.member);
   }
   if (!tokens_.additional.empty()) context["additional_special_tokens"] = tokens_.additional;

@@ -21,17 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/hf_tokenizer_config.h"
 #include "common/jinja/template.h"
 #include "common/status.h"
 
 namespace astr {
-
-// The special-token strings a template sees as bos_token, eos_token, ... (transformers'
-// special_tokens_map). A token the model leaves unset (null) stays undefined in the template.
-struct ChatSpecialTokens {
-  std::optional<std::string> bos, eos, unk, sep, pad, cls, mask;
-  std::vector<std::string> additional;  // additional_special_tokens
-};
 
 // What a model file says about chat formatting.
 struct ChatTemplateSource {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/hf_tokenizer_config.h"
 #include "common/tokenizer/json_util.h"
 #include "common/tokenizer/loaders.h"
 #include "common/tokenizer/tokenizer_builder.h"
@@ -201,15 +202,6 @@ Status PostProcessor(const json& j, std::vector<int32_t>& prefix, std::vector<in
   return UnimplementedError("post_processor type \"" + type + "\" is not supported");
 }
 
-// tokenizer_config.json's eos_token: a string or {"content": ...}.
-std::string TokenContent(const json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) {
-    return j["content"].get<std::string>();
-  }
-  return "";
-}
-
 // The id a token string has once loaded: an added token (ids as AssignAddedTokenIds gave them),
 // else the model vocabulary; -1 if absent or empty.
 int32_t ResolveToken(const std::vector<tok::AddedToken>& added, const tok::Model& model,
@@ -248,8 +240,8 @@ StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir,
   ConfigSpecials out;
   const fs::path gen_path = dir / "generation_config.json";
   ASTR_ASSIGN_OR_RETURN(json gen, ReadOptionalJsonObject(gen_path));
-  ASTR_ASSIGN_OR_RETURN(json cfg, ReadOptionalJsonObject(dir / "tokenizer_config.json"));
-  ASTR_ASSIGN_OR_RETURN(json map, ReadOptionalJsonObject(dir / "special_tokens_map.json"));
+  ASTR_ASSIGN_OR_RETURN(HfTokenizerConfig hf, ReadHfTokenizerConfig(dir / "tokenizer_config.json"));
+  const nlohmann::ordered_json& cfg = hf.config;
   const json e = gen.value("eos_token_id", json());
   if (e.is_number_integer()) {
     out.eos.push_back(e.get<int32_t>());
@@ -266,24 +258,20 @@ StatusOr<ConfigSpecials> ReadConfigSpecials(const fs::path& dir,
   if (const json b = gen.value("bos_token_id", json()); b.is_number_integer()) {
     out.bos = b.get<int32_t>();
   }
-  auto token_id = [&](const char* key) {
-    int32_t id = ResolveToken(added, model, TokenContent(cfg.value(key, json())));
-    if (id < 0) id = ResolveToken(added, model, TokenContent(map.value(key, json())));
-    return id;
-  };
-  const int32_t eos_token = token_id("eos_token");
-  const int32_t bos_token = token_id("bos_token");
+  const int32_t eos_token = ResolveToken(added, model, hf.tokens.eos.value_or(""));
+  const int32_t bos_token = ResolveToken(added, model, hf.tokens.bos.value_or(""));
   if (out.eos.empty() && eos_token >= 0) out.eos.push_back(eos_token);
   if (out.bos < 0) out.bos = bos_token;
 
-  const json cls_json = cfg.value("tokenizer_class", json());
+  const nlohmann::ordered_json cls_json = cfg.value("tokenizer_class", nlohmann::ordered_json());
   const std::string cls = cls_json.is_string() ? cls_json.get<std::string>() : "";
   for (const char* family : {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"}) {
     if (cls == family || cls == std::string(family) + "Fast") out.override_post_processor = true;
   }
   if (out.override_post_processor) {
-    const json add_bos = cfg.value("add_bos_token", json(true));
-    const json add_eos = cfg.value("add_eos_token", json(false));
+    const nlohmann::ordered_json add_bos = cfg.value("add_bos_token", nlohmann::ordered_json(true));
+    const nlohmann::ordered_json add_eos =
+        cfg.value("add_eos_token", nlohmann::ordered_json(false));
     if (!add_bos.is_boolean() || !add_eos.is_boolean()) {
       return InvalidArgumentError((dir / "tokenizer_config.json").string() +
                                   ": add_bos_token / add_eos_token must be true or false");
