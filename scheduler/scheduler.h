@@ -1,0 +1,149 @@
+// The scheduler core: one loop thread owns the request queue, every worker's block manager and
+// every running sequence; other threads talk to it only through Submit / Cancel / FinishSample
+// (commands it drains at the top of each iteration) and read results from RequestChannels.
+//
+// Per iteration the loop: applies commands; aborts requests whose deadline passed; for each worker
+// plans one step (decode rows first, then prefill chunks of running sequences, then new sequences
+// from the queue by priority then arrival, under the token budget, the sequence cap and the free
+// pages, preempting the lowest-priority newest sequence when pages run out); sends every worker
+// its plan, then reads every result; turns sampled tokens into SampleEvents; decides finishes
+// (EOS, stop ids, max_tokens, context end); and hands the step's events to an output thread in one
+// move, so the loop itself never wakes a client thread.
+//
+// Detokenization and stop strings are the front end's job (generate_service), off this loop: when a
+// stop string matches, the front calls FinishSample and the loop releases the sequence at its next
+// step (a token sampled meanwhile is dropped).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "astr/v1/generate.pb.h"
+#include "astr/v1/worker.pb.h"
+#include "common/status.h"
+#include "scheduler/worker_connection.h"
+
+namespace astr::sched {
+
+using Clock = std::chrono::steady_clock;
+
+// A request the front end has validated, tokenized and resolved; ready to queue.
+struct SchedRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;        // non-empty; every id < vocab_size
+  v1::WorkerSamplingParams sampling;  // resolved (defaults applied, eos_token_ids filled)
+  int32_t max_tokens = 16;            // >= 1; prompt.size() + max_tokens <= max_context_tokens
+  int32_t n = 1;                      // samples; sample i uses RNG stream sample_index = i
+  int32_t priority = 0;               // larger is scheduled first and preempted last
+  Clock::time_point arrival = Clock::now();
+  std::optional<Clock::time_point> deadline;  // aborted with DEADLINE_EXCEEDED when passed
+};
+
+// One alternative of a top-logprobs list.
+struct TopEntry {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+// Something that happened to one sample of a request.
+struct SampleEvent {
+  enum class Kind { kToken, kFinished };
+  Kind kind = Kind::kToken;
+  int32_t index = 0;  // sample index
+  // kToken: an accepted generated token.
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<TopEntry> top;  // empty unless top_logprobs > 0
+  int64_t weight_version = 0;
+  // kFinished: why the sample ended (after its last kToken). Not sent for a sample the front
+  // finished itself with FinishSample.
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  int32_t stop_token_id = -1;  // the stop id produced, when finish == STOP by a stop id
+};
+
+// Scheduler-side timings of one request (see v1::Timings).
+struct RequestTimings {
+  int64_t queue_ns = 0;
+  int64_t time_to_first_token_ns = 0;
+  int64_t total_ns = 0;
+  int32_t preemptions = 0;
+  int32_t cached_tokens = 0;
+};
+
+// The loop -> handler channel of one request. The output thread pushes; the handler thread of
+// the gRPC call waits. Thread-safe.
+class RequestChannel {
+ public:
+  explicit RequestChannel(uint64_t key) : key_(key) {}
+  uint64_t key() const { return key_; }
+
+  struct Batch {
+    std::vector<SampleEvent> events;
+    bool closed = false;  // nothing more will come; `status` and `timings` are final
+    Status status;        // OK when every sample finished; else why the request was aborted
+    RequestTimings timings;
+  };
+  // Waits until events arrive, the channel closes, or `timeout` passes (then the batch may be
+  // empty). Moves out everything pending.
+  Batch Wait(std::chrono::milliseconds timeout);
+
+  // Output thread side.
+  void Push(std::vector<SampleEvent>* events);  // appends and clears *events
+  void Close(Status status, RequestTimings timings);
+
+ private:
+  const uint64_t key_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<SampleEvent> pending_;
+  bool closed_ = false;
+  Status status_;
+  RequestTimings timings_;
+};
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 2048;  // tokens per worker step (capped by the worker's own limit)
+  int64_t max_running = 256;        // sequences per worker step (capped by the worker's limit)
+  int64_t prefill_chunk = 512;      // most prompt tokens one sequence feeds in one step
+  int64_t max_queued_requests = 1024;   // admission: waiting requests
+  int64_t max_queued_tokens = 1 << 22;  // admission: prompt tokens of waiting requests
+};
+
+class Scheduler {
+ public:
+  // Takes connected workers (Info already read). All must serve the same model (content hash).
+  // Starts the loop and output threads.
+  static StatusOr<std::unique_ptr<Scheduler>> Create(
+      SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers);
+  // Stops the threads; requests still open are closed with UNAVAILABLE.
+  ~Scheduler();
+
+  // Queues a request. RESOURCE_EXHAUSTED when the queue is full (message names the limit),
+  // UNAVAILABLE when draining. Thread-safe.
+  StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
+  // Aborts every sample of the request (client cancelled, deadline): its sequences and pages are
+  // released at the next step and the channel closes with `why`. Thread-safe; unknown keys are
+  // ignored.
+  void Cancel(uint64_t key, Status why);
+  // Ends one sample early (the front matched a stop string after `num_tokens` tokens): released at
+  // the next step; no further events for it. Thread-safe.
+  void FinishSample(uint64_t key, int32_t index);
+  // Refuses new requests from now on; running and queued ones go on.
+  void StartDrain();
+  // True when nothing is queued or running.
+  bool Idle() const;
+
+  // Snapshot of the counters (thread-safe).
+  v1::GetServerStatsResponse Stats() const;
+  // Every worker's Info, in --workers order.
+  std::vector<v1::InfoResponse> WorkerInfos() const;
+};
+
+}  // namespace astr::sched

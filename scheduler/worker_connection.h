@@ -1,0 +1,32 @@
+// The scheduler's end of one worker: its Info and the step stream. The gRPC implementation dials
+// astr-worker; tests and the benchmark may use other implementations.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "astr/v1/worker.pb.h"
+#include "common/status.h"
+
+namespace astr::sched {
+
+class WorkerConnection {
+ public:
+  virtual ~WorkerConnection() = default;
+  virtual const std::string& address() const = 0;
+  // Info read when the connection was made.
+  virtual const v1::InfoResponse& info() const = 0;
+  // Fresh Info from the worker (live counters).
+  virtual StatusOr<v1::InfoResponse> RefreshInfo() = 0;
+  // Writes one plan on the step stream. UNAVAILABLE when the stream is broken.
+  virtual Status Send(const v1::StepPlan& plan) = 0;
+  // Blocks for the next result. UNAVAILABLE when the stream is broken.
+  virtual Status Receive(v1::StepResult* result) = 0;
+};
+
+// Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.
+StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(const std::string& address,
+                                                          std::chrono::milliseconds timeout);
+
+}  // namespace astr::sched
