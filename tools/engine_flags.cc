@@ -100,13 +100,17 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
   return p;
 }
 
-void EngineFlags::Register(flags::FlagSet* fs) {
+void EngineFlags::RegisterBackend(flags::FlagSet* fs) {
   fs->Int("threads", &threads, "CPU threads; 0 = all cores.");
   fs->String("dtype", &dtype, "Weight dtype on the CPU backend: bf16 or f32.");
   fs->Int("page-size", &page_size, "Tokens per KV page.");
   fs->Int("num-pages", &num_pages, "KV pages; 0 = as many as --kv-cache-mb holds.");
   fs->Int("kv-cache-mb", &kv_cache_mb, "KV cache size in MiB (when --num-pages is 0).");
   fs->Int("max-batch-tokens", &max_batch_tokens, "Most tokens one step may carry.");
+}
+
+void EngineFlags::Register(flags::FlagSet* fs) {
+  RegisterBackend(fs);
   fs->Int("max-running", &max_running, "Most sequences in one step.");
   fs->Int("prefill-chunk", &prefill_chunk, "Most prompt tokens of one sequence per step.");
 }

@@ -47,7 +47,11 @@ struct EngineFlags {
   int64_t max_running = 64;
   int64_t prefill_chunk = 512;
 
+  // Every flag below.
   void Register(flags::FlagSet* fs);
+  // Only the backend's: --threads, --dtype, --page-size, --num-pages, --kv-cache-mb,
+  // --max-batch-tokens (astr-worker, whose scheduler does the engine's planning).
+  void RegisterBackend(flags::FlagSet* fs);
   // Each size in range; the error names the flag.
   Status Validate() const;
   BackendOptions BackendOpts() const;
