@@ -1,0 +1,79 @@
+"""The `astr` client subcommands against a running scheduler: generate prints what the unary API
+returns, health and info answer; deploy/local/astr-local starts and stops a local deployment."""
+
+import os
+import socket
+import subprocess
+
+import pytest
+
+import harness
+from harness import request, unary
+
+PROMPTS = ["Once upon a time", "The little dog"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_generate_prints_unary_text(cluster, prompt):
+    want = unary(cluster.stub, request(text=prompt, max_tokens=16)).one().text
+    assert not want.endswith("\n")
+    r = harness.run_cli(
+        "generate", "--server", cluster.scheduler.address, "--prompt", prompt,
+        "--temperature", "0", "--max-tokens", "16",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.removesuffix("\n") == want, f"stdout {r.stdout!r}, unary text {want!r}"
+
+
+def test_health(cluster):
+    r = harness.run_cli("health", "--server", cluster.scheduler.address)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_health_fails_without_server():
+    r = harness.run_cli("health", "--server", f"127.0.0.1:{free_port()}", timeout=60)
+    assert r.returncode != 0, r.stdout
+
+
+def test_info(cluster):
+    r = harness.run_cli("info", "--server", cluster.scheduler.address)
+    assert r.returncode == 0, r.stderr
+    info = cluster.scheduler.model_info()
+    assert info.model_name in r.stdout
+    assert cluster.workers[0].address in r.stdout
+
+
+LOCAL = os.path.join(harness.SOURCE_DIR, "deploy", "local", "astr-local")
+
+
+@pytest.mark.skipif(not os.access(LOCAL, os.X_OK), reason="deploy/local/astr-local not written yet")
+def test_astr_local_detach_and_stop(tmp_path):
+    help_text = subprocess.run([LOCAL, "--help"], capture_output=True, text=True, timeout=30)
+    assert help_text.returncode == 0, help_text.stderr
+    port = free_port()
+    env = dict(os.environ, ASTR_BIN_DIR=harness.BIN_DIR)
+    start = subprocess.run(
+        [LOCAL, "--detach", "--model", harness.STORIES, "--workers", "1", "--port", str(port),
+         "--run-dir", str(tmp_path), "--threads", "1"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        addr = f"127.0.0.1:{port}"
+        harness.wait_serving(addr, timeout=30)
+        r = harness.run_cli("generate", "--server", addr, "--prompt", "Once upon a time",
+                            "--temperature", "0", "--max-tokens", "8")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(", there was a little girl")  # llama.cpp golden (models/README.md)
+    finally:
+        stop = subprocess.run([LOCAL, "stop", "--run-dir", str(tmp_path)], capture_output=True, text=True,
+                              timeout=60, env=env)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    health = harness.run_cli("health", "--server", f"127.0.0.1:{port}")
+    assert health.returncode != 0, "the deployment still answers after stop"

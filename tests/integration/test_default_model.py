@@ -1,0 +1,58 @@
+"""Greedy output through the services equals `astr run` on the default model (SmolLM2-135M,
+scripts/default_model.sh), with text and chat input. Skipped when the model is not present."""
+
+import pytest
+
+import harness
+from harness import request, stream, unary
+
+MODEL = harness.default_model()
+pytestmark = pytest.mark.skipif(MODEL is None, reason="default model not present (scripts/default_model.sh)")
+
+MAX_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def smol(log_dir):
+    import tempfile
+
+    c = harness.make_cluster(
+        tempfile.mkdtemp(dir=log_dir),
+        model=MODEL,
+        worker_flags={"num_pages": 128, "page_size": 16},
+    )
+    yield c
+    c.close()
+
+
+def check_equal(got, want):
+    why = harness.offline_mismatch(got, want)
+    assert why is None, why
+
+
+@pytest.mark.parametrize("text", ["The capital of France is", "def fibonacci(n):"])
+def test_text_equals_offline(smol, text):
+    want = harness.offline_run(MODEL, prompt=text, max_tokens=MAX_TOKENS)
+    r = unary(smol.stub, request(text=text, max_tokens=MAX_TOKENS, return_prompt_ids=True))
+    assert r.prompt_ids == want["prompt_ids"]
+    check_equal(r.one(), want)
+    check_equal(stream(smol.stub, request(text=text, max_tokens=MAX_TOKENS)).one(), want)
+
+
+@pytest.mark.parametrize("message", ["What is 2+2?", "Name a color."])
+def test_chat_equals_offline(smol, message):
+    want = harness.offline_run(MODEL, chat=message, max_tokens=MAX_TOKENS)
+    req = request(chat=[("user", message)], max_tokens=MAX_TOKENS, return_prompt_ids=True)
+    r = unary(smol.stub, req)
+    assert r.prompt_ids == want["prompt_ids"]
+    check_equal(r.one(), want)
+    check_equal(stream(smol.stub, req).one(), want)
+
+
+def test_model_info_has_chat_template(smol):
+    info = smol.scheduler.model_info()
+    assert info.has_chat_template
+    # The chat EOS the offline engine stopped on must be one of the model's EOS ids.
+    want = harness.offline_run(MODEL, chat="What is 2+2?", max_tokens=MAX_TOKENS)
+    if want["finish_reason"] == "eos":
+        assert want["token_ids"][-1] in info.eos_token_ids
