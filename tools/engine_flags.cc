@@ -43,6 +43,13 @@ Status CheckInt32(const char* flag, int64_t v) {
 
 StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
   const ModelConfig& c = file.config();
+  ASTR_ASSIGN_OR_RETURN(SamplingParams p, ToParamsWithoutModel());
+  for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
+  ASTR_RETURN_IF_ERROR(p.Validate(c.vocab_size));
+  return p;
+}
+
+StatusOr<SamplingParams> SamplingFlags::ToParamsWithoutModel() const {
   for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"max-tokens", max_tokens},
                                 {"top-k", top_k},
                                 {"penalty-window", penalty_window},
@@ -72,7 +79,6 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
     return InvalidArgumentError("--logprobs-mode: expected raw or processed, got '" +
                                 logprobs_mode + "'");
   }
-  for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (!stop_token_ids.empty()) {
     ASTR_ASSIGN_OR_RETURN(auto ids, flags::ParseIntList(stop_token_ids, "stop-token-ids"));
     for (int64_t id : ids) {
@@ -96,7 +102,6 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const ModelFile& file) const {
       p.logit_bias[static_cast<int32_t>(id)] = bias;
     }
   }
-  ASTR_RETURN_IF_ERROR(p.Validate(c.vocab_size));
   return p;
 }
 

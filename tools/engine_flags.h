@@ -35,6 +35,9 @@ struct SamplingFlags {
   void Register(flags::FlagSet* fs);
   // Validated parameters; EOS ids come from the model.
   StatusOr<SamplingParams> ToParams(const ModelFile& file) const;
+  // The flags parsed (ranges, --stop-token-ids, --logit-bias, --logprobs-mode) without a model:
+  // no EOS ids and no vocabulary check. For clients whose server validates against its model.
+  StatusOr<SamplingParams> ToParamsWithoutModel() const;
 };
 
 struct EngineFlags {

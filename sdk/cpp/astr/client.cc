@@ -1,0 +1,217 @@
+#include "astr/client.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "common/service/grpc_status.h"
+
+namespace astr::client {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
+// Large outputs (long generations with top-n logprobs) exceed gRPC's 4 MiB default.
+constexpr int kMaxReceiveBytes = 256 << 20;
+
+void Prepare(const CallOptions& options, grpc::ClientContext* ctx) {
+  if (options.deadline != std::chrono::system_clock::time_point::max()) {
+    ctx->set_deadline(options.deadline);
+  }
+  ctx->set_wait_for_ready(options.wait_for_ready);
+}
+
+// `call(ctx, response)` runs one unary RPC.
+template <typename Response, typename Call>
+StatusOr<Response> Unary(const CallOptions& options, Call call) {
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  Response response;
+  const grpc::Status status = call(&ctx, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+// grpc.health.v1 has no generated C++ stub on every platform (Debian ships none), so its two
+// tiny messages are encoded by hand:
+//   HealthCheckRequest  { string service = 1; }
+//   HealthCheckResponse { ServingStatus status = 1; }
+std::string EncodeHealthCheckRequest(const std::string& service) {
+  std::string out;
+  if (service.empty()) return out;  // proto3: a default field is not written
+  google::protobuf::io::StringOutputStream raw(&out);
+  google::protobuf::io::CodedOutputStream coded(&raw);
+  WireFormatLite::WriteString(1, service, &coded);
+  coded.Trim();
+  return out;
+}
+
+StatusOr<ServingStatus> DecodeHealthCheckResponse(const std::string& bytes) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  int status = 0;  // absent field = UNKNOWN
+  // ReadTag returns 0 at the end of the input and on a malformed tag; the position tells which.
+  while (uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == 1 &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+      uint32_t v = 0;
+      if (!in.ReadVarint32(&v)) break;
+      status = static_cast<int>(v);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      break;
+    }
+  }
+  if (in.CurrentPosition() != static_cast<int>(bytes.size())) {
+    return InternalError("health check: malformed HealthCheckResponse");
+  }
+  if (status < 0 || status > 3) return ServingStatus::kUnknown;
+  return static_cast<ServingStatus>(status);
+}
+
+std::string ByteBufferToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+}  // namespace
+
+const char* ServingStatusName(ServingStatus status) {
+  switch (status) {
+    case ServingStatus::kUnknown:
+      return "UNKNOWN";
+    case ServingStatus::kServing:
+      return "SERVING";
+    case ServingStatus::kNotServing:
+      return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown:
+      return "SERVICE_UNKNOWN";
+  }
+  return "UNKNOWN";
+}
+
+StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                  std::chrono::milliseconds timeout) {
+  if (address.empty()) return InvalidArgumentError("server address is empty");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  // A server that is still starting is retried quickly, not after gRPC's default backoff of up
+  // to two minutes (astr health --wait-s, launchers waiting for readiness).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), std::move(args));
+  if (timeout.count() > 0) {
+    const auto deadline = std::chrono::system_clock::now() + timeout;
+    if (!channel->WaitForConnected(deadline)) {
+      return UnavailableError("could not connect to " + address + " within " +
+                              std::to_string(timeout.count()) + " ms");
+    }
+  }
+  return std::make_unique<Client>(std::move(channel), address);
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, std::string address)
+    : channel_(std::move(channel)),
+      stub_(v1::Generate::NewStub(channel_)),
+      address_(std::move(address)) {}
+
+Client::~Client() = default;
+
+StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
+                                                const CallOptions& options) {
+  return Unary<v1::GenerateResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    return stub_->Generate(ctx, request, response);
+  });
+}
+
+Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCallback& on_message,
+                              const CallOptions& options) {
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  auto reader = stub_->GenerateStream(&ctx, request);
+  v1::GenerateStreamResponse message;
+  bool cancelled = false;
+  while (reader->Read(&message)) {
+    if (!on_message(message)) {
+      cancelled = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  if (cancelled) {
+    // Finish() may only be called once no message is left to read; after TryCancel the
+    // remaining reads fail quickly.
+    while (reader->Read(&message)) {
+    }
+    (void)reader->Finish();
+    return Status(StatusCode::kCancelled, "stream cancelled by the caller");
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
+                                                const CallOptions& options) {
+  return Unary<v1::TokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    return stub_->Tokenize(ctx, request, response);
+  });
+}
+
+StatusOr<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request,
+                                                    const CallOptions& options) {
+  return Unary<v1::DetokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    return stub_->Detokenize(ctx, request, response);
+  });
+}
+
+StatusOr<v1::GetModelInfoResponse> Client::GetModelInfo(const CallOptions& options) {
+  return Unary<v1::GetModelInfoResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    return stub_->GetModelInfo(ctx, v1::GetModelInfoRequest(), response);
+  });
+}
+
+StatusOr<v1::GetServerStatsResponse> Client::GetServerStats(const CallOptions& options) {
+  return Unary<v1::GetServerStatsResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    return stub_->GetServerStats(ctx, v1::GetServerStatsRequest(), response);
+  });
+}
+
+StatusOr<ServingStatus> Client::Health(const std::string& service, const CallOptions& options) {
+  grpc::ClientContext ctx;
+  Prepare(options, &ctx);
+  const std::string request_bytes = EncodeHealthCheckRequest(service);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::GenericStub generic(channel_);
+  // The generic stub is callback-based: wait here for the call to complete.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  generic.UnaryCall(&ctx, kHealthCheckMethod, grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      std::lock_guard<std::mutex> lock(mu);
+                      status = std::move(s);
+                      done = true;
+                      cv.notify_one();
+                    });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) return FromGrpcStatus(status);
+  return DecodeHealthCheckResponse(ByteBufferToString(response));
+}
+
+}  // namespace astr::client

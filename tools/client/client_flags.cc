@@ -1,0 +1,76 @@
+#include "tools/client/client_flags.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace astr::cli {
+
+void ServerFlags::Register(flags::FlagSet* fs) {
+  fs->String("server", &server, "Address of astr-scheduler (host:port).");
+  fs->Double("connect-timeout-s", &connect_timeout_s,
+             "Seconds to wait for the connection before giving up.");
+}
+
+StatusOr<std::unique_ptr<client::Client>> ServerFlags::Connect() const {
+  if (connect_timeout_s <= 0) {
+    return InvalidArgumentError("--connect-timeout-s must be > 0");
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
+  return client::Client::Connect(server, timeout);
+}
+
+void RequestFlags::Register(flags::FlagSet* fs, bool with_n) {
+  fs->StringList("stop", &stops,
+                 "Stop string (repeatable): the sample ends where its text contains it.");
+  if (with_n) fs->Int("n", &n, "Samples to generate for the prompt.");
+  fs->Int("priority", &priority, "Scheduling priority: larger runs first and is preempted last.");
+  fs->String("request-id", &request_id, "Request id shown in the server's logs; default: made up.");
+  fs->Bool("include-stop", &include_stop, "Keep the matched stop string in the text.");
+  fs->Bool("show-special", &show_special, "Show special tokens (e.g. <|im_end|>) in the text.");
+  fs->Double("timeout-s", &timeout_s, "Deadline of the request in seconds; 0 = none.");
+  sampling.Register(fs);
+}
+
+Status RequestFlags::Apply(const flags::FlagSet& fs, v1::GenerateRequest* request) const {
+  ASTR_ASSIGN_OR_RETURN(SamplingParams p, sampling.ToParamsWithoutModel());
+  if (timeout_s < 0) return InvalidArgumentError("--timeout-s must be >= 0");
+  v1::SamplingParameters* s = request->mutable_sampling();
+  s->set_temperature(p.temperature);
+  s->set_top_k(p.top_k);
+  s->set_top_p(p.top_p);
+  s->set_min_p(p.min_p);
+  s->set_repetition_penalty(p.repetition_penalty);
+  s->set_frequency_penalty(p.frequency_penalty);
+  s->set_presence_penalty(p.presence_penalty);
+  s->set_penalty_window(p.penalty_window);
+  for (const auto& [id, bias] : p.logit_bias) (*s->mutable_logit_bias())[id] = bias;
+  if (fs.WasSet("seed")) s->set_seed(p.seed);
+  for (const auto& stop : stops) s->add_stop(stop);
+  for (int32_t id : p.stop_token_ids) s->add_stop_token_ids(id);
+  s->set_ignore_eos(p.ignore_eos);
+  s->set_min_tokens(p.min_tokens);
+  s->set_max_tokens(p.max_tokens);
+  s->set_return_logprobs(p.return_logprob || p.logprobs > 0);
+  s->set_top_logprobs(p.logprobs);
+  s->set_logprobs_mode(p.logprobs_mode == LogprobsMode::kProcessed ? v1::LOGPROBS_MODE_PROCESSED
+                                                                   : v1::LOGPROBS_MODE_RAW);
+  s->set_include_stop_str_in_output(include_stop);
+  if (show_special) s->set_skip_special_tokens(false);
+  request->set_n(n);
+  request->set_priority(priority);
+  if (!request_id.empty()) request->set_request_id(request_id);
+  return OkStatus();
+}
+
+client::CallOptions RequestFlags::CallOptions() const {
+  if (timeout_s <= 0) return {};
+  return client::CallOptions::Timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+}
+
+int PrintError(const char* program, const Status& status) {
+  std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace astr::cli

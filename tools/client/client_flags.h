@@ -1,0 +1,51 @@
+// Flags shared by the `astr` subcommands that talk to a running server (generate, chat, info,
+// health): the server address, and a generation request's parameters under the same flag names
+// as `astr run` (SamplingFlags), so that offline and served generation read alike.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "astr/client.h"
+#include "common/flags.h"
+#include "tools/engine_flags.h"
+
+namespace astr::cli {
+
+// --server, --connect-timeout-s.
+struct ServerFlags {
+  std::string server = "127.0.0.1:50051";
+  double connect_timeout_s = 10;
+
+  void Register(flags::FlagSet* fs);
+  // Connects, waiting at most --connect-timeout-s; the error names the address.
+  StatusOr<std::unique_ptr<client::Client>> Connect() const;
+};
+
+// Sampling flags plus the request-level ones (--stop, --n, --priority, ...).
+struct RequestFlags {
+  SamplingFlags sampling;
+  std::vector<std::string> stops;
+  int n = 1;
+  int priority = 0;
+  std::string request_id;
+  bool include_stop = false;
+  bool show_special = false;
+  double timeout_s = 0;
+
+  // Defaults that suit a served model: a longer answer than `astr run`'s 32 tokens.
+  RequestFlags() { sampling.max_tokens = 256; }
+  // `with_n`: whether --n is offered (chat answers one sample per turn).
+  void Register(flags::FlagSet* fs, bool with_n);
+  // Writes the parameters into `request` (sampling, n, priority, request id). --seed is sent only
+  // when given, so that an unseeded request gets a fresh seed from the server.
+  Status Apply(const flags::FlagSet& fs, v1::GenerateRequest* request) const;
+  // The deadline from --timeout-s.
+  client::CallOptions CallOptions() const;
+};
+
+// Prints "<program>: CODE: message" to stderr and returns 1 (the exit code of a failed call).
+int PrintError(const char* program, const Status& status);
+
+}  // namespace astr::cli
