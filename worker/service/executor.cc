@@ -1,0 +1,180 @@
+#include "worker/service/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+namespace astr {
+namespace {
+
+int64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+      .count();
+}
+
+}  // namespace
+
+StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
+                                                 int64_t vocab_size) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.penalty_window = p.penalty_window();
+  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
+  s.seed = p.seed();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.eos_token_ids.assign(p.eos_token_ids().begin(), p.eos_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  s.min_tokens = p.min_tokens();
+  // max_tokens stays with the scheduler. The sampler reads it only as a size hint for its penalty
+  // counts (which grow when outrun) and to check min_tokens <= max_tokens, so it is set to the
+  // smallest value both accept.
+  s.max_tokens = std::max<int32_t>(1, p.min_tokens());
+  s.return_logprob = p.return_logprob();
+  if (p.top_logprobs() < 0 || p.top_logprobs() > kMaxLogprobs) {
+    return InvalidArgumentError("top_logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
+                                "], got " + std::to_string(p.top_logprobs()));
+  }
+  s.logprobs = p.top_logprobs();
+  switch (p.logprobs_mode()) {
+    case v1::LOGPROBS_MODE_UNSPECIFIED:
+    case v1::LOGPROBS_MODE_RAW:
+      s.logprobs_mode = LogprobsMode::kRaw;
+      break;
+    case v1::LOGPROBS_MODE_PROCESSED:
+      s.logprobs_mode = LogprobsMode::kProcessed;
+      break;
+    default:
+      return InvalidArgumentError("logprobs_mode is not a known mode: " +
+                                  std::to_string(static_cast<int>(p.logprobs_mode())));
+  }
+  ASTR_RETURN_IF_ERROR(s.Validate(vocab_size));
+  return s;
+}
+
+WorkerExecutor::WorkerExecutor(std::unique_ptr<StepRunner> runner)
+    : runner_(std::move(runner)), limits_(runner_->limits()) {
+  const ModelConfig& c = runner_->config();
+  vocab_size_ = c.vocab_size;
+  const int64_t pool_tokens = limits_.num_pages * limits_.page_size;
+  max_context_ = c.max_position > 0 ? c.max_position : pool_tokens;
+  page_refs_.assign(static_cast<size_t>(limits_.num_pages), 0);
+  sample_out_.resize(static_cast<size_t>(limits_.max_sample_rows));
+}
+
+void WorkerExecutor::AddPage(Sequence* seq, int32_t page) {
+  seq->pages.push_back(page);
+  if (page_refs_[page]++ == 0) ++pages_in_use_;
+}
+
+void WorkerExecutor::Release(uint64_t seq_id) {
+  auto it = live_.find(seq_id);
+  for (int32_t page : it->second.pages) {
+    if (--page_refs_[page] == 0) --pages_in_use_;
+  }
+  live_.erase(it);
+}
+
+void WorkerExecutor::Start(const v1::SequenceStart& start) {
+  Sequence& seq = live_[start.seq_id()];
+  seq.context.assign(start.tokens().begin(), start.tokens().end());
+  seq.num_prompt_tokens = start.num_prompt_tokens();
+  seq.computed = start.num_cached_tokens();
+  seq.pages.clear();
+  seq.pages.reserve(start.pages_size());
+  for (int32_t page : start.pages()) AddPage(&seq, page);
+  // Validated already; the conversion cannot fail here.
+  SamplingParams params = *SamplingParamsFromProto(start.params(), vocab_size_);
+  const std::span<const int32_t> prompt(seq.context.data(), seq.num_prompt_tokens);
+  seq.sampler = std::make_unique<SequenceSampler>(std::move(params), start.sample_index(), prompt);
+  // A restarted sequence (after preemption or a move) continues its RNG counter and penalty
+  // counts: the tokens it generated before are appended as if sampled here.
+  for (size_t i = seq.num_prompt_tokens; i < seq.context.size(); ++i) {
+    seq.sampler->Append(seq.context[i]);
+  }
+}
+
+Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result) {
+  const auto step_start = std::chrono::steady_clock::now();
+  ASTR_RETURN_IF_ERROR(Validate(plan));
+
+  for (uint64_t id : plan.release()) Release(id);
+  for (const v1::SequenceStart& start : plan.start()) Start(start);
+
+  batch_.Clear();
+  samples_.clear();
+  sample_seqs_.clear();
+  for (const v1::StepEntry& entry : plan.entries()) {
+    Sequence* seq = &live_.find(entry.seq_id())->second;
+    for (int32_t page : entry.new_pages()) AddPage(seq, page);
+    const int64_t begin = entry.start_position();
+    batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
+                  limits_.page_size, entry.sample());
+    seq->computed = begin + entry.num_tokens();
+    if (entry.sample()) {
+      samples_.push_back({.seq_id = entry.seq_id(),
+                          .position = static_cast<int64_t>(seq->context.size()),
+                          .sampler = seq->sampler.get()});
+      sample_seqs_.push_back(seq);
+    }
+  }
+
+  result->Clear();
+  result->set_step_id(plan.step_id());
+  result->set_weight_version(0);
+  if (!plan.entries().empty()) {
+    RunTimings timings;
+    const std::span<SampleResult> out(sample_out_.data(), samples_.size());
+    const Status run = runner_->Run(batch_, samples_, out, &timings);
+    if (!run.ok())
+      return run.code() == StatusCode::kInvalidArgument ? InternalError(run.message()) : run;
+    result->set_forward_ns(timings.forward_ns);
+    result->set_sample_ns(timings.sample_ns);
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      const SampleResult& r = out[i];
+      Sequence* seq = sample_seqs_[i];
+      seq->sampler->Append(r.token);
+      seq->context.push_back(r.token);
+      v1::SampledToken* token = result->add_samples();
+      token->set_seq_id(samples_[i].seq_id);
+      token->set_token_id(r.token);
+      token->set_logprob(r.logprob);
+      for (int32_t k = 0; k < r.num_top; ++k) {
+        v1::TokenLogprob* alt = token->add_top();
+        alt->set_token_id(r.top[k].id);
+        alt->set_logprob(r.top[k].logprob);
+      }
+    }
+  }
+  ++steps_;
+  PublishCounters();
+  result->set_step_ns(NanosSince(step_start));
+  return OkStatus();
+}
+
+void WorkerExecutor::Reset() {
+  live_.clear();
+  std::fill(page_refs_.begin(), page_refs_.end(), 0);
+  pages_in_use_ = 0;
+  PublishCounters();
+}
+
+void WorkerExecutor::PublishCounters() {
+  live_counter_.store(static_cast<int64_t>(live_.size()), std::memory_order_relaxed);
+  pages_counter_.store(pages_in_use_, std::memory_order_relaxed);
+  steps_counter_.store(steps_, std::memory_order_relaxed);
+}
+
+WorkerExecutor::Counters WorkerExecutor::counters() const {
+  return {.live_sequences = live_counter_.load(std::memory_order_relaxed),
+          .pages_in_use = pages_counter_.load(std::memory_order_relaxed),
+          .steps = steps_counter_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace astr

@@ -1,0 +1,106 @@
+// The worker's executor: the live sequence table and one step at a time (see DESIGN.md "The step
+// contract" and worker.proto). The scheduler plans and owns page placement; the executor validates
+// every plan against its state, then applies it: release -> start -> entries, one ragged batch,
+// one StepRunner::Run, and one sampled token per sampling entry appended to its sequence.
+//
+// Not thread-safe: one thread (the one Step stream) drives Execute / Reset. counters() may be read
+// from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "astr/v1/worker.pb.h"
+#include "common/status.h"
+#include "worker/sampler.h"
+#include "worker/service/step_runner.h"
+#include "worker/step_batch.h"
+
+namespace astr {
+
+// Converts the wire parameters to the sampler's and validates them against `vocab_size`; the error
+// names the field without a prefix (e.g. "top_p must be in (0, 1], got 0").
+StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
+                                                 int64_t vocab_size);
+
+class WorkerExecutor {
+ public:
+  struct Counters {
+    int64_t live_sequences = 0;
+    int64_t pages_in_use = 0;  // distinct pages referenced by live sequences
+    int64_t steps = 0;         // plans executed (refused ones do not count)
+  };
+
+  explicit WorkerExecutor(std::unique_ptr<StepRunner> runner);
+
+  // Executes one plan. INVALID_ARGUMENT: the plan was refused and nothing of it was applied (the
+  // message names the field and index, e.g. "entries[3].new_pages[0]: page 9999 out of range
+  // [0, 512)"). Any other error comes from the runner: the state no longer matches the KV pool and
+  // the caller must Reset(). On success `result` holds one SampledToken per sampling entry, in
+  // entry order, and the timings.
+  Status Execute(const v1::StepPlan& plan, v1::StepResult* result);
+  // Drops every live sequence (a step stream ended).
+  void Reset();
+
+  Counters counters() const;
+  const StepRunner& runner() const { return *runner_; }
+  // Most positions one sequence may use: the model's context, else what the pool holds.
+  int64_t max_context() const { return max_context_; }
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> context;  // prompt + generated, every token known
+    int64_t num_prompt_tokens = 0;
+    int64_t computed = 0;        // leading tokens whose K/V are in the pool
+    std::vector<int32_t> pages;  // in sequence order
+    std::unique_ptr<SequenceSampler> sampler;
+  };
+  // What validation needs to know of a sequence an entry refers to, live or started in the plan.
+  struct SeqView {
+    int64_t known_tokens = 0;
+    int64_t computed = 0;
+    int64_t num_pages = 0;
+  };
+
+  // Checks the whole plan against the current state without changing it (plan_validation.cc).
+  Status Validate(const v1::StepPlan& plan);
+  Status ValidateStart(const v1::SequenceStart& start, int index);
+  Status ValidateEntry(const v1::StepEntry& entry, int index, const SeqView& seq);
+  Status ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages,
+                       const std::string& field) const;
+
+  void Release(uint64_t seq_id);
+  void Start(const v1::SequenceStart& start);
+  void AddPage(Sequence* seq, int32_t page);
+  void PublishCounters();
+
+  std::unique_ptr<StepRunner> runner_;
+  RunnerLimits limits_;
+  int64_t vocab_size_ = 0;
+  int64_t max_context_ = 0;
+  std::unordered_map<uint64_t, Sequence> live_;
+  std::vector<uint32_t> page_refs_;  // [num_pages] live sequences holding each page
+  int64_t pages_in_use_ = 0;
+  int64_t steps_ = 0;
+
+  // Per-step scratch, reused so that a step allocates little once warm.
+  std::unordered_set<uint64_t> plan_released_;
+  std::unordered_map<uint64_t, int> plan_started_;  // seq_id -> index in plan.start
+  std::unordered_set<uint64_t> plan_entries_;
+  std::vector<Sequence*> entry_seqs_;
+  StepBatch batch_;
+  std::vector<SampleRequest> samples_;
+  std::vector<Sequence*> sample_seqs_;
+  std::vector<SampleResult> sample_out_;
+
+  std::atomic<int64_t> live_counter_{0};
+  std::atomic<int64_t> pages_counter_{0};
+  std::atomic<int64_t> steps_counter_{0};
+};
+
+}  // namespace astr

@@ -1,0 +1,178 @@
+// WorkerExecutor::Validate: every check a plan must pass before any of it is applied, so that a
+// refused plan leaves the worker exactly as it was. Each error names the field path and index.
+//
+// The plan is checked against the state it would meet: releases first (an id released here may
+// start again in the same plan), then starts, then entries, which see a started sequence as its
+// SequenceStart describes it.
+#include <string>
+
+#include "worker/service/executor.h"
+
+namespace astr {
+namespace {
+
+std::string At(const std::string& field, int index) {
+  return field + "[" + std::to_string(index) + "]";
+}
+
+std::string SeqName(uint64_t id) { return "sequence " + std::to_string(id); }
+
+}  // namespace
+
+Status WorkerExecutor::ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages,
+                                     const std::string& field) const {
+  for (int j = 0; j < pages.size(); ++j) {
+    const int32_t page = pages[j];
+    if (page < 0 || page >= limits_.num_pages) {
+      return InvalidArgumentError(At(field, j) + ": page " + std::to_string(page) +
+                                  " out of range [0, " + std::to_string(limits_.num_pages) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) {
+  const std::string where = At("start", index);
+  const int64_t n = start.tokens_size();
+  if (n == 0) return InvalidArgumentError(where + ".tokens: must hold at least one token");
+  if (n > max_context_) {
+    return InvalidArgumentError(where + ".tokens: " + std::to_string(n) +
+                                " tokens exceed the context of " + std::to_string(max_context_));
+  }
+  for (int j = 0; j < n; ++j) {
+    const int32_t id = start.tokens(j);
+    if (id < 0 || id >= vocab_size_) {
+      return InvalidArgumentError(where + ".tokens[" + std::to_string(j) + "]: token id " +
+                                  std::to_string(id) + " outside the vocabulary of " +
+                                  std::to_string(vocab_size_));
+    }
+  }
+  if (start.num_prompt_tokens() < 1 || start.num_prompt_tokens() > n) {
+    return InvalidArgumentError(where +
+                                ".num_prompt_tokens: " + std::to_string(start.num_prompt_tokens()) +
+                                " out of range [1, " + std::to_string(n) + "]");
+  }
+  // At least one token must stay uncomputed: the last one is fed to sample the next.
+  if (start.num_cached_tokens() < 0 || start.num_cached_tokens() >= n) {
+    return InvalidArgumentError(where +
+                                ".num_cached_tokens: " + std::to_string(start.num_cached_tokens()) +
+                                " out of range [0, " + std::to_string(n) + ")");
+  }
+  const std::string pages_field = where + ".pages";
+  ASTR_RETURN_IF_ERROR(ValidatePages(start.pages(), pages_field));
+  const int64_t held = static_cast<int64_t>(start.pages_size()) * limits_.page_size;
+  if (held < start.num_cached_tokens()) {
+    return InvalidArgumentError(pages_field + ": " + std::to_string(start.pages_size()) +
+                                " pages hold " + std::to_string(held) + " tokens, fewer than the " +
+                                std::to_string(start.num_cached_tokens()) + " cached");
+  }
+  auto params = SamplingParamsFromProto(start.params(), vocab_size_);
+  if (!params.ok()) return params.status().WithContext(where + ".params");
+  return OkStatus();
+}
+
+Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, const SeqView& seq) {
+  const std::string where = At("entries", index);
+  const std::string name = SeqName(entry.seq_id());
+  if (entry.start_position() != seq.computed) {
+    return InvalidArgumentError(
+        where + ".start_position: " + std::to_string(entry.start_position()) + ", but " + name +
+        " has " + std::to_string(seq.computed) + " tokens computed");
+  }
+  if (entry.num_tokens() < 1) {
+    return InvalidArgumentError(where + ".num_tokens: must be >= 1, got " +
+                                std::to_string(entry.num_tokens()));
+  }
+  const int64_t begin = entry.start_position();
+  const int64_t end = begin + entry.num_tokens();
+  const std::string span = "positions [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  if (end > seq.known_tokens) {
+    return InvalidArgumentError(where + ".num_tokens: " + span + " go past the " +
+                                std::to_string(seq.known_tokens) + " tokens known for " + name);
+  }
+  if (end > max_context_) {
+    return InvalidArgumentError(where + ".num_tokens: " + span + " go past the context of " +
+                                std::to_string(max_context_) + " tokens");
+  }
+  const std::string pages_field = where + ".new_pages";
+  ASTR_RETURN_IF_ERROR(ValidatePages(entry.new_pages(), pages_field));
+  const int64_t pages = seq.num_pages + entry.new_pages_size();
+  if (pages * limits_.page_size < end) {
+    return InvalidArgumentError(pages_field + ": " + name + " holds " + std::to_string(pages) +
+                                " pages (" + std::to_string(pages * limits_.page_size) +
+                                " tokens), too few for " + span);
+  }
+  // The sampled token is appended to the context, so it must come after the last known token.
+  if (entry.sample() && end != seq.known_tokens) {
+    return InvalidArgumentError(where + ".sample: the entry ends at position " +
+                                std::to_string(end) + " but " + name + " has " +
+                                std::to_string(seq.known_tokens) +
+                                " known tokens; only the last one can be sampled after");
+  }
+  return OkStatus();
+}
+
+Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
+  plan_released_.clear();
+  plan_started_.clear();
+  plan_entries_.clear();
+  for (int i = 0; i < plan.release_size(); ++i) {
+    const uint64_t id = plan.release(i);
+    if (!plan_released_.insert(id).second) {
+      return InvalidArgumentError(At("release", i) + ": " + SeqName(id) + " is released twice");
+    }
+    if (!live_.contains(id)) {
+      return InvalidArgumentError(At("release", i) + ": " + SeqName(id) + " is not live");
+    }
+  }
+  for (int i = 0; i < plan.start_size(); ++i) {
+    const uint64_t id = plan.start(i).seq_id();
+    if (live_.contains(id) && !plan_released_.contains(id)) {
+      return InvalidArgumentError(At("start", i) + ".seq_id: " + SeqName(id) + " is already live");
+    }
+    if (!plan_started_.emplace(id, i).second) {
+      return InvalidArgumentError(At("start", i) + ".seq_id: " + SeqName(id) +
+                                  " starts twice in this plan");
+    }
+    ASTR_RETURN_IF_ERROR(ValidateStart(plan.start(i), i));
+  }
+  // Every entry may sample, so the sequence cap is the backend's sample-row capacity.
+  if (plan.entries_size() > limits_.max_sample_rows) {
+    return InvalidArgumentError("entries: " + std::to_string(plan.entries_size()) +
+                                " entries exceed max_batch " +
+                                std::to_string(limits_.max_sample_rows));
+  }
+  int64_t total_tokens = 0;
+  for (int e = 0; e < plan.entries_size(); ++e) {
+    const v1::StepEntry& entry = plan.entries(e);
+    const uint64_t id = entry.seq_id();
+    if (!plan_entries_.insert(id).second) {
+      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) +
+                                  " appears twice in entries");
+    }
+    SeqView view;
+    if (auto started = plan_started_.find(id); started != plan_started_.end()) {
+      const v1::SequenceStart& s = plan.start(started->second);
+      view = {.known_tokens = s.tokens_size(),
+              .computed = s.num_cached_tokens(),
+              .num_pages = s.pages_size()};
+    } else if (auto live = live_.find(id); live != live_.end() && !plan_released_.contains(id)) {
+      const Sequence& s = live->second;
+      view = {.known_tokens = static_cast<int64_t>(s.context.size()),
+              .computed = s.computed,
+              .num_pages = static_cast<int64_t>(s.pages.size())};
+    } else {
+      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) + " is not live");
+    }
+    ASTR_RETURN_IF_ERROR(ValidateEntry(entry, e, view));
+    total_tokens += entry.num_tokens();
+  }
+  if (total_tokens > limits_.max_batch_tokens) {
+    return InvalidArgumentError("entries: " + std::to_string(total_tokens) +
+                                " tokens exceed max_batch_tokens " +
+                                std::to_string(limits_.max_batch_tokens));
+  }
+  return OkStatus();
+}
+
+}  // namespace astr

@@ -1,0 +1,71 @@
+// What executes a validated step for the WorkerExecutor: the forward pass and the sampling. Two
+// implementations, chosen once at start (--backend):
+//   - the backend runner wraps a Backend (cpu): Forward into a logits buffer, then Sample() each
+//     sample row with its sequence's SequenceSampler;
+//   - the instant runner (benchmarks only) computes nothing: each sample row gets a deterministic
+//     ordinary token (never special, never an EOS or stop id of its sequence) with logprob 0, so
+//     that the scheduler's own cost per step can be measured against a worker that answers at once.
+// The executor validates plans and keeps sequence state identically for both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "worker/backend.h"
+#include "worker/sampler.h"
+#include "worker/step_batch.h"
+
+namespace astr {
+
+// The pool and step limits a runner serves; the executor validates plans against them.
+struct RunnerLimits {
+  int64_t num_pages = 0;
+  int64_t page_size = 0;
+  int64_t max_batch_tokens = 0;  // most rows (T) of one step
+  int64_t max_sample_rows = 0;   // most sample rows (S) of one step
+};
+
+// One sample row of a step: whose token is drawn, at which position.
+struct SampleRequest {
+  uint64_t seq_id = 0;
+  int64_t position = 0;  // position the drawn token will take in its sequence
+  const SequenceSampler* sampler = nullptr;
+};
+
+// Where the time of one Run went.
+struct RunTimings {
+  int64_t forward_ns = 0;
+  int64_t sample_ns = 0;
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // Backend name reported by Info: "cpu", "instant".
+  virtual std::string name() const = 0;
+  // Weight dtype the runner computes with ("bf16", "f32"; "none" when it computes nothing).
+  virtual std::string dtype() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const RunnerLimits& limits() const = 0;
+  // Runs `batch` (already valid for limits()) and draws one token per sample row:
+  // samples[i] belongs to batch.sample_rows[i] and its result goes to out[i]. A failure here is an
+  // internal error: the caller's sequence state no longer matches the pool.
+  virtual Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
+                     std::span<SampleResult> out, RunTimings* timings) = 0;
+};
+
+// The runner over a real backend; `dtype` is what Info reports.
+std::unique_ptr<StepRunner> MakeBackendRunner(std::unique_ptr<Backend> backend, std::string dtype);
+
+// The benchmark runner. `ordinary_ids` are the token ids it may return (non-empty, each in
+// [0, config.vocab_size)); per row it picks one from (seq_id, position) and skips the sequence's
+// EOS and stop ids. INVALID_ARGUMENT when `ordinary_ids` is empty or holds an id out of range.
+StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(ModelConfig config, RunnerLimits limits,
+                                                        std::vector<int32_t> ordinary_ids);
+
+}  // namespace astr

@@ -1,0 +1,171 @@
+#include "worker/service/worker_loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/content_hash.h"
+#include "common/gguf.h"
+#include "common/model_file.h"
+#include "common/tokenizer/tokenizer.h"
+#include "worker/kv_pool.h"
+
+namespace astr {
+namespace {
+
+using Log = std::function<void(const std::string&)>;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Format(const char* fmt, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, a);
+  return buf;
+}
+
+// The model's tokenizer (GGUF vocabulary or tokenizer.json), or null when it has none.
+std::shared_ptr<const Tokenizer> LoadTokenizer(const ModelFile& file, const Log& log) {
+  auto t = file.vocab() != nullptr ? Tokenizer::FromGgufVocab(*file.vocab(), file.path())
+                                   : Tokenizer::Load(file.path());
+  if (t.ok()) return *t;
+  log("no tokenizer (" + t.status().message() + "): EOS ids from the model config only");
+  return nullptr;
+}
+
+// EOS ids as `astr run` finds them: the config's, then the tokenizer's (generation_config.json,
+// GGUF EOS / EOT / EOM).
+std::vector<int32_t> EosIds(const ModelConfig& config, const Tokenizer* tokenizer) {
+  std::vector<int32_t> ids;
+  auto add = [&ids](int64_t id) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
+  };
+  for (int64_t id : config.eos_token_ids) add(id);
+  if (tokenizer != nullptr) {
+    for (int32_t id : tokenizer->eos_ids()) add(id);
+  }
+  return ids;
+}
+
+std::string ModelName(const ModelFile& file) {
+  if (file.gguf() != nullptr) {
+    auto name = file.gguf()->GetString("general.name", "");
+    if (name.ok() && !name->empty()) return *name;
+  }
+  std::filesystem::path p(file.path());
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "folder/" -> "folder"
+  return p.filename().string();
+}
+
+// Token ids the instant runner may return: not special, not a byte-fallback piece, not BOS or EOS.
+std::vector<int32_t> OrdinaryIds(const ModelConfig& config, const Tokenizer* tokenizer,
+                                 const std::vector<int32_t>& eos) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < config.vocab_size; ++id) {
+    if (id == config.bos_token_id || std::find(eos.begin(), eos.end(), id) != eos.end()) continue;
+    if (tokenizer != nullptr && (id >= tokenizer->vocab_size() || tokenizer->IsSpecial(id) ||
+                                 tokenizer->IsByteFallbackToken(id) || id == tokenizer->bos_id())) {
+      continue;
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// The limits a CPU backend would have with these options, without allocating its pool.
+StatusOr<RunnerLimits> InstantLimits(const ModelConfig& c, const BackendOptions& o) {
+  if (o.page_size < 1) return InvalidArgumentError("--page-size must be >= 1");
+  if (o.max_batch_tokens < 1) return InvalidArgumentError("--max-batch-tokens must be >= 1");
+  if (o.max_sample_rows < 1) return InvalidArgumentError("--max-batch must be >= 1");
+  int64_t pages = o.num_pages;
+  if (pages <= 0) {
+    pages = KvPool::PagesForBytes(o.kv_cache_bytes, c.num_layers, o.page_size, c.num_kv_heads,
+                                  c.head_dim);
+    if (pages < 1) {
+      return InvalidArgumentError("kv cache of " + std::to_string(o.kv_cache_bytes) +
+                                  " bytes holds no page of " + std::to_string(o.page_size) +
+                                  " tokens");
+    }
+  }
+  return RunnerLimits{.num_pages = pages,
+                      .page_size = o.page_size,
+                      .max_batch_tokens = o.max_batch_tokens,
+                      .max_sample_rows = o.max_sample_rows};
+}
+
+StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config, const ModelFile& file,
+                                                 const Tokenizer* tokenizer,
+                                                 const std::vector<int32_t>& eos, const Log& log) {
+  const ModelConfig& c = file.config();
+  if (config.backend == "instant") {
+    ASTR_RETURN_IF_ERROR(c.Validate());
+    ASTR_ASSIGN_OR_RETURN(RunnerLimits limits, InstantLimits(c, config.backend_options));
+    log("instant backend: no weights loaded, no KV pool allocated (benchmarks only)");
+    return MakeInstantRunner(c, limits, OrdinaryIds(c, tokenizer, eos));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  log("loading weights (" + config.backend_options.weight_dtype + ")");
+  ASTR_ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(file, config.backend_options));
+  log(Format("weights loaded in %.2f s", SecondsSince(start)));
+  return MakeBackendRunner(std::move(backend), config.backend_options.weight_dtype);
+}
+
+void FillModelInfo(const ModelFile& file, const std::string& hash, v1::InfoResponse* info) {
+  const ModelConfig& c = file.config();
+  info->set_model_path(file.path());
+  info->set_model_name(ModelName(file));
+  info->set_architecture(c.architecture);
+  info->set_content_hash(hash);
+  info->set_vocab_size(static_cast<int32_t>(c.vocab_size));
+  info->set_hidden_size(static_cast<int32_t>(c.hidden_size));
+  info->set_num_layers(static_cast<int32_t>(c.num_layers));
+  info->set_num_heads(static_cast<int32_t>(c.num_heads));
+  info->set_num_kv_heads(static_cast<int32_t>(c.num_kv_heads));
+  info->set_head_dim(static_cast<int32_t>(c.head_dim));
+}
+
+void FillPoolInfo(const WorkerExecutor& executor, v1::InfoResponse* info) {
+  const StepRunner& runner = executor.runner();
+  const RunnerLimits& l = runner.limits();
+  info->set_max_context_tokens(static_cast<int32_t>(executor.max_context()));
+  info->set_dtype(runner.dtype());
+  info->set_backend(runner.name());
+  info->set_num_pages(l.num_pages);
+  info->set_page_size(static_cast<int32_t>(l.page_size));
+  info->set_max_batch(static_cast<int32_t>(l.max_sample_rows));
+  info->set_max_batch_tokens(static_cast<int32_t>(l.max_batch_tokens));
+  info->set_weight_version(0);
+}
+
+}  // namespace
+
+StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
+  if (config.backend != "cpu" && config.backend != "instant") {
+    return InvalidArgumentError("--backend: '" + config.backend + "' is not one of " +
+                                std::string(kWorkerBackends));
+  }
+  ASTR_ASSIGN_OR_RETURN(auto file, ModelFile::Open(config.model_path));
+  log("model: " + file->Describe());
+  const auto hash_start = std::chrono::steady_clock::now();
+  ASTR_ASSIGN_OR_RETURN(std::string hash, ModelContentHash(config.model_path));
+  log("content hash " + hash + Format(" (%.2f s)", SecondsSince(hash_start)));
+  const auto tokenizer = LoadTokenizer(*file, log);
+  const std::vector<int32_t> eos = EosIds(file->config(), tokenizer.get());
+  ASTR_ASSIGN_OR_RETURN(auto runner, MakeRunner(config, *file, tokenizer.get(), eos, log));
+
+  LoadedWorker worker;
+  worker.executor = std::make_unique<WorkerExecutor>(std::move(runner));
+  FillModelInfo(*file, hash, &worker.info);
+  FillPoolInfo(*worker.executor, &worker.info);
+  for (int32_t id : eos) worker.info.add_eos_token_ids(id);
+  const RunnerLimits& l = worker.executor->runner().limits();
+  log("KV pool: " + std::to_string(l.num_pages) + " pages of " + std::to_string(l.page_size) +
+      " tokens (" + std::to_string(l.num_pages * l.page_size) + " token slots); max batch " +
+      std::to_string(l.max_sample_rows) + " sequences / " + std::to_string(l.max_batch_tokens) +
+      " tokens");
+  return worker;
+}
+
+}  // namespace astr

@@ -1,0 +1,38 @@
+// Everything astr-worker does before it serves: open the model, hash its files, find its EOS ids,
+// build the step runner the --backend flag names (loading weights and allocating the KV pool for
+// cpu; neither for instant), and describe the result as the static part of InfoResponse.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "astr/v1/worker.pb.h"
+#include "common/status.h"
+#include "worker/backend.h"
+#include "worker/service/executor.h"
+
+namespace astr {
+
+struct WorkerConfig {
+  std::string model_path;       // .gguf file or Hugging Face folder
+  std::string backend = "cpu";  // "cpu" or "instant"
+  // Threads, weight dtype, page size, num_pages / kv_cache_bytes, max_batch_tokens, and
+  // max_sample_rows = the most entries of one step (Info.max_batch).
+  BackendOptions backend_options;
+};
+
+struct LoadedWorker {
+  // Model identity, dims, pool and limits; the live counters are left 0.
+  v1::InfoResponse info;
+  std::unique_ptr<WorkerExecutor> executor;
+};
+
+// `log` receives one line per stage (open, hash, weights, pool). Errors name the flag or file.
+StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config,
+                                  const std::function<void(const std::string&)>& log);
+
+// The backends LoadWorker knows, for --help and error messages.
+inline constexpr const char* kWorkerBackends = "cpu or instant";
+
+}  // namespace astr

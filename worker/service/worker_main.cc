@@ -1,0 +1,118 @@
+// astr-worker: loads a model and serves astr.v1.Worker (Info and the step stream) to
+// astr-scheduler, plus grpc.health.v1 and server reflection. See docs/worker.md.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/flags.h"
+#include "common/service/shutdown_signal.h"
+#include "tools/engine_flags.h"
+#include "worker/service/worker_loader.h"
+#include "worker/service/worker_service.h"
+
+namespace astr {
+namespace {
+
+// How long in-flight calls get after SIGTERM before they are cancelled. The step being executed
+// always finishes (a step is not interruptible); this bounds the wait for an idle open stream.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+void Log(const std::string& line) { std::fprintf(stderr, "astr-worker: %s\n", line.c_str()); }
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "astr-worker: %s\n", message.c_str());
+  return 2;
+}
+
+// --backend, else $ASTR_BACKEND, else cpu. The error names where the bad value came from.
+StatusOr<std::string> ResolveBackend(const flags::FlagSet& fs, const std::string& flag_value) {
+  std::string value = flag_value;
+  std::string source = "--backend";
+  if (!fs.WasSet("backend")) {
+    const char* env = std::getenv("ASTR_BACKEND");
+    value = env != nullptr && *env != '\0' ? env : "cpu";
+    source = "--backend (from ASTR_BACKEND)";
+  }
+  if (value != "cpu" && value != "instant") {
+    return InvalidArgumentError(source + ": '" + value + "' is not one of " + kWorkerBackends);
+  }
+  return value;
+}
+
+int Serve(const std::string& listen, LoadedWorker worker) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  WorkerService service(std::move(worker.info), std::move(worker.executor));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  // A SequenceStart carries a whole prompt: allow long contexts.
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log("--listen: cannot listen on " + listen);
+    return 1;
+  }
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  // Launchers and tests read this line to learn the port (--listen HOST:0).
+  std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stderr);
+
+  const int sig = WaitForShutdownSignal();
+  Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+      ": finishing the current step, then shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server->Wait();
+  Log("stopped");
+  return 0;
+}
+
+int Main(int argc, const char* const* argv) {
+  BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
+  flags::FlagSet fs("astr-worker",
+                    "Serve a model to astr-scheduler: the astr.v1.Worker gRPC service (Info and "
+                    "the step stream), grpc.health.v1 and server reflection. Exits 0 on SIGTERM "
+                    "or SIGINT once the current step has finished.");
+  std::string model, backend;
+  std::string listen = "127.0.0.1:50061";
+  int64_t max_batch = 256;
+  fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
+  fs.String("listen", &listen,
+            "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
+            "printed to stderr as a line 'listening on HOST:PORT' once the model is loaded.");
+  fs.String("backend", &backend,
+            "cpu, or instant (benchmarks only: plans are validated as for cpu but nothing is "
+            "computed; each sample is an ordinary token chosen from the sequence id and "
+            "position). Default: $ASTR_BACKEND if set, else cpu.");
+  cli::EngineFlags engine;
+  engine.RegisterBackend(&fs);
+  fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+
+  auto backend_name = ResolveBackend(fs, backend);
+  if (!backend_name.ok()) return UsageError(backend_name.status().message());
+  if (max_batch < 1) return UsageError("--max-batch must be >= 1");
+  engine.max_running = max_batch;  // EngineFlags sizes the backend's sample rows from it
+  if (Status s = engine.Validate(); !s.ok()) return UsageError(s.message());
+
+  WorkerConfig config{
+      .model_path = model, .backend = *backend_name, .backend_options = engine.BackendOpts()};
+  auto worker = LoadWorker(config, Log);
+  if (!worker.ok()) {
+    Log(worker.status().ToString());
+    return 1;
+  }
+  return Serve(listen, std::move(*worker));
+}
+
+}  // namespace
+}  // namespace astr
+
+int main(int argc, char** argv) { return astr::Main(argc, argv); }

@@ -1,0 +1,59 @@
+#include "worker/service/worker_service.h"
+
+#include <chrono>
+
+#include "common/service/grpc_status.h"
+
+namespace astr {
+
+WorkerService::WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor)
+    : static_info_(std::move(static_info)), executor_(std::move(executor)) {}
+
+grpc::Status WorkerService::Info(grpc::ServerContext* /*context*/,
+                                 const v1::InfoRequest* /*request*/, v1::InfoResponse* response) {
+  *response = static_info_;
+  const WorkerExecutor::Counters counters = executor_->counters();
+  response->set_live_sequences(static_cast<int32_t>(counters.live_sequences));
+  response->set_pages_in_use(counters.pages_in_use);
+  response->set_steps(counters.steps);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Step(grpc::ServerContext* /*context*/,
+                                 grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  bool expected = false;
+  if (!stream_open_.compare_exchange_strong(expected, true)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "another Step stream is open on this worker; one scheduler drives a "
+                        "worker at a time");
+  }
+  const grpc::Status status = ServeStream(stream);
+  // Drop the stream's sequences before another stream may take the executor.
+  executor_->Reset();
+  stream_open_.store(false);
+  return status;
+}
+
+grpc::Status WorkerService::ServeStream(
+    grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  v1::StepPlan plan;
+  v1::StepResult result;
+  while (stream->Read(&plan)) {
+    const auto received = std::chrono::steady_clock::now();
+    const Status status = executor_->Execute(plan, &result);
+    if (!status.ok()) {
+      if (status.code() != StatusCode::kInvalidArgument) return ToGrpcStatus(status);
+      result.Clear();
+      result.set_step_id(plan.step_id());
+      result.set_error_code(static_cast<int32_t>(status.code()));
+      result.set_error_message(status.message());
+    }
+    result.set_step_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - received)
+                           .count());
+    if (!stream->Write(result)) break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace astr

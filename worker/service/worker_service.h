@@ -1,0 +1,40 @@
+// The astr.v1.Worker gRPC service: Info and the step stream around one WorkerExecutor.
+//
+// One Step stream at a time: the executor's state belongs to the scheduler on the other end, so a
+// second concurrent stream is refused with FAILED_PRECONDITION. When a stream ends (the scheduler
+// closed it, crashed or was cut off) every live sequence is dropped, so a reconnecting scheduler
+// starts from no live sequences. A refused plan is answered with error_code / error_message and
+// the stream goes on; an internal failure of the runner ends the stream with that status.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+
+#include "astr/v1/worker.grpc.pb.h"
+#include "worker/service/executor.h"
+
+namespace astr {
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  // `static_info` holds the model, pool and limits (LoadWorker's info); counters are added per
+  // call.
+  WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor);
+
+  grpc::Status Info(grpc::ServerContext* context, const v1::InfoRequest* request,
+                    v1::InfoResponse* response) override;
+  grpc::Status Step(grpc::ServerContext* context,
+                    grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
+
+ private:
+  // Runs the plans of one stream until it ends.
+  grpc::Status ServeStream(grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream);
+
+  const v1::InfoResponse static_info_;
+  const std::unique_ptr<WorkerExecutor> executor_;
+  std::atomic<bool> stream_open_{false};  // a Step stream owns the executor
+};
+
+}  // namespace astr
