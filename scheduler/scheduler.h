@@ -109,12 +109,19 @@ class RequestChannel {
 };
 
 struct SchedulerOptions {
-  int64_t max_batch_tokens = 2048;  // tokens per worker step (capped by the worker's own limit)
-  int64_t max_running = 256;        // sequences per worker step (capped by the worker's limit)
-  int64_t prefill_chunk = 512;      // most prompt tokens one sequence feeds in one step
+  int64_t max_batch_tokens = 2048;      // tokens per worker step (capped by the worker's own limit)
+  int64_t max_running = 256;            // sequences per worker step (capped by the worker's limit)
+  int64_t prefill_chunk = 512;          // most prompt tokens one sequence feeds in one step
   int64_t max_queued_requests = 1024;   // admission: waiting requests
-  int64_t max_queued_tokens = 1 << 22;  // admission: prompt tokens of waiting requests
+  int64_t max_queued_tokens = 1 << 22;  // admission: prompt tokens (length * n) of waiting requests
+  // A worker whose step stream broke is reconnected; after this long unreachable it is marked
+  // down and its sequences move to the other workers.
+  int64_t worker_down_after_ms = 3000;
+  // Longest single reconnection attempt (the helper thread retries until the worker is back).
+  int64_t reconnect_attempt_ms = 500;
 };
+
+class SchedulerLoop;
 
 class Scheduler {
  public:
@@ -144,6 +151,10 @@ class Scheduler {
   v1::GetServerStatsResponse Stats() const;
   // Every worker's Info, in --workers order.
   std::vector<v1::InfoResponse> WorkerInfos() const;
+
+ private:
+  explicit Scheduler(std::unique_ptr<SchedulerLoop> loop);
+  std::unique_ptr<SchedulerLoop> loop_;
 };
 
 }  // namespace astr::sched

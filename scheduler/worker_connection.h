@@ -23,6 +23,11 @@ class WorkerConnection {
   virtual Status Send(const v1::StepPlan& plan) = 0;
   // Blocks for the next result. UNAVAILABLE when the stream is broken.
   virtual Status Receive(v1::StepResult* result) = 0;
+  // Drops the current step stream and opens a fresh one (the worker starts it with no live
+  // sequences), re-dialing as needed for at most `timeout`. UNAVAILABLE if the worker cannot be
+  // reached. The scheduler calls it from a helper thread while the loop leaves this connection
+  // alone.
+  virtual Status Reconnect(std::chrono::milliseconds timeout) = 0;
 };
 
 // Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.

@@ -1,0 +1,243 @@
+#include "scheduler/batch_planner.h"
+
+#include <algorithm>
+#include <cassert>
+#include <span>
+
+namespace astr::sched {
+
+namespace {
+
+void InsertSorted(std::vector<Sequence*>* list, Sequence* seq) {
+  auto it = std::upper_bound(list->begin(), list->end(), seq, QueueOrder());
+  list->insert(it, seq);
+}
+
+// Forgets a sequence's place on the worker: not live, no pages, nothing computed.
+void ResetPlacement(Sequence* seq) {
+  seq->seq_id = 0;
+  seq->pages.Release();
+  seq->num_computed = 0;
+  seq->num_start_tokens = 0;
+  seq->step_tokens = 0;
+}
+
+}  // namespace
+
+void WorkerQueues::Enqueue(Sequence* seq) {
+  seq->state = Sequence::State::kWaiting;
+  InsertSorted(&waiting, seq);
+}
+
+void WorkerQueues::Remove(Sequence* seq) {
+  if (seq->state == Sequence::State::kRunning) {
+    auto it = std::find(running.begin(), running.end(), seq);
+    if (it != running.end()) running.erase(it);
+    release.push_back(seq->seq_id);
+    ResetPlacement(seq);
+  } else if (seq->state == Sequence::State::kWaiting) {
+    auto it = std::find(waiting.begin(), waiting.end(), seq);
+    if (it != waiting.end()) waiting.erase(it);
+  }
+}
+
+void WorkerQueues::Requeue(size_t index) {
+  Sequence* seq = running[index];
+  running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
+  release.push_back(seq->seq_id);
+  ResetPlacement(seq);
+  ++seq->request->preemptions;
+  Enqueue(seq);
+}
+
+void WorkerQueues::ResetStream() {
+  for (Sequence* seq : running) {
+    ResetPlacement(seq);
+    ++seq->request->preemptions;
+    Enqueue(seq);
+  }
+  running.clear();
+  release.clear();
+}
+
+void PlanOutcome::Clear() {
+  sampling.clear();
+  num_tokens = 0;
+  num_started = 0;
+  num_preempted = 0;
+  requests_started = 0;
+  queued_tokens_started = 0;
+}
+
+void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now,
+                        v1::StepPlan* plan, PlanOutcome* out) {
+  plan->Clear();
+  out->Clear();
+  plan->set_step_id(step_id);
+  const int64_t used = GrantRunning(q, out, step_id);
+  // Decode rows first in batch order, then prefill chunks (a sequence's kind is fixed before
+  // EmitEntry advances it).
+  for (Sequence* seq : q->running) {
+    if (seq->step_tokens > 0 && !seq->prefilling()) EmitEntry(seq, plan, out);
+  }
+  for (Sequence* seq : q->running) {
+    if (seq->step_tokens > 0 && seq->prefilling()) EmitEntry(seq, plan, out);
+  }
+  Admit(q, used, step_id, now, plan, out);
+  // Releases (finished, cancelled, preempted just now) go out with this plan; the worker applies
+  // them before starts, so pages freed here may already be reused by this plan.
+  for (uint64_t id : q->release) plan->add_release(id);
+  q->release.clear();
+}
+
+int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t step_id) {
+  const int64_t budget = limits_.max_tokens;
+  int64_t used = 0;
+  // Decode rows not granted yet: prefill chunks only take budget those rows leave.
+  int64_t decode_left = 0;
+  for (Sequence* seq : q->running) {
+    seq->step_tokens = 0;
+    if (!seq->prefilling()) ++decode_left;
+  }
+  size_t i = 0;
+  while (i < q->running.size()) {
+    Sequence* seq = q->running[i];
+    int32_t tokens = 0;
+    if (!seq->prefilling()) {
+      --decode_left;
+      tokens = used < budget ? 1 : 0;
+    } else {
+      const int64_t room = std::max<int64_t>(0, budget - used - decode_left);
+      tokens = static_cast<int32_t>(std::min<int64_t>(
+          {seq->num_start_tokens - seq->num_computed, limits_.prefill_chunk, room}));
+    }
+    if (tokens == 0) {
+      ++i;
+      continue;
+    }
+    const size_t before = q->running.size();
+    const bool kept = GrowOrPreempt(q, i, &tokens, out, step_id);
+    // Victims come after i in the list (or are i itself); each was a decode row or a prefill that
+    // had not been granted, so recount the decode rows still ahead.
+    if (q->running.size() != before) {
+      decode_left = 0;
+      for (size_t j = kept ? i + 1 : i; j < q->running.size(); ++j) {
+        if (!q->running[j]->prefilling()) ++decode_left;
+      }
+    }
+    if (!kept) continue;  // running[i] is now the next sequence
+    seq->step_tokens = tokens;
+    used += tokens;
+    ++i;
+  }
+  return used;
+}
+
+bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, PlanOutcome* out,
+                                 uint64_t step_id) {
+  Sequence* seq = q->running[i];
+  BlockManager& blocks = q->blocks;
+  seq->step_pages_before = seq->pages.size();
+  int64_t grow = blocks.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
+  if (grow > blocks.num_free() && seq->prefilling()) {
+    // A prefill chunk shrinks to the pages it can get before anyone is preempted for it.
+    const int64_t fit =
+        (seq->pages.size() + blocks.num_free()) * blocks.page_size() - seq->num_computed;
+    if (fit >= 1) {
+      *tokens = static_cast<int32_t>(std::min<int64_t>(*tokens, fit));
+      grow = blocks.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
+    }
+  }
+  while (grow > blocks.num_free()) {
+    std::span<Sequence* const> candidates(q->running.data() + i, q->running.size() - i);
+    const size_t victim = i + preemption_.PickVictim(candidates);
+    q->running[victim]->preempted_at_step = step_id;
+    q->Requeue(victim);
+    ++out->num_preempted;
+    if (victim == i) return false;
+  }
+  if (grow > 0) {
+    const bool ok = seq->pages.GrowTo(seq->pages.size() + grow);
+    assert(ok);
+    (void)ok;
+  }
+  return true;
+}
+
+void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out) {
+  v1::StepEntry* entry = plan->add_entries();
+  entry->set_seq_id(seq->seq_id);
+  entry->set_start_position(seq->num_computed);
+  entry->set_num_tokens(seq->step_tokens);
+  const std::vector<int32_t>& pages = seq->pages.pages();
+  for (size_t p = static_cast<size_t>(seq->step_pages_before); p < pages.size(); ++p) {
+    entry->add_new_pages(pages[p]);
+  }
+  seq->num_computed += seq->step_tokens;
+  // A decode row always samples; a prefill chunk only when it reaches the end of the known tokens.
+  const bool sample = seq->num_computed >= seq->num_start_tokens;
+  entry->set_sample(sample);
+  if (sample) out->sampling.push_back(seq);
+  out->num_tokens += seq->step_tokens;
+}
+
+void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
+                         v1::StepPlan* plan, PlanOutcome* out) {
+  BlockManager& blocks = q->blocks;
+  size_t taken = 0;  // admitted from the front of the queue; erased once at the end
+  while (taken < q->waiting.size() &&
+         static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
+         used < limits_.max_tokens) {
+    Sequence* seq = q->waiting[taken];
+    // Just preempted for lack of pages: restarting it in the same plan would only thrash. Later
+    // sequences wait behind it, keeping queue order.
+    if (seq->preempted_at_step == step_id) break;
+    const int32_t known = seq->num_tokens();
+    const int32_t tokens = static_cast<int32_t>(
+        std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used}));
+    if (blocks.PagesFor(tokens) > blocks.num_free()) break;
+    if (seq->pages.manager() != &blocks) seq->pages = blocks.NewAllocation();
+    const bool ok = seq->pages.GrowTo(blocks.PagesFor(tokens));
+    assert(ok);
+    (void)ok;
+    seq->seq_id = next_seq_id_++;
+    seq->num_start_tokens = known;
+    seq->num_computed = 0;
+    seq->state = Sequence::State::kRunning;
+    Start(seq, tokens, plan);
+    seq->step_pages_before = seq->pages.size();  // its first pages travel in SequenceStart
+    seq->step_tokens = tokens;
+    EmitEntry(seq, plan, out);
+    RequestState* request = seq->request;
+    if (!request->scheduled) {
+      request->scheduled = true;
+      request->first_scheduled = now;
+      ++out->requests_started;
+      out->queued_tokens_started += request->queued_tokens();
+    }
+    used += tokens;
+    ++out->num_started;
+    ++taken;
+  }
+  if (taken == 0) return;
+  // Admitted sequences join the running list at their queue-order places.
+  for (size_t k = 0; k < taken; ++k) InsertSorted(&q->running, q->waiting[k]);
+  q->waiting.erase(q->waiting.begin(), q->waiting.begin() + static_cast<std::ptrdiff_t>(taken));
+}
+
+void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
+  const SchedRequest& req = seq->request->req;
+  v1::SequenceStart* start = plan->add_start();
+  start->set_seq_id(seq->seq_id);
+  *start->mutable_params() = req.sampling;
+  start->set_sample_index(static_cast<uint64_t>(seq->sample_index));
+  auto* ids = start->mutable_tokens();
+  ids->Reserve(seq->num_tokens());
+  ids->Add(req.prompt.begin(), req.prompt.end());
+  ids->Add(seq->generated.begin(), seq->generated.end());
+  start->set_num_prompt_tokens(static_cast<int32_t>(req.prompt.size()));
+  start->set_num_cached_tokens(0);  // no prefix cache yet
+  for (int32_t page : seq->pages.pages()) start->add_pages(page);
+}
+
+}  // namespace astr::sched

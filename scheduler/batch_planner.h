@@ -1,0 +1,89 @@
+// Plans one step of one worker: which sequences feed how many tokens, which start, which pages
+// they get, which are preempted, written straight into a reused v1::StepPlan.
+//
+// Order of a step (DESIGN.md "The step contract"):
+//   1. decode rows of running sequences (one token each) get the token budget first;
+//   2. running sequences that are still prefilling get chunks of at most prefill_chunk tokens from
+//      what is left (a long prompt spreads over several steps; only its final chunk samples);
+//   3. new sequences are admitted from the waiting queue in queue order while the budget, the
+//      sequence cap and the free pages allow (their whole first chunk must fit in free pages).
+// Pages are granted to running sequences in queue order. When a running sequence needs a page and
+// none is free, the preemption policy picks a victim among the sequences not yet granted this
+// step (itself included): its pages are freed, its id is released in this very plan, and it goes
+// back to its place in the waiting queue, to restart later from prompt + generated tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "astr/v1/worker.pb.h"
+#include "scheduler/block_manager.h"
+#include "scheduler/policies.h"
+#include "scheduler/sequence.h"
+
+namespace astr::sched {
+
+// One worker's sequences as the planner sees them. Owned by the loop thread.
+struct WorkerQueues {
+  WorkerQueues(int64_t num_pages, int32_t page_size) : blocks(num_pages, page_size) {}
+
+  BlockManager blocks;
+  std::vector<Sequence*> running;  // live on the worker, in QueueOrder
+  std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
+  std::vector<uint64_t> release;   // worker ids to release with the next plan
+
+  // Inserts a sequence that is not live into the waiting queue at its place.
+  void Enqueue(Sequence* seq);
+  // Takes `seq` out of this worker (finished, cancelled, moved): a live sequence's id is released
+  // with the next plan and its pages are free at once, so that plan may hand them to others.
+  void Remove(Sequence* seq);
+  // Stops running sequence running[index] and puts it back into the waiting queue; it restarts
+  // from prompt + generated tokens. Counts a preemption on its request.
+  void Requeue(size_t index);
+  // The step stream restarted empty (worker failure): every running sequence goes back to the
+  // waiting queue as preempted and nothing is left to release.
+  void ResetStream();
+  int64_t num_sequences() const { return static_cast<int64_t>(running.size() + waiting.size()); }
+};
+
+// What Plan did, besides the plan itself. Reused across steps (Clear keeps the capacity).
+struct PlanOutcome {
+  std::vector<Sequence*> sampling;  // sequences whose entry samples, in entry order
+  int64_t num_tokens = 0;           // rows in the step
+  int32_t num_started = 0;
+  int32_t num_preempted = 0;
+  int32_t requests_started = 0;       // requests whose first sequence started
+  int64_t queued_tokens_started = 0;  // their RequestState::queued_tokens()
+  void Clear();
+};
+
+class BatchPlanner {
+ public:
+  explicit BatchPlanner(StepLimits limits) : limits_(limits) {}
+  const StepLimits& limits() const { return limits_; }
+
+  // Plans one step of `queues` into `plan` (cleared first, storage reused) and `outcome`.
+  // `now` stamps the first scheduling of a request.
+  void Plan(WorkerQueues* queues, uint64_t step_id, Clock::time_point now, v1::StepPlan* plan,
+            PlanOutcome* outcome);
+
+ private:
+  // Phase 1+2: grants tokens and pages to running sequences (sets step_tokens), preempting.
+  int64_t GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t step_id);
+  // Grows running[i] to hold `tokens` more positions, preempting per policy; false if running[i]
+  // itself was preempted.
+  bool GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, PlanOutcome* out,
+                     uint64_t step_id);
+  void EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out);
+  // Phase 3: starts sequences from the waiting queue.
+  void Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
+             v1::StepPlan* plan, PlanOutcome* out);
+  void Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan);
+
+  StepLimits limits_;
+  QueueOrder order_;
+  PreemptionPolicy preemption_;
+  uint64_t next_seq_id_ = 1;
+};
+
+}  // namespace astr::sched

@@ -1,0 +1,66 @@
+#include "scheduler/block_manager.h"
+
+#include <cassert>
+
+namespace astr::sched {
+
+PageAllocation& PageAllocation::operator=(PageAllocation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    owner_ = other.owner_;
+    pages_ = std::move(other.pages_);
+    other.pages_.clear();
+  }
+  return *this;
+}
+
+bool PageAllocation::GrowTo(int64_t count) {
+  if (count <= size()) return true;
+  assert(owner_ != nullptr);
+  return owner_->Take(count - size(), &pages_);
+}
+
+void PageAllocation::AppendShared(int32_t page) {
+  assert(owner_ != nullptr);
+  owner_->AddRef(page);
+  pages_.push_back(page);
+}
+
+void PageAllocation::Release() {
+  if (owner_ != nullptr && !pages_.empty()) owner_->Unref(pages_);
+  pages_.clear();  // keeps the capacity: a preempted sequence regrows without allocating
+}
+
+BlockManager::BlockManager(int64_t num_pages, int32_t page_size)
+    : num_pages_(num_pages), page_size_(page_size), refcount_(num_pages, 0) {
+  free_.reserve(num_pages);
+  for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+bool BlockManager::Take(int64_t count, std::vector<int32_t>* out) {
+  if (count > num_free()) return false;
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t page = free_.back();
+    free_.pop_back();
+    refcount_[page] = 1;
+    out->push_back(page);
+  }
+  return true;
+}
+
+void BlockManager::AddRef(int32_t page) {
+  // Only a held page can be shared; a free page is handed out by Take.
+  assert(page >= 0 && page < num_pages_ && refcount_[page] > 0);
+  ++refcount_[page];
+}
+
+void BlockManager::Unref(std::span<const int32_t> pages) {
+  // Reverse order so that a sequence's first page ends on top of the stack: releasing and
+  // regrowing one sequence gives it the same ids back.
+  for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
+    assert(refcount_[*it] > 0);
+    if (--refcount_[*it] == 0) free_.push_back(*it);
+  }
+}
+
+}  // namespace astr::sched

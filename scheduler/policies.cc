@@ -1,0 +1,77 @@
+#include "scheduler/policies.h"
+
+#include <algorithm>
+#include <string>
+
+namespace astr::sched {
+
+bool QueueOrder::operator()(const Sequence* a, const Sequence* b) const {
+  const RequestState& ra = *a->request;
+  const RequestState& rb = *b->request;
+  if (ra.req.priority != rb.req.priority) return ra.req.priority > rb.req.priority;
+  if (ra.key != rb.key) return ra.key < rb.key;
+  return a->sample_index < b->sample_index;
+}
+
+StepLimits StepCapacity::For(const v1::InfoResponse& worker) const {
+  StepLimits limits;
+  limits.max_tokens = options_.max_batch_tokens;
+  if (worker.max_batch_tokens() > 0) {
+    limits.max_tokens = std::min<int64_t>(limits.max_tokens, worker.max_batch_tokens());
+  }
+  limits.max_sequences = options_.max_running;
+  if (worker.max_batch() > 0) {
+    limits.max_sequences = std::min<int64_t>(limits.max_sequences, worker.max_batch());
+  }
+  limits.prefill_chunk = std::min(options_.prefill_chunk, limits.max_tokens);
+  return limits;
+}
+
+size_t PreemptionPolicy::PickVictim(std::span<Sequence* const> candidates) const {
+  size_t victim = 0;
+  QueueOrder order;
+  // The sequence that comes last in queue order: lowest priority, then newest.
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (order(candidates[victim], candidates[i])) victim = i;
+  }
+  return victim;
+}
+
+Status AdmissionPolicy::Admit(const QueueCounters& queue, const SchedRequest& request) const {
+  if (queue.draining) {
+    return UnavailableError(
+        "the scheduler is draining (shutting down) and accepts no new requests");
+  }
+  if (queue.waiting_requests >= options_.max_queued_requests) {
+    return ResourceExhaustedError(
+        "the request queue is full: " + std::to_string(queue.waiting_requests) +
+        " requests are waiting (limit --max-queued-requests=" +
+        std::to_string(options_.max_queued_requests) + ")");
+  }
+  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) * std::max(request.n, 1);
+  if (queue.waiting_tokens + tokens > options_.max_queued_tokens) {
+    return ResourceExhaustedError(
+        "the request queue is full: " + std::to_string(queue.waiting_tokens) +
+        " prompt tokens are waiting and this request adds " + std::to_string(tokens) +
+        " (prompt length * n; limit --max-queued-tokens=" +
+        std::to_string(options_.max_queued_tokens) + ")");
+  }
+  return OkStatus();
+}
+
+int Router::Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) const {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
+    const WorkerLoad& w = workers[i];
+    if (!w.accepting || w.capacity_tokens < sequence_tokens) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const WorkerLoad& b = workers[best];
+    if (w.sequences < b.sequences || (w.sequences == b.sequences && w.tokens < b.tokens)) best = i;
+  }
+  return best;
+}
+
+}  // namespace astr::sched

@@ -1,0 +1,87 @@
+// The scheduler's policies, one small class each (CONVENTIONS #4). The loop and the planner call
+// them and contain no policy of their own, so changing one (say, shortest-prompt-first order)
+// touches one class.
+//
+//   QueueOrder        which sequence goes first: the waiting queue's and the running list's order
+//   StepCapacity      how much one worker step may hold (tokens, sequences, prefill chunk)
+//   PreemptionPolicy  which running sequence gives up its pages when a page is missing
+//   AdmissionPolicy   whether Submit queues a request
+//   Router            which worker a sequence is placed on
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "astr/v1/worker.pb.h"
+#include "common/status.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/sequence.h"
+
+namespace astr::sched {
+
+// Priority descending, then arrival (request key) ascending, then sample index ascending. A strict
+// total order over live sequences, so a preempted sequence goes back to exactly its old place.
+class QueueOrder {
+ public:
+  bool operator()(const Sequence* a, const Sequence* b) const;
+};
+
+// Limits of one step on one worker: the scheduler's flags capped by what the worker accepts.
+struct StepLimits {
+  int64_t max_tokens = 0;     // token budget (rows) of a step
+  int64_t max_sequences = 0;  // sequences live on the worker (each has at most one entry a step)
+  int64_t prefill_chunk = 0;  // most prompt tokens one sequence feeds in one step
+};
+
+class StepCapacity {
+ public:
+  explicit StepCapacity(const SchedulerOptions& options) : options_(options) {}
+  StepLimits For(const v1::InfoResponse& worker) const;
+
+ private:
+  SchedulerOptions options_;
+};
+
+// Lowest priority first; among equals the newest (latest arrival, highest sample index), whose
+// recompute costs the least and whose client has waited the least.
+class PreemptionPolicy {
+ public:
+  // Index in `candidates` (non-empty) of the sequence to preempt.
+  size_t PickVictim(std::span<Sequence* const> candidates) const;
+};
+
+// What admission looks at, as of the Submit call.
+struct QueueCounters {
+  int64_t waiting_requests = 0;  // admitted, not yet scheduled
+  int64_t waiting_tokens = 0;    // their prompt tokens (prompt length * n)
+  bool draining = false;
+};
+
+// Bounds the admission queue: RESOURCE_EXHAUSTED past --max-queued-requests or
+// --max-queued-tokens, UNAVAILABLE while draining.
+class AdmissionPolicy {
+ public:
+  explicit AdmissionPolicy(const SchedulerOptions& options) : options_(options) {}
+  Status Admit(const QueueCounters& queue, const SchedRequest& request) const;
+
+ private:
+  SchedulerOptions options_;
+};
+
+// A worker as routing sees it.
+struct WorkerLoad {
+  bool accepting = false;       // step stream up (or, as a last resort, reconnecting)
+  int64_t sequences = 0;        // running + waiting sequences placed on it
+  int64_t tokens = 0;           // their tokens still to be computed or generated
+  int64_t capacity_tokens = 0;  // tokens its whole KV pool holds
+};
+
+// Least loaded: fewest sequences, then fewest tokens, then lowest index. Only workers whose pool
+// can hold the sequence alone qualify.
+class Router {
+ public:
+  // Index of the chosen worker, or -1 when none qualifies.
+  int Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) const;
+};
+
+}  // namespace astr::sched

@@ -1,0 +1,215 @@
+// Scheduler: creation and validation, and the client-thread side of the loop (commands, stats).
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "scheduler/scheduler_loop.h"
+
+namespace astr::sched {
+namespace {
+
+Status CheckPositive(int64_t value, const char* flag) {
+  if (value >= 1) return OkStatus();
+  return InvalidArgumentError(std::string("--") + flag + " must be >= 1, got " +
+                              std::to_string(value));
+}
+
+Status ValidateSetup(const SchedulerOptions& o,
+                     const std::vector<std::unique_ptr<WorkerConnection>>& workers) {
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_batch_tokens, "max-batch-tokens"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_running, "max-running"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.prefill_chunk, "prefill-chunk"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_requests, "max-queued-requests"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_tokens, "max-queued-tokens"));
+  if (o.worker_down_after_ms < 0 || o.reconnect_attempt_ms < 1) {
+    return InvalidArgumentError("worker_down_after_ms must be >= 0 and reconnect_attempt_ms >= 1");
+  }
+  if (workers.empty()) return InvalidArgumentError("--workers: at least one worker is needed");
+  const std::string& hash = workers[0]->info().content_hash();
+  for (const auto& w : workers) {
+    const v1::InfoResponse& info = w->info();
+    if (info.num_pages() < 1 || info.page_size() < 1) {
+      return FailedPreconditionError("worker " + w->address() + " reports a KV pool of " +
+                                     std::to_string(info.num_pages()) + " pages of " +
+                                     std::to_string(info.page_size()) + " tokens");
+    }
+    if (info.content_hash() != hash) {
+      return FailedPreconditionError(
+          "--workers must all serve the same model: " + workers[0]->address() + " has " + hash +
+          ", " + w->address() + " has " + info.content_hash());
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+SchedulerLoop::SchedulerLoop(SchedulerOptions options,
+                             std::vector<std::unique_ptr<WorkerConnection>> workers)
+    : options_(options), admission_(options) {
+  const StepCapacity capacity(options_);
+  for (auto& conn : workers) {
+    const StepLimits limits = capacity.For(conn->info());
+    infos_.push_back(conn->info());
+    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), limits));
+    const WorkerSlot& w = *workers_.back();
+    max_pool_tokens_ = std::max(max_pool_tokens_, w.queues.blocks.capacity_tokens());
+    const int32_t context = w.info.max_context_tokens();
+    if (context > 0 && (max_context_tokens_ == 0 || context < max_context_tokens_)) {
+      max_context_tokens_ = context;
+    }
+  }
+  PublishStats();
+  output_ = std::make_unique<OutputQueue>(&open_requests_);
+  loop_thread_ = std::thread([this] { Run(); });
+}
+
+SchedulerLoop::~SchedulerLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  loop_thread_.join();  // closes every open request
+  stop_reconnecting_.store(true, std::memory_order_release);
+  for (auto& w : workers_) {
+    if (w->reconnector.joinable()) w->reconnector.join();
+  }
+  output_.reset();  // delivers the closes
+}
+
+StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest request) {
+  if (request.prompt.empty()) return InvalidArgumentError("prompt: must not be empty");
+  if (request.n < 1) return InvalidArgumentError("n: must be >= 1");
+  if (request.max_tokens < 1) return InvalidArgumentError("max_tokens: must be >= 1");
+  const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (footprint > max_pool_tokens_) {
+    stat_refused_.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhaustedError("prompt (" + std::to_string(request.prompt.size()) +
+                                  " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
+                                  ") = " + std::to_string(footprint) +
+                                  " tokens do not fit in the KV pool of any worker (largest: " +
+                                  std::to_string(max_pool_tokens_) + " tokens)");
+  }
+  // Built outside the lock: n sequences, one per sample.
+  auto state = std::make_unique<RequestState>();
+  state->samples.reserve(request.n);
+  for (int32_t i = 0; i < request.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = state.get();
+    seq->sample_index = i;
+    seq->generated.reserve(std::min(request.max_tokens, 4096));
+    state->samples.push_back(std::move(seq));
+  }
+  state->open_samples = request.n;
+  state->req = std::move(request);
+  std::shared_ptr<RequestChannel> channel;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status s = admission_.Admit(queue_, state->req); !s.ok()) {
+      stat_refused_.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    state->key = next_key_++;
+    channel = std::make_shared<RequestChannel>(state->key);
+    state->channel = channel;
+    ++queue_.waiting_requests;
+    queue_.waiting_tokens += state->queued_tokens();
+    open_requests_.fetch_add(1, std::memory_order_acq_rel);
+    Command command;
+    command.kind = Command::Kind::kSubmit;
+    command.key = state->key;
+    command.request = std::move(state);
+    commands_.push_back(std::move(command));
+    wake = loop_sleeping_;
+  }
+  stat_admitted_.fetch_add(1, std::memory_order_relaxed);
+  if (wake) wake_.notify_one();
+  return channel;
+}
+
+void SchedulerLoop::PushCommand(Command command) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+    wake = loop_sleeping_;
+  }
+  if (wake) wake_.notify_one();
+}
+
+void SchedulerLoop::Cancel(uint64_t key, Status why) {
+  Command command;
+  command.kind = Command::Kind::kCancel;
+  command.key = key;
+  command.status = std::move(why);
+  PushCommand(std::move(command));
+}
+
+void SchedulerLoop::FinishSample(uint64_t key, int32_t index) {
+  Command command;
+  command.kind = Command::Kind::kFinishSample;
+  command.key = key;
+  command.index = index;
+  PushCommand(std::move(command));
+}
+
+void SchedulerLoop::StartDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.draining = true;
+  stat_draining_.store(true, std::memory_order_relaxed);
+}
+
+v1::GetServerStatsResponse SchedulerLoop::Stats() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  v1::GetServerStatsResponse stats;
+  stats.set_waiting_requests(static_cast<int32_t>(stat_waiting_.load(kRelaxed)));
+  stats.set_running_requests(static_cast<int32_t>(stat_running_.load(kRelaxed)));
+  stats.set_steps(stat_steps_.load(kRelaxed));
+  stats.set_requests_admitted(stat_admitted_.load(kRelaxed));
+  stats.set_requests_refused(stat_refused_.load(kRelaxed));
+  stats.set_requests_finished(stat_finished_.load(kRelaxed));
+  stats.set_preemptions(stat_preemptions_.load(kRelaxed));
+  stats.set_draining(stat_draining_.load(kRelaxed));
+  for (const auto& w : workers_) {
+    v1::WorkerStats* ws = stats.add_workers();
+    ws->set_address(w->conn->address());
+    ws->set_up(w->stat_up.load(kRelaxed));
+    ws->set_total_pages(w->info.num_pages());
+    ws->set_free_pages(w->stat_free_pages.load(kRelaxed));
+    ws->set_running_sequences(w->stat_running.load(kRelaxed));
+    ws->set_steps(w->stat_steps.load(kRelaxed));
+    ws->set_sequences_assigned(w->stat_assigned.load(kRelaxed));
+    ws->set_mean_step_ns(w->stat_mean_step_ns.load(kRelaxed));
+  }
+  return stats;
+}
+
+std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const { return infos_; }
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler
+
+Scheduler::Scheduler(std::unique_ptr<SchedulerLoop> loop) : loop_(std::move(loop)) {}
+Scheduler::~Scheduler() = default;
+
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers) {
+  ASTR_RETURN_IF_ERROR(ValidateSetup(options, workers));
+  auto loop = std::make_unique<SchedulerLoop>(options, std::move(workers));
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(loop)));
+}
+
+StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request) {
+  return loop_->Submit(std::move(request));
+}
+void Scheduler::Cancel(uint64_t key, Status why) { loop_->Cancel(key, std::move(why)); }
+void Scheduler::FinishSample(uint64_t key, int32_t index) { loop_->FinishSample(key, index); }
+void Scheduler::StartDrain() { loop_->StartDrain(); }
+bool Scheduler::Idle() const { return loop_->Idle(); }
+v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
+std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }
+
+}  // namespace astr::sched

@@ -1,0 +1,314 @@
+// The loop thread: commands in, one step per worker, tokens and finishes out.
+#include "scheduler/scheduler_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+
+namespace astr::sched {
+namespace {
+
+int64_t Nanos(Clock::duration d) {
+  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+bool Contains(const google::protobuf::RepeatedField<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// Reconnecting workers and stuck plans are polled this often while nothing else wakes the loop.
+constexpr auto kPollInterval = std::chrono::milliseconds(10);
+
+}  // namespace
+
+void SchedulerLoop::Run() {
+  while (WaitForWork()) {
+    const Clock::time_point now = Clock::now();
+    ApplyCommands(now);
+    ExpireDeadlines(now);
+    PollWorkers(now);
+    progressed_ = StepWorkers(now) || !applying_.empty();
+    applying_.clear();
+    output_->Post(&out_);
+    for (uint64_t key : closed_) requests_.erase(key);
+    closed_.clear();
+    PublishStats();
+  }
+  // Shutting down: whatever is still open ends now.
+  const Clock::time_point now = Clock::now();
+  ApplyCommands(now);
+  std::vector<RequestState*> open;
+  for (auto& [key, request] : requests_) open.push_back(request.get());
+  for (RequestState* request : open) {
+    CloseRequest(request, UnavailableError("the scheduler is shutting down"), now);
+  }
+  output_->Post(&out_);
+  requests_.clear();
+  PublishStats();
+}
+
+bool SchedulerLoop::WaitForWork() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && commands_.empty()) {
+    if (progressed_ && HasWork()) break;
+    const Clock::time_point now = Clock::now();
+    if (!deadlines_.empty() && deadlines_.front().first <= now) break;
+    loop_sleeping_ = true;
+    const std::cv_status woke = wake_.wait_until(lock, NextWake(now));
+    loop_sleeping_ = false;
+    // A timeout is a deadline or a poll: run one iteration to look at it.
+    if (woke == std::cv_status::timeout) {
+      progressed_ = true;
+      break;
+    }
+  }
+  if (stop_) return false;
+  applying_.swap(commands_);
+  return true;
+}
+
+bool SchedulerLoop::HasWork() const {
+  for (const auto& w : workers_) {
+    if (w->health != WorkerSlot::Health::kUp) continue;
+    if (!w->queues.running.empty() || !w->queues.waiting.empty() || !w->queues.release.empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
+  Clock::time_point wake = Clock::time_point::max();
+  if (!deadlines_.empty()) wake = deadlines_.front().first;
+  bool poll = !progressed_ && HasWork();  // work that could not be planned: retry soon
+  for (const auto& w : workers_) poll |= w->health != WorkerSlot::Health::kUp;
+  if (poll) wake = std::min(wake, now + kPollInterval);
+  return wake;
+}
+
+void SchedulerLoop::ApplyCommands(Clock::time_point now) {
+  for (Command& command : applying_) {
+    if (command.kind == Command::Kind::kSubmit) {
+      AddRequest(std::move(command.request), now);
+      continue;
+    }
+    auto it = requests_.find(command.key);
+    if (it == requests_.end() || it->second->closed) continue;  // already ended
+    RequestState* request = it->second.get();
+    if (command.kind == Command::Kind::kCancel) {
+      CloseRequest(request, std::move(command.status), now);
+    } else if (command.index >= 0 &&
+               command.index < static_cast<int32_t>(request->samples.size())) {
+      Sequence* seq = request->samples[command.index].get();
+      if (seq->state != Sequence::State::kDone) EndSample(seq, now);
+    }
+  }
+}
+
+void SchedulerLoop::AddRequest(std::unique_ptr<RequestState> request, Clock::time_point now) {
+  RequestState* r = request.get();
+  requests_.emplace(r->key, std::move(request));
+  ++num_waiting_requests_;
+  if (r->req.deadline) {
+    deadlines_.emplace_back(*r->req.deadline, r->key);
+    std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<>());
+  }
+  for (auto& seq : r->samples) {
+    if (!Place(seq.get())) {
+      CloseRequest(r, UnavailableError("no worker is up to run the request"), now);
+      return;
+    }
+  }
+}
+
+void SchedulerLoop::ExpireDeadlines(Clock::time_point now) {
+  while (!deadlines_.empty() && deadlines_.front().first <= now) {
+    const uint64_t key = deadlines_.front().second;
+    std::pop_heap(deadlines_.begin(), deadlines_.end(), std::greater<>());
+    deadlines_.pop_back();
+    auto it = requests_.find(key);
+    if (it == requests_.end() || it->second->closed) continue;
+    RequestState* r = it->second.get();
+    const int64_t ms = Nanos(*r->req.deadline - r->req.arrival) / 1000000;
+    CloseRequest(r,
+                 Status(StatusCode::kDeadlineExceeded,
+                        "deadline exceeded (" + std::to_string(ms) + " ms after arrival)"),
+                 now);
+  }
+}
+
+// Plans and sends every worker's step, then reads every result, so workers compute in parallel.
+bool SchedulerLoop::StepWorkers(Clock::time_point now) {
+  bool any = false;
+  for (auto& slot : workers_) {
+    WorkerSlot* w = slot.get();
+    w->sent = false;
+    if (w->health != WorkerSlot::Health::kUp) continue;
+    WorkerQueues& q = w->queues;
+    if (q.running.empty() && q.waiting.empty() && q.release.empty()) continue;
+    w->planner.Plan(&q, next_step_id_++, now, &w->plan, &w->outcome);
+    RecordOutcome(w);
+    if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) continue;
+    if (Status s = w->conn->Send(w->plan); !s.ok()) {
+      OnWorkerBroken(w, s, now);
+      continue;
+    }
+    w->sent = true;
+    any = true;
+  }
+  for (auto& slot : workers_) {
+    WorkerSlot* w = slot.get();
+    if (!w->sent) continue;
+    Status s = w->conn->Receive(&w->result);
+    const Clock::time_point done = Clock::now();
+    if (s.ok()) s = ApplyResult(w, done);
+    if (!s.ok()) {
+      OnWorkerBroken(w, s, done);
+      continue;
+    }
+    stat_steps_.fetch_add(1, std::memory_order_relaxed);
+    RecordStepTime(w, Nanos(Clock::now() - now));
+  }
+  return any;
+}
+
+void SchedulerLoop::RecordOutcome(WorkerSlot* w) {
+  const PlanOutcome& out = w->outcome;
+  if (out.requests_started > 0) LeaveQueue(out.requests_started, out.queued_tokens_started);
+  if (out.num_preempted > 0) {
+    stat_preemptions_.fetch_add(out.num_preempted, std::memory_order_relaxed);
+  }
+}
+
+Status SchedulerLoop::ApplyResult(WorkerSlot* w, Clock::time_point now) {
+  const v1::StepResult& result = w->result;
+  if (result.error_code() != 0) {
+    return UnavailableError(
+        "worker " + w->conn->address() + " refused step " + std::to_string(w->plan.step_id()) +
+        " (" + std::string(StatusCodeName(static_cast<StatusCode>(result.error_code()))) +
+        "): " + result.error_message());
+  }
+  const std::vector<Sequence*>& sampling = w->outcome.sampling;
+  bool consistent = result.step_id() == w->plan.step_id() &&
+                    result.samples_size() == static_cast<int>(sampling.size());
+  for (size_t i = 0; consistent && i < sampling.size(); ++i) {
+    consistent = result.samples(static_cast<int>(i)).seq_id() == sampling[i]->seq_id;
+  }
+  if (!consistent) {
+    return UnavailableError("worker " + w->conn->address() + " answered step " +
+                            std::to_string(w->plan.step_id()) + " with step " +
+                            std::to_string(result.step_id()) + " and " +
+                            std::to_string(result.samples_size()) + " samples for " +
+                            std::to_string(sampling.size()) + " sampling entries");
+  }
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    AcceptToken(sampling[i], result.samples(static_cast<int>(i)), result.weight_version(), now);
+  }
+  return OkStatus();
+}
+
+void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
+                                int64_t weight_version, Clock::time_point now) {
+  RequestState* r = seq->request;
+  const int32_t id = token.token_id();
+  seq->generated.push_back(id);
+  if (!r->has_first_token) {
+    r->has_first_token = true;
+    r->first_token = now;
+  }
+  OutputEvent& out = out_.events.emplace_back();
+  out.channel = r->channel.get();
+  SampleEvent& e = out.event;
+  e.kind = SampleEvent::Kind::kToken;
+  e.index = seq->sample_index;
+  e.token_id = id;
+  e.logprob = token.logprob();
+  e.weight_version = weight_version;
+  e.top.clear();
+  for (const v1::TokenLogprob& t : token.top()) e.top.push_back({t.token_id(), t.logprob()});
+
+  // The worker masks stop ids and EOS while fewer than min_tokens were generated before this
+  // token; the loop applies the same rule, so a stop id can end the sample only past min_tokens.
+  const v1::WorkerSamplingParams& p = r->req.sampling;
+  const int32_t generated = static_cast<int32_t>(seq->generated.size());
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  int32_t stop_token_id = -1;
+  if (generated > p.min_tokens()) {
+    if (!p.ignore_eos() && Contains(p.eos_token_ids(), id)) {
+      reason = v1::FINISH_REASON_EOS;
+    } else if (Contains(p.stop_token_ids(), id)) {
+      reason = v1::FINISH_REASON_STOP;
+      stop_token_id = id;
+    }
+  }
+  if (reason == v1::FINISH_REASON_UNSPECIFIED &&
+      (generated >= r->req.max_tokens ||
+       (max_context_tokens_ > 0 && seq->num_tokens() >= max_context_tokens_))) {
+    reason = v1::FINISH_REASON_LENGTH;
+  }
+  if (reason != v1::FINISH_REASON_UNSPECIFIED) FinishSequence(seq, reason, stop_token_id, now);
+}
+
+void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32_t stop_token_id,
+                                   Clock::time_point now) {
+  OutputEvent& out = out_.events.emplace_back();
+  out.channel = seq->request->channel.get();
+  out.event.kind = SampleEvent::Kind::kFinished;
+  out.event.index = seq->sample_index;
+  out.event.finish = reason;
+  out.event.stop_token_id = stop_token_id;
+  out.event.top.clear();
+  EndSample(seq, now);
+}
+
+// A sample ends (finished, or FinishSample): its pages are free now and its id is released with
+// the worker's next plan. The request closes with its last sample.
+void SchedulerLoop::EndSample(Sequence* seq, Clock::time_point now) {
+  Unplace(seq);
+  seq->state = Sequence::State::kDone;
+  RequestState* r = seq->request;
+  if (--r->open_samples == 0) CloseRequest(r, OkStatus(), now);
+}
+
+void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_point now) {
+  if (r->closed) return;
+  r->closed = true;
+  for (auto& seq : r->samples) {
+    if (seq->state == Sequence::State::kDone) continue;
+    Unplace(seq.get());
+    seq->state = Sequence::State::kDone;
+  }
+  if (!r->scheduled) LeaveQueue(1, r->queued_tokens());
+  RequestTimings timings;
+  timings.queue_ns = Nanos((r->scheduled ? r->first_scheduled : now) - r->req.arrival);
+  timings.time_to_first_token_ns = r->has_first_token ? Nanos(r->first_token - r->req.arrival) : 0;
+  timings.total_ns = Nanos(now - r->req.arrival);
+  timings.preemptions = r->preemptions;
+  timings.cached_tokens = 0;  // no prefix cache yet
+  out_.closes.push_back(OutputClose{std::move(r->channel), std::move(status), timings});
+  closed_.push_back(r->key);
+  stat_finished_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Requests stop counting against admission once scheduled (or ended). One lock per plan that
+// started requests, not per token.
+void SchedulerLoop::LeaveQueue(int64_t requests, int64_t tokens) {
+  num_waiting_requests_ -= requests;
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.waiting_requests -= requests;
+  queue_.waiting_tokens -= tokens;
+}
+
+void SchedulerLoop::PublishStats() {
+  const int64_t open = static_cast<int64_t>(requests_.size());
+  stat_waiting_.store(num_waiting_requests_, std::memory_order_relaxed);
+  stat_running_.store(open - num_waiting_requests_, std::memory_order_relaxed);
+  for (auto& w : workers_) {
+    w->stat_up.store(w->health == WorkerSlot::Health::kUp, std::memory_order_relaxed);
+    w->stat_free_pages.store(w->queues.blocks.num_free(), std::memory_order_relaxed);
+    w->stat_running.store(static_cast<int32_t>(w->queues.running.size()),
+                          std::memory_order_relaxed);
+  }
+}
+
+}  // namespace astr::sched

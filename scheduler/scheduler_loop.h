@@ -1,0 +1,167 @@
+// The scheduler's state and its loop thread (see the comment at the top of scheduler.h).
+//
+// Threads:
+//   client threads  Submit / Cancel / FinishSample / Stats: take `mu_` briefly to append a command
+//                   (or read atomics); never touch loop-owned state.
+//   loop thread     owns requests_, every WorkerSlot's queues, planner, plan and result protos.
+//   output thread   (OutputQueue) pushes events into RequestChannels and closes them.
+//   reconnectors    one per broken worker, only while it is broken; they call
+//                   WorkerConnection::Reconnect and touch nothing else.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/batch_planner.h"
+#include "scheduler/output_queue.h"
+#include "scheduler/policies.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/sequence.h"
+
+namespace astr::sched {
+
+// One worker: its connection, its queues and planner (loop-owned), and the counters Stats() reads.
+struct WorkerSlot {
+  enum class Health { kUp, kReconnecting, kDown };
+
+  WorkerSlot(std::unique_ptr<WorkerConnection> connection, StepLimits limits);
+
+  std::unique_ptr<WorkerConnection> conn;
+  v1::InfoResponse info;  // as read at Create
+  WorkerQueues queues;
+  BatchPlanner planner;
+  v1::StepPlan plan;      // reused every step
+  v1::StepResult result;  // reused every step
+  PlanOutcome outcome;
+  bool sent = false;          // this iteration's plan went out
+  int64_t placed_tokens = 0;  // routing load: prompt + max_tokens of its sequences
+
+  Health health = Health::kUp;
+  Clock::time_point broken_since{};
+  Status last_error;
+  std::thread reconnector;
+  std::atomic<bool> reconnected{false};  // set by the reconnector when it succeeded
+
+  // Loop wall time of this worker's last steps (ring), for mean_step_ns.
+  std::array<int64_t, 256> step_ns{};
+  size_t step_ns_next = 0;
+  size_t step_ns_count = 0;
+  int64_t step_ns_sum = 0;
+
+  // Published for Stats() (relaxed; written by the loop only).
+  std::atomic<bool> stat_up{true};
+  std::atomic<int64_t> stat_free_pages{0};
+  std::atomic<int32_t> stat_running{0};
+  std::atomic<int64_t> stat_steps{0};
+  std::atomic<int64_t> stat_assigned{0};
+  std::atomic<int64_t> stat_mean_step_ns{0};
+};
+
+class SchedulerLoop {
+ public:
+  SchedulerLoop(SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers);
+  ~SchedulerLoop();  // stops the threads; open requests close with UNAVAILABLE
+
+  // Client-thread side (see Scheduler).
+  StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
+  void Cancel(uint64_t key, Status why);
+  void FinishSample(uint64_t key, int32_t index);
+  void StartDrain();
+  bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
+  v1::GetServerStatsResponse Stats() const;
+  std::vector<v1::InfoResponse> WorkerInfos() const;
+
+ private:
+  struct Command {
+    enum class Kind { kSubmit, kCancel, kFinishSample };
+    Kind kind = Kind::kSubmit;
+    uint64_t key = 0;
+    std::unique_ptr<RequestState> request;  // kSubmit
+    Status status;                          // kCancel
+    int32_t index = 0;                      // kFinishSample
+  };
+  void PushCommand(Command command);
+
+  // Loop thread (scheduler_loop.cc).
+  void Run();
+  bool WaitForWork();
+  bool HasWork() const;
+  Clock::time_point NextWake(Clock::time_point now) const;
+  void ApplyCommands(Clock::time_point now);
+  void AddRequest(std::unique_ptr<RequestState> request, Clock::time_point now);
+  void ExpireDeadlines(Clock::time_point now);
+  bool StepWorkers(Clock::time_point now);
+  void RecordOutcome(WorkerSlot* w);
+  Status ApplyResult(WorkerSlot* w, Clock::time_point now);
+  void AcceptToken(Sequence* seq, const v1::SampledToken& token, int64_t weight_version,
+                   Clock::time_point now);
+  void FinishSequence(Sequence* seq, v1::FinishReason reason, int32_t stop_token_id,
+                      Clock::time_point now);
+  void EndSample(Sequence* seq, Clock::time_point now);
+  void CloseRequest(RequestState* request, Status status, Clock::time_point now);
+  void LeaveQueue(int64_t requests, int64_t tokens);
+  void PublishStats();
+
+  // Routing and worker failure (scheduler_workers.cc).
+  bool Place(Sequence* seq);
+  void Unplace(Sequence* seq);
+  void OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now);
+  void StartReconnect(WorkerSlot* w);
+  void PollWorkers(Clock::time_point now);
+  void MoveSequencesAway(WorkerSlot* w, Clock::time_point now);
+  void RecordStepTime(WorkerSlot* w, int64_t ns);
+
+  const SchedulerOptions options_;
+  const AdmissionPolicy admission_;
+  const Router router_{};
+  int64_t max_pool_tokens_ = 0;     // largest pool over the workers (Submit's fit check)
+  int32_t max_context_tokens_ = 0;  // smallest context over the workers (0 = unknown)
+
+  // Client threads <-> loop.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<Command> commands_;
+  // Admission's view, under mu_: a request counts from Submit until its first sequence starts (or
+  // it ends unscheduled); the loop updates it in the same iteration.
+  QueueCounters queue_;
+  bool loop_sleeping_ = false;  // under mu_: only then does a command need a notify
+  bool stop_ = false;
+  uint64_t next_key_ = 1;
+
+  std::atomic<int64_t> open_requests_{0};
+  std::atomic<int64_t> stat_waiting_{0};
+  std::atomic<int64_t> stat_running_{0};
+  std::atomic<int64_t> stat_steps_{0};
+  std::atomic<int64_t> stat_admitted_{0};
+  std::atomic<int64_t> stat_refused_{0};
+  std::atomic<int64_t> stat_finished_{0};
+  std::atomic<int64_t> stat_preemptions_{0};
+  std::atomic<bool> stat_draining_{false};
+  std::atomic<bool> stop_reconnecting_{false};
+
+  // Loop-owned. Workers are declared before requests: sequences' page allocations point into
+  // the workers' block managers, so requests must be destroyed first.
+  std::vector<std::unique_ptr<WorkerSlot>> workers_;
+  std::vector<v1::InfoResponse> infos_;
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
+  std::vector<Command> applying_;  // commands being applied (swapped with commands_)
+  std::vector<std::pair<Clock::time_point, uint64_t>> deadlines_;  // min-heap
+  std::vector<uint64_t> closed_;   // requests closed this iteration, erased at its end
+  std::vector<WorkerLoad> loads_;  // Place's scratch
+  OutputBatch out_;
+  uint64_t next_step_id_ = 1;
+  int64_t num_waiting_requests_ = 0;  // loop's count of admitted, unscheduled requests
+  bool progressed_ = true;            // the last iteration sent a plan or applied a command
+
+  std::unique_ptr<OutputQueue> output_;
+  std::thread loop_thread_;
+};
+
+}  // namespace astr::sched

@@ -1,0 +1,157 @@
+// The loop's worker pool: routing sequences to workers, and what happens when a worker's step
+// stream breaks (reconnect, or mark down and move its sequences elsewhere).
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "scheduler/scheduler_loop.h"
+
+namespace astr::sched {
+namespace {
+
+int64_t Footprint(const Sequence& seq) {
+  return seq.num_prompt_tokens() + static_cast<int64_t>(seq.request->req.max_tokens);
+}
+
+}  // namespace
+
+WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, StepLimits limits)
+    : conn(std::move(connection)),
+      info(conn->info()),
+      queues(info.num_pages(), info.page_size()),
+      planner(limits) {}
+
+bool SchedulerLoop::Place(Sequence* seq) {
+  const int64_t footprint = Footprint(*seq);
+  // Up workers first; a worker that is reconnecting only when no worker is up (its sequences
+  // move on if it is declared down).
+  int chosen = -1;
+  for (WorkerSlot::Health accept : {WorkerSlot::Health::kUp, WorkerSlot::Health::kReconnecting}) {
+    loads_.clear();
+    for (const auto& w : workers_) {
+      loads_.push_back(WorkerLoad{w->health == accept, w->queues.num_sequences(), w->placed_tokens,
+                                  w->queues.blocks.capacity_tokens()});
+    }
+    chosen = router_.Pick(loads_, footprint);
+    if (chosen >= 0) break;
+  }
+  if (chosen < 0) return false;
+  WorkerSlot* w = workers_[chosen].get();
+  seq->worker = chosen;
+  w->placed_tokens += footprint;
+  w->queues.Enqueue(seq);
+  w->stat_assigned.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void SchedulerLoop::Unplace(Sequence* seq) {
+  if (seq->worker < 0) return;
+  WorkerSlot* w = workers_[seq->worker].get();
+  w->queues.Remove(seq);
+  w->placed_tokens -= Footprint(*seq);
+  seq->worker = -1;
+}
+
+void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now) {
+  const int64_t running = static_cast<int64_t>(w->queues.running.size());
+  std::fprintf(stderr,
+               "astr-scheduler: worker %s: %s; reconnecting (%lld running sequences restart)\n",
+               w->conn->address().c_str(), why.message().c_str(), static_cast<long long>(running));
+  w->sent = false;
+  // The new stream starts with no live sequences: every running one restarts from prompt +
+  // generated tokens (same RNG counters), here or on another worker.
+  w->queues.ResetStream();
+  stat_preemptions_.fetch_add(running, std::memory_order_relaxed);
+  w->health = WorkerSlot::Health::kReconnecting;
+  w->broken_since = now;
+  w->last_error = why;
+  StartReconnect(w);
+}
+
+void SchedulerLoop::StartReconnect(WorkerSlot* w) {
+  if (w->reconnector.joinable()) w->reconnector.join();
+  w->reconnected.store(false, std::memory_order_relaxed);
+  const auto attempt = std::chrono::milliseconds(options_.reconnect_attempt_ms);
+  w->reconnector = std::thread([this, w, attempt] {
+    while (!stop_reconnecting_.load(std::memory_order_acquire)) {
+      if (w->conn->Reconnect(attempt).ok()) {
+        w->reconnected.store(true, std::memory_order_release);
+        return;
+      }
+      // Reconnect itself waits up to `attempt` for the channel; a refused connection returns at
+      // once, so pace the retries.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+
+void SchedulerLoop::PollWorkers(Clock::time_point now) {
+  for (auto& slot : workers_) {
+    WorkerSlot* w = slot.get();
+    if (w->health == WorkerSlot::Health::kUp) continue;
+    if (w->reconnected.load(std::memory_order_acquire)) {
+      w->reconnector.join();
+      const v1::InfoResponse& info = w->conn->info();
+      if (info.content_hash() != w->info.content_hash() ||
+          info.num_pages() != w->info.num_pages() || info.page_size() != w->info.page_size()) {
+        // Another model or pool answers at that address: never route to it again.
+        std::fprintf(stderr,
+                     "astr-scheduler: worker %s came back with a different model or KV pool "
+                     "(hash %s, %lld pages of %d); keeping it down\n",
+                     w->conn->address().c_str(), info.content_hash().c_str(),
+                     static_cast<long long>(info.num_pages()), info.page_size());
+        w->reconnected.store(false, std::memory_order_relaxed);
+        if (w->health == WorkerSlot::Health::kReconnecting) MoveSequencesAway(w, now);
+        w->health = WorkerSlot::Health::kDown;
+        w->broken_since = Clock::time_point::max();  // no further attempts
+        continue;
+      }
+      std::fprintf(stderr, "astr-scheduler: worker %s: step stream reconnected\n",
+                   w->conn->address().c_str());
+      w->health = WorkerSlot::Health::kUp;
+      continue;
+    }
+    if (w->health == WorkerSlot::Health::kReconnecting &&
+        now - w->broken_since >= std::chrono::milliseconds(options_.worker_down_after_ms)) {
+      std::fprintf(stderr, "astr-scheduler: worker %s: unreachable for %lld ms, marked down\n",
+                   w->conn->address().c_str(),
+                   static_cast<long long>(options_.worker_down_after_ms));
+      w->health = WorkerSlot::Health::kDown;  // the reconnector keeps trying
+      MoveSequencesAway(w, now);
+    }
+  }
+}
+
+// Every sequence of a down worker goes to the least-loaded worker that is up; requests that no
+// worker can take end with UNAVAILABLE.
+void SchedulerLoop::MoveSequencesAway(WorkerSlot* w, Clock::time_point now) {
+  std::vector<Sequence*> moving;
+  moving.swap(w->queues.waiting);  // running is empty since ResetStream
+  for (Sequence* seq : moving) {
+    w->placed_tokens -= Footprint(*seq);
+    seq->worker = -1;
+    seq->state = Sequence::State::kWaiting;
+  }
+  for (Sequence* seq : moving) {
+    RequestState* r = seq->request;
+    if (r->closed || seq->state == Sequence::State::kDone) continue;
+    if (!Place(seq)) {
+      CloseRequest(r,
+                   UnavailableError("worker " + w->conn->address() + " is down (" +
+                                    w->last_error.message() + ") and no other worker is up"),
+                   now);
+    }
+  }
+}
+
+void SchedulerLoop::RecordStepTime(WorkerSlot* w, int64_t ns) {
+  w->step_ns_sum += ns - w->step_ns[w->step_ns_next];
+  w->step_ns[w->step_ns_next] = ns;
+  w->step_ns_next = (w->step_ns_next + 1) % w->step_ns.size();
+  if (w->step_ns_count < w->step_ns.size()) ++w->step_ns_count;
+  w->stat_steps.fetch_add(1, std::memory_order_relaxed);
+  w->stat_mean_step_ns.store(w->step_ns_sum / static_cast<int64_t>(w->step_ns_count),
+                             std::memory_order_relaxed);
+}
+
+}  // namespace astr::sched

@@ -1,0 +1,69 @@
+// The loop's state of a request and of each of its samples (sequences). Owned and touched only by
+// the scheduler's loop thread (and by tests that drive the planner directly).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "scheduler/block_manager.h"
+#include "scheduler/scheduler.h"
+
+namespace astr::sched {
+
+struct RequestState;
+
+// One sample of a request: the unit the planner schedules, preempts and moves between workers.
+struct Sequence {
+  enum class State { kWaiting, kRunning, kDone };
+
+  RequestState* request = nullptr;
+  int32_t sample_index = 0;
+  State state = State::kWaiting;
+  int worker = -1;  // index of the worker whose queues hold it; -1 before routing
+  // Tokens generated so far (accepted by the loop). On a restart the worker is given
+  // prompt + generated, so it continues the same RNG stream.
+  std::vector<int32_t> generated;
+
+  // While running on a worker:
+  uint64_t seq_id = 0;  // id on the worker's step stream, fresh for every (re)start; 0 = not live
+  PageAllocation pages;
+  int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
+  int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)
+
+  // Planner scratch for the step being planned.
+  int32_t step_tokens = 0;         // tokens fed in this step (0 = no entry)
+  int64_t step_pages_before = 0;   // pages held before this step's growth
+  uint64_t preempted_at_step = 0;  // step id of its last preemption (not re-admitted then)
+
+  int32_t num_prompt_tokens() const;
+  int32_t num_tokens() const {
+    return num_prompt_tokens() + static_cast<int32_t>(generated.size());
+  }
+  // A (re)started sequence feeds its known tokens in chunks; afterwards it decodes one token per
+  // step (the one it sampled last, at position num_computed == num_tokens() - 1).
+  bool prefilling() const { return num_computed < num_start_tokens; }
+};
+
+// A submitted request: its parameters, channel, samples and timings.
+struct RequestState {
+  uint64_t key = 0;  // also the arrival order: keys increase with Submit calls
+  SchedRequest req;
+  std::shared_ptr<RequestChannel> channel;
+  std::vector<std::unique_ptr<Sequence>> samples;  // [n]
+  int32_t open_samples = 0;                        // samples not finished yet
+  bool scheduled = false;                          // some sample was started on a worker
+  bool closed = false;
+  Clock::time_point first_scheduled{};
+  Clock::time_point first_token{};
+  bool has_first_token = false;
+  int32_t preemptions = 0;
+  // Prompt tokens it counts for in the admission queue (prompt length * n) until scheduled.
+  int64_t queued_tokens() const { return static_cast<int64_t>(req.prompt.size()) * req.n; }
+};
+
+inline int32_t Sequence::num_prompt_tokens() const {
+  return static_cast<int32_t>(request->req.prompt.size());
+}
+
+}  // namespace astr::sched

@@ -1,0 +1,124 @@
+// BlockManager / PageAllocation: allocation order, all-or-nothing growth, RAII return, reference
+// counts, exhaustion.
+#include "scheduler/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+
+namespace astr::sched {
+namespace {
+
+using Pages = std::vector<int32_t>;
+
+TEST(BlockManagerTest, FreshPoolHandsOutLowestIdsFirst) {
+  BlockManager blocks(8, 4);
+  EXPECT_EQ(blocks.num_pages(), 8);
+  EXPECT_EQ(blocks.page_size(), 4);
+  EXPECT_EQ(blocks.capacity_tokens(), 32);
+  PageAllocation a = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(3));
+  EXPECT_EQ(a.pages(), (Pages{0, 1, 2}));
+  PageAllocation b = blocks.NewAllocation();
+  ASSERT_TRUE(b.GrowTo(2));
+  EXPECT_EQ(b.pages(), (Pages{3, 4}));
+  EXPECT_EQ(blocks.num_free(), 3);
+  for (int32_t p = 0; p < 5; ++p) EXPECT_EQ(blocks.refcount(p), 1) << "page " << p;
+  for (int32_t p = 5; p < 8; ++p) EXPECT_EQ(blocks.refcount(p), 0) << "page " << p;
+}
+
+TEST(BlockManagerTest, PagesForRoundsUp) {
+  BlockManager blocks(8, 4);
+  EXPECT_EQ(blocks.PagesFor(0), 0);
+  EXPECT_EQ(blocks.PagesFor(1), 1);
+  EXPECT_EQ(blocks.PagesFor(4), 1);
+  EXPECT_EQ(blocks.PagesFor(5), 2);
+  EXPECT_EQ(blocks.PagesFor(32), 8);
+}
+
+TEST(BlockManagerTest, GrowthIsAllOrNothingAndIncremental) {
+  BlockManager blocks(4, 16);
+  PageAllocation a = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(1));
+  EXPECT_FALSE(a.GrowTo(5));  // needs 4 more, 3 free
+  EXPECT_EQ(a.pages(), (Pages{0}));
+  EXPECT_EQ(blocks.num_free(), 3);
+  ASSERT_TRUE(a.GrowTo(2));
+  EXPECT_EQ(a.pages(), (Pages{0, 1}));
+  EXPECT_TRUE(a.GrowTo(1));  // never shrinks
+  EXPECT_EQ(a.size(), 2);
+}
+
+TEST(BlockManagerTest, DestroyingAnAllocationReturnsItsPages) {
+  BlockManager blocks(6, 2);
+  {
+    PageAllocation a = blocks.NewAllocation();
+    ASSERT_TRUE(a.GrowTo(4));
+    EXPECT_EQ(blocks.num_free(), 2);
+  }
+  EXPECT_EQ(blocks.num_free(), 6);
+  for (int32_t p = 0; p < 6; ++p) EXPECT_EQ(blocks.refcount(p), 0);
+}
+
+TEST(BlockManagerTest, ReleaseKeepsTheBindingAndRegrowsTheSameIds) {
+  BlockManager blocks(6, 2);
+  PageAllocation a = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(3));
+  a.Release();
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_EQ(blocks.num_free(), 6);
+  EXPECT_EQ(a.manager(), &blocks);
+  ASSERT_TRUE(a.GrowTo(3));
+  EXPECT_EQ(a.pages(), (Pages{0, 1, 2}));
+}
+
+TEST(BlockManagerTest, MovedAllocationReturnsPagesOnce) {
+  BlockManager blocks(4, 4);
+  PageAllocation a = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(2));
+  PageAllocation b = std::move(a);
+  EXPECT_EQ(b.pages(), (Pages{0, 1}));
+  EXPECT_EQ(blocks.num_free(), 2);
+  PageAllocation c = blocks.NewAllocation();
+  ASSERT_TRUE(c.GrowTo(1));
+  c = std::move(b);  // c's own page 2 is returned first
+  EXPECT_EQ(blocks.num_free(), 2);
+  EXPECT_EQ(c.pages(), (Pages{0, 1}));
+  c.Release();
+  EXPECT_EQ(blocks.num_free(), 4);
+}
+
+TEST(BlockManagerTest, SharedPageIsFreedByItsLastHolder) {
+  BlockManager blocks(4, 4);
+  PageAllocation a = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(2));
+  PageAllocation b = blocks.NewAllocation();
+  b.AppendShared(a.pages()[0]);  // a prefix-cache hit on a's first page
+  ASSERT_TRUE(b.GrowTo(2));
+  EXPECT_EQ(b.pages(), (Pages{0, 2}));
+  EXPECT_EQ(blocks.refcount(0), 2);
+  EXPECT_EQ(blocks.num_free(), 1);
+  a.Release();
+  EXPECT_EQ(blocks.refcount(0), 1);
+  EXPECT_EQ(blocks.refcount(1), 0);
+  EXPECT_EQ(blocks.num_free(), 2);  // page 1 only; page 0 still held by b
+  b.Release();
+  EXPECT_EQ(blocks.num_free(), 4);
+}
+
+TEST(BlockManagerTest, ExhaustionThenReuse) {
+  BlockManager blocks(3, 1);
+  PageAllocation a = blocks.NewAllocation();
+  PageAllocation b = blocks.NewAllocation();
+  ASSERT_TRUE(a.GrowTo(2));
+  ASSERT_TRUE(b.GrowTo(1));
+  EXPECT_EQ(blocks.num_free(), 0);
+  EXPECT_FALSE(b.GrowTo(2));
+  a.Release();
+  ASSERT_TRUE(b.GrowTo(3));
+  EXPECT_EQ(b.pages(), (Pages{2, 0, 1}));  // freed pages come back lowest id first
+  EXPECT_EQ(blocks.num_free(), 0);
+}
+
+}  // namespace
+}  // namespace astr::sched

@@ -1,0 +1,367 @@
+// An in-process worker for the scheduler core's tests: it checks every plan strictly (the
+// invariants a real worker validates, and more), keeps a record of each plan, and samples
+// deterministic tokens: FakeToken(sample_index, position, seed), so a test computes the expected
+// output of a request without running any scheduler code.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "scheduler/worker_connection.h"
+
+namespace astr::sched::testing {
+
+// The token a fake worker samples at `position` (the index the new token takes in its sequence).
+inline int32_t FakeToken(uint64_t sample_index, int64_t position, uint64_t seed, int32_t vocab) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + (sample_index + 1) * 0xBF58476D1CE4E5B9ull +
+               (static_cast<uint64_t>(position) + 1) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E8FEB86659FD93ull;
+  x ^= x >> 32;
+  return static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
+}
+
+struct FakeWorkerConfig {
+  std::string address = "fake-worker";
+  int64_t num_pages = 64;
+  int32_t page_size = 4;
+  int32_t max_batch = 64;
+  int32_t max_batch_tokens = 256;
+  int32_t max_context_tokens = 4096;
+  int32_t vocab_size = 1000;
+  std::string content_hash = "fake-model";
+  std::chrono::microseconds step_delay{0};  // simulated compute per step
+};
+
+// What one plan contained, for iteration-table assertions.
+struct PlanRecord {
+  struct Entry {
+    uint64_t seq_id;
+    uint64_t seed;
+    uint64_t sample_index;
+    int32_t start;
+    int32_t num_tokens;
+    bool sample;
+    bool decode;  // fed the token sampled last (a decode row)
+  };
+  uint64_t step_id = 0;
+  std::vector<Entry> entries;
+  std::vector<uint64_t> started;   // seq ids
+  std::vector<uint64_t> released;  // seq ids
+  std::vector<uint64_t> released_seeds;
+  int64_t tokens = 0;
+  int64_t pages_in_use_after = 0;
+};
+
+class FakeWorker {
+ public:
+  explicit FakeWorker(FakeWorkerConfig config = {})
+      : config_(std::move(config)), page_owner_(config_.num_pages, 0) {}
+
+  const FakeWorkerConfig& config() const { return config_; }
+
+  v1::InfoResponse Info() const {
+    v1::InfoResponse info;
+    info.set_model_name("fake");
+    info.set_content_hash(config_.content_hash);
+    info.set_vocab_size(config_.vocab_size);
+    info.set_max_context_tokens(config_.max_context_tokens);
+    info.set_backend("fake");
+    info.set_num_pages(config_.num_pages);
+    info.set_page_size(config_.page_size);
+    info.set_max_batch(config_.max_batch);
+    info.set_max_batch_tokens(config_.max_batch_tokens);
+    return info;
+  }
+
+  // Checks and executes one plan (the worker side of Send + Receive).
+  v1::StepResult Execute(const v1::StepPlan& plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    PlanRecord record;
+    record.step_id = plan.step_id();
+    const size_t violations_before = violations_.size();
+    if (plan.step_id() <= last_step_id_) Violation(plan, "step_id not increasing");
+    last_step_id_ = plan.step_id();
+    for (uint64_t id : plan.release()) {
+      auto it = live_.find(id);
+      if (it == live_.end()) {
+        Violation(plan, "release of unknown seq " + std::to_string(id));
+        continue;
+      }
+      for (int32_t p : it->second.pages) page_owner_[p] = 0;
+      record.released.push_back(id);
+      record.released_seeds.push_back(it->second.seed);
+      live_.erase(it);
+    }
+    for (const v1::SequenceStart& s : plan.start()) CheckStart(plan, s, &record);
+    CheckEntries(plan, &record);
+    v1::StepResult result;
+    result.set_step_id(plan.step_id());
+    if (violations_.size() != violations_before) {
+      result.set_error_code(3);  // INVALID_ARGUMENT, as the real worker refuses a bad plan
+      result.set_error_message(violations_.back());
+    } else {
+      RunEntries(plan, &result);
+    }
+    for (const auto& [id, seq] : live_) record.pages_in_use_after += seq.pages.size();
+    history_.push_back(std::move(record));
+    ++plans_;
+    cv_.notify_all();
+    return result;
+  }
+
+  // --- Failure injection and stepping control (called by the test thread).
+  // The worker dies while running its `plan`-th plan (1-based): that Receive fails.
+  void FailAtPlan(int64_t plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_at_plan_ = plan;
+  }
+  void SetReconnectable(bool ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reconnectable_ = ok;
+  }
+  // Gated: the result of plan k is returned only after AllowPlans(k).
+  void SetGated(bool gated) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gated_ = gated;
+    cv_.notify_all();
+  }
+  void AllowPlans(int64_t k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    allowed_ = std::max(allowed_, k);
+    cv_.notify_all();
+  }
+  // Waits until `k` plans were received; false on timeout.
+  bool WaitForPlans(int64_t k, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return plans_ >= k; });
+  }
+
+  // --- Observations.
+  int64_t plans() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plans_;
+  }
+  std::vector<PlanRecord> history() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return history_;
+  }
+  std::vector<std::string> violations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return violations_;
+  }
+  int64_t live_sequences() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(live_.size());
+  }
+  int64_t reconnects() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reconnects_;
+  }
+
+  // --- Connection side.
+  bool ShouldFail(int64_t plan_number) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plan_number == fail_at_plan_;
+  }
+  void WaitGate(int64_t plan_number) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !gated_ || allowed_ >= plan_number; });
+  }
+  // The process died: all state gone.
+  void Die() {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.clear();
+    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+  }
+  bool Reconnect() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reconnectable_) return false;
+    live_.clear();  // a new stream starts with no live sequences
+    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+    ++reconnects_;
+    return true;
+  }
+
+ private:
+  struct Seq {
+    uint64_t seed = 0;
+    uint64_t sample_index = 0;
+    std::vector<int32_t> tokens;  // prompt + generated (the last one not fed yet once decoding)
+    int32_t computed = 0;
+    std::vector<int32_t> pages;
+    bool decoding = false;  // sampled since its start: entries feed the token sampled last
+  };
+
+  void Violation(const v1::StepPlan& plan, const std::string& what) {
+    violations_.push_back("step " + std::to_string(plan.step_id()) + ": " + what);
+  }
+
+  // Takes ownership of `page` for `owner`; false (with a violation) when out of range or held.
+  bool TakePage(const v1::StepPlan& plan, int32_t page, uint64_t owner) {
+    if (page < 0 || page >= config_.num_pages) {
+      Violation(plan, "page " + std::to_string(page) + " out of range");
+      return false;
+    }
+    if (page_owner_[page] != 0) {
+      Violation(plan, "page " + std::to_string(page) + " of seq " + std::to_string(owner) +
+                          " already held by seq " + std::to_string(page_owner_[page]));
+      return false;
+    }
+    page_owner_[page] = owner;
+    return true;
+  }
+
+  void CheckStart(const v1::StepPlan& plan, const v1::SequenceStart& s, PlanRecord* record) {
+    if (s.seq_id() == 0 || live_.count(s.seq_id())) {
+      Violation(plan, "start of live or zero seq " + std::to_string(s.seq_id()));
+      return;
+    }
+    if (s.tokens_size() == 0 || s.num_prompt_tokens() < 1 ||
+        s.num_prompt_tokens() > s.tokens_size() || s.num_cached_tokens() != 0) {
+      Violation(plan, "bad start of seq " + std::to_string(s.seq_id()));
+      return;
+    }
+    Seq seq;
+    seq.seed = s.params().seed();
+    seq.sample_index = s.sample_index();
+    seq.tokens.assign(s.tokens().begin(), s.tokens().end());
+    for (int32_t p : s.pages()) {
+      if (TakePage(plan, p, s.seq_id())) seq.pages.push_back(p);
+    }
+    live_.emplace(s.seq_id(), std::move(seq));
+    record->started.push_back(s.seq_id());
+  }
+
+  void CheckEntries(const v1::StepPlan& plan, PlanRecord* record) {
+    if (plan.entries_size() > config_.max_batch) Violation(plan, "more entries than max_batch");
+    std::set<uint64_t> seen;
+    for (const v1::StepEntry& e : plan.entries()) {
+      auto it = live_.find(e.seq_id());
+      if (it == live_.end() || !seen.insert(e.seq_id()).second) {
+        Violation(plan, "entry of unknown or repeated seq " + std::to_string(e.seq_id()));
+        continue;
+      }
+      Seq& seq = it->second;
+      const int32_t known = static_cast<int32_t>(seq.tokens.size());
+      if (e.start_position() != seq.computed || e.num_tokens() < 1 ||
+          e.start_position() + e.num_tokens() > known) {
+        Violation(plan, "seq " + std::to_string(e.seq_id()) + " feeds [" +
+                            std::to_string(e.start_position()) + ", +" +
+                            std::to_string(e.num_tokens()) + ") with " +
+                            std::to_string(seq.computed) + " computed of " + std::to_string(known) +
+                            " known");
+      }
+      if (e.sample() != (e.start_position() + e.num_tokens() == known)) {
+        Violation(plan, "seq " + std::to_string(e.seq_id()) + " sample flag wrong");
+      }
+      for (int32_t p : e.new_pages()) {
+        if (TakePage(plan, p, e.seq_id())) seq.pages.push_back(p);
+      }
+      if (static_cast<int64_t>(seq.pages.size()) * config_.page_size <
+          e.start_position() + e.num_tokens()) {
+        Violation(plan, "seq " + std::to_string(e.seq_id()) + " lacks pages");
+      }
+      record->tokens += e.num_tokens();
+      record->entries.push_back({e.seq_id(), seq.seed, seq.sample_index, e.start_position(),
+                                 e.num_tokens(), e.sample(), seq.decoding});
+    }
+    if (record->tokens > config_.max_batch_tokens) Violation(plan, "token budget exceeded");
+  }
+
+  void RunEntries(const v1::StepPlan& plan, v1::StepResult* result) {
+    for (const v1::StepEntry& e : plan.entries()) {
+      Seq& seq = live_.at(e.seq_id());
+      seq.computed = e.start_position() + e.num_tokens();
+      if (!e.sample()) continue;
+      const int64_t position = static_cast<int64_t>(seq.tokens.size());
+      const int32_t token = FakeToken(seq.sample_index, position, seq.seed, config_.vocab_size);
+      seq.tokens.push_back(token);
+      seq.decoding = true;
+      v1::SampledToken* t = result->add_samples();
+      t->set_seq_id(e.seq_id());
+      t->set_token_id(token);
+      t->set_logprob(-0.5f);
+    }
+    result->set_weight_version(7);
+  }
+
+  const FakeWorkerConfig config_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Seq> live_;
+  std::vector<uint64_t> page_owner_;  // [num_pages], 0 = free, else the holder's seq id
+  std::vector<PlanRecord> history_;
+  std::vector<std::string> violations_;
+  uint64_t last_step_id_ = 0;
+  int64_t plans_ = 0;
+  int64_t fail_at_plan_ = -1;
+  bool reconnectable_ = true;
+  int64_t reconnects_ = 0;
+  bool gated_ = false;
+  int64_t allowed_ = 0;
+};
+
+// The scheduler's end of a FakeWorker.
+class FakeConnection : public WorkerConnection {
+ public:
+  explicit FakeConnection(std::shared_ptr<FakeWorker> worker)
+      : worker_(std::move(worker)), address_(worker_->config().address), info_(worker_->Info()) {}
+
+  const std::string& address() const override { return address_; }
+  const v1::InfoResponse& info() const override { return info_; }
+  StatusOr<v1::InfoResponse> RefreshInfo() override { return worker_->Info(); }
+
+  Status Send(const v1::StepPlan& plan) override {
+    if (broken_) return UnavailableError("fake stream broken");
+    ++sent_;
+    if (worker_->ShouldFail(sent_)) {
+      worker_->Die();
+      broken_ = true;
+      return OkStatus();  // the write went out; the worker dies computing it
+    }
+    results_.push_back(worker_->Execute(plan));
+    return OkStatus();
+  }
+
+  Status Receive(v1::StepResult* result) override {
+    if (broken_) return UnavailableError("fake worker died (connection reset)");
+    worker_->WaitGate(sent_);
+    if (worker_->config().step_delay.count() > 0) {
+      std::this_thread::sleep_for(worker_->config().step_delay);
+    }
+    *result = std::move(results_.front());
+    results_.pop_front();
+    return OkStatus();
+  }
+
+  Status Reconnect(std::chrono::milliseconds timeout) override {
+    if (!worker_->Reconnect()) {
+      std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(5)));
+      return UnavailableError("fake worker unreachable");
+    }
+    broken_ = false;
+    results_.clear();
+    return OkStatus();
+  }
+
+ private:
+  std::shared_ptr<FakeWorker> worker_;
+  std::string address_;
+  v1::InfoResponse info_;
+  bool broken_ = false;
+  int64_t sent_ = 0;
+  std::deque<v1::StepResult> results_;
+};
+
+}  // namespace astr::sched::testing
