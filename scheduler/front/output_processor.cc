@@ -1,0 +1,106 @@
+#include "scheduler/front/output_processor.h"
+
+#include <utility>
+
+namespace astr::front {
+
+SampleOutput::SampleOutput(const Tokenizer& tokenizer, const OutputOptions& options,
+                           std::span<const int32_t> prompt)
+    : options_(options),
+      decoder_(tokenizer, options.skip_special_tokens, prompt),
+      matcher_(options.stop) {}
+
+bool SampleOutput::AddToken(const sched::SampleEvent& event) {
+  if (done_) return false;
+  ++num_tokens_;
+  pending_.token_ids.push_back(event.token_id);
+  if (options_.return_logprobs) pending_.logprobs.push_back(event.logprob);
+  if (options_.top_logprobs > 0) pending_.top.push_back(event.top);
+  pending_.weight_version = event.weight_version;
+  // Stop strings count from the min_tokens-th token on (the worker masks EOS and stop ids the
+  // same way).
+  const bool may_stop = num_tokens_ >= options_.min_tokens;
+  auto match =
+      matcher_.Append(decoder_.Push(event.token_id), may_stop, options_.include_stop_str_in_output);
+  if (match) {
+    EndOnStop(std::move(*match));
+    return true;
+  }
+  pending_.text += matcher_.TakeSafe();
+  return false;
+}
+
+void SampleOutput::EndOnStop(StopMatcher::Match match) {
+  pending_.text += match.text;
+  pending_.finished = true;
+  pending_.finish_reason = v1::FINISH_REASON_STOP;
+  pending_.stop_string = options_.stop[match.stop_index];
+  pending_.stop_token_id.reset();
+  done_ = true;
+}
+
+void SampleOutput::Finish(v1::FinishReason reason, int32_t stop_token_id) {
+  if (done_) return;
+  // The decoder's held bytes (an unfinished character at the very end) belong to the last token.
+  auto match = matcher_.Append(decoder_.Finish(), num_tokens_ >= options_.min_tokens,
+                               options_.include_stop_str_in_output);
+  if (match) {
+    EndOnStop(std::move(*match));
+    return;
+  }
+  pending_.text += matcher_.TakeAll();
+  pending_.finished = true;
+  pending_.finish_reason = reason;
+  if (reason == v1::FINISH_REASON_STOP && stop_token_id >= 0)
+    pending_.stop_token_id = stop_token_id;
+  done_ = true;
+}
+
+void SampleOutput::Abort() { Finish(v1::FINISH_REASON_ABORT, -1); }
+
+SampleDelta SampleOutput::TakeDelta() {
+  SampleDelta out = std::move(pending_);
+  pending_ = SampleDelta();
+  pending_.weight_version = out.weight_version;
+  return out;
+}
+
+OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, const OutputOptions& options,
+                                 std::span<const int32_t> prompt, int32_t n) {
+  samples_.reserve(n);
+  for (int32_t i = 0; i < n; ++i) {
+    samples_.push_back(std::make_unique<SampleOutput>(tokenizer, options, prompt));
+  }
+}
+
+void OutputProcessor::Apply(const std::vector<sched::SampleEvent>& events,
+                            std::vector<int32_t>* stopped) {
+  for (const sched::SampleEvent& e : events) {
+    if (e.index < 0 || e.index >= num_samples()) continue;  // not ours: nothing to attach it to
+    SampleOutput& s = *samples_[e.index];
+    if (e.kind == sched::SampleEvent::Kind::kToken) {
+      if (s.AddToken(e)) stopped->push_back(e.index);
+    } else {
+      s.Finish(e.finish, e.stop_token_id);
+    }
+  }
+}
+
+void OutputProcessor::AbortUnfinished() {
+  for (auto& s : samples_) s->Abort();
+}
+
+bool OutputProcessor::all_done() const {
+  for (const auto& s : samples_) {
+    if (!s->done()) return false;
+  }
+  return true;
+}
+
+int32_t OutputProcessor::completion_tokens() const {
+  int32_t total = 0;
+  for (const auto& s : samples_) total += s->num_tokens();
+  return total;
+}
+
+}  // namespace astr::front

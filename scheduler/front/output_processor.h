@@ -1,0 +1,96 @@
+// The output side of one request, off the scheduler loop: per sample, SampleEvents become text
+// through the incremental detokenizer, stop strings are matched across token boundaries, and the
+// new output since the last message is handed out as a SampleDelta.
+//
+// A sample ends in one of three ways: the scheduler finishes it (EOS, stop token id, length), a
+// stop string matches here (the caller must then tell the scheduler with FinishSample; later
+// tokens of that sample are ignored), or the request is aborted. Text handed out never splits a
+// UTF-8 character and never contains (part of) a stop string unless include_stop_str_in_output.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/tokenizer/stream_decoder.h"
+#include "common/tokenizer/tokenizer.h"
+#include "scheduler/front/request_builder.h"
+#include "scheduler/front/stop_matcher.h"
+#include "scheduler/scheduler.h"
+
+namespace astr::front {
+
+// One sample's output since the previous delta.
+struct SampleDelta {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;                    // when requested, one per token
+  std::vector<std::vector<sched::TopEntry>> top;  // when top_logprobs > 0, one per token
+  int64_t weight_version = 0;                     // of the last token in this delta
+  // Set on the sample's last delta.
+  bool finished = false;
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
+  std::optional<std::string> stop_string;  // when a stop string ended the sample
+  std::optional<int32_t> stop_token_id;    // when a stop token id ended it
+
+  bool empty() const { return text.empty() && token_ids.empty() && !finished; }
+};
+
+class SampleOutput {
+ public:
+  SampleOutput(const Tokenizer& tokenizer, const OutputOptions& options,
+               std::span<const int32_t> prompt);
+
+  // An accepted token (ignored once the sample is done). Returns true when a stop string ended
+  // the sample with this token.
+  bool AddToken(const sched::SampleEvent& event);
+  // The scheduler ended the sample; flushes held text (a stop string may still match in it).
+  void Finish(v1::FinishReason reason, int32_t stop_token_id);
+  // The request ended before this sample did: held text is flushed as by Finish, the reason is
+  // ABORT.
+  void Abort();
+
+  bool done() const { return done_; }
+  int32_t num_tokens() const { return num_tokens_; }
+  // Moves out the output since the previous call.
+  SampleDelta TakeDelta();
+
+ private:
+  // Ends the sample on a stop string match.
+  void EndOnStop(StopMatcher::Match match);
+
+  const OutputOptions& options_;
+  StreamDecoder decoder_;
+  StopMatcher matcher_;
+  SampleDelta pending_;
+  int32_t num_tokens_ = 0;
+  bool done_ = false;
+};
+
+// Every sample of one request.
+class OutputProcessor {
+ public:
+  // `options` and `tokenizer` must outlive the processor.
+  OutputProcessor(const Tokenizer& tokenizer, const OutputOptions& options,
+                  std::span<const int32_t> prompt, int32_t n);
+
+  // Applies the events in order. Appends to `stopped` the index of every sample a stop string
+  // ended (for Scheduler::FinishSample).
+  void Apply(const std::vector<sched::SampleEvent>& events, std::vector<int32_t>* stopped);
+  // Ends every sample still running with ABORT.
+  void AbortUnfinished();
+
+  int32_t num_samples() const { return static_cast<int32_t>(samples_.size()); }
+  bool all_done() const;
+  SampleOutput& sample(int32_t index) { return *samples_[index]; }
+  // Tokens returned so far, every sample together.
+  int32_t completion_tokens() const;
+
+ private:
+  std::vector<std::unique_ptr<SampleOutput>> samples_;
+};
+
+}  // namespace astr::front

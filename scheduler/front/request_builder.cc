@@ -1,0 +1,373 @@
+#include "scheduler/front/request_builder.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "common/unicode.h"
+
+namespace astr::front {
+namespace {
+
+// Shortest text that reads back as `v` ("0", "1.5", "nan", "inf").
+std::string Num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+std::string Num(float v) {
+  if (!std::isfinite(v)) return Num(static_cast<double>(v));
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+Status Invalid(const std::string& field, const std::string& what) {
+  return InvalidArgumentError(field + " " + what);
+}
+
+// `field` must lie in [lo, hi] (open ends when lo_open / hi_open); NaN never does.
+template <typename T>
+Status CheckRange(const std::string& field, T v, T lo, T hi, bool lo_open, bool hi_open) {
+  const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (ok) return OkStatus();
+  return Invalid(field, std::string("must be in ") + (lo_open ? "(" : "[") + Num(lo) + ", " +
+                            Num(hi) + (hi_open ? ")" : "]") + ", got " + Num(v));
+}
+
+Status CheckUtf8(const std::string& field, const std::string& s) {
+  if (unicode::IsValidUtf8(s)) return OkStatus();
+  return InvalidArgumentError(field + ": invalid UTF-8");
+}
+
+Status CheckTokenId(const std::string& field, int32_t id, int32_t vocab_size) {
+  if (id >= 0 && id < vocab_size) return OkStatus();
+  return InvalidArgumentError(field + " = " + std::to_string(id) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
+// Parses `text` as JSON for `field`; `kind` is "array" or "object".
+StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::string& text,
+                                           const char* kind) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return InvalidArgumentError(field + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  }
+  const bool want_array = std::string_view(kind) == "array";
+  if (want_array ? !j.is_array() : !j.is_object()) {
+    return InvalidArgumentError(field + ": must be a JSON " + kind + ", got " + j.type_name());
+  }
+  return j;
+}
+
+StatusOr<nlohmann::ordered_json> ChatMessageJson(const v1::ChatMessage& m,
+                                                 const std::string& path) {
+  if (m.role().empty()) return InvalidArgumentError(path + ".role: empty");
+  ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".role", m.role()));
+  ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".content", m.content()));
+  ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".name", m.name()));
+  ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".tool_call_id", m.tool_call_id()));
+  nlohmann::ordered_json msg = {{"role", m.role()}, {"content", m.content()}};
+  if (!m.name().empty()) msg["name"] = m.name();
+  if (!m.tool_call_id().empty()) msg["tool_call_id"] = m.tool_call_id();
+  if (!m.tool_calls_json().empty()) {
+    ASTR_ASSIGN_OR_RETURN(msg["tool_calls"],
+                          ParseJson(path + ".tool_calls_json", m.tool_calls_json(), "array"));
+  }
+  return msg;
+}
+
+// transformers' continue_final_message: cut the rendering right after the final message's
+// content, so that the model continues it instead of starting a new turn.
+StatusOr<std::string> CutAfterFinalMessage(std::string rendered, const std::string& content,
+                                           const std::string& field) {
+  size_t pos = rendered.rfind(content);
+  std::string_view final_text = content;
+  if (pos == std::string::npos) {  // some templates trim messages; transformers retries stripped
+    const size_t b = final_text.find_first_not_of(" \t\n\r");
+    final_text = b == std::string_view::npos ? "" : final_text.substr(b);
+    final_text = final_text.substr(0, final_text.find_last_not_of(" \t\n\r") + 1);
+    pos = rendered.rfind(final_text);
+  }
+  if (pos == std::string::npos) {
+    return InvalidArgumentError(field +
+                                ".continue_final_message: the rendered template does not contain "
+                                "the final message's content");
+  }
+  rendered.resize(pos + final_text.size());
+  return rendered;
+}
+
+Status ValidatePromptIds(const std::vector<int32_t>& ids, const ServedModel& model,
+                         const std::string& field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= model.vocab_size) {
+      // The tokenizer and the workers' model disagree: a deployment error, not the client's.
+      return FailedPreconditionError(
+          field + ": the tokenizer produced id " + std::to_string(ids[i]) +
+          " outside the model's vocabulary [0, " + std::to_string(model.vocab_size) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const ServedModel& model) {
+  switch (r.input_case()) {
+    case v1::GenerateRequest::kText: {
+      const bool add_special = !r.has_add_special_tokens() || r.add_special_tokens();
+      ASTR_ASSIGN_OR_RETURN(Prompt p, TokenizeText(model, r.text(), add_special, "text"));
+      return std::move(p.ids);
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = r.token_ids().ids();
+      if (ids.empty()) return InvalidArgumentError("token_ids.ids: empty");
+      for (int i = 0; i < ids.size(); ++i) {
+        ASTR_RETURN_IF_ERROR(
+            CheckTokenId("token_ids.ids[" + std::to_string(i) + "]", ids[i], model.vocab_size));
+      }
+      return std::vector<int32_t>(ids.begin(), ids.end());
+    }
+    case v1::GenerateRequest::kChat: {
+      ASTR_ASSIGN_OR_RETURN(Prompt p, TokenizeChat(model, r.chat(), "chat"));
+      return std::move(p.ids);
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      break;
+  }
+  return InvalidArgumentError("input: missing (set one of text, token_ids or chat)");
+}
+
+// The generation length: max_tokens checked against the context, or the rest of the context.
+StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prompt_len,
+                                   const ServedModel& model) {
+  const int64_t ctx = model.max_context_tokens;
+  if (prompt_len >= ctx) {
+    return InvalidArgumentError("input: the prompt has " + std::to_string(prompt_len) +
+                                " tokens but the model's context holds " + std::to_string(ctx) +
+                                " (prompt + generated), leaving no room to generate");
+  }
+  if (!s.has_max_tokens()) return static_cast<int32_t>(ctx - prompt_len);
+  if (s.max_tokens() < 1) {
+    return Invalid("sampling.max_tokens", "must be >= 1, got " + std::to_string(s.max_tokens()));
+  }
+  if (prompt_len + s.max_tokens() > ctx) {
+    return InvalidArgumentError("sampling.max_tokens: prompt (" + std::to_string(prompt_len) +
+                                " tokens) + max_tokens (" + std::to_string(s.max_tokens()) +
+                                ") exceeds the model's context of " + std::to_string(ctx) +
+                                " tokens");
+  }
+  return s.max_tokens();
+}
+
+// The numeric sampling parameters, copied into `out` once valid.
+Status ResolveNumbers(const v1::SamplingParameters& s, v1::WorkerSamplingParams* out) {
+  const float temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    return Invalid("sampling.temperature", "must be >= 0 and finite, got " + Num(temperature));
+  }
+  if (s.top_k() < 0) {
+    return Invalid("sampling.top_k", "must be >= 0 (0 = off), got " + std::to_string(s.top_k()));
+  }
+  const float top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  ASTR_RETURN_IF_ERROR(CheckRange("sampling.top_p", top_p, 0.0f, 1.0f, true, false));
+  ASTR_RETURN_IF_ERROR(CheckRange("sampling.min_p", s.min_p(), 0.0f, 1.0f, false, false));
+  const float rep = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  if (!(rep > 0.0f) || !std::isfinite(rep)) {
+    return Invalid("sampling.repetition_penalty", "must be > 0 and finite, got " + Num(rep));
+  }
+  ASTR_RETURN_IF_ERROR(
+      CheckRange("sampling.frequency_penalty", s.frequency_penalty(), -2.0f, 2.0f, false, false));
+  ASTR_RETURN_IF_ERROR(
+      CheckRange("sampling.presence_penalty", s.presence_penalty(), -2.0f, 2.0f, false, false));
+  if (s.penalty_window() < 0) {
+    return Invalid("sampling.penalty_window",
+                   "must be >= 0 (0 = whole context), got " + std::to_string(s.penalty_window()));
+  }
+  out->set_temperature(temperature);
+  out->set_top_k(s.top_k());
+  out->set_top_p(top_p);
+  out->set_min_p(s.min_p());
+  out->set_repetition_penalty(rep);
+  out->set_frequency_penalty(s.frequency_penalty());
+  out->set_presence_penalty(s.presence_penalty());
+  out->set_penalty_window(s.penalty_window());
+  return OkStatus();
+}
+
+Status ResolveLogitBias(const v1::SamplingParameters& s, int32_t vocab_size,
+                        v1::WorkerSamplingParams* out) {
+  // Sorted, so that the first bad entry reported does not depend on the map's order.
+  std::vector<std::pair<int32_t, float>> bias(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(bias.begin(), bias.end());
+  for (const auto& [id, value] : bias) {
+    ASTR_RETURN_IF_ERROR(CheckTokenId("sampling.logit_bias: key", id, vocab_size));
+    ASTR_RETURN_IF_ERROR(CheckRange("sampling.logit_bias[" + std::to_string(id) + "]", value,
+                                    -100.0f, 100.0f, false, false));
+    (*out->mutable_logit_bias())[id] = value;
+  }
+  return OkStatus();
+}
+
+Status ResolveStops(const v1::SamplingParameters& s, const RequestLimits& limits,
+                    int32_t vocab_size, v1::WorkerSamplingParams* out, OutputOptions* output) {
+  if (s.stop_size() > limits.max_stop_strings) {
+    return InvalidArgumentError("sampling.stop: " + std::to_string(s.stop_size()) +
+                                " stop strings, more than the limit of " +
+                                std::to_string(limits.max_stop_strings));
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    const std::string field = "sampling.stop[" + std::to_string(i) + "]";
+    const std::string& stop = s.stop(i);
+    if (stop.empty()) return InvalidArgumentError(field + ": empty");
+    if (stop.size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+      return InvalidArgumentError(field + ": " + std::to_string(stop.size()) +
+                                  " bytes, more than the limit of " +
+                                  std::to_string(limits.max_stop_string_bytes));
+    }
+    ASTR_RETURN_IF_ERROR(CheckUtf8(field, stop));
+    output->stop.push_back(stop);
+  }
+  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
+    ASTR_RETURN_IF_ERROR(CheckTokenId("sampling.stop_token_ids[" + std::to_string(i) + "]",
+                                      s.stop_token_ids(i), vocab_size));
+    out->add_stop_token_ids(s.stop_token_ids(i));
+  }
+  return OkStatus();
+}
+
+Status ResolveLogprobs(const v1::SamplingParameters& s, const RequestLimits& limits,
+                       v1::WorkerSamplingParams* out, OutputOptions* output) {
+  if (s.top_logprobs() < 0 || s.top_logprobs() > limits.max_top_logprobs) {
+    return Invalid("sampling.top_logprobs", "must be in [0, " +
+                                                std::to_string(limits.max_top_logprobs) +
+                                                "], got " + std::to_string(s.top_logprobs()));
+  }
+  if (!v1::LogprobsMode_IsValid(s.logprobs_mode())) {
+    return InvalidArgumentError("sampling.logprobs_mode: unknown value " +
+                                std::to_string(s.logprobs_mode()));
+  }
+  const bool want = s.return_logprobs() || s.top_logprobs() > 0;
+  out->set_return_logprob(want);
+  out->set_top_logprobs(s.top_logprobs());
+  out->set_logprobs_mode(s.logprobs_mode() == v1::LOGPROBS_MODE_UNSPECIFIED ? v1::LOGPROBS_MODE_RAW
+                                                                            : s.logprobs_mode());
+  output->return_logprobs = want;
+  output->top_logprobs = s.top_logprobs();
+  return OkStatus();
+}
+
+Status CheckRequestId(const std::string& id, const RequestLimits& limits) {
+  if (id.size() > static_cast<size_t>(limits.max_request_id_bytes)) {
+    return InvalidArgumentError("request_id: " + std::to_string(id.size()) +
+                                " bytes, more than the limit of " +
+                                std::to_string(limits.max_request_id_bytes));
+  }
+  return CheckUtf8("request_id", id);
+}
+
+}  // namespace
+
+StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text, bool add_special,
+                              const std::string& field) {
+  if (text.empty()) return InvalidArgumentError(field + ": empty");
+  ASTR_RETURN_IF_ERROR(CheckUtf8(field, text));
+  Prompt p;
+  p.ids = model.tokenizer->Encode(text, {.add_special_tokens = add_special, .parse_special = true});
+  if (p.ids.empty()) return InvalidArgumentError(field + ": tokenizes to no tokens");
+  ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
+  return p;
+}
+
+StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& chat,
+                              const std::string& field) {
+  if (model.chat_template == nullptr) {
+    return FailedPreconditionError(field + ": the model has no chat template (" +
+                                   model.no_chat_template_reason +
+                                   "); send text or token_ids instead");
+  }
+  if (chat.messages().empty()) return InvalidArgumentError(field + ".messages: empty");
+  ChatInputs inputs;
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    ASTR_ASSIGN_OR_RETURN(auto msg, ChatMessageJson(chat.messages(i), field + ".messages[" +
+                                                                          std::to_string(i) + "]"));
+    inputs.messages.push_back(std::move(msg));
+  }
+  if (!chat.tools_json().empty()) {
+    ASTR_ASSIGN_OR_RETURN(inputs.tools,
+                          ParseJson(field + ".tools_json", chat.tools_json(), "array"));
+  }
+  if (!chat.template_kwargs_json().empty()) {
+    ASTR_ASSIGN_OR_RETURN(inputs.extra, ParseJson(field + ".template_kwargs_json",
+                                                  chat.template_kwargs_json(), "object"));
+  }
+  inputs.add_generation_prompt = !chat.continue_final_message();
+  auto rendered = model.chat_template->Render(inputs);
+  if (!rendered.ok()) {
+    return Status(rendered.status().code(), field + ": " + rendered.status().message());
+  }
+  Prompt p;
+  p.rendered = std::move(*rendered);
+  if (chat.continue_final_message()) {
+    const std::string& content = chat.messages(chat.messages_size() - 1).content();
+    ASTR_ASSIGN_OR_RETURN(p.rendered, CutAfterFinalMessage(std::move(p.rendered), content, field));
+  }
+  p.ids = model.tokenizer->Encode(p.rendered, {.add_special_tokens = false, .parse_special = true});
+  if (p.ids.empty()) return InvalidArgumentError(field + ": the rendered conversation is empty");
+  ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
+  return p;
+}
+
+StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
+                                    const RequestLimits& limits, uint64_t drawn_seed,
+                                    std::optional<sched::Clock::time_point> deadline) {
+  ASTR_RETURN_IF_ERROR(CheckRequestId(request.request_id(), limits));
+  if (request.n() < 0 || request.n() > limits.max_n) {
+    return Invalid("n", "must be in [0, " + std::to_string(limits.max_n) + "] (0 means 1), got " +
+                            std::to_string(request.n()));
+  }
+  ASTR_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptOf(request, model));
+
+  const v1::SamplingParameters& s = request.sampling();
+  BuiltRequest out;
+  v1::WorkerSamplingParams& wp = out.sched.sampling;
+  ASTR_ASSIGN_OR_RETURN(const int32_t max_tokens,
+                        ResolveMaxTokens(s, static_cast<int64_t>(prompt.size()), model));
+  ASTR_RETURN_IF_ERROR(ResolveNumbers(s, &wp));
+  ASTR_RETURN_IF_ERROR(ResolveLogitBias(s, model.vocab_size, &wp));
+  ASTR_RETURN_IF_ERROR(ResolveStops(s, limits, model.vocab_size, &wp, &out.output));
+  if (s.min_tokens() < 0 || s.min_tokens() > max_tokens) {
+    return Invalid("sampling.min_tokens",
+                   "must be in [0, max_tokens=" + std::to_string(max_tokens) + "], got " +
+                       std::to_string(s.min_tokens()));
+  }
+  ASTR_RETURN_IF_ERROR(ResolveLogprobs(s, limits, &wp, &out.output));
+
+  out.seed = s.has_seed() ? s.seed() : drawn_seed;
+  wp.set_seed(out.seed);
+  wp.set_ignore_eos(s.ignore_eos());
+  wp.set_min_tokens(s.min_tokens());
+  for (int32_t id : model.eos_token_ids) wp.add_eos_token_ids(id);
+
+  out.output.include_stop_str_in_output = s.include_stop_str_in_output();
+  out.output.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
+  out.output.min_tokens = s.min_tokens();
+  out.output.return_prompt_ids = request.return_prompt_ids();
+
+  sched::SchedRequest& sr = out.sched;
+  sr.request_id = request.request_id();
+  sr.prompt = std::move(prompt);
+  sr.max_tokens = max_tokens;
+  sr.n = request.n() == 0 ? 1 : request.n();
+  sr.priority = request.priority();
+  sr.arrival = sched::Clock::now();
+  sr.deadline = deadline;
+  return out;
+}
+
+}  // namespace astr::front

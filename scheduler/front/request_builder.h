@@ -1,0 +1,83 @@
+// Turns a public v1::GenerateRequest into a scheduler request: validates every field (errors are
+// INVALID_ARGUMENT naming the field path, e.g. "sampling.top_p must be in (0, 1], got 0"),
+// tokenizes or renders the input, applies the documented defaults, and keeps what the output side
+// needs (stop strings, detokenization options) next to the scheduler request.
+//
+// Nothing here touches gRPC: the HTTP front and the tests call it the same way.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "astr/v1/generate.pb.h"
+#include "common/chat_template.h"
+#include "common/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "scheduler/scheduler.h"
+
+namespace astr::front {
+
+// What the front end knows about the served model. Built once at start; read by every call.
+struct ServedModel {
+  std::shared_ptr<const Tokenizer> tokenizer;  // never null
+  // Null when the model has no chat template; chat input is then FAILED_PRECONDITION and
+  // `no_chat_template_reason` says why.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::string no_chat_template_reason;
+  int32_t vocab_size = 0;              // rows of the output projection (worker Info)
+  int32_t max_context_tokens = 0;      // prompt + generated tokens of one sequence (worker Info)
+  std::vector<int32_t> eos_token_ids;  // the tokenizer's and the model file's, deduplicated
+};
+
+// Per-request limits the operator sets (scheduler flags) or that bound memory per request.
+struct RequestLimits {
+  int32_t max_n = 16;
+  int32_t max_stop_strings = 16;
+  int32_t max_stop_string_bytes = 1024;
+  int32_t max_request_id_bytes = 256;
+  int32_t max_top_logprobs = 20;  // the worker's sampler returns at most this many alternatives
+};
+
+// What the output side (detokenizer, stop strings, response assembly) needs per request.
+struct OutputOptions {
+  std::vector<std::string> stop;  // non-empty, valid UTF-8
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int32_t min_tokens = 0;  // stop strings do not count before this many tokens
+  bool return_logprobs = false;
+  int32_t top_logprobs = 0;
+  bool return_prompt_ids = false;
+};
+
+struct BuiltRequest {
+  sched::SchedRequest sched;  // prompt, resolved sampling params, max_tokens, n, priority
+  OutputOptions output;
+  uint64_t seed = 0;  // the request's seed or the drawn one (also in sched.sampling.seed)
+};
+
+// A tokenized prompt and, for chat input, the rendered template text.
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::string rendered;  // chat input only
+};
+
+// Tokenizes a text prompt (add_special: BOS etc.; special tokens written in the text are parsed).
+// `field` names the input in errors ("text").
+StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text, bool add_special,
+                              const std::string& field);
+// Renders a conversation with the model's chat template and tokenizes it without adding special
+// tokens (the template writes them). `field` names the input in errors ("chat").
+StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& chat,
+                              const std::string& field);
+
+// Validates and resolves `request`. `drawn_seed` is used when sampling.seed is unset; `deadline`
+// is the call's (none when the client set none). The request id is used as given (the caller
+// makes one when it is empty).
+StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
+                                    const RequestLimits& limits, uint64_t drawn_seed,
+                                    std::optional<sched::Clock::time_point> deadline);
+
+}  // namespace astr::front
