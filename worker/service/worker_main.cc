@@ -19,9 +19,11 @@
 namespace astr {
 namespace {
 
-// How long in-flight calls get after SIGTERM before they are cancelled. The step being executed
-// always finishes (a step is not interruptible); this bounds the wait for an idle open stream.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
+// On SIGTERM the open step stream is drained first: the step being executed finishes and is
+// answered (bounded by kStepGrace), then the stream ends. After that only idle connections and
+// unary calls remain; kShutdownGrace bounds how long they may hold the server.
+constexpr auto kStepGrace = std::chrono::seconds(60);
+constexpr auto kShutdownGrace = std::chrono::milliseconds(200);
 
 void Log(const std::string& line) { std::fprintf(stderr, "astr-worker: %s\n", line.c_str()); }
 
@@ -68,6 +70,7 @@ int Serve(const std::string& listen, LoadedWorker worker) {
   const int sig = WaitForShutdownSignal();
   Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
       ": finishing the current step, then shutting down");
+  service.Drain(kStepGrace);
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
   Log("stopped");

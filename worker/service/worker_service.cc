@@ -19,27 +19,41 @@ grpc::Status WorkerService::Info(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Step(grpc::ServerContext* /*context*/,
+grpc::Status WorkerService::Step(grpc::ServerContext* context,
                                  grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
-  bool expected = false;
-  if (!stream_open_.compare_exchange_strong(expected, true)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "another Step stream is open on this worker; one scheduler drives a "
-                        "worker at a time");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+    if (stream_ != nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "another Step stream is open on this worker; one scheduler drives a "
+                          "worker at a time");
+    }
+    stream_ = context;
   }
   const grpc::Status status = ServeStream(stream);
   // Drop the stream's sequences before another stream may take the executor.
   executor_->Reset();
-  stream_open_.store(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_ = nullptr;
+  }
+  stream_closed_.notify_all();
   return status;
 }
 
 grpc::Status WorkerService::ServeStream(
     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  const grpc::Status draining(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
   v1::StepPlan plan;
   v1::StepResult result;
   while (stream->Read(&plan)) {
     const auto received = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (draining_) return draining;  // a plan that arrives after Drain is not executed
+      in_step_ = true;
+    }
     const Status status = executor_->Execute(plan, &result);
     if (!status.ok()) {
       if (status.code() != StatusCode::kInvalidArgument) return ToGrpcStatus(status);
@@ -51,9 +65,23 @@ grpc::Status WorkerService::ServeStream(
     result.set_step_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - received)
                            .count());
-    if (!stream->Write(result)) break;
+    const bool written = stream->Write(result);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_step_ = false;
+      if (draining_) return draining;
+    }
+    if (!written) break;
   }
   return grpc::Status::OK;
+}
+
+void WorkerService::Drain(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  // An idle stream is blocked in Read: cancelling it is the only way to wake it.
+  if (stream_ != nullptr && !in_step_) stream_->TryCancel();
+  stream_closed_.wait_for(lock, timeout, [this] { return stream_ == nullptr; });
 }
 
 }  // namespace astr

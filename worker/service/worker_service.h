@@ -9,8 +9,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 
 #include "astr/v1/worker.grpc.pb.h"
 #include "worker/service/executor.h"
@@ -28,13 +30,26 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
 
+  // Shutdown, step one: refuses new streams and ends the open one (UNAVAILABLE) once the step it
+  // is executing has been answered, or at once when it is waiting for a plan. Returns when no
+  // stream is open or `timeout` has passed. Then grpc::Server::Shutdown has nothing left to wait
+  // for but idle connections.
+  void Drain(std::chrono::milliseconds timeout);
+
  private:
   // Runs the plans of one stream until it ends.
   grpc::Status ServeStream(grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream);
 
   const v1::InfoResponse static_info_;
   const std::unique_ptr<WorkerExecutor> executor_;
-  std::atomic<bool> stream_open_{false};  // a Step stream owns the executor
+
+  // One lock per step (never per token): which stream owns the executor and whether it is inside
+  // a step, so that Drain can cancel an idle stream without cutting a step's answer off.
+  std::mutex mu_;
+  std::condition_variable stream_closed_;
+  grpc::ServerContext* stream_ = nullptr;  // the open Step stream, if any
+  bool in_step_ = false;                   // between reading a plan and writing its result
+  bool draining_ = false;
 };
 
 }  // namespace astr
