@@ -59,6 +59,7 @@ class WorkerExecutor {
     int64_t computed = 0;        // leading tokens whose K/V are in the pool
     std::vector<int32_t> pages;  // in sequence order
     std::unique_ptr<SequenceSampler> sampler;
+    uint64_t listed_in_plan = 0;  // validation scratch: serial of the last plan listing it
   };
   // What validation needs to know of a sequence an entry refers to, live or started in the plan.
   struct SeqView {
@@ -71,8 +72,9 @@ class WorkerExecutor {
   Status Validate(const v1::StepPlan& plan);
   Status ValidateStart(const v1::SequenceStart& start, int index);
   Status ValidateEntry(const v1::StepEntry& entry, int index, const SeqView& seq);
-  Status ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages,
-                       const std::string& field) const;
+  // Every page of `pages` is in the pool; the error names parent[index].field[j].
+  Status ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages, const char* parent,
+                       int index, const char* field) const;
 
   void Release(uint64_t seq_id);
   void Start(const v1::SequenceStart& start);
@@ -91,8 +93,8 @@ class WorkerExecutor {
   // Per-step scratch, reused so that a step allocates little once warm.
   std::unordered_set<uint64_t> plan_released_;
   std::unordered_map<uint64_t, int> plan_started_;  // seq_id -> index in plan.start
-  std::unordered_set<uint64_t> plan_entries_;
-  std::vector<Sequence*> entry_seqs_;
+  uint64_t plan_serial_ = 0;                        // counts Validate calls
+  std::vector<uint8_t> start_listed_;               // per plan.start: already listed in entries
   StepBatch batch_;
   std::vector<SampleRequest> samples_;
   std::vector<Sequence*> sample_seqs_;

@@ -5,6 +5,7 @@
 // start again in the same plan), then starts, then entries, which see a started sequence as its
 // SequenceStart describes it.
 #include <string>
+#include <utility>
 
 #include "worker/service/executor.h"
 
@@ -20,12 +21,13 @@ std::string SeqName(uint64_t id) { return "sequence " + std::to_string(id); }
 }  // namespace
 
 Status WorkerExecutor::ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages,
-                                     const std::string& field) const {
+                                     const char* parent, int index, const char* field) const {
   for (int j = 0; j < pages.size(); ++j) {
     const int32_t page = pages[j];
     if (page < 0 || page >= limits_.num_pages) {
-      return InvalidArgumentError(At(field, j) + ": page " + std::to_string(page) +
-                                  " out of range [0, " + std::to_string(limits_.num_pages) + ")");
+      return InvalidArgumentError(At(parent, index) + "." + field + "[" + std::to_string(j) +
+                                  "]: page " + std::to_string(page) + " out of range [0, " +
+                                  std::to_string(limits_.num_pages) + ")");
     }
   }
   return OkStatus();
@@ -58,11 +60,10 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
                                 ".num_cached_tokens: " + std::to_string(start.num_cached_tokens()) +
                                 " out of range [0, " + std::to_string(n) + ")");
   }
-  const std::string pages_field = where + ".pages";
-  ASTR_RETURN_IF_ERROR(ValidatePages(start.pages(), pages_field));
+  ASTR_RETURN_IF_ERROR(ValidatePages(start.pages(), "start", index, "pages"));
   const int64_t held = static_cast<int64_t>(start.pages_size()) * limits_.page_size;
   if (held < start.num_cached_tokens()) {
-    return InvalidArgumentError(pages_field + ": " + std::to_string(start.pages_size()) +
+    return InvalidArgumentError(where + ".pages: " + std::to_string(start.pages_size()) +
                                 " pages hold " + std::to_string(held) + " tokens, fewer than the " +
                                 std::to_string(start.num_cached_tokens()) + " cached");
   }
@@ -71,43 +72,44 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
   return OkStatus();
 }
 
+// Runs for every entry of every step: messages are built only on the error paths.
 Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, const SeqView& seq) {
-  const std::string where = At("entries", index);
-  const std::string name = SeqName(entry.seq_id());
-  if (entry.start_position() != seq.computed) {
-    return InvalidArgumentError(
-        where + ".start_position: " + std::to_string(entry.start_position()) + ", but " + name +
-        " has " + std::to_string(seq.computed) + " tokens computed");
-  }
-  if (entry.num_tokens() < 1) {
-    return InvalidArgumentError(where + ".num_tokens: must be >= 1, got " +
-                                std::to_string(entry.num_tokens()));
-  }
+  auto bad = [&](const char* field, const std::string& what) {
+    return InvalidArgumentError(At("entries", index) + "." + field + ": " + what);
+  };
+  auto name = [&] { return SeqName(entry.seq_id()); };
   const int64_t begin = entry.start_position();
   const int64_t end = begin + entry.num_tokens();
-  const std::string span = "positions [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  auto span = [&] {
+    return "positions [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  };
+  if (begin != seq.computed) {
+    return bad("start_position", std::to_string(begin) + ", but " + name() + " has " +
+                                     std::to_string(seq.computed) + " tokens computed");
+  }
+  if (entry.num_tokens() < 1) {
+    return bad("num_tokens", "must be >= 1, got " + std::to_string(entry.num_tokens()));
+  }
   if (end > seq.known_tokens) {
-    return InvalidArgumentError(where + ".num_tokens: " + span + " go past the " +
-                                std::to_string(seq.known_tokens) + " tokens known for " + name);
+    return bad("num_tokens", span() + " go past the " + std::to_string(seq.known_tokens) +
+                                 " tokens known for " + name());
   }
   if (end > max_context_) {
-    return InvalidArgumentError(where + ".num_tokens: " + span + " go past the context of " +
-                                std::to_string(max_context_) + " tokens");
+    return bad("num_tokens",
+               span() + " go past the context of " + std::to_string(max_context_) + " tokens");
   }
-  const std::string pages_field = where + ".new_pages";
-  ASTR_RETURN_IF_ERROR(ValidatePages(entry.new_pages(), pages_field));
+  ASTR_RETURN_IF_ERROR(ValidatePages(entry.new_pages(), "entries", index, "new_pages"));
   const int64_t pages = seq.num_pages + entry.new_pages_size();
   if (pages * limits_.page_size < end) {
-    return InvalidArgumentError(pages_field + ": " + name + " holds " + std::to_string(pages) +
-                                " pages (" + std::to_string(pages * limits_.page_size) +
-                                " tokens), too few for " + span);
+    return bad("new_pages", name() + " holds " + std::to_string(pages) + " pages (" +
+                                std::to_string(pages * limits_.page_size) +
+                                " tokens), too few for " + span());
   }
   // The sampled token is appended to the context, so it must come after the last known token.
   if (entry.sample() && end != seq.known_tokens) {
-    return InvalidArgumentError(where + ".sample: the entry ends at position " +
-                                std::to_string(end) + " but " + name + " has " +
-                                std::to_string(seq.known_tokens) +
-                                " known tokens; only the last one can be sampled after");
+    return bad("sample", "the entry ends at position " + std::to_string(end) + " but " + name() +
+                             " has " + std::to_string(seq.known_tokens) +
+                             " known tokens; only the last one can be sampled after");
   }
   return OkStatus();
 }
@@ -115,7 +117,8 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
 Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
   plan_released_.clear();
   plan_started_.clear();
-  plan_entries_.clear();
+  ++plan_serial_;
+  start_listed_.assign(plan.start_size(), 0);
   for (int i = 0; i < plan.release_size(); ++i) {
     const uint64_t id = plan.release(i);
     if (!plan_released_.insert(id).second) {
@@ -146,23 +149,27 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
   for (int e = 0; e < plan.entries_size(); ++e) {
     const v1::StepEntry& entry = plan.entries(e);
     const uint64_t id = entry.seq_id();
-    if (!plan_entries_.insert(id).second) {
-      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) +
-                                  " appears twice in entries");
-    }
+    // Marks instead of a per-step set: a repeated id is found without allocating.
+    bool listed_before = false;
     SeqView view;
     if (auto started = plan_started_.find(id); started != plan_started_.end()) {
       const v1::SequenceStart& s = plan.start(started->second);
+      listed_before = std::exchange(start_listed_[started->second], 1) != 0;
       view = {.known_tokens = s.tokens_size(),
               .computed = s.num_cached_tokens(),
               .num_pages = s.pages_size()};
     } else if (auto live = live_.find(id); live != live_.end() && !plan_released_.contains(id)) {
-      const Sequence& s = live->second;
+      Sequence& s = live->second;
+      listed_before = std::exchange(s.listed_in_plan, plan_serial_) == plan_serial_;
       view = {.known_tokens = static_cast<int64_t>(s.context.size()),
               .computed = s.computed,
               .num_pages = static_cast<int64_t>(s.pages.size())};
     } else {
       return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) + " is not live");
+    }
+    if (listed_before) {
+      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) +
+                                  " appears twice in entries");
     }
     ASTR_RETURN_IF_ERROR(ValidateEntry(entry, e, view));
     total_tokens += entry.num_tokens();
