@@ -1,13 +1,52 @@
 #!/usr/bin/env bash
-# The main job: installs what is needed, builds, and answers a chat message with the default model
-# on the CPU (the model's own chat template, tokenizer and EOS).
-# Extra arguments go to `astr run` (e.g. --max-tokens 64 --temperature 0.7 --seed 1).
-# ASTR_CHAT sets the message.
+# The main job: installs what is needed, builds, and serves the default model on this machine (one
+# astr-worker and astr-scheduler started by deploy/local/astr-local, CPU backend), streams the
+# answer to a chat message through the gRPC API with `astr generate`, prints how to talk to the
+# server, and keeps serving until Ctrl-C.
+#   Extra arguments go to `astr generate` (e.g. --max-tokens 64 --temperature 0.7 --seed 1).
+#   ASTR_CHAT: the message (default "What is the capital of France?").
+#   ASTR_PORT: the scheduler's port (default 50051).
+#   ASTR_RUN_ONESHOT=1: stop the servers after the answer and exit 0 (for tests and scripts).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 "$ROOT/scripts/build.sh"
 MODEL="$("$ROOT/scripts/default_model.sh")"
+BUILD="${ASTR_BUILD_DIR:-$ROOT/build}"
+ASTR="$BUILD/bin/astr"
+LOCAL="$ROOT/deploy/local/astr-local"
+PID_FILE="$ROOT/.cache/local/run.pid"
 MESSAGE="${ASTR_CHAT:-What is the capital of France?}"
+
+START_LOG="$ROOT/.cache/local/run-start.log"
+mkdir -p "$(dirname "$START_LOG")"
+echo "astr: starting astr-worker and astr-scheduler for $(basename "$MODEL")" >&2
+if ! ADDR="$("$LOCAL" --detach --model "$MODEL" --port "${ASTR_PORT:-50051}" --build-dir "$BUILD" \
+  --pid-file "$PID_FILE" 2>"$START_LOG")"; then
+  cat "$START_LOG" >&2
+  exit 1
+fi
+# From here on, however the script ends (error, Ctrl-C, SIGTERM, done), the servers are stopped:
+# the scheduler first, so that it drains, then the worker.
+trap '"$LOCAL" stop --pid-file "$PID_FILE"' EXIT
+trap 'exit 0' INT TERM
+
+echo "astr: serving at $ADDR (logs in .cache/local/logs)" >&2
 echo "astr: user: $MESSAGE" >&2
-exec "$ROOT/build/bin/astr" run --model "$MODEL" --chat "$MESSAGE" --max-tokens 48 "$@"
+"$ASTR" generate --server "$ADDR" --chat "$MESSAGE" "$@"
+if [ "${ASTR_RUN_ONESHOT:-0}" = 1 ]; then exit 0; fi
+
+ASTR_REL="${ASTR#"$ROOT"/}"
+cat >&2 <<EOF
+
+astr: serving $(basename "$MODEL") at $ADDR. Talk to it:
+  $ASTR_REL chat --server $ADDR
+  $ASTR_REL generate --server $ADDR --chat "Write a haiku about rain" --temperature 0.7
+  $ASTR_REL info --server $ADDR
+  grpcurl -plaintext -d '{"text": "Once upon a time", "sampling": {"max_tokens": 32}}' \\
+      $ADDR astr.v1.Generate/GenerateStream
+astr: Ctrl-C stops the servers.
+EOF
+while "$LOCAL" status --pid-file "$PID_FILE" >/dev/null; do sleep 1; done
+echo "astr: a server process exited; see .cache/local/logs" >&2
+exit 1

@@ -111,8 +111,7 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), std::move(args));
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   if (timeout.count() > 0) {
     const auto deadline = std::chrono::system_clock::now() + timeout;
     if (!channel->WaitForConnected(deadline)) {
