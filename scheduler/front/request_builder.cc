@@ -287,9 +287,9 @@ StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text,
 StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& chat,
                               const std::string& field) {
   if (model.chat_template == nullptr) {
-    return FailedPreconditionError(field + ": the model has no chat template (" +
-                                   model.no_chat_template_reason +
-                                   "); send text or token_ids instead");
+    return InvalidArgumentError(field + ": the model has no chat template (" +
+                                model.no_chat_template_reason +
+                                "); send text or token_ids instead");
   }
   if (chat.messages().empty()) return InvalidArgumentError(field + ".messages: empty");
   ChatInputs inputs;

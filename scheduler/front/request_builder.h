@@ -23,8 +23,8 @@ namespace astr::front {
 // What the front end knows about the served model. Built once at start; read by every call.
 struct ServedModel {
   std::shared_ptr<const Tokenizer> tokenizer;  // never null
-  // Null when the model has no chat template; chat input is then FAILED_PRECONDITION and
-  // `no_chat_template_reason` says why.
+  // Null when the model has no chat template; chat input is then INVALID_ARGUMENT (a request
+  // this server can never serve) and `no_chat_template_reason` says why.
   std::shared_ptr<const ChatTemplate> chat_template;
   std::string no_chat_template_reason;
   int32_t vocab_size = 0;              // rows of the output projection (worker Info)

@@ -1,6 +1,6 @@
-// scheduler/front/request_builder: every invalid field is INVALID_ARGUMENT (or FAILED_PRECONDITION
-// where the model lacks something) whose message names the field; defaults are filled as
-// docs/api.md documents them. Expected messages and values are written by hand.
+// scheduler/front/request_builder: every invalid field is INVALID_ARGUMENT whose message names the
+// field; defaults are filled as docs/api.md documents them. Expected messages and values are
+// written by hand.
 #include "scheduler/front/request_builder.h"
 
 #include <google/protobuf/text_format.h>
@@ -69,7 +69,7 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
       {"token_ids { ids: [1, 512] }", StatusCode::kInvalidArgument,
        "token_ids.ids[1] = 512 is outside the vocabulary [0, 512)"},
       {"token_ids { ids: [-1] }", StatusCode::kInvalidArgument, "token_ids.ids[0] = -1"},
-      {"chat { messages { role: 'user' content: 'hi' } }", StatusCode::kFailedPrecondition,
+      {"chat { messages { role: 'user' content: 'hi' } }", StatusCode::kInvalidArgument,
        "chat: the model has no chat template (stories260K.gguf has none)"},
       {ok_input + "n: -1", StatusCode::kInvalidArgument, "n must be in [0, 4]"},
       {ok_input + "n: 5", StatusCode::kInvalidArgument, "n must be in [0, 4] (0 means 1), got 5"},

@@ -1,0 +1,294 @@
+// astr-scheduler: connects to astr-worker processes and serves the public astr.v1.Generate API,
+// grpc.health.v1 and server reflection. SIGTERM / SIGINT drain: new requests are refused, running
+// ones finish (up to --drain-timeout-s), then the process exits 0. See docs/api.md.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/flags.h"
+#include "common/service/shutdown_signal.h"
+#include "scheduler/front/generate_service.h"
+#include "scheduler/front/grpc_service.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/worker_connection.h"
+
+namespace astr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the drain, handlers still writing their last messages get this long before the server
+// cancels them.
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "astr-scheduler: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+struct Flags {
+  std::string workers;
+  std::string listen = "127.0.0.1:50051";
+  std::string tokenizer;
+  sched::SchedulerOptions sched;
+  int64_t max_n = 16;
+  int64_t max_stop_strings = 16;
+  int64_t connect_timeout_s = 30;
+  int64_t drain_timeout_s = 60;
+  int64_t max_rpc_threads = 1024;
+  int64_t max_message_mb = 64;
+};
+
+void Register(flags::FlagSet* fs, Flags* f) {
+  fs->String("workers", &f->workers,
+             "astr-worker addresses, HOST:PORT[,HOST:PORT...]. All must serve the same model "
+             "(same content hash); a new request goes to the least-loaded one.",
+             /*required=*/true);
+  fs->String("listen", &f->listen,
+             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
+             "printed to stderr as a line 'listening on HOST:PORT' once every worker is "
+             "connected.");
+  fs->String("tokenizer", &f->tokenizer,
+             "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
+             "here. Default: the model path the first worker reports.");
+  fs->Int("max-batch-tokens", &f->sched.max_batch_tokens,
+          "Most tokens (decode rows plus prefill chunks) in one step of one worker; the "
+          "worker's own limit caps it.");
+  fs->Int("max-running", &f->sched.max_running,
+          "Most sequences in one step of one worker; the worker's --max-batch caps it.");
+  fs->Int("prefill-chunk", &f->sched.prefill_chunk,
+          "Most prompt tokens one sequence feeds in one step: longer prompts are prefilled in "
+          "chunks, interleaved with other sequences' decode steps.");
+  fs->Int("max-queued-requests", &f->sched.max_queued_requests,
+          "Admission: requests waiting for their first step; beyond it new requests get "
+          "RESOURCE_EXHAUSTED.");
+  fs->Int("max-queued-tokens", &f->sched.max_queued_tokens,
+          "Admission: prompt tokens (times n) of the waiting requests; beyond it new requests "
+          "get RESOURCE_EXHAUSTED.");
+  fs->Int("max-n", &f->max_n, "Most samples (GenerateRequest.n) one request may ask for.");
+  fs->Int("max-stop-strings", &f->max_stop_strings, "Most stop strings per request.");
+  fs->Int("connect-timeout-s", &f->connect_timeout_s,
+          "How long to keep dialing each worker at start before giving up.");
+  fs->Int("drain-timeout-s", &f->drain_timeout_s,
+          "On SIGTERM / SIGINT: how long running requests may take to finish; those still "
+          "running then are aborted (UNAVAILABLE) and the process exits.");
+  fs->Int("max-rpc-threads", &f->max_rpc_threads,
+          "Most gRPC server threads: every open Generate / GenerateStream call holds one, so "
+          "this bounds concurrent calls (a call beyond it gets RESOURCE_EXHAUSTED).");
+  fs->Int("max-message-mb", &f->max_message_mb,
+          "Largest request message accepted, in MiB (long token-id prompts).");
+}
+
+Status Validate(const Flags& f) {
+  auto positive = [](int64_t v, const char* name) {
+    return v >= 1 ? OkStatus()
+                  : InvalidArgumentError(std::string("--") + name + " must be >= 1, got " +
+                                         std::to_string(v));
+  };
+  ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
+  ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
+  ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
+  ASTR_RETURN_IF_ERROR(positive(f.max_rpc_threads, "max-rpc-threads"));
+  ASTR_RETURN_IF_ERROR(positive(f.max_message_mb, "max-message-mb"));
+  if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
+  if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
+  return OkStatus();
+}
+
+std::vector<std::string> SplitAddresses(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
+    const std::vector<std::string>& addresses, std::chrono::seconds timeout) {
+  std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
+  for (const std::string& address : addresses) {
+    auto conn = sched::ConnectWorker(address, timeout);
+    if (!conn.ok()) return conn.status().WithContext("--workers: " + address);
+    const v1::InfoResponse& info = (*conn)->info();
+    Log("worker " + address + ": " + info.model_name() + " (" + info.architecture() + ", hash " +
+        info.content_hash() + "), backend " + info.backend() + ", " +
+        std::to_string(info.num_pages()) + " pages of " + std::to_string(info.page_size()) +
+        " tokens, max batch " + std::to_string(info.max_batch()));
+    if (!workers.empty() && info.content_hash() != workers[0]->info().content_hash()) {
+      return FailedPreconditionError(
+          "--workers must all serve the same model: " + workers[0]->address() + " serves " +
+          workers[0]->info().model_path() + " (hash " + workers[0]->info().content_hash() + "), " +
+          address + " serves " + info.model_path() + " (hash " + info.content_hash() + ")");
+    }
+    workers.push_back(std::move(*conn));
+  }
+  return workers;
+}
+
+// The tokenizer, chat template and limits of the served model.
+StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
+                                             const std::vector<v1::InfoResponse>& infos) {
+  const std::string path = flag_path.empty() ? infos[0].model_path() : flag_path;
+  const std::string source = flag_path.empty() ? "the first worker's model path" : "--tokenizer";
+  front::ServedModel model;
+  auto tokenizer = Tokenizer::Load(path);
+  if (!tokenizer.ok()) {
+    return tokenizer.status().WithContext("tokenizer from " + source + " " + path +
+                                          " (set --tokenizer to a copy readable here)");
+  }
+  model.tokenizer = *tokenizer;
+  auto chat = ChatTemplate::Load(path);
+  if (chat.ok()) {
+    model.chat_template = std::make_shared<ChatTemplate>(std::move(*chat));
+  } else {
+    model.no_chat_template_reason = chat.status().message();
+  }
+  model.vocab_size = infos[0].vocab_size();
+  model.max_context_tokens = infos[0].max_context_tokens();
+  for (const auto& info : infos) {
+    model.max_context_tokens = std::min(model.max_context_tokens, info.max_context_tokens());
+  }
+  // The tokenizer's EOS ids (generation_config.json) and those the model file names.
+  model.eos_token_ids = model.tokenizer->eos_ids();
+  for (int32_t id : infos[0].eos_token_ids()) {
+    auto& eos = model.eos_token_ids;
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  }
+  Log("tokenizer " + path + ": " + model.tokenizer->Describe() + "; chat template: " +
+      (model.chat_template ? model.chat_template->origin()
+                           : "none (" + model.no_chat_template_reason + ")"));
+  if (model.tokenizer->vocab_size() > model.vocab_size) {
+    Log("warning: the tokenizer has " + std::to_string(model.tokenizer->vocab_size()) +
+        " ids but the model only " + std::to_string(model.vocab_size) +
+        "; prompts using the extra ids are refused");
+  }
+  return model;
+}
+
+// Refuses new requests, waits for the running ones (logging each second), aborts what is left
+// after `timeout`.
+void Drain(sched::Scheduler* scheduler, front::GenerateService* service,
+           std::chrono::seconds timeout) {
+  service->StartDrain();
+  scheduler->StartDrain();
+  const auto deadline = Clock::now() + timeout;
+  auto next_log = Clock::now();
+  while (!scheduler->Idle()) {
+    const auto now = Clock::now();
+    const v1::GetServerStatsResponse stats = scheduler->Stats();
+    if (now >= deadline) {
+      Log("drain timeout (" + std::to_string(timeout.count()) + " s): aborting " +
+          std::to_string(stats.waiting_requests() + stats.running_requests()) + " requests");
+      service->CancelAll(UnavailableError("the server is shutting down: drain timeout passed"));
+      return;
+    }
+    if (now >= next_log) {
+      Log("draining: " + std::to_string(stats.running_requests()) + " running, " +
+          std::to_string(stats.waiting_requests()) + " waiting");
+      next_log = now + std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Log("drained: no request left");
+}
+
+int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::ServedModel model,
+          std::vector<std::string> addresses) {
+  front::RequestLimits limits;
+  limits.max_n = static_cast<int32_t>(f.max_n);
+  limits.max_stop_strings = static_cast<int32_t>(f.max_stop_strings);
+  front::GenerateService service(scheduler.get(), std::move(model), limits, std::move(addresses));
+  front::GenerateGrpcService grpc_service(&service);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&grpc_service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(f.max_message_mb << 20));
+  // The sync server runs each call on its own thread and a generation call holds it until the
+  // request ends, so the thread bound is the bound on concurrent calls.
+  grpc::ResourceQuota quota("astr-scheduler");
+  quota.SetMaxThreads(static_cast<int>(f.max_rpc_threads));
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log("--listen: cannot listen on " + f.listen);
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const std::string host = f.listen.substr(0, f.listen.rfind(':'));
+  // Launchers and tests read this line to learn the port (--listen HOST:0).
+  std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stderr);
+
+  const int sig = WaitForShutdownSignal();
+  Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+      ": draining (new requests get UNAVAILABLE)");
+  server->GetHealthCheckService()->SetServingStatus(false);
+  Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server->Wait();
+  scheduler.reset();
+  Log("stopped");
+  return 0;
+}
+
+int Main(int argc, const char* const* argv) {
+  BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
+  flags::FlagSet fs("astr-scheduler",
+                    "Serve the public astr.v1.Generate gRPC API (plus grpc.health.v1 and server "
+                    "reflection) on top of astr-worker processes: validation, admission, "
+                    "continuous batching, detokenization and stop strings. Exits 0 on SIGTERM or "
+                    "SIGINT after draining.");
+  Flags f;
+  Register(&fs, &f);
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (Status s = Validate(f); !s.ok()) {
+    std::fprintf(stderr, "astr-scheduler: %s\n", s.message().c_str());
+    return 2;
+  }
+  std::vector<std::string> addresses = SplitAddresses(f.workers);
+  if (addresses.empty()) {
+    std::fprintf(stderr, "astr-scheduler: --workers: no address given\n");
+    return 2;
+  }
+
+  auto workers = ConnectAll(addresses, std::chrono::seconds(f.connect_timeout_s));
+  if (!workers.ok()) {
+    Log(workers.status().ToString());
+    return 1;
+  }
+  std::vector<v1::InfoResponse> infos;
+  for (const auto& w : *workers) infos.push_back(w->info());
+  auto model = LoadServedModel(f.tokenizer, infos);
+  if (!model.ok()) {
+    Log(model.status().ToString());
+    return 1;
+  }
+  auto scheduler = sched::Scheduler::Create(f.sched, std::move(*workers));
+  if (!scheduler.ok()) {
+    Log(scheduler.status().ToString());
+    return 1;
+  }
+  return Serve(f, std::move(*scheduler), std::move(*model), std::move(addresses));
+}
+
+}  // namespace
+}  // namespace astr
+
+int main(int argc, char** argv) { return astr::Main(argc, argv); }
