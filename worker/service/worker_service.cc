@@ -31,7 +31,7 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     }
     stream_ = context;
   }
-  const grpc::Status status = ServeStream(stream);
+  grpc::Status status = ServeStream(stream);
   // Drop the stream's sequences before another stream may take the executor.
   executor_->Reset();
   {
@@ -44,7 +44,7 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
 
 grpc::Status WorkerService::ServeStream(
     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
-  const grpc::Status draining(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+  grpc::Status draining(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
   v1::StepPlan plan;
   v1::StepResult result;
   while (stream->Read(&plan)) {
