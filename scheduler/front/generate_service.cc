@@ -13,10 +13,13 @@
 namespace astr::front {
 namespace {
 
-// How often a waiting call looks at ServerContext::IsCancelled. The sync API has no cancel
-// callback, so a cancelled or timed-out client is noticed within this interval and its sequences
-// are released at the scheduler's next step after that.
-constexpr std::chrono::milliseconds kPollInterval(5);
+// How often the watcher looks at every open call's ServerContext::IsCancelled: a cancelled or
+// timed-out client is noticed within this interval, and its sequences are released at the
+// scheduler's next step after that.
+constexpr std::chrono::milliseconds kWatchInterval(5);
+// A waiting call wakes at least this often to see whether the watcher marked it gone (its channel
+// normally closes at once, unless the scheduler loop is stuck on a worker).
+constexpr std::chrono::milliseconds kCallWakeInterval(50);
 
 uint64_t RandomU64() {
   thread_local std::mt19937_64 rng([] {
@@ -104,6 +107,7 @@ class GenerateService::Call {
   BuiltRequest built;
   std::shared_ptr<sched::RequestChannel> channel;
   std::unique_ptr<OutputProcessor> processor;
+  std::atomic<bool> gone{false};  // set by the watcher: the client cancelled or timed out
 
  private:
   GenerateService* const service_;
@@ -122,32 +126,63 @@ GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
     : scheduler_(scheduler),
       model_(std::move(model)),
       limits_(limits),
-      worker_addresses_(std::move(worker_addresses)) {}
+      worker_addresses_(std::move(worker_addresses)),
+      watcher_([this] { WatchCancellations(); }) {}
+
+GenerateService::~GenerateService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_one();
+  watcher_.join();
+}
+
+void GenerateService::WatchCancellations() {
+  std::vector<std::pair<uint64_t, Status>> gone;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, kWatchInterval, [this] { return stop_; })) {
+    gone.clear();
+    // Under mu_: a call unregisters before its handler returns, so each context is alive here.
+    for (auto& [key, open] : open_) {
+      if (open.call->gone.load(std::memory_order_relaxed) || !open.context->IsCancelled()) {
+        continue;
+      }
+      open.call->gone.store(true, std::memory_order_release);
+      const bool expired = open.context->deadline() <= std::chrono::system_clock::now();
+      gone.emplace_back(key, expired ? Status(StatusCode::kDeadlineExceeded, "deadline passed")
+                                     : Status(StatusCode::kCancelled, "cancelled by the client"));
+    }
+    lock.unlock();
+    for (auto& [key, why] : gone) scheduler_->Cancel(key, std::move(why));
+    lock.lock();
+  }
+}
 
 void GenerateService::StartDrain() { draining_.store(true); }
 
 void GenerateService::CancelAll(const Status& why) {
-  std::set<uint64_t> keys;
+  std::vector<uint64_t> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    keys = open_keys_;
+    for (const auto& [key, open] : open_) keys.push_back(key);
   }
   for (uint64_t key : keys) scheduler_->Cancel(key, why);
 }
 
 int64_t GenerateService::open_calls() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(open_keys_.size());
+  return static_cast<int64_t>(open_.size());
 }
 
-void GenerateService::Register(uint64_t key) {
+void GenerateService::Register(Call* call, grpc::ServerContext* context) {
   std::lock_guard<std::mutex> lock(mu_);
-  open_keys_.insert(key);
+  open_[call->key()] = OpenCall{context, call};
 }
 
 void GenerateService::Unregister(uint64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
-  open_keys_.erase(key);
+  open_.erase(key);
 }
 
 Status GenerateService::Admit(grpc::ServerContext* context, const v1::GenerateRequest& request,
@@ -160,24 +195,19 @@ Status GenerateService::Admit(grpc::ServerContext* context, const v1::GenerateRe
   if (call->built.sched.request_id.empty()) call->built.sched.request_id = MakeRequestId();
   // Submit takes its own copy; the prompt stays here for the detokenizer and the response.
   ASTR_ASSIGN_OR_RETURN(call->channel, scheduler_->Submit(call->built.sched));
-  Register(call->channel->key());
+  Register(call, context);
   call->processor = std::make_unique<OutputProcessor>(
       *model_.tokenizer, call->built.output, call->built.sched.prompt, call->built.sched.n);
   return OkStatus();
 }
 
-bool GenerateService::Next(grpc::ServerContext* context, Call* call, Update* update) {
+bool GenerateService::Next(Call* call, Update* update) {
   update->deltas.clear();
   std::vector<int32_t> stopped;
   while (true) {
-    if (context->IsCancelled()) {
-      const bool expired = context->deadline() <= std::chrono::system_clock::now();
-      scheduler_->Cancel(call->key(),
-                         expired ? Status(StatusCode::kDeadlineExceeded, "deadline passed")
-                                 : Status(StatusCode::kCancelled, "cancelled by the client"));
-      return false;
-    }
-    sched::RequestChannel::Batch batch = call->channel->Wait(kPollInterval);
+    // The watcher has already cancelled the request in the scheduler.
+    if (call->gone.load(std::memory_order_acquire)) return false;
+    sched::RequestChannel::Batch batch = call->channel->Wait(kCallWakeInterval);
     stopped.clear();
     call->processor->Apply(batch.events, &stopped);
     for (int32_t index : stopped) scheduler_->FinishSample(call->key(), index);
@@ -209,7 +239,7 @@ grpc::Status GenerateService::Generate(grpc::ServerContext* context,
   }
   for (int32_t i = 0; i < built.sched.n; ++i) response->add_completions()->set_index(i);
   Update update;
-  while (Next(context, &call, &update)) {
+  while (Next(&call, &update)) {
     for (const auto& [index, delta] : update.deltas) {
       AppendToCompletion(delta, response->mutable_completions(index));
     }
@@ -237,7 +267,7 @@ grpc::Status GenerateService::GenerateStream(
   bool first = true;
   Update update;
   std::vector<v1::GenerateStreamResponse> out;
-  while (Next(context, &call, &update)) {
+  while (Next(&call, &update)) {
     out.clear();
     if (held) out.push_back(std::move(*held));
     held.reset();

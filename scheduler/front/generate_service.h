@@ -1,7 +1,13 @@
 // The astr.v1.Generate RPCs (sync gRPC API): each call runs on its own server thread, which
 // validates and submits the request, then waits on the request's channel, turning the scheduler's
 // SampleEvents into text (OutputProcessor) and writing responses, until the request closes or the
-// client goes away (cancel and deadline both show in ServerContext::IsCancelled).
+// client goes away.
+//
+// The sync API has no cancel callback: a client that cancels or whose deadline passes only shows
+// in ServerContext::IsCancelled. One watcher thread polls that for every open call (every 5 ms)
+// and cancels the request in the scheduler, which closes its channel and so wakes the call's
+// thread; waiting calls themselves do not poll (256 calls each polling every 5 ms cost a third of
+// a core).
 //
 // GenerateGrpcService (grpc_service.h) registers these methods with the server.
 #pragma once
@@ -10,10 +16,12 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "astr/v1/generate.pb.h"
@@ -29,6 +37,8 @@ class GenerateService {
   // Scheduler::WorkerInfos).
   GenerateService(sched::Scheduler* scheduler, ServedModel model, RequestLimits limits,
                   std::vector<std::string> worker_addresses);
+  // Stops the watcher thread. Every call must have returned (shut the server down first).
+  ~GenerateService();
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         v1::GenerateResponse* response);
@@ -59,19 +69,28 @@ class GenerateService {
 
   // Validates, resolves and submits; on success `call` is admitted.
   Status Admit(grpc::ServerContext* context, const v1::GenerateRequest& request, Call* call);
-  // Waits for the call's next output. False when the client went away (the request is then
-  // cancelled in the scheduler).
-  bool Next(grpc::ServerContext* context, Call* call, Update* update);
-  void Register(uint64_t key);
+  // Waits for the call's next output. False when the client went away (the watcher has then
+  // cancelled the request in the scheduler).
+  bool Next(Call* call, Update* update);
+  void Register(Call* call, grpc::ServerContext* context);
   void Unregister(uint64_t key);
+  // The watcher thread: cancels the requests of calls whose client went away.
+  void WatchCancellations();
 
   sched::Scheduler* const scheduler_;
   const ServedModel model_;
   const RequestLimits limits_;
   const std::vector<std::string> worker_addresses_;
   std::atomic<bool> draining_{false};
+  struct OpenCall {
+    grpc::ServerContext* context;
+    Call* call;
+  };
   mutable std::mutex mu_;
-  std::set<uint64_t> open_keys_;  // guarded by mu_
+  std::condition_variable stop_cv_;
+  bool stop_ = false;                  // guarded by mu_
+  std::map<uint64_t, OpenCall> open_;  // guarded by mu_; by request key
+  std::thread watcher_;
 };
 
 }  // namespace astr::front
