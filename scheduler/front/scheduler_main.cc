@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "astr/v1/generate.grpc.pb.h"
 #include "common/flags.h"
 #include "common/service/shutdown_signal.h"
 #include "scheduler/front/generate_service.h"
@@ -84,8 +85,9 @@ void Register(flags::FlagSet* fs, Flags* f) {
           "On SIGTERM / SIGINT: how long running requests may take to finish; those still "
           "running then are aborted (UNAVAILABLE) and the process exits.");
   fs->Int("max-rpc-threads", &f->max_rpc_threads,
-          "Most gRPC server threads: every open Generate / GenerateStream call holds one, so "
-          "this bounds concurrent calls (a call beyond it gets RESOURCE_EXHAUSTED).");
+          "Most gRPC server threads: every open call holds one (and a few wait for new "
+          "calls), so this bounds concurrent calls; a call beyond it gets RESOURCE_EXHAUSTED "
+          "'Server Threadpool Exhausted'.");
   fs->Int("max-message-mb", &f->max_message_mb,
           "Largest request message accepted, in MiB (long token-id prompts).");
 }
@@ -230,6 +232,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     Log("--listen: cannot listen on " + f.listen);
     return 1;
   }
+  // Every worker is connected: serving. Both the server ("") and the service by name answer.
+  server->GetHealthCheckService()->SetServingStatus(v1::Generate::service_full_name(), true);
   server->GetHealthCheckService()->SetServingStatus(true);
   const std::string host = f.listen.substr(0, f.listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
