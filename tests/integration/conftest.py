@@ -6,6 +6,7 @@ module, and `make_cluster` starts dedicated ones that die at the end of the test
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -54,9 +55,12 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(scope="session")
-def log_dir():
+def log_dir(request):
+    """Server logs of the session; kept (and named in the failure report) only when a test failed."""
     d = tempfile.mkdtemp(prefix="astr-itest-logs-")
     yield d
+    if request.session.testsfailed == 0:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

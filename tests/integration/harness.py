@@ -528,8 +528,11 @@ def offline_run(model, prompt_ids=None, prompt=None, chat=None, max_tokens=16, e
     return out
 
 
-def run_cli(*args, timeout=60):
-    return subprocess.run([ASTR_BIN, *args], capture_output=True, text=True, timeout=timeout)
+def run_cli(*args, timeout=60, input=None):
+    return subprocess.run(
+        [ASTR_BIN, *args], capture_output=True, text=True, timeout=timeout,
+        input=input if input is not None else "",
+    )
 
 
 def default_model():

@@ -20,12 +20,14 @@ def free_port():
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_generate_prints_unary_text(cluster, prompt):
+@pytest.mark.parametrize("mode", ["stream", "no_stream"])
+def test_generate_prints_unary_text(cluster, prompt, mode):
     want = unary(cluster.stub, request(text=prompt, max_tokens=16)).one().text
     assert not want.endswith("\n")
+    extra = ["--no-stream"] if mode == "no_stream" else []
     r = harness.run_cli(
         "generate", "--server", cluster.scheduler.address, "--prompt", prompt,
-        "--temperature", "0", "--max-tokens", "16",
+        "--temperature", "0", "--max-tokens", "16", *extra,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.removesuffix("\n") == want, f"stdout {r.stdout!r}, unary text {want!r}"
@@ -53,27 +55,33 @@ LOCAL = os.path.join(harness.SOURCE_DIR, "deploy", "local", "astr-local")
 
 
 @pytest.mark.skipif(not os.access(LOCAL, os.X_OK), reason="deploy/local/astr-local not written yet")
-def test_astr_local_detach_and_stop(tmp_path):
-    help_text = subprocess.run([LOCAL, "--help"], capture_output=True, text=True, timeout=30)
-    assert help_text.returncode == 0, help_text.stderr
-    port = free_port()
-    env = dict(os.environ, ASTR_BIN_DIR=harness.BIN_DIR)
+def test_astr_local_detach_status_stop(tmp_path):
+    pid_file = str(tmp_path / "astr-local.pid")
+    common = ["--pid-file", pid_file]
     start = subprocess.run(
-        [LOCAL, "--detach", "--model", harness.STORIES, "--workers", "1", "--port", str(port),
-         "--run-dir", str(tmp_path), "--threads", "1"],
-        capture_output=True, text=True, timeout=120, env=env,
+        [LOCAL, "--detach", "--model", harness.STORIES, "--workers", "2", "--port", "0",
+         "--threads", "1", "--num-pages", "256", "--log-dir", str(tmp_path / "logs"),
+         "--build-dir", os.path.dirname(harness.BIN_DIR), "--start-timeout-s", "60"] + common,
+        capture_output=True, text=True, timeout=120,
     )
     try:
         assert start.returncode == 0, start.stdout + start.stderr
-        addr = f"127.0.0.1:{port}"
+        addr = start.stdout.strip().splitlines()[-1]
+        assert addr.startswith("127.0.0.1:"), start.stdout
         harness.wait_serving(addr, timeout=30)
+        status = subprocess.run([LOCAL, "status"] + common, capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0, status.stdout + status.stderr
         r = harness.run_cli("generate", "--server", addr, "--prompt", "Once upon a time",
                             "--temperature", "0", "--max-tokens", "8")
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith(", there was a little girl")  # llama.cpp golden (models/README.md)
+        r = harness.run_cli("info", "--server", addr)
+        assert r.returncode == 0 and r.stdout.count("127.0.0.1:") >= 2, r.stdout  # both workers
     finally:
-        stop = subprocess.run([LOCAL, "stop", "--run-dir", str(tmp_path)], capture_output=True, text=True,
-                              timeout=60, env=env)
+        stop = subprocess.run([LOCAL, "stop", "--stop-timeout-s", "30"] + common,
+                              capture_output=True, text=True, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
-    health = harness.run_cli("health", "--server", f"127.0.0.1:{port}")
+    health = harness.run_cli("health", "--server", addr)
     assert health.returncode != 0, "the deployment still answers after stop"
+    status = subprocess.run([LOCAL, "status"] + common, capture_output=True, text=True, timeout=30)
+    assert status.returncode != 0, "status says running after stop"

@@ -1,6 +1,7 @@
 """Greedy output through the services equals `astr run` on the default model (SmolLM2-135M,
 scripts/default_model.sh), with text and chat input. Skipped when the model is not present."""
 
+import grpc
 import pytest
 
 import harness
@@ -56,3 +57,23 @@ def test_model_info_has_chat_template(smol):
     want = harness.offline_run(MODEL, chat="What is 2+2?", max_tokens=MAX_TOKENS)
     if want["finish_reason"] == "eos":
         assert want["token_ids"][-1] in info.eos_token_ids
+
+
+def test_chat_cli_prints_unary_answer(smol):
+    message = "What is 2+2?"
+    want = unary(smol.stub, request(chat=[("user", message)], max_tokens=MAX_TOKENS)).one().text
+    r = harness.run_cli("chat", "--server", smol.scheduler.address, "--max-tokens", str(MAX_TOKENS),
+                        input=message + "\n")
+    assert r.returncode == 0, r.stderr
+    assert want.strip() and want.strip() in r.stdout, f"stdout {r.stdout!r}, unary text {want!r}"
+
+
+def test_chat_without_messages_invalid(smol):
+    req = harness.pb.GenerateRequest(chat=harness.pb.ChatInput())
+    req.sampling.max_tokens = 4
+    with pytest.raises(grpc.RpcError) as e:
+        smol.stub.Generate(req, timeout=harness.RPC_TIMEOUT_S)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "messages" in e.value.details(), e.value.details()
+    # Still serving.
+    unary(smol.stub, request(chat=[("user", "Hi")], max_tokens=2))

@@ -77,6 +77,7 @@ CASES = [
     ("n_negative", lambda: with_n(-1), ["n"]),
     ("no_input", lambda: with_input(), ["input", "prompt"]),
     ("empty_token_ids", lambda: with_input(token_ids=[]), ["token_ids", "input", "prompt"]),
+    ("empty_text", lambda: with_input(text=""), ["text", "input", "prompt"]),
     ("token_id_vocab_size", lambda: with_input(token_ids=[1, STORIES_VOCAB]), ["token_ids"]),
     ("token_id_negative", lambda: with_input(token_ids=[1, -5]), ["token_ids"]),
     (
@@ -84,6 +85,7 @@ CASES = [
         lambda: with_input(token_ids=[1] + [300] * STORIES_CONTEXT),
         ["prompt", "token_ids", "context"],
     ),
+    # (A chat without messages on a model with a template: test_default_model.py.)
     ("chat_without_messages", lambda: with_input(chat=pb.ChatInput()), ["messages", "chat"]),
     (
         "chat_without_template",  # stories260K has no chat template
