@@ -23,14 +23,14 @@ bool SampleOutput::AddToken(const sched::SampleEvent& event) {
   auto match =
       matcher_.Append(decoder_.Push(event.token_id), may_stop, options_.include_stop_str_in_output);
   if (match) {
-    EndOnStop(std::move(*match));
+    EndOnStop(*match);
     return true;
   }
   pending_.text += matcher_.TakeSafe();
   return false;
 }
 
-void SampleOutput::EndOnStop(StopMatcher::Match match) {
+void SampleOutput::EndOnStop(const StopMatcher::Match& match) {
   pending_.text += match.text;
   pending_.finished = true;
   pending_.finish_reason = v1::FINISH_REASON_STOP;
@@ -45,7 +45,7 @@ void SampleOutput::Finish(v1::FinishReason reason, int32_t stop_token_id) {
   auto match = matcher_.Append(decoder_.Finish(), num_tokens_ >= options_.min_tokens,
                                options_.include_stop_str_in_output);
   if (match) {
-    EndOnStop(std::move(*match));
+    EndOnStop(*match);
     return;
   }
   pending_.text += matcher_.TakeAll();

@@ -60,7 +60,7 @@ class SampleOutput {
 
  private:
   // Ends the sample on a stop string match.
-  void EndOnStop(StopMatcher::Match match);
+  void EndOnStop(const StopMatcher::Match& match);
 
   const OutputOptions& options_;
   StreamDecoder decoder_;

@@ -123,7 +123,7 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
   std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
   for (const std::string& address : addresses) {
     auto conn = sched::ConnectWorker(address, timeout);
-    if (!conn.ok()) return conn.status().WithContext("--workers: " + address);
+    if (!conn.ok()) return conn.status().WithContext("--workers");
     const v1::InfoResponse& info = (*conn)->info();
     Log("worker " + address + ": " + info.model_name() + " (" + info.architecture() + ", hash " +
         info.content_hash() + "), backend " + info.backend() + ", " +

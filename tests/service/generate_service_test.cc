@@ -87,6 +87,7 @@ class GenerateServiceTest : public ::testing::Test {
   std::vector<int32_t> Expected(int32_t index, uint64_t seed, int count,
                                 const std::vector<int32_t>& prompt = kPrompt) const {
     std::vector<int32_t> out;
+    out.reserve(count);
     for (int k = 0; k < count; ++k) {
       out.push_back(FakeToken(index, static_cast<int64_t>(prompt.size()) + k, seed, kVocab));
     }

@@ -349,9 +349,10 @@ TEST(StopMatcherTest, SameResultWhateverTheChunking) {
     StopMatcher m(some);
     std::string got;
     bool matched = false;
+    const std::string_view whole = text;
     for (size_t pos = 0; pos < text.size() && !matched;) {
       const size_t len = std::min<size_t>(1 + next() % 4, text.size() - pos);
-      auto match = m.Append(std::string_view(text).substr(pos, len), true, false);
+      auto match = m.Append(whole.substr(pos, len), true, false);
       pos += len;
       if (match) {
         got += match->text;
