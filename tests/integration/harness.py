@@ -375,6 +375,7 @@ class Result:
     prompt_ids: list = None
     seed: int = None
     timings: object = None
+    request_ids: set = field(default_factory=set)  # every request_id the responses carried
 
     def one(self):
         assert list(self.samples) == [0], f"expected one sample, got {sorted(self.samples)}"
@@ -403,7 +404,7 @@ def unary(stub, req, timeout=RPC_TIMEOUT_S):
             s.stop_token_id = c.stop_token_id
         assert c.index not in samples, f"completion index {c.index} twice"
         samples[c.index] = s
-    return Result(samples, r.usage, list(r.prompt_ids), r.seed, r.timings)
+    return Result(samples, r.usage, list(r.prompt_ids), r.seed, r.timings, {r.request_id})
 
 
 def collect_stream(responses, on_message=None):
@@ -419,6 +420,7 @@ def collect_stream(responses, on_message=None):
             result.prompt_ids = list(m.prompt_ids)
             result.seed = m.seed
             first = False
+        result.request_ids.add(m.request_id)
         s = samples.setdefault(m.index, Sample())
         assert s.finish_reason == 0, f"sample {m.index} got a message after finishing: {m}"
         s.messages += 1

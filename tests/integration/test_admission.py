@@ -5,7 +5,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-import pytest
 
 import harness
 from harness import STORIES, request, unary
@@ -58,3 +57,31 @@ def test_max_queued_tokens(make_cluster):
     c = make_cluster(scheduler_flags={"max_queued_tokens": 64, "max_running": 1})
     prompts = harness.story_prompts(BURST, 12, 40, 40)  # two waiting prompts exceed 64 tokens
     check_burst(c, prompts, burst(c, prompts), ["max_queued_tokens", "max-queued-tokens"])
+
+
+def test_priority_scheduled_first(make_cluster):
+    # One sequence at a time: LOWS long low-priority requests queue up; a high-priority one sent
+    # after them must be scheduled next, ahead of the low ones still waiting.
+    lows = 6
+    c = make_cluster(scheduler_flags={"max_running": 1})
+    prompts = harness.story_prompts(lows + 1, 13, 4, 8)
+    done = []
+    lock = threading.Lock()
+
+    def run(i, priority, max_tokens):
+        req = request(token_ids=prompts[i], max_tokens=max_tokens, priority=priority, ignore_eos=True)
+        r = unary(c.stub, req)
+        with lock:
+            done.append(i)
+        return r
+
+    with ThreadPoolExecutor(lows + 1) as pool:
+        futures = [pool.submit(run, i, 0, 600) for i in range(lows)]
+        harness.wait_until(lambda: c.stats().waiting_requests >= lows - 1, 10)
+        futures.append(pool.submit(run, lows, 5, 16))
+        for f in futures:
+            f.result(timeout=120)
+    print(f"completion order: {done}")
+    # Before it: the low request running when it arrived, and at most one more that may have
+    # started between the check above and its arrival.
+    assert done.index(lows) <= 2, f"high-priority request finished at place {done.index(lows)}: {done}"

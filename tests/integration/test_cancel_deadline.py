@@ -1,7 +1,13 @@
 """A client that cancels mid-stream, or whose deadline passes, frees its sequence's pages
-promptly: the steps counter advances by at most MAX_STEPS between the server having the cancel
-and the pool being whole again, and the pages come back within half a second. Run on stories260K
-(sub-millisecond steps) and, when present, the default model (tens of ms per step)."""
+promptly, and the server goes on serving.
+
+The steps counter must advance by at most MAX_STEPS between the server having the cancel and the
+pool being whole again. That count is meaningful where a step is slow next to the loopback and
+thread-wakeup noise between the client's cancel and the scheduler learning of it: the default
+model (tens of ms per step, when present). On stories260K a step takes ~0.2 ms, so a few ms of
+noise on a loaded 2-core machine is already several steps (5-7 seen under ctest -j4); there the
+bounds are time (pages back within 0.5 s) and STORIES_MAX_STEPS, which only proves the sequence
+did not run on towards its LONG tokens."""
 
 import time
 
@@ -53,6 +59,7 @@ def model_cluster(request, log_dir):
 # The step running when the cancel arrives, the one the scheduler may already have planned
 # (plans overlap results), and the one that carries the release.
 MAX_STEPS = 3
+STORIES_MAX_STEPS = 50
 
 
 def long_request(c, **kw):
@@ -68,7 +75,8 @@ def check_freed(c, steps_before, label):
     steps = stats.steps - steps_before
     print(f"{label}: pages free after {waited * 1000:.1f} ms, {steps} steps")
     assert waited < 0.5, f"{label}: pages freed only after {waited:.3f} s"
-    assert steps <= MAX_STEPS, f"{label}: {steps} steps between cancel and free pages"
+    bound = STORIES_MAX_STEPS if c.model == STORIES else MAX_STEPS
+    assert steps <= bound, f"{label}: {steps} steps between cancel and free pages"
     harness.wait_workers_idle(c, timeout=2.0)
 
 

@@ -57,6 +57,8 @@ def test_64_concurrent_streams(make_cluster):
     assert not mismatches, "\n".join(mismatches)
 
     stats, _ = harness.wait_pages_free(c, timeout=5)
-    assert stats.requests_finished >= 2 * CLIENTS
+    assert stats.requests_admitted >= 2 * CLIENTS and stats.requests_finished >= 2 * CLIENTS
+    assert stats.requests_refused == 0 and stats.workers[0].up
+    assert stats.workers[0].sequences_assigned >= 2 * CLIENTS and stats.workers[0].mean_step_ns > 0
     assert stats.waiting_requests == 0 and stats.running_requests == 0
     harness.wait_workers_idle(c, timeout=5)

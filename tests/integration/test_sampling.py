@@ -32,6 +32,7 @@ def both(c, req):
 def test_seeded_samples_reproducible(cluster):
     req = request(token_ids=PROMPT, n=3, temperature=0.9, seed=1234, max_tokens=24, request_id="seeded")
     u1, s1 = both(cluster, req)
+    assert u1.request_ids == {"seeded"} and s1.request_ids == {"seeded"}
     u2 = unary(cluster.stub, req)
     assert sorted(u1.samples) == [0, 1, 2]
     assert {i: s.key() for i, s in u1.samples.items()} == {i: s.key() for i, s in u2.samples.items()}
@@ -184,3 +185,20 @@ def test_length_finish(cluster):
     u, s = both(cluster, request(token_ids=PROMPT, max_tokens=7, request_id="len7"))
     assert u.one().finish_reason == FINISH["length"]
     assert u.one().token_ids == GOLDEN_IDS[:7]
+
+
+def test_request_id_made_up_when_empty(cluster):
+    u = unary(cluster.stub, request(token_ids=PROMPT, max_tokens=2))
+    s = stream(cluster.stub, request(token_ids=PROMPT, max_tokens=2))
+    assert len(u.request_ids) == 1 and "" not in u.request_ids
+    assert len(s.request_ids) == 1 and "" not in s.request_ids
+
+
+def test_timings_ordered(cluster):
+    for r in (unary(cluster.stub, request(token_ids=PROMPT, max_tokens=8)),
+              stream(cluster.stub, request(token_ids=PROMPT, max_tokens=8))):
+        t = r.timings
+        assert t is not None
+        assert 0 <= t.queue_ns <= t.time_to_first_token_ns <= t.total_ns, t
+        assert t.total_ns > 0
+        assert t.total_ns < 60 * 10**9
