@@ -107,3 +107,20 @@ def new_cluster(log_dir):
     yield make
     for c in made:
         c.close()
+
+
+SLOW_PHASE_S = 20.0
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Names any test phase over SLOW_PHASE_S (visible with ctest -V or on failure): the suite is
+    meant to take seconds per file, so a slow phase is worth a look even when it passes."""
+    slow = []
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            if getattr(rep, "duration", 0) > SLOW_PHASE_S and getattr(rep, "when", None):
+                slow.append(f"{rep.duration:7.1f} s {rep.when:8s} {rep.nodeid}")
+    if slow:
+        terminalreporter.write_sep("-", f"phases over {SLOW_PHASE_S:.0f} s")
+        for line in sorted(slow, reverse=True):
+            terminalreporter.write_line(line)

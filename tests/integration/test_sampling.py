@@ -40,7 +40,8 @@ def test_seeded_samples_reproducible(cluster):
     assert u1.usage.prompt_tokens == len(PROMPT)
     assert u1.usage.completion_tokens == sum(len(s.token_ids) for s in u1.samples.values())
     want = harness.offline_run(
-        STORIES, prompt_ids=PROMPT, max_tokens=24, extra=["--n", "3", "--temperature", "0.9", "--seed", "1234"]
+        STORIES, prompt_ids=PROMPT, max_tokens=24,
+        extra=["--n", "3", "--temperature", "0.9", "--seed", "1234"],
     )
     for i, s in u1.samples.items():
         why = harness.offline_mismatch(s, want["samples"][i])
@@ -104,7 +105,8 @@ STOP_CASES = [
     (["Lily"], True, ", there was a little girl named Lily", "Lily"),
     (["l nam"], False, ", there was a little gir", "l nam"),  # spans the tokens "l" and " named"
     (["park", "little"], False, ", there was a ", "little"),  # the earliest match wins
-    (["park.", "zzz"], True, ", there was a little girl named Lily. She loved to play outside in the park.", "park."),
+    (["park.", "zzz"], True,
+     ", there was a little girl named Lily. She loved to play outside in the park.", "park."),
 ]
 
 

@@ -18,7 +18,10 @@ EXIT_TIMEOUT_S = 30
 def test_scheduler_sigterm_drains(make_cluster):
     c = make_cluster(worker_flags={"num_pages": 2048, "page_size": 16})
     prompts = harness.story_prompts(STREAMS, 33, 5, 40)
-    wants = [harness.offline_run(STORIES, prompt_ids=p, max_tokens=MAX_TOKENS, extra=["--ignore-eos"]) for p in prompts]
+    wants = [
+        harness.offline_run(STORIES, prompt_ids=p, max_tokens=MAX_TOKENS, extra=["--ignore-eos"])
+        for p in prompts
+    ]
 
     received = [0] * STREAMS
     started = threading.Barrier(STREAMS + 1)
@@ -57,6 +60,13 @@ def test_scheduler_sigterm_drains(make_cluster):
             refused = e
     assert refused is not None, "requests still admitted 5 s after SIGTERM"
     assert refused.code() == grpc.StatusCode.UNAVAILABLE, f"{refused.code()}: {refused.details()}"
+    print(f"refused while draining: {refused.details()}")
+    if any(t.is_alive() for t in threads):
+        # Still draining: the stats say so (when the server still answers them).
+        try:
+            assert c.stats().draining
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, e
 
     for t in threads:
         t.join(timeout=120)
@@ -66,7 +76,9 @@ def test_scheduler_sigterm_drains(make_cluster):
         assert why is None, f"stream {i}: {why}"
     print(f"tokens received at SIGTERM: {at_signal}")
 
+    drained_at = time.monotonic()
     code = c.scheduler.proc.wait(EXIT_TIMEOUT_S)
+    print(f"scheduler exited {time.monotonic() - drained_at:.2f} s after the last stream ended")
     assert code == 0, f"scheduler exit code {code} (None: still running after {EXIT_TIMEOUT_S} s)"
 
 

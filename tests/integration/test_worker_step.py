@@ -17,6 +17,7 @@ NUM_PAGES = 32
 PAGE_SIZE = 4
 MAX_BATCH_TOKENS = 64
 NEEDS_BINARIES = [harness.WORKER_BIN]  # no scheduler needed
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]  # StepResult.error_code is a number
 
 
 class StepStream:
@@ -56,7 +57,9 @@ def start_plan(seq_id, pages, tokens=PROMPT):
 @pytest.fixture
 def worker(new_cluster):
     c = new_cluster()
-    return c.start_worker(STORIES, num_pages=NUM_PAGES, page_size=PAGE_SIZE, max_batch_tokens=MAX_BATCH_TOKENS)
+    return c.start_worker(
+        STORIES, num_pages=NUM_PAGES, page_size=PAGE_SIZE, max_batch_tokens=MAX_BATCH_TOKENS
+    )
 
 
 def run_greedy(s, seq_id, first_page, count):
@@ -98,7 +101,8 @@ def bad_plans():
     p = wpb.StepPlan
     e = wpb.StepEntry
     return [
-        ("unknown_sequence", p(entries=[e(seq_id=99, start_position=0, num_tokens=1, sample=True)]), ["99", "seq"]),
+        ("unknown_sequence", p(entries=[e(seq_id=99, start_position=0, num_tokens=1, sample=True)]),
+         ["99", "seq"]),
         ("page_out_of_range", start_plan(1, [0, NUM_PAGES]), ["page"]),
         ("page_negative", start_plan(1, [-1]), ["page"]),
         ("too_few_pages", start_plan(1, []), ["page"]),
@@ -114,7 +118,7 @@ def test_invalid_plans_refused_and_nothing_applied(worker):
     for case, plan, words in bad_plans():
         r = s.step(plan)
         assert r.error_code != 0, f"{case}: accepted"
-        assert r.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0], f"{case}: code {r.error_code}"
+        assert r.error_code == INVALID_ARGUMENT, f"{case}: code {r.error_code}"
         assert any(w in r.error_message for w in words), f"{case}: {r.error_message!r} names none of {words}"
         assert len(r.samples) == 0
         info = worker.info()
@@ -133,10 +137,10 @@ def test_invalid_plan_mid_sequence(worker):
         ("wrong_start_position", wpb.StepEntry(seq_id=5, start_position=pos + 1, num_tokens=1, sample=True)),
     ]:
         r = s.step(wpb.StepPlan(entries=[entry]))
-        assert r.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0], f"{case}: {r.error_code} {r.error_message}"
+        assert r.error_code == INVALID_ARGUMENT, f"{case}: {r.error_code} {r.error_message}"
     # Duplicate start of a live id.
     r = s.step(start_plan(5, [4]))
-    assert r.error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0], r.error_message
+    assert r.error_code == INVALID_ARGUMENT, r.error_message
     # The sequence continues where it was.
     r = s.step(wpb.StepPlan(entries=[wpb.StepEntry(seq_id=5, start_position=pos, num_tokens=1, sample=True)]))
     assert r.error_code == 0, r.error_message
