@@ -20,6 +20,7 @@ void ResetPlacement(Sequence* seq) {
   seq->num_computed = 0;
   seq->num_start_tokens = 0;
   seq->step_tokens = 0;
+  seq->in_flight = 0;  // tokens still in flight for the old id are dropped when they arrive
 }
 
 }  // namespace
@@ -61,7 +62,9 @@ void WorkerQueues::ResetStream() {
 }
 
 void PlanOutcome::Clear() {
+  step_id = 0;
   sampling.clear();
+  sampling_ids.clear();
   num_tokens = 0;
   num_started = 0;
   num_preempted = 0;
@@ -74,6 +77,7 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
   plan->Clear();
   out->Clear();
   plan->set_step_id(step_id);
+  out->step_id = step_id;
   const int64_t used = GrantRunning(q, out, step_id);
   // Decode rows first in batch order, then prefill chunks (a sequence's kind is fixed before
   // EmitEntry advances it).
@@ -93,17 +97,26 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
 int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t step_id) {
   const int64_t budget = limits_.max_tokens;
   int64_t used = 0;
+  const int32_t context = limits_.max_context_tokens;
+  // A decode row is due unless the sequence's last token is already in flight (overlap).
+  auto wants_decode = [context](const Sequence* seq) {
+    return !seq->prefilling() && seq->CanSample(context);
+  };
   // Decode rows not granted yet: prefill chunks only take budget those rows leave.
   int64_t decode_left = 0;
   for (Sequence* seq : q->running) {
     seq->step_tokens = 0;
-    if (!seq->prefilling()) ++decode_left;
+    if (wants_decode(seq)) ++decode_left;
   }
   size_t i = 0;
   while (i < q->running.size()) {
     Sequence* seq = q->running[i];
     int32_t tokens = 0;
     if (!seq->prefilling()) {
+      if (!wants_decode(seq)) {
+        ++i;
+        continue;
+      }
       --decode_left;
       tokens = used < budget ? 1 : 0;
     } else {
@@ -122,7 +135,7 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
     if (q->running.size() != before) {
       decode_left = 0;
       for (size_t j = kept ? i + 1 : i; j < q->running.size(); ++j) {
-        if (!q->running[j]->prefilling()) ++decode_left;
+        if (wants_decode(q->running[j])) ++decode_left;
       }
     }
     if (!kept) continue;  // running[i] is now the next sequence
@@ -177,7 +190,11 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   // A decode row always samples; a prefill chunk only when it reaches the end of the known tokens.
   const bool sample = seq->num_computed >= seq->num_start_tokens;
   entry->set_sample(sample);
-  if (sample) out->sampling.push_back(seq);
+  if (sample) {
+    out->sampling.push_back(seq);
+    out->sampling_ids.push_back(seq->seq_id);
+    ++seq->in_flight;
+  }
   out->num_tokens += seq->step_tokens;
 }
 

@@ -48,8 +48,11 @@ struct WorkerQueues {
 
 // What Plan did, besides the plan itself. Reused across steps (Clear keeps the capacity).
 struct PlanOutcome {
-  std::vector<Sequence*> sampling;  // sequences whose entry samples, in entry order
-  int64_t num_tokens = 0;           // rows in the step
+  uint64_t step_id = 0;
+  std::vector<Sequence*> sampling;     // sequences whose entry samples, in entry order
+  std::vector<uint64_t> sampling_ids;  // their seq ids in this plan (a later preemption or
+                                       // finish changes Sequence::seq_id: the token is stale)
+  int64_t num_tokens = 0;              // rows in the step
   int32_t num_started = 0;
   int32_t num_preempted = 0;
   int32_t requests_started = 0;       // requests whose first sequence started

@@ -24,6 +24,7 @@ StepLimits StepCapacity::For(const v1::InfoResponse& worker) const {
     limits.max_sequences = std::min<int64_t>(limits.max_sequences, worker.max_batch());
   }
   limits.prefill_chunk = std::min(options_.prefill_chunk, limits.max_tokens);
+  limits.max_context_tokens = worker.max_context_tokens();
   return limits;
 }
 

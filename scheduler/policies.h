@@ -31,6 +31,7 @@ struct StepLimits {
   int64_t max_tokens = 0;     // token budget (rows) of a step
   int64_t max_sequences = 0;  // sequences live on the worker (each has at most one entry a step)
   int64_t prefill_chunk = 0;  // most prompt tokens one sequence feeds in one step
+  int32_t max_context_tokens = 0;  // positions one sequence may use (0 = unknown)
 };
 
 class StepCapacity {

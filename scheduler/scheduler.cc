@@ -47,7 +47,7 @@ Status ValidateSetup(const SchedulerOptions& o,
 
 SchedulerLoop::SchedulerLoop(SchedulerOptions options,
                              std::vector<std::unique_ptr<WorkerConnection>> workers)
-    : options_(options), admission_(options) {
+    : options_(options), admission_(options), max_in_flight_(options.overlap_steps ? 2 : 1) {
   const StepCapacity capacity(options_);
   for (auto& conn : workers) {
     const StepLimits limits = capacity.For(conn->info());

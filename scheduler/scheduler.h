@@ -6,9 +6,10 @@
 // plans one step (decode rows first, then prefill chunks of running sequences, then new sequences
 // from the queue by priority then arrival, under the token budget, the sequence cap and the free
 // pages, preempting the lowest-priority newest sequence when pages run out); sends every worker
-// its plan, then reads every result; turns sampled tokens into SampleEvents; decides finishes
-// (EOS, stop ids, max_tokens, context end); and hands the step's events to an output thread in one
-// move, so the loop itself never wakes a client thread.
+// its plan, then reads every result (with overlap_steps, plan N+1 is sent before result N is
+// read); turns sampled tokens into SampleEvents; decides finishes (EOS, stop ids, max_tokens,
+// context end); and hands the step's events to an output thread in one move, so the loop itself
+// never wakes a client thread. See docs/scheduler.md.
 //
 // Detokenization and stop strings are the front end's job (generate_service), off this loop: when a
 // stop string matches, the front calls FinishSample and the loop releases the sequence at its next
@@ -119,6 +120,10 @@ struct SchedulerOptions {
   int64_t worker_down_after_ms = 3000;
   // Longest single reconnection attempt (the helper thread retries until the worker is back).
   int64_t reconnect_attempt_ms = 500;
+  // Send plan N+1 before reading result N, so a worker never idles while the loop applies a
+  // result and plans (DESIGN.md "The step contract"). A token that arrives for a sequence that
+  // finished meanwhile is dropped; releases then reach the worker one plan later.
+  bool overlap_steps = true;
 };
 
 class SchedulerLoop;
@@ -132,19 +137,22 @@ class Scheduler {
   // Stops the threads; requests still open are closed with UNAVAILABLE.
   ~Scheduler();
 
-  // Queues a request. RESOURCE_EXHAUSTED when the queue is full (message names the limit),
-  // UNAVAILABLE when draining. Thread-safe.
+  // Queues a request. RESOURCE_EXHAUSTED when the queue is full (message names the limit and its
+  // flag) or when prompt + max_tokens exceeds the KV pool of every worker (message names the
+  // largest pool); UNAVAILABLE when draining; INVALID_ARGUMENT for an empty prompt, n < 1 or
+  // max_tokens < 1 (the front validates everything else). Thread-safe.
   StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
   // Aborts every sample of the request (client cancelled, deadline): its sequences and pages are
   // released at the next step and the channel closes with `why`. Thread-safe; unknown keys are
   // ignored.
   void Cancel(uint64_t key, Status why);
-  // Ends one sample early (the front matched a stop string after `num_tokens` tokens): released at
-  // the next step; no further events for it. Thread-safe.
+  // Ends one sample early (the front matched a stop string): released at the next step; no
+  // further events for it (a token already in flight is dropped). The request closes OK once
+  // its other samples finish. Thread-safe.
   void FinishSample(uint64_t key, int32_t index);
   // Refuses new requests from now on; running and queued ones go on.
   void StartDrain();
-  // True when nothing is queued or running.
+  // True when every submitted request has been closed and its close delivered to its channel.
   bool Idle() const;
 
   // Snapshot of the counters (thread-safe).

@@ -27,11 +27,12 @@ void SchedulerLoop::Run() {
     ApplyCommands(now);
     ExpireDeadlines(now);
     PollWorkers(now);
+    // Closes from cancels, deadlines and failed workers need not wait for the step's RPCs.
+    output_->Post(&out_);
     progressed_ = StepWorkers(now) || !applying_.empty();
     applying_.clear();
     output_->Post(&out_);
-    for (uint64_t key : closed_) requests_.erase(key);
-    closed_.clear();
+    BuryClosed();
     PublishStats();
   }
   // Shutting down: whatever is still open ends now.
@@ -44,7 +45,27 @@ void SchedulerLoop::Run() {
   }
   output_->Post(&out_);
   requests_.clear();
+  graveyard_.clear();
+  closed_.clear();
   PublishStats();
+}
+
+void SchedulerLoop::BuryClosed() {
+  for (uint64_t key : closed_) {
+    auto it = requests_.find(key);
+    graveyard_.emplace_back(next_step_id_, std::move(it->second));
+    requests_.erase(it);
+  }
+  closed_.clear();
+  if (graveyard_.empty()) return;
+  // The oldest step still in flight on any worker; tags up to it are safe to destroy.
+  uint64_t oldest = next_step_id_;
+  for (const auto& w : workers_) {
+    if (w->in_flight() > 0) {
+      oldest = std::min(oldest, w->outcomes[w->results_received % 2].step_id);
+    }
+  }
+  std::erase_if(graveyard_, [oldest](const auto& entry) { return entry.first <= oldest; });
 }
 
 bool SchedulerLoop::WaitForWork() {
@@ -70,7 +91,8 @@ bool SchedulerLoop::WaitForWork() {
 bool SchedulerLoop::HasWork() const {
   for (const auto& w : workers_) {
     if (w->health != WorkerSlot::Health::kUp) continue;
-    if (!w->queues.running.empty() || !w->queues.waiting.empty() || !w->queues.release.empty()) {
+    if (!w->queues.running.empty() || !w->queues.waiting.empty() || !w->queues.release.empty() ||
+        w->in_flight() > 0) {
       return true;
     }
   }
@@ -137,72 +159,97 @@ void SchedulerLoop::ExpireDeadlines(Clock::time_point now) {
   }
 }
 
-// Plans and sends every worker's step, then reads every result, so workers compute in parallel.
+// Plans and sends every worker's step, then reads results, so workers compute in parallel. With
+// overlap a worker gets plan N+1 before result N is read, so it never waits for the loop: a
+// result is read once two plans are in flight, or when there was nothing new to send.
 bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   bool any = false;
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
-    w->sent = false;
     if (w->health != WorkerSlot::Health::kUp) continue;
-    WorkerQueues& q = w->queues;
-    if (q.running.empty() && q.waiting.empty() && q.release.empty()) continue;
-    w->planner.Plan(&q, next_step_id_++, now, &w->plan, &w->outcome);
-    RecordOutcome(w);
-    if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) continue;
-    if (Status s = w->conn->Send(w->plan); !s.ok()) {
-      OnWorkerBroken(w, s, now);
-      continue;
+    const bool sent = w->in_flight() < max_in_flight_ && SendPlan(w, now);
+    any |= sent;
+    if (w->health == WorkerSlot::Health::kUp && w->in_flight() > 0 &&
+        (w->in_flight() == max_in_flight_ || !sent)) {
+      w->receive_due = true;
     }
-    w->sent = true;
-    any = true;
   }
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
-    if (!w->sent) continue;
-    Status s = w->conn->Receive(&w->result);
-    const Clock::time_point done = Clock::now();
-    if (s.ok()) s = ApplyResult(w, done);
-    if (!s.ok()) {
-      OnWorkerBroken(w, s, done);
-      continue;
-    }
-    stat_steps_.fetch_add(1, std::memory_order_relaxed);
-    RecordStepTime(w, Nanos(Clock::now() - now));
+    if (!w->receive_due) continue;
+    w->receive_due = false;
+    ReceiveResult(w, now);
+    any = true;
   }
   return any;
 }
 
-void SchedulerLoop::RecordOutcome(WorkerSlot* w) {
-  const PlanOutcome& out = w->outcome;
+// Plans the worker's next step and sends it; false when there was nothing to send or the stream
+// broke.
+bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
+  WorkerQueues& q = w->queues;
+  if (q.running.empty() && q.waiting.empty() && q.release.empty()) return false;
+  PlanOutcome& out = w->outcomes[w->plans_sent % 2];
+  w->planner.Plan(&q, next_step_id_++, now, &w->plan, &out);
+  RecordOutcome(out);
+  if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) return false;
+  if (Status s = w->conn->Send(w->plan); !s.ok()) {
+    OnWorkerBroken(w, s, now);
+    return false;
+  }
+  ++w->plans_sent;
+  return true;
+}
+
+void SchedulerLoop::ReceiveResult(WorkerSlot* w, Clock::time_point started) {
+  const PlanOutcome& out = w->outcomes[w->results_received % 2];
+  Status s = w->conn->Receive(&w->result);
+  const Clock::time_point done = Clock::now();
+  if (s.ok()) s = ApplyResult(w, out, done);
+  if (!s.ok()) {
+    OnWorkerBroken(w, s, done);
+    return;
+  }
+  ++w->results_received;
+  stat_steps_.fetch_add(1, std::memory_order_relaxed);
+  RecordStepTime(
+      w, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
+}
+
+void SchedulerLoop::RecordOutcome(const PlanOutcome& out) {
   if (out.requests_started > 0) LeaveQueue(out.requests_started, out.queued_tokens_started);
   if (out.num_preempted > 0) {
     stat_preemptions_.fetch_add(out.num_preempted, std::memory_order_relaxed);
   }
 }
 
-Status SchedulerLoop::ApplyResult(WorkerSlot* w, Clock::time_point now) {
+Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::time_point now) {
   const v1::StepResult& result = w->result;
   if (result.error_code() != 0) {
     return UnavailableError(
-        "worker " + w->conn->address() + " refused step " + std::to_string(w->plan.step_id()) +
-        " (" + std::string(StatusCodeName(static_cast<StatusCode>(result.error_code()))) +
+        "refused step " + std::to_string(out.step_id) + " (" +
+        std::string(StatusCodeName(static_cast<StatusCode>(result.error_code()))) +
         "): " + result.error_message());
   }
-  const std::vector<Sequence*>& sampling = w->outcome.sampling;
-  bool consistent = result.step_id() == w->plan.step_id() &&
-                    result.samples_size() == static_cast<int>(sampling.size());
+  const std::vector<Sequence*>& sampling = out.sampling;
+  bool consistent =
+      result.step_id() == out.step_id && result.samples_size() == static_cast<int>(sampling.size());
   for (size_t i = 0; consistent && i < sampling.size(); ++i) {
-    consistent = result.samples(static_cast<int>(i)).seq_id() == sampling[i]->seq_id;
+    consistent = result.samples(static_cast<int>(i)).seq_id() == out.sampling_ids[i];
   }
   if (!consistent) {
-    return UnavailableError("worker " + w->conn->address() + " answered step " +
-                            std::to_string(w->plan.step_id()) + " with step " +
+    return UnavailableError("answered step " + std::to_string(out.step_id) + " with step " +
                             std::to_string(result.step_id()) + " and " +
                             std::to_string(result.samples_size()) + " samples for " +
                             std::to_string(sampling.size()) + " sampling entries");
   }
   for (size_t i = 0; i < sampling.size(); ++i) {
-    AcceptToken(sampling[i], result.samples(static_cast<int>(i)), result.weight_version(), now);
+    Sequence* seq = sampling[i];
+    // A sequence finished, cancelled or preempted since this plan went out: its token is dropped
+    // (a restart recomputes it, with the same RNG counter).
+    if (seq->seq_id != out.sampling_ids[i] || seq->state != Sequence::State::kRunning) continue;
+    --seq->in_flight;
+    AcceptToken(seq, result.samples(static_cast<int>(i)), result.weight_version(), now);
   }
   return OkStatus();
 }

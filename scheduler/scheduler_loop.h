@@ -39,8 +39,13 @@ struct WorkerSlot {
   BatchPlanner planner;
   v1::StepPlan plan;      // reused every step
   v1::StepResult result;  // reused every step
-  PlanOutcome outcome;
-  bool sent = false;          // this iteration's plan went out
+  // Outcomes of the plans sent and not answered yet: plan k uses outcomes[k % 2] (at most two in
+  // flight: with overlap, plan N+1 goes out before result N is read).
+  std::array<PlanOutcome, 2> outcomes;
+  uint64_t plans_sent = 0;
+  uint64_t results_received = 0;
+  int in_flight() const { return static_cast<int>(plans_sent - results_received); }
+  bool receive_due = false;   // this iteration reads a result
   int64_t placed_tokens = 0;  // routing load: prompt + max_tokens of its sequences
 
   Health health = Health::kUp;
@@ -98,8 +103,11 @@ class SchedulerLoop {
   void AddRequest(std::unique_ptr<RequestState> request, Clock::time_point now);
   void ExpireDeadlines(Clock::time_point now);
   bool StepWorkers(Clock::time_point now);
-  void RecordOutcome(WorkerSlot* w);
-  Status ApplyResult(WorkerSlot* w, Clock::time_point now);
+  bool SendPlan(WorkerSlot* w, Clock::time_point now);
+  void ReceiveResult(WorkerSlot* w, Clock::time_point started);
+  void RecordOutcome(const PlanOutcome& out);
+  Status ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::time_point now);
+  void BuryClosed();
   void AcceptToken(Sequence* seq, const v1::SampledToken& token, int64_t weight_version,
                    Clock::time_point now);
   void FinishSequence(Sequence* seq, v1::FinishReason reason, int32_t stop_token_id,
@@ -153,7 +161,11 @@ class SchedulerLoop {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
   std::vector<Command> applying_;  // commands being applied (swapped with commands_)
   std::vector<std::pair<Clock::time_point, uint64_t>> deadlines_;  // min-heap
-  std::vector<uint64_t> closed_;   // requests closed this iteration, erased at its end
+  std::vector<uint64_t> closed_;  // requests closed this iteration, erased at its end
+  // Closed requests whose sequences a plan in flight may still name (overlap): kept until every
+  // plan sent before the close (step id < the tag) is answered.
+  std::vector<std::pair<uint64_t, std::unique_ptr<RequestState>>> graveyard_;
+  const int max_in_flight_;        // 2 with SchedulerOptions::overlap_steps, else 1
   std::vector<WorkerLoad> loads_;  // Place's scratch
   OutputBatch out_;
   uint64_t next_step_id_ = 1;

@@ -57,7 +57,8 @@ void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time
   std::fprintf(stderr,
                "astr-scheduler: worker %s: %s; reconnecting (%lld running sequences restart)\n",
                w->conn->address().c_str(), why.message().c_str(), static_cast<long long>(running));
-  w->sent = false;
+  w->receive_due = false;
+  w->results_received = w->plans_sent;  // whatever was in flight is lost
   // The new stream starts with no live sequences: every running one restarts from prompt +
   // generated tokens (same RNG counters), here or on another worker.
   w->queues.ResetStream();

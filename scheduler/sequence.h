@@ -30,6 +30,9 @@ struct Sequence {
   PageAllocation pages;
   int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
   int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)
+  // Sampling entries sent whose tokens have not come back yet (0 or 1 without overlap; up to 2
+  // with it). A sequence is not planned past its last token: see CanSample.
+  int32_t in_flight = 0;
 
   // Planner scratch for the step being planned.
   int32_t step_tokens = 0;         // tokens fed in this step (0 = no entry)
@@ -43,6 +46,9 @@ struct Sequence {
   // A (re)started sequence feeds its known tokens in chunks; afterwards it decodes one token per
   // step (the one it sampled last, at position num_computed == num_tokens() - 1).
   bool prefilling() const { return num_computed < num_start_tokens; }
+  // Whether one more token may be sampled, counting those in flight: it stops at max_tokens and
+  // at the end of the context (`max_context_tokens` 0 = unknown).
+  bool CanSample(int32_t max_context_tokens) const;
 };
 
 // A submitted request: its parameters, channel, samples and timings.
@@ -64,6 +70,12 @@ struct RequestState {
 
 inline int32_t Sequence::num_prompt_tokens() const {
   return static_cast<int32_t>(request->req.prompt.size());
+}
+
+inline bool Sequence::CanSample(int32_t max_context_tokens) const {
+  const int32_t ahead = static_cast<int32_t>(generated.size()) + in_flight;
+  if (ahead >= request->req.max_tokens) return false;
+  return max_context_tokens <= 0 || num_prompt_tokens() + ahead < max_context_tokens;
 }
 
 }  // namespace astr::sched

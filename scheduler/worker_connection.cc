@@ -97,7 +97,7 @@ class GrpcWorkerConnection final : public WorkerConnection {
     }
     stream_.reset();
     context_.reset();
-    broken_ = UnavailableError("worker " + address_ + ": step stream " + op + " failed: " + why);
+    broken_ = UnavailableError(std::string("step stream ") + op + " failed: " + why);
     return broken_;
   }
 

@@ -69,6 +69,7 @@ class PlannerHarness {
     for (size_t i = 0; i < outcome_.sampling.size() && i < size_t(result.samples_size()); ++i) {
       Sequence* seq = outcome_.sampling[i];
       EXPECT_EQ(result.samples(static_cast<int>(i)).seq_id(), seq->seq_id);
+      --seq->in_flight;
       seq->generated.push_back(result.samples(static_cast<int>(i)).token_id());
       if (static_cast<int32_t>(seq->generated.size()) == seq->request->req.max_tokens) {
         queues_.Remove(seq);
