@@ -7,10 +7,10 @@ contract itself.
 """
 
 import atexit
-import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,10 +101,15 @@ def missing_binaries(needed=(WORKER_BIN, SCHEDULER_BIN, ASTR_BIN)):
 # Processes
 
 
-def _die_with_parent():
-    # A ctest timeout kills pytest with SIGKILL; the servers must not outlive it.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+# A ctest timeout kills pytest with SIGKILL; the servers must not outlive it. setpriv sets
+# PR_SET_PDEATHSIG and execs the server (same pid). Not preexec_fn: that makes subprocess use
+# fork(), whose grpc atfork handlers crashed this multi-threaded, channel-holding process
+# (pytest died mid-test, twice in ~20 ctest -j4 runs); without it subprocess uses vfork.
+_SETPRIV = shutil.which("setpriv")
+
+
+def _with_parent_death_signal(argv):
+    return [_SETPRIV, "--pdeathsig", "KILL", "--"] + argv if _SETPRIV else argv
 
 
 ALL_PROCS = []  # every ServerProcess of this pytest process, for log tails on failure
@@ -123,11 +128,10 @@ class ServerProcess:
         self.returncode = None
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            argv,
+            _with_parent_death_signal(argv),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
         )
         ALL_PROCS.append(self)
 
