@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,9 +37,18 @@ int64_t NowNs() {
       .count();
 }
 
+// CPU time of the calling thread: what the loop itself burns, whatever else competes for the
+// cores.
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // One plan as the wrapped connection saw it.
 struct StepRecord {
   int64_t send_ns = 0;         // when Send was called
+  int64_t loop_cpu_ns = 0;     // the loop thread's CPU time then
   int64_t write_ns = 0;        // time inside Send (serialize + write)
   int64_t rpc_ns = 0;          // Send called -> its result returned by Receive
   int64_t worker_step_ns = 0;  // StepResult.step_ns
@@ -66,6 +76,7 @@ class TimedConnection final : public sched::WorkerConnection {
     if (i >= records_.size()) return inner_->Send(plan);
     StepRecord& r = records_[i];
     r.send_ns = NowNs();
+    r.loop_cpu_ns = ThreadCpuNs();  // Send runs on the loop thread
     // Prompts fit one chunk, so a plan with one entry per sequence and no start is all decode.
     r.steady =
         plan.entries_size() == sequences_ && plan.start_size() == 0 && plan.release_size() == 0;
@@ -214,6 +225,7 @@ struct Flags {
   std::string worker_bin;
   std::string worker;
   bool in_process = false;
+  bool overlap = true;
   int64_t sequences = 256;
   int64_t steps = 2000;
   int64_t warmup = 50;
@@ -291,7 +303,7 @@ double Percentile(std::vector<double> v, double p) {
 nlohmann::json Summarize(const TimedConnection& timed, const Flags& f) {
   const std::vector<StepRecord>& r = timed.records();
   const size_t n = timed.count();
-  std::vector<double> step_us, rpc_us, worker_us, write_us;
+  std::vector<double> step_us, rpc_us, worker_us, write_us, cpu_us;
   int64_t skipped = 0;
   for (size_t i = 0; i + 1 < n; ++i) {
     if (!r[i].steady || !r[i + 1].steady) continue;
@@ -299,6 +311,7 @@ nlohmann::json Summarize(const TimedConnection& timed, const Flags& f) {
     step_us.push_back((r[i + 1].send_ns - r[i].send_ns) / 1e3);
     rpc_us.push_back(r[i].rpc_ns / 1e3);
     write_us.push_back(r[i].write_ns / 1e3);
+    cpu_us.push_back((r[i + 1].loop_cpu_ns - r[i].loop_cpu_ns) / 1e3);
     worker_us.push_back(r[i].worker_step_ns / 1e3);
   }
   auto mean = [](const std::vector<double>& v) {
@@ -314,6 +327,7 @@ nlohmann::json Summarize(const TimedConnection& timed, const Flags& f) {
       {"mean", step_mean}, {"p50", Percentile(step_us, 0.50)}, {"p99", Percentile(step_us, 0.99)}};
   j["rpc_us"] = {{"mean", mean(rpc_us)}, {"p50", Percentile(rpc_us, 0.50)}};
   j["send_us"] = {{"mean", mean(write_us)}, {"p50", Percentile(write_us, 0.50)}};
+  j["loop_cpu_us"] = {{"mean", mean(cpu_us)}, {"p50", Percentile(cpu_us, 0.50)}};
   j["worker_step_us_mean"] = mean(worker_us);
   j["worker_step_share"] = step_mean > 0 ? mean(worker_us) / step_mean : 0.0;
   j["target_us"] = 200;
@@ -323,7 +337,6 @@ nlohmann::json Summarize(const TimedConnection& timed, const Flags& f) {
 
 int Run(int argc, const char* const* argv) {
   Flags f;
-  f.worker_bin = DefaultWorkerBin();
   flags::FlagSet fs("astr-bench-scheduler",
                     "Measure the scheduler's overhead per step: N sequences decode together "
                     "against a worker that computes nothing (astr-worker --backend instant, "
@@ -332,10 +345,14 @@ int Run(int argc, const char* const* argv) {
   fs.String("model", &f.model,
             "Model the instant worker loads for its vocabulary and limits (a .gguf or HF "
             "folder). Required unless --worker or --in-process.");
-  fs.String("worker-bin", &f.worker_bin, "astr-worker binary to start.");
+  fs.String("worker-bin", &f.worker_bin,
+            "astr-worker binary to start (default: the astr-worker next to this binary).");
   fs.String("worker", &f.worker, "Use this running worker (HOST:PORT) instead of starting one.");
   fs.Bool("in-process", &f.in_process,
           "Answer plans in-process without RPC: the loop's own cost alone.");
+  fs.Bool("overlap", &f.overlap,
+          "Send plan N+1 before reading result N (SchedulerOptions::overlap_steps); "
+          "--no-overlap measures the serial loop.");
   fs.Int("sequences", &f.sequences, "Sequences decoding together (requests of n = 1).");
   fs.Int("steps", &f.steps, "Steady-state steps to measure.");
   fs.Int("warmup-steps", &f.warmup, "Steady-state steps skipped before measuring.");
@@ -344,6 +361,7 @@ int Run(int argc, const char* const* argv) {
          "Tokens per request (capped by the context); finished rounds are resubmitted.");
   fs.Int("page-size", &f.page_size, "KV page size given to the started worker.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (f.worker_bin.empty()) f.worker_bin = DefaultWorkerBin();
   if (f.sequences < 1 || f.steps < 1 || f.warmup < 0 || f.prompt_tokens < 1 ||
       f.prompt_tokens > 512 || f.max_tokens < 2 || f.page_size < 1) {
     std::fprintf(stderr,
@@ -394,6 +412,7 @@ int Run(int argc, const char* const* argv) {
   TimedConnection* timed_ptr = timed.get();
   sched::SchedulerOptions options;
   options.max_running = f.sequences;
+  options.overlap_steps = f.overlap;
   options.max_batch_tokens = std::max<int64_t>(2048, f.sequences);
   options.max_queued_requests = std::max<int64_t>(1024, f.sequences);
   std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
@@ -407,6 +426,7 @@ int Run(int argc, const char* const* argv) {
   const int64_t loop_mean_ns = (*scheduler)->Stats().workers(0).mean_step_ns();
   nlohmann::json j = Summarize(*timed_ptr, f);
   j["worker"] = mode;
+  j["overlap"] = f.overlap;
   j["scheduler_mean_step_ns_last_256"] = loop_mean_ns;
   scheduler->reset();
   process.Stop();
