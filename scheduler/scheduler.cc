@@ -108,6 +108,7 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return UnavailableError("the scheduler is shutting down");
     if (Status s = admission_.Admit(queue_, state->req); !s.ok()) {
       stat_refused_.fetch_add(1, std::memory_order_relaxed);
       return s;

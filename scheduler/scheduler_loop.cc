@@ -35,7 +35,12 @@ void SchedulerLoop::Run() {
     BuryClosed();
     PublishStats();
   }
-  // Shutting down: whatever is still open ends now.
+  // Shutting down: whatever is still open ends now, including requests submitted since the last
+  // iteration (their channels must close too).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applying_.swap(commands_);
+  }
   const Clock::time_point now = Clock::now();
   ApplyCommands(now);
   std::vector<RequestState*> open;

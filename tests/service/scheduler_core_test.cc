@@ -596,10 +596,18 @@ TEST_P(SchedulerCoreTest, DestroyingTheSchedulerClosesOpenRequests) {
   ASSERT_TRUE(s);
   auto ch = MustSubmit(s.get(), MakeRequest(4, 200, 1));
   ASSERT_TRUE(fake->WaitForPlans(3));
+  // Requests submitted right before the end may still sit in the command queue: they close too.
+  std::vector<std::shared_ptr<RequestChannel>> late;
+  for (int i = 0; i < 5; ++i) late.push_back(MustSubmit(s.get(), MakeRequest(4, 200, 10 + i)));
   s.reset();
   Outcome out = Collect(ch.get());
   EXPECT_TRUE(out.closed);
   EXPECT_EQ(out.status.code(), StatusCode::kUnavailable);
+  for (auto& c : late) {
+    Outcome o = Collect(c.get());
+    EXPECT_TRUE(o.closed);
+    EXPECT_EQ(o.status.code(), StatusCode::kUnavailable);
+  }
 }
 
 TEST_P(SchedulerCoreTest, OverlapSendsTheNextPlanBeforeReadingAResult) {
