@@ -22,9 +22,11 @@ Status ValidateSetup(const SchedulerOptions& o,
   ASTR_RETURN_IF_ERROR(CheckPositive(o.prefill_chunk, "prefill-chunk"));
   ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_requests, "max-queued-requests"));
   ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_tokens, "max-queued-tokens"));
-  if (o.worker_down_after_ms < 0 || o.reconnect_attempt_ms < 1) {
-    return InvalidArgumentError("worker_down_after_ms must be >= 0 and reconnect_attempt_ms >= 1");
+  if (o.worker_down_after_ms < 0) {
+    return InvalidArgumentError("--worker-down-after-ms must be >= 0, got " +
+                                std::to_string(o.worker_down_after_ms));
   }
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.reconnect_attempt_ms, "reconnect-attempt-ms"));
   if (workers.empty()) return InvalidArgumentError("--workers: at least one worker is needed");
   const std::string& hash = workers[0]->info().content_hash();
   for (const auto& w : workers) {

@@ -78,6 +78,17 @@ void Register(flags::FlagSet* fs, Flags* f) {
   fs->Int("max-queued-tokens", &f->sched.max_queued_tokens,
           "Admission: prompt tokens (times n) of the waiting requests; beyond it new requests "
           "get RESOURCE_EXHAUSTED.");
+  fs->Bool("overlap-steps", &f->sched.overlap_steps,
+           "Send a worker its next plan before reading the result of the current one, so the "
+           "worker never waits while the scheduler applies a result and plans (a token sampled "
+           "for a sequence that finished meanwhile is dropped). --no-overlap-steps runs plan, "
+           "step and result strictly in turn.");
+  fs->Int("worker-down-after-ms", &f->sched.worker_down_after_ms,
+          "A worker whose step stream broke is redialed; after this long unreachable it is "
+          "marked down and its sequences restart on the other workers (same outputs).");
+  fs->Int("reconnect-attempt-ms", &f->sched.reconnect_attempt_ms,
+          "Longest single redial attempt of a broken worker (attempts repeat until it is back "
+          "or marked down).");
   fs->Int("max-n", &f->max_n, "Most samples (GenerateRequest.n) one request may ask for.");
   fs->Int("max-stop-strings", &f->max_stop_strings, "Most stop strings per request.");
   fs->Int("connect-timeout-s", &f->connect_timeout_s,
