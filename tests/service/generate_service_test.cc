@@ -35,8 +35,7 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};  // "Once upon a t
 class GenerateServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::SharedFile("models/stories260K.gguf");
-    if (path.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
     auto tok = Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tokenizer_ = *tok;
@@ -365,6 +364,12 @@ TEST_F(GenerateServiceTest, ClientCancelMidStreamReleases) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   worker_->SetGated(false);
   EXPECT_TRUE(WaitReleased());
+  // The client sees CANCELLED as soon as it cancels; the handler thread unregisters the call
+  // when it next wakes, a moment later.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (service_->open_calls() != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   EXPECT_EQ(service_->open_calls(), 0);
 }
 
