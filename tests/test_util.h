@@ -1,9 +1,14 @@
 // Helpers shared by the C++ tests.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace astr::testing {
 
@@ -26,6 +31,37 @@ struct CommandResult {
 };
 // Runs a shell command and captures its standard output.
 CommandResult RunCommand(const std::string& command);
+
+// One server binary (astr-worker, astr-scheduler) run as a child process. Its stderr goes to a log
+// file, which Start polls for the line "listening on HOST:PORT" that the servers print once they
+// serve (--listen HOST:0 picks the port).
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  ~ServerProcess() { Kill(); }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Runs BinDir()/`binary` with `args`, its stderr in a fresh TempDir(tag), and waits up to
+  // `timeout` for it to listen. Returns the address it listens on; an error with the log when it
+  // could not start, exited first, or did not listen in time.
+  StatusOr<std::string> Start(const std::string& binary, const std::vector<std::string>& args,
+                              const std::string& tag,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // SIGKILL, and reaps the process (nothing when it is not running).
+  void Kill();
+  // SIGTERM; returns the exit code, or -1 when it did not exit normally within `timeout`.
+  int Terminate(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+  const std::string& address() const { return address_; }
+  // What it has written to stderr so far.
+  std::string log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+  std::string address_;
+};
 
 }  // namespace astr::testing
 

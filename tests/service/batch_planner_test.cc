@@ -66,7 +66,8 @@ class PlannerHarness {
     v1::StepResult result = worker_.Execute(plan_);
     EXPECT_EQ(result.error_code(), 0) << result.error_message();
     EXPECT_EQ(result.samples_size(), static_cast<int>(outcome_.sampling.size()));
-    for (size_t i = 0; i < outcome_.sampling.size() && i < size_t(result.samples_size()); ++i) {
+    for (size_t i = 0;
+         i < outcome_.sampling.size() && i < static_cast<size_t>(result.samples_size()); ++i) {
       Sequence* seq = outcome_.sampling[i];
       EXPECT_EQ(result.samples(static_cast<int>(i)).seq_id(), seq->seq_id);
       --seq->in_flight;

@@ -44,8 +44,7 @@ struct SampleRun {
 class OutputProcessorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::SharedFile("models/stories260K.gguf");
-    if (path.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
     auto tok = Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tok_ = *tok;

@@ -36,8 +36,7 @@ v1::GenerateRequest Parse(const std::string& text) {
 class RequestBuilderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::SharedFile("models/stories260K.gguf");
-    if (path.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
     auto tok = Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     stories_.tokenizer = *tok;

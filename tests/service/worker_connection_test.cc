@@ -2,22 +2,13 @@
 // stories260K) on loopback. Greedy outputs are checked against llama.cpp's golden continuation
 // (/work/shared/models/README.md), through preemption on a tiny pool and through a worker killed
 // mid-run.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <regex>
-#include <sstream>
 #include <thread>
 
 #include "scheduler/scheduler.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace astr::sched {
 namespace {
@@ -28,67 +19,20 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};
 // llama.cpp's greedy continuation of kPrompt on stories260K.
 const std::vector<int32_t> kGolden = {432, 383, 286, 261, 376};
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// One astr-worker child on 127.0.0.1:0; its stderr goes to a file polled for "listening on".
-class Worker {
- public:
-  ~Worker() { Kill(); }
-
-  std::string Start(const std::string& model, const std::vector<std::string>& flags,
-                    const std::string& tag) {
-    log_ = testing::TempDir("worker_connection_" + tag) + "/worker.log";
-    std::vector<std::string> args = {testing::BinDir() + "/astr-worker",
-                                     "--model",
-                                     model,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--backend",
-                                     "cpu",
-                                     "--threads",
-                                     "1"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return "";
-    const std::regex listening(R"(listening on (\S+:\d+))");
-    for (auto deadline = Clock::now() + 30s; Clock::now() < deadline;) {
-      std::smatch m;
-      const std::string log = ReadFile(log_);
-      if (std::regex_search(log, m, listening)) return m[1].str();
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return "";
-      }
-      std::this_thread::sleep_for(20ms);
-    }
+// One astr-worker (cpu backend, one thread) on 127.0.0.1:0; the address, or "" with the reason in
+// the test's output.
+std::string StartWorker(testing::ServerProcess* worker, const std::string& model,
+                        const std::vector<std::string>& flags, const std::string& tag) {
+  std::vector<std::string> args = {"--model",   model, "--listen",  "127.0.0.1:0",
+                                   "--backend", "cpu", "--threads", "1"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  StatusOr<std::string> address = worker->Start("astr-worker", args, "worker_connection_" + tag);
+  if (!address.ok()) {
+    ADD_FAILURE() << address.status().ToString();
     return "";
   }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  std::string log() const { return ReadFile(log_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
+  return *address;
+}
 
 SchedRequest Greedy(int max_tokens, uint64_t seed, int n = 1) {
   SchedRequest r;
@@ -130,8 +74,8 @@ Result Collect(RequestChannel* channel, int n) {
 class WorkerConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = testing::SharedFile("models/stories260K.gguf");
-    if (model_.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
+    model_ = path;
     if (access((testing::BinDir() + "/astr-worker").c_str(), X_OK) != 0) {
       GTEST_SKIP() << "astr-worker is not built in " << testing::BinDir();
     }
@@ -140,9 +84,10 @@ class WorkerConnectionTest : public ::testing::Test {
 };
 
 TEST_F(WorkerConnectionTest, ConnectReadsInfoAndGreedyOutputMatchesLlamaCpp) {
-  Worker worker;
-  const std::string address = worker.Start(model_, {"--page-size", "4", "--num-pages", "64"}, "a");
-  ASSERT_FALSE(address.empty()) << worker.log();
+  testing::ServerProcess worker;
+  const std::string address =
+      StartWorker(&worker, model_, {"--page-size", "4", "--num-pages", "64"}, "a");
+  ASSERT_FALSE(address.empty());
   auto conn = ConnectWorker(address, 10s);
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
   EXPECT_EQ((*conn)->address(), address);
@@ -170,10 +115,11 @@ TEST_F(WorkerConnectionTest, ConnectGivesUpAfterItsTimeoutNamingTheAddress) {
 }
 
 TEST_F(WorkerConnectionTest, TinyPoolPreemptsAndEveryRequestStillMatchesTheGolden) {
-  Worker worker;
+  testing::ServerProcess worker;
   // 8 pages of 4 tokens; each request needs 3 pages (5 prompt + 5 generated - 1 fed).
-  const std::string address = worker.Start(model_, {"--page-size", "4", "--num-pages", "8"}, "b");
-  ASSERT_FALSE(address.empty()) << worker.log();
+  const std::string address =
+      StartWorker(&worker, model_, {"--page-size", "4", "--num-pages", "8"}, "b");
+  ASSERT_FALSE(address.empty());
   auto conn = ConnectWorker(address, 10s);
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
   std::vector<std::unique_ptr<WorkerConnection>> workers;
@@ -196,11 +142,11 @@ TEST_F(WorkerConnectionTest, TinyPoolPreemptsAndEveryRequestStillMatchesTheGolde
 }
 
 TEST_F(WorkerConnectionTest, KilledWorkersSequencesFinishOnTheOtherWithTheSameTokens) {
-  Worker w0, w1;
-  const std::string a0 = w0.Start(model_, {"--num-pages", "2048"}, "c0");
-  const std::string a1 = w1.Start(model_, {"--num-pages", "2048"}, "c1");
-  ASSERT_FALSE(a0.empty()) << w0.log();
-  ASSERT_FALSE(a1.empty()) << w1.log();
+  testing::ServerProcess w0, w1;
+  const std::string a0 = StartWorker(&w0, model_, {"--num-pages", "2048"}, "c0");
+  const std::string a1 = StartWorker(&w1, model_, {"--num-pages", "2048"}, "c1");
+  ASSERT_FALSE(a0.empty());
+  ASSERT_FALSE(a1.empty());
   // Reference: one undisturbed request on w1 alone.
   std::vector<int32_t> reference;
   {

@@ -165,8 +165,7 @@ void RunTogether(WorkerExecutor& ex, const std::vector<TestSeq*>& seqs, int64_t 
 class WorkerExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::SharedFile("models/stories260K.gguf");
-    if (path.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
     auto f = ModelFile::Open(path);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     file_ = std::move(*f);
@@ -390,7 +389,7 @@ struct BadPlan {
 };
 
 // A valid start of a new sequence `id` on pages `pages` with its whole prompt fed in one entry.
-void ValidStart(v1::StepPlan* plan, uint64_t id, std::vector<int32_t> pages) {
+void ValidStart(v1::StepPlan* plan, uint64_t id, const std::vector<int32_t>& pages) {
   v1::SequenceStart* s = plan->add_start();
   s->set_seq_id(id);
   *s->mutable_params() = GreedyParams();

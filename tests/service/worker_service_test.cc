@@ -1,27 +1,17 @@
 // The real astr-worker binary on loopback with stories260K: Info, the step stream (golden ids, a
 // refused plan that leaves the stream usable, one stream at a time, a closed stream drops its
 // sequences), the instant backend, and SIGTERM -> exit 0.
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <memory>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "astr/v1/worker.grpc.pb.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace astr {
 namespace {
@@ -35,85 +25,6 @@ const std::vector<int32_t> kGolden = {432, 383, 286, 261, 376};
 // XXH64 of stories260K.gguf (sha256 270cba1b...), computed with the system's libxxhash 0.8.1.
 constexpr char kStoriesXxh64[] = "04834e547abf7481";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// One astr-worker process; its stderr goes to a file that is polled for the "listening on" line.
-class WorkerProcess {
- public:
-  ~WorkerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Starts astr-worker with `flags` on 127.0.0.1:0; fails the test if it does not listen in 30 s.
-  void Start(const std::string& model, const std::vector<std::string>& flags) {
-    log_ = testing::TempDir("worker_service") + "/worker.log";
-    std::vector<std::string> args = {testing::BinDir() + "/astr-worker", "--model", model,
-                                     "--listen", "127.0.0.1:0"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0)
-        << "cannot run " << args[0];
-    posix_spawn_file_actions_destroy(&actions);
-    const std::regex listening(R"(listening on (\S+):(\d+))");
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    std::smatch m;
-    while (Clock::now() < deadline) {
-      const std::string log = ReadFile(log_);
-      if (std::regex_search(log, m, listening)) {
-        address_ = m[1].str() + ":" + m[2].str();
-        ASSERT_NE(m[2].str(), "0");
-        return;
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "astr-worker exited before listening:\n" << log;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "astr-worker did not print 'listening on' in 30 s:\n" << ReadFile(log_);
-  }
-
-  // Sends SIGTERM and returns the exit code (-1 if it did not exit normally within 20 s).
-  int Terminate() {
-    kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
-  std::unique_ptr<v1::Worker::Stub> Stub() const {
-    return v1::Worker::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-  }
-  std::string log() const { return ReadFile(log_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-  std::string address_;
-};
-
 v1::InfoResponse GetInfo(v1::Worker::Stub& stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -124,7 +35,7 @@ v1::InfoResponse GetInfo(v1::Worker::Stub& stub) {
 }
 
 // Plan `step_id`: start `seq_id` with kPrompt on `pages` and prefill it, sampling greedily.
-v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id, std::vector<int32_t> pages) {
+v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id, const std::vector<int32_t>& pages) {
   v1::StepPlan plan;
   plan.set_step_id(step_id);
   v1::SequenceStart* s = plan.add_start();
@@ -165,21 +76,32 @@ v1::StepResult Exchange(StepStream* stream, const v1::StepPlan& plan) {
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = testing::SharedFile("models/stories260K.gguf");
-    if (model_.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
+    model_ = path;
+  }
+  // Starts astr-worker with `flags` on 127.0.0.1:0; fails the test if it does not listen.
+  void Start(const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"--model", model_, "--listen", "127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    StatusOr<std::string> address = worker_.Start("astr-worker", args, "worker_service");
+    ASSERT_TRUE(address.ok()) << address.status().ToString();
   }
   // Small pool and limits so that Info's numbers come from the flags, not defaults.
   void StartCpu() {
-    worker_.Start(model_, {"--threads", "1", "--page-size", "4", "--num-pages", "64", "--max-batch",
-                           "8", "--max-batch-tokens", "128"});
+    Start({"--threads", "1", "--page-size", "4", "--num-pages", "64", "--max-batch", "8",
+           "--max-batch-tokens", "128"});
+  }
+  std::unique_ptr<v1::Worker::Stub> Stub() const {
+    return v1::Worker::NewStub(
+        grpc::CreateChannel(worker_.address(), grpc::InsecureChannelCredentials()));
   }
   std::string model_;
-  WorkerProcess worker_;
+  testing::ServerProcess worker_;
 };
 
 TEST_F(WorkerServiceTest, InfoDescribesModelPoolAndLimits) {
   ASSERT_NO_FATAL_FAILURE(StartCpu());
-  auto stub = worker_.Stub();
+  auto stub = Stub();
   const v1::InfoResponse info = GetInfo(*stub);
   EXPECT_EQ(info.model_path(), model_);
   EXPECT_EQ(info.model_name(), "llama");  // general.name of the file
@@ -209,7 +131,7 @@ TEST_F(WorkerServiceTest, InfoDescribesModelPoolAndLimits) {
 
 TEST_F(WorkerServiceTest, StepStreamRefusesABadPlanAndGoesOn) {
   ASSERT_NO_FATAL_FAILURE(StartCpu());
-  auto stub = worker_.Stub();
+  auto stub = Stub();
   grpc::ClientContext ctx;
   std::unique_ptr<StepStream> stream = stub->Step(&ctx);
 
@@ -256,7 +178,7 @@ TEST_F(WorkerServiceTest, StepStreamRefusesABadPlanAndGoesOn) {
 
 TEST_F(WorkerServiceTest, OneStreamAtATimeAndAClosedStreamDropsItsSequences) {
   ASSERT_NO_FATAL_FAILURE(StartCpu());
-  auto stub = worker_.Stub();
+  auto stub = Stub();
   auto first_ctx = std::make_unique<grpc::ClientContext>();
   std::unique_ptr<StepStream> first = stub->Step(first_ctx.get());
   v1::StepResult r = Exchange(first.get(), StartPlan(1, 7, {0, 1}));
@@ -298,7 +220,7 @@ TEST_F(WorkerServiceTest, OneStreamAtATimeAndAClosedStreamDropsItsSequences) {
 // SIGTERM while a scheduler holds a stream open: the worker still exits 0.
 TEST_F(WorkerServiceTest, SigtermWithAnOpenStreamExitsZero) {
   ASSERT_NO_FATAL_FAILURE(StartCpu());
-  auto stub = worker_.Stub();
+  auto stub = Stub();
   grpc::ClientContext ctx;
   std::unique_ptr<StepStream> stream = stub->Step(&ctx);
   v1::StepResult r = Exchange(stream.get(), StartPlan(1, 7, {0, 1}));
@@ -310,9 +232,9 @@ TEST_F(WorkerServiceTest, SigtermWithAnOpenStreamExitsZero) {
 }
 
 TEST_F(WorkerServiceTest, InstantBackendAnswersWithOrdinaryTokens) {
-  ASSERT_NO_FATAL_FAILURE(worker_.Start(model_, {"--backend", "instant", "--page-size", "4",
-                                                 "--num-pages", "64", "--max-batch", "8"}));
-  auto stub = worker_.Stub();
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--backend", "instant", "--page-size", "4", "--num-pages", "64", "--max-batch", "8"}));
+  auto stub = Stub();
   const v1::InfoResponse info = GetInfo(*stub);
   EXPECT_EQ(info.backend(), "instant");
   EXPECT_EQ(info.dtype(), "none");
@@ -322,8 +244,9 @@ TEST_F(WorkerServiceTest, InstantBackendAnswersWithOrdinaryTokens) {
   grpc::ClientContext ctx;
   std::unique_ptr<StepStream> stream = stub->Step(&ctx);
   for (uint64_t seq = 1; seq <= 4; ++seq) {
-    v1::StepResult r =
-        Exchange(stream.get(), StartPlan(seq, seq, {int32_t(2 * seq), int32_t(2 * seq + 1)}));
+    v1::StepResult r = Exchange(
+        stream.get(),
+        StartPlan(seq, seq, {static_cast<int32_t>(2 * seq), static_cast<int32_t>(2 * seq + 1)}));
     ASSERT_EQ(r.error_code(), 0) << r.error_message();
     ASSERT_EQ(r.samples_size(), 1);
     // stories260K: 0..2 are <unk>, <s>, </s>; 3..258 are byte tokens. The rest are ordinary.
