@@ -217,8 +217,7 @@ void SchedulerLoop::ReceiveResult(WorkerSlot* w, Clock::time_point started) {
   }
   ++w->results_received;
   stat_steps_.fetch_add(1, std::memory_order_relaxed);
-  RecordStepTime(
-      w, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
+  RecordStepTime(w, Nanos(Clock::now() - started));
 }
 
 void SchedulerLoop::RecordOutcome(const PlanOutcome& out) {

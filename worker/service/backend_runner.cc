@@ -1,18 +1,10 @@
 // StepRunner over a Backend: the forward pass writes the logits of every sample row into one
 // buffer sized once for the largest step, then each row is sampled on this thread with its
 // sequence's sampler and a scratch reused across steps.
-#include <chrono>
-
 #include "worker/service/step_runner.h"
 
 namespace astr {
 namespace {
-
-int64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-      .count();
-}
 
 class BackendRunner final : public StepRunner {
  public:

@@ -5,15 +5,6 @@
 #include <span>
 
 namespace astr {
-namespace {
-
-int64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-      .count();
-}
-
-}  // namespace
 
 StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
                                                  int64_t vocab_size) {

@@ -40,9 +40,7 @@ class InstantRunner final : public StepRunner {
       out[i].token = Pick(samples[i]);
     }
     timings->forward_ns = 0;
-    timings->sample_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+    timings->sample_ns = NanosSince(start);
     return OkStatus();
   }
 

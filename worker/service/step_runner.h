@@ -8,6 +8,7 @@
 // The executor validates plans and keeps sequence state identically for both.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -42,6 +43,13 @@ struct RunTimings {
   int64_t forward_ns = 0;
   int64_t sample_ns = 0;
 };
+
+// Nanoseconds from `start` to now, for the timings the worker reports.
+inline int64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+      .count();
+}
 
 class StepRunner {
  public:

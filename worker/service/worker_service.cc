@@ -62,9 +62,7 @@ grpc::Status WorkerService::ServeStream(
       result.set_error_code(static_cast<int32_t>(status.code()));
       result.set_error_message(status.message());
     }
-    result.set_step_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - received)
-                           .count());
+    result.set_step_ns(NanosSince(received));
     const bool written = stream->Write(result);
     {
       std::lock_guard<std::mutex> lock(mu_);
