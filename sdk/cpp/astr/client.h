@@ -1,8 +1,10 @@
 // astr::client::Client: the C++ client of astr's public gRPC API (astr.v1.Generate, see
 // protos/astr/v1/generate.proto) and of grpc.health.v1.Health.
 //
-//   ASTR_ASSIGN_OR_RETURN(auto client, Client::Connect("127.0.0.1:50051",
-//   std::chrono::seconds(5))); v1::GenerateRequest req; req.set_text("Once upon a time");
+//   using namespace std::chrono_literals;
+//   ASTR_ASSIGN_OR_RETURN(auto client, Client::Connect("127.0.0.1:50051", 5s));
+//   v1::GenerateRequest req;
+//   req.set_text("Once upon a time");
 //   req.mutable_sampling()->set_max_tokens(32);
 //   Status s = client->GenerateStream(req, [](const v1::GenerateStreamResponse& m) {
 //     std::fputs(m.text().c_str(), stdout);
