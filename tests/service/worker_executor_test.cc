@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -250,6 +251,20 @@ TEST_F(WorkerExecutorTest, SeededSamplingEqualsTheOfflineEngine) {
   auto ex = MakeExecutor();
   TestSeq s(1, kPrompt, SeededParams(42));
   s.sample_index = 3;
+  RunTogether(*ex, {&s}, 20, 1 << 20, &pool_, &step_id_);
+  EXPECT_EQ(s.Generated(), expected);
+}
+
+// A penalty window longer than the context covers the whole context: the same tokens as the
+// offline engine's window 0. (The sampler sizes its window buffer by the window: 2^31 - 1 entries
+// would be 16 GiB.)
+TEST_F(WorkerExecutorTest, PenaltyWindowPastTheContextIsTheWholeContext) {
+  const std::vector<int32_t> expected = EngineTokens(SeededEngineParams(42, 20), 0);
+  ASSERT_EQ(expected.size(), 20u);
+  auto ex = MakeExecutor();
+  v1::WorkerSamplingParams params = SeededParams(42);
+  params.set_penalty_window(std::numeric_limits<int32_t>::max());
+  TestSeq s(1, kPrompt, params);
   RunTogether(*ex, {&s}, 20, 1 << 20, &pool_, &step_id_);
   EXPECT_EQ(s.Generated(), expected);
 }

@@ -82,6 +82,9 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   for (int32_t page : start.pages()) AddPage(&seq, page);
   // Validated already; the conversion cannot fail here.
   SamplingParams params = *SamplingParamsFromProto(start.params(), vocab_size_);
+  // A sequence never holds more than max_context_ tokens, so a longer window is the whole context;
+  // the sampler sizes its window buffer by this number, which comes from the client.
+  if (params.penalty_window >= max_context_) params.penalty_window = 0;
   const std::span<const int32_t> prompt(seq.context.data(), seq.num_prompt_tokens);
   seq.sampler = std::make_unique<SequenceSampler>(std::move(params), start.sample_index(), prompt);
   // A restarted sequence (after preemption or a move) continues its RNG counter and penalty
