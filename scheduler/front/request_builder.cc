@@ -233,10 +233,18 @@ Status ResolveStops(const v1::SamplingParameters& s, const RequestLimits& limits
     ASTR_RETURN_IF_ERROR(CheckUtf8(field, stop));
     output->stop.push_back(stop);
   }
+  // Each id once, in first-seen order: the list goes into every (re)start of every sample on the
+  // worker stream and is scanned for every token, so repeats (a client may send millions in one
+  // message) would cost without meaning anything.
+  std::vector<bool> seen;
   for (int i = 0; i < s.stop_token_ids_size(); ++i) {
-    ASTR_RETURN_IF_ERROR(CheckTokenId("sampling.stop_token_ids[" + std::to_string(i) + "]",
-                                      s.stop_token_ids(i), vocab_size));
-    out->add_stop_token_ids(s.stop_token_ids(i));
+    const int32_t id = s.stop_token_ids(i);
+    ASTR_RETURN_IF_ERROR(
+        CheckTokenId("sampling.stop_token_ids[" + std::to_string(i) + "]", id, vocab_size));
+    if (seen.empty()) seen.resize(static_cast<size_t>(vocab_size), false);
+    if (seen[id]) continue;
+    seen[id] = true;
+    out->add_stop_token_ids(id);
   }
   return OkStatus();
 }

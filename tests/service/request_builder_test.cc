@@ -254,6 +254,18 @@ TEST_F(RequestBuilderTest, ExplicitValuesAreKept) {
   EXPECT_TRUE(built->output.return_prompt_ids);
 }
 
+// Stop ids go to the worker with every (re)start and are checked for every token: repeats are
+// sent once, in first-seen order, however many the client sent.
+TEST_F(RequestBuilderTest, RepeatedStopTokenIdsAreKeptOnce) {
+  std::string ids = "7, 3";
+  for (int i = 0; i < 10000; ++i) ids += ", 7, 3, 7";
+  auto built =
+      Build(Parse("token_ids { ids: [1, 403] } sampling { stop_token_ids: [" + ids + ", 9, 3] }"));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const auto& stop = built->sched.sampling.stop_token_ids();
+  EXPECT_EQ(std::vector<int32_t>(stop.begin(), stop.end()), (std::vector<int32_t>{7, 3, 9}));
+}
+
 TEST_F(RequestBuilderTest, TokenIdsAreUsedAsGivenAndDeadlineKept) {
   const auto deadline = sched::Clock::now() + std::chrono::seconds(5);
   auto built = BuildRequest(Parse("token_ids { ids: [0, 511, 2] } n: 4"), stories_, TestLimits(), 1,
