@@ -37,6 +37,8 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
   {
     std::lock_guard<std::mutex> lock(mu_);
     stream_ = nullptr;
+    // ServeStream returns from inside a step when the runner fails: the next stream starts idle.
+    in_step_ = false;
   }
   stream_closed_.notify_all();
   return status;
