@@ -74,6 +74,7 @@ StatusOr<std::string> ServerProcess::Start(const std::string& binary,
   std::vector<std::string> argv_strings = {BinDir() + "/" + binary};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_strings.size() + 1);
   for (std::string& a : argv_strings) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
