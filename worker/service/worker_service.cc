@@ -31,17 +31,25 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
     }
     stream_ = context;
   }
-  grpc::Status status = ServeStream(stream);
+  // However ServeStream ends, by a status or by an exception out of a step (an allocation failure,
+  // which gRPC answers with UNKNOWN), the executor and the stream slot are freed for the next one.
+  struct EndStream {
+    WorkerService* service;
+    ~EndStream() { service->EndStream(); }
+  } end{this};
+  return ServeStream(stream);
+}
+
+void WorkerService::EndStream() {
   // Drop the stream's sequences before another stream may take the executor.
   executor_->Reset();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stream_ = nullptr;
-    // ServeStream returns from inside a step when the runner fails: the next stream starts idle.
+    // A stream that ended inside a step (runner failure) must not leave the next one marked busy.
     in_step_ = false;
   }
   stream_closed_.notify_all();
-  return status;
 }
 
 grpc::Status WorkerService::ServeStream(

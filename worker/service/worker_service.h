@@ -39,6 +39,8 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // Runs the plans of one stream until it ends.
   grpc::Status ServeStream(grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream);
+  // Frees the executor and the stream slot once a stream has ended.
+  void EndStream();
 
   const v1::InfoResponse static_info_;
   const std::unique_ptr<WorkerExecutor> executor_;

@@ -1,11 +1,13 @@
-// WorkerService in-process over loopback gRPC, with a step runner that always fails: a runner
-// failure ends the stream with its status, and the next stream starts idle, so Drain
-// (SIGTERM) cancels it at once instead of waiting out its timeout (astr-worker: 60 s).
+// WorkerService in-process over loopback gRPC, with a step runner that always fails, by a status
+// or by throwing (an allocation failure): the failure ends the stream, and the worker is left
+// ready for the next one: a new stream is accepted and starts idle, so Drain (SIGTERM) cancels it
+// at once instead of waiting out its timeout (astr-worker: 60 s).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,10 +23,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using StepStream = grpc::ClientReaderWriter<v1::StepPlan, v1::StepResult>;
 
-// Fails every step that runs anything with INTERNAL, as a backend whose forward pass failed.
+// Fails every step that runs anything: with INTERNAL, as a backend whose forward pass failed, or
+// by throwing std::bad_alloc.
 class FailingRunner final : public StepRunner {
  public:
-  FailingRunner() {
+  explicit FailingRunner(bool throws) : throws_(throws) {
     config_.vocab_size = 8;
     config_.max_position = 64;
   }
@@ -34,10 +37,12 @@ class FailingRunner final : public StepRunner {
   const RunnerLimits& limits() const override { return limits_; }
   Status Run(const StepBatch& /*batch*/, std::span<const SampleRequest> /*samples*/,
              std::span<SampleResult> /*out*/, RunTimings* /*timings*/) override {
+    if (throws_) throw std::bad_alloc();
     return InternalError("the test runner fails");
   }
 
  private:
+  const bool throws_;
   ModelConfig config_;
   RunnerLimits limits_{
       .num_pages = 8, .page_size = 4, .max_batch_tokens = 16, .max_sample_rows = 4};
@@ -63,11 +68,12 @@ v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id) {
   return plan;
 }
 
-class WorkerServiceDrainTest : public ::testing::Test {
+class WorkerServiceFailureTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void Start(bool runner_throws) {
     service_ = std::make_unique<WorkerService>(
-        v1::InfoResponse(), std::make_unique<WorkerExecutor>(std::make_unique<FailingRunner>()));
+        v1::InfoResponse(),
+        std::make_unique<WorkerExecutor>(std::make_unique<FailingRunner>(runner_throws)));
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -86,7 +92,8 @@ class WorkerServiceDrainTest : public ::testing::Test {
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
 
-TEST_F(WorkerServiceDrainTest, AfterARunnerFailureAnIdleStreamIsCancelledAtOnce) {
+TEST_F(WorkerServiceFailureTest, AfterARunnerFailureAnIdleStreamIsCancelledAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*runner_throws=*/false));
   {
     grpc::ClientContext ctx;
     std::unique_ptr<StepStream> stream = stub_->Step(&ctx);
@@ -114,6 +121,38 @@ TEST_F(WorkerServiceDrainTest, AfterARunnerFailureAnIdleStreamIsCancelledAtOnce)
   v1::StepResult result;
   EXPECT_FALSE(stream->Read(&result));
   EXPECT_FALSE(stream->Finish().ok());
+}
+
+// An exception out of a step (gRPC answers UNKNOWN) must not leave the stream registered: the
+// scheduler's reconnection would otherwise be refused with FAILED_PRECONDITION for good.
+TEST_F(WorkerServiceFailureTest, AThrowingRunnerLeavesTheWorkerReadyForTheNextStream) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*runner_throws=*/true));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    SCOPED_TRACE("stream " + std::to_string(attempt));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+    std::unique_ptr<StepStream> stream = stub_->Step(&ctx);
+    ASSERT_TRUE(stream->Write(StartPlan(1, 7)));
+    v1::StepResult none;
+    EXPECT_FALSE(stream->Read(&none));
+    const grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNKNOWN) << s.error_message();
+  }
+  // The executor was reset too: a plan that only releases sequence 7 is refused as not live.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+  std::unique_ptr<StepStream> stream = stub_->Step(&ctx);
+  v1::StepPlan release;
+  release.set_step_id(1);
+  release.add_release(7);
+  ASSERT_TRUE(stream->Write(release));
+  v1::StepResult result;
+  ASSERT_TRUE(stream->Read(&result));
+  EXPECT_EQ(result.error_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_NE(result.error_message().find("is not live"), std::string::npos)
+      << result.error_message();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 }  // namespace
