@@ -12,15 +12,9 @@ namespace astr::front {
 namespace {
 
 // Shortest text that reads back as `v` ("0", "1.5", "nan", "inf").
-std::string Num(double v) {
+std::string Num(float v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
-std::string Num(float v) {
-  if (!std::isfinite(v)) return Num(static_cast<double>(v));
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
