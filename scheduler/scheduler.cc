@@ -27,6 +27,10 @@ Status ValidateSetup(const SchedulerOptions& o,
                                 std::to_string(o.worker_down_after_ms));
   }
   ASTR_RETURN_IF_ERROR(CheckPositive(o.reconnect_attempt_ms, "reconnect-attempt-ms"));
+  if (o.max_worker_failures < 0) {
+    return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
+                                std::to_string(o.max_worker_failures));
+  }
   if (workers.empty()) return InvalidArgumentError("--workers: at least one worker is needed");
   const std::string& hash = workers[0]->info().content_hash();
   for (const auto& w : workers) {

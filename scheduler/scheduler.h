@@ -124,6 +124,10 @@ struct SchedulerOptions {
   // result and plans (DESIGN.md "The step contract"). A token that arrives for a sequence that
   // finished meanwhile is dropped; releases then reach the worker one plan later.
   bool overlap_steps = true;
+  // A request running on a worker whose stream breaks restarts elsewhere or after the reconnect;
+  // one caught in more than this many breaks is aborted with UNAVAILABLE, so a request that makes
+  // its worker fail every time cannot keep restarting it forever.
+  int64_t max_worker_failures = 3;
 };
 
 class SchedulerLoop;

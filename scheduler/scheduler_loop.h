@@ -167,6 +167,8 @@ class SchedulerLoop {
   std::vector<std::pair<uint64_t, std::unique_ptr<RequestState>>> graveyard_;
   const int max_in_flight_;        // 2 with SchedulerOptions::overlap_steps, else 1
   std::vector<WorkerLoad> loads_;  // Place's scratch
+  uint64_t worker_breaks_ = 0;     // worker stream breaks so far (counts each request once each)
+  std::vector<RequestState*> failing_;  // OnWorkerBroken's scratch
   OutputBatch out_;
   uint64_t next_step_id_ = 1;
   int64_t num_waiting_requests_ = 0;  // loop's count of admitted, unscheduled requests

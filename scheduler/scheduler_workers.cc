@@ -59,6 +59,15 @@ void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time
                w->conn->address().c_str(), why.message().c_str(), static_cast<long long>(running));
   w->receive_due = false;
   w->results_received = w->plans_sent;  // whatever was in flight is lost
+  // Count the break once for every request that was running here; those past the limit end.
+  ++worker_breaks_;
+  failing_.clear();
+  for (Sequence* seq : w->queues.running) {
+    RequestState* r = seq->request;
+    if (r->closed || r->last_failure_break == worker_breaks_) continue;
+    r->last_failure_break = worker_breaks_;
+    if (++r->worker_failures > options_.max_worker_failures) failing_.push_back(r);
+  }
   // The new stream starts with no live sequences: every running one restarts from prompt +
   // generated tokens (same RNG counters), here or on another worker.
   w->queues.ResetStream();
@@ -66,6 +75,14 @@ void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time
   w->health = WorkerSlot::Health::kReconnecting;
   w->broken_since = now;
   w->last_error = why;
+  for (RequestState* r : failing_) {
+    CloseRequest(r,
+                 UnavailableError("aborted after " + std::to_string(r->worker_failures) +
+                                  " worker failures while running it (--max-worker-failures " +
+                                  std::to_string(options_.max_worker_failures) +
+                                  "); last: worker " + w->conn->address() + ": " + why.message()),
+                 now);
+  }
   StartReconnect(w);
 }
 

@@ -64,6 +64,8 @@ struct RequestState {
   Clock::time_point first_token{};
   bool has_first_token = false;
   int32_t preemptions = 0;
+  int32_t worker_failures = 0;      // worker stream breaks this request was running through
+  uint64_t last_failure_break = 0;  // the loop's break counter when it was last counted
   // Prompt tokens it counts for in the admission queue (prompt length * n) until scheduled.
   int64_t queued_tokens() const { return static_cast<int64_t>(req.prompt.size()) * req.n; }
 };

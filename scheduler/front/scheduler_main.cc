@@ -89,6 +89,10 @@ void Register(flags::FlagSet* fs, Flags* f) {
   fs->Int("reconnect-attempt-ms", &f->sched.reconnect_attempt_ms,
           "Longest single redial attempt of a broken worker (attempts repeat until it is back "
           "or marked down).");
+  fs->Int("max-worker-failures", &f->sched.max_worker_failures,
+          "A request running on a worker whose step stream breaks restarts (same output); one "
+          "caught in more breaks than this is aborted with UNAVAILABLE, so a request that "
+          "makes its worker fail every time cannot keep restarting it.");
   fs->Int("max-n", &f->max_n, "Most samples (GenerateRequest.n) one request may ask for.");
   fs->Int("max-stop-strings", &f->max_stop_strings, "Most stop strings per request.");
   fs->Int("connect-timeout-s", &f->connect_timeout_s,

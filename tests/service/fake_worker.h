@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -125,6 +126,20 @@ class FakeWorker {
   void FailAtPlan(int64_t plan) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_at_plan_ = plan;
+  }
+  // The worker dies on every plan that starts a sequence with this seed (a request that makes
+  // its worker fail whatever happens).
+  void FailPlansStartingSeed(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    poison_seed_ = seed;
+  }
+  bool IsPoisoned(const v1::StepPlan& plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!poison_seed_) return false;
+    for (const v1::SequenceStart& s : plan.start()) {
+      if (s.params().seed() == *poison_seed_) return true;
+    }
+    return false;
   }
   void SetReconnectable(bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -306,6 +321,7 @@ class FakeWorker {
   uint64_t last_step_id_ = 0;
   int64_t plans_ = 0;
   int64_t fail_at_plan_ = -1;
+  std::optional<uint64_t> poison_seed_;
   bool reconnectable_ = true;
   int64_t reconnects_ = 0;
   bool gated_ = false;
@@ -325,7 +341,7 @@ class FakeConnection : public WorkerConnection {
   Status Send(const v1::StepPlan& plan) override {
     if (broken_) return UnavailableError("fake stream broken");
     ++sent_;
-    if (worker_->ShouldFail(sent_)) {
+    if (worker_->ShouldFail(sent_) || worker_->IsPoisoned(plan)) {
       worker_->Die();
       broken_ = true;
       return OkStatus();  // the write went out; the worker dies computing it

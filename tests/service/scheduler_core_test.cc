@@ -567,6 +567,29 @@ TEST_P(SchedulerCoreTest, ReconnectedWorkerRestartsItsSequencesWithIdenticalOutp
   ExpectAllFree(s.get(), {fake});
 }
 
+TEST_P(SchedulerCoreTest, ARequestThatKeepsBreakingItsWorkerIsAbortedAfterTheLimit) {
+  auto fake = std::make_shared<FakeWorker>();
+  fake->FailPlansStartingSeed(666);  // every start of this request kills the stream
+  SchedulerOptions options;
+  options.reconnect_attempt_ms = 5;
+  options.max_worker_failures = 2;
+  auto s = Make(options, {fake});
+  ASSERT_TRUE(s);
+  auto poison = MustSubmit(s.get(), MakeRequest(4, 20, 666));
+  Outcome bad = Collect(poison.get());
+  EXPECT_EQ(bad.status.code(), StatusCode::kUnavailable) << bad.status.ToString();
+  EXPECT_NE(bad.status.message().find("aborted after 3 worker failures"), std::string::npos)
+      << bad.status.message();
+  // Two restarts were allowed, the third break ended it: three reconnects in all.
+  EXPECT_TRUE(WaitUntil([&] { return fake->reconnects() == 3; }));
+  // The worker goes on serving everyone else.
+  auto good = MustSubmit(s.get(), MakeRequest(4, 20, 7));
+  Outcome out = Collect(good.get());
+  EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.tokens[0], Expected(4, 20, 7));
+  ExpectAllFree(s.get(), {fake});
+}
+
 TEST_P(SchedulerCoreTest, NoWorkerLeftClosesRequestsWithUnavailable) {
   auto fake = std::make_shared<FakeWorker>();
   fake->FailAtPlan(2);
