@@ -4,6 +4,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "astr/v1/worker.grpc.pb.h"
 #include "common/service/grpc_status.h"
 
@@ -30,12 +34,25 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 
 class GrpcWorkerConnection final : public WorkerConnection {
  public:
-  explicit GrpcWorkerConnection(std::string address)
+  GrpcWorkerConnection(std::string address, std::chrono::milliseconds step_timeout)
       : address_(std::move(address)),
         channel_(MakeChannel(address_)),
-        stub_(v1::Worker::NewStub(channel_)) {}
+        stub_(v1::Worker::NewStub(channel_)),
+        step_timeout_(step_timeout) {
+    if (step_timeout_.count() > 0) watchdog_ = std::thread([this] { Watch(); });
+  }
 
-  ~GrpcWorkerConnection() override { CloseStream(); }
+  ~GrpcWorkerConnection() override {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_one();
+      watchdog_.join();
+    }
+    CloseStream();
+  }
 
   const std::string& address() const override { return address_; }
   const v1::InfoResponse& info() const override { return info_; }
@@ -49,8 +66,12 @@ class GrpcWorkerConnection final : public WorkerConnection {
     StatusOr<v1::InfoResponse> info = CallInfo(deadline);
     if (!info.ok()) return info.status();
     info_ = std::move(*info);
-    context_ = std::make_unique<grpc::ClientContext>();
-    stream_ = stub_->Step(context_.get());
+    auto context = std::make_unique<grpc::ClientContext>();
+    stream_ = stub_->Step(context.get());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      context_ = std::move(context);
+    }
     broken_ = OkStatus();
     return OkStatus();
   }
@@ -63,7 +84,31 @@ class GrpcWorkerConnection final : public WorkerConnection {
 
   Status Receive(v1::StepResult* result) override {
     if (!broken_.ok()) return broken_;
-    if (!stream_->Read(result)) return Broken("read");
+    if (step_timeout_.count() <= 0) {
+      if (!stream_->Read(result)) return Broken("read");
+      return OkStatus();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting_ = true;
+      timed_out_ = false;
+      ++wait_generation_;
+      wait_deadline_ = Clock::now() + step_timeout_;
+    }
+    cv_.notify_one();
+    const bool ok = stream_->Read(result);
+    bool timed_out = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting_ = false;
+      timed_out = timed_out_;
+    }
+    if (!ok) {
+      return timed_out
+                 ? Broken("read", "no result within " + std::to_string(step_timeout_.count()) +
+                                      " ms (--step-timeout-ms): the worker stopped answering")
+                 : Broken("read");
+    }
     return OkStatus();
   }
 
@@ -87,16 +132,38 @@ class GrpcWorkerConnection final : public WorkerConnection {
     return info;
   }
 
-  // The stream failed in `op`: collect the call's status and keep it as UNAVAILABLE.
-  Status Broken(const char* op) {
+  // The watchdog thread: cancels the stream when a Receive has waited longer than step_timeout_.
+  // Every Receive starts a new wait generation, so a wake-up for an earlier one does nothing.
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (!waiting_) {
+        cv_.wait(lock);
+        continue;
+      }
+      const uint64_t generation = wait_generation_;
+      const Clock::time_point deadline = wait_deadline_;
+      const bool woke = cv_.wait_until(
+          lock, deadline, [&] { return stop_ || !waiting_ || wait_generation_ != generation; });
+      if (woke) continue;
+      timed_out_ = true;
+      if (context_ != nullptr) context_->TryCancel();  // the blocked Read returns false
+      cv_.wait(lock, [&] { return stop_ || !waiting_ || wait_generation_ != generation; });
+    }
+  }
+
+  // The stream failed in `op`: collect the call's status and keep it as UNAVAILABLE (`reason`,
+  // when given, replaces the call's own message).
+  Status Broken(const char* op, const std::string& reason = "") {
     grpc::Status status = stream_->Finish();
     std::string why = status.ok() ? "the worker closed the step stream" : status.error_message();
     if (status.error_code() != grpc::StatusCode::OK &&
         status.error_code() != grpc::StatusCode::UNAVAILABLE) {
       why = std::string(StatusCodeName(static_cast<StatusCode>(status.error_code()))) + ": " + why;
     }
+    if (!reason.empty()) why = reason;
     stream_.reset();
-    context_.reset();
+    ResetContext();
     broken_ = UnavailableError(std::string("step stream ") + op + " failed: " + why);
     return broken_;
   }
@@ -111,6 +178,12 @@ class GrpcWorkerConnection final : public WorkerConnection {
     }
     (void)stream_->Finish();
     stream_.reset();
+    ResetContext();
+  }
+
+  // context_ is read by the watchdog under mu_.
+  void ResetContext() {
+    std::lock_guard<std::mutex> lock(mu_);
     context_.reset();
   }
 
@@ -118,16 +191,28 @@ class GrpcWorkerConnection final : public WorkerConnection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   v1::InfoResponse info_;
-  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientContext> context_;  // written under mu_ (the watchdog reads it)
   std::unique_ptr<StepStream> stream_;
   Status broken_ = UnavailableError("step stream not open");
+
+  // Step timeout (0 = none) and its watchdog; the fields below are guarded by mu_.
+  const std::chrono::milliseconds step_timeout_;
+  std::thread watchdog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool waiting_ = false;    // a Receive is blocked in Read
+  bool timed_out_ = false;  // the watchdog cancelled the current Read
+  uint64_t wait_generation_ = 0;
+  Clock::time_point wait_deadline_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(const std::string& address,
-                                                          std::chrono::milliseconds timeout) {
-  auto conn = std::make_unique<GrpcWorkerConnection>(address);
+                                                          std::chrono::milliseconds timeout,
+                                                          std::chrono::milliseconds step_timeout) {
+  auto conn = std::make_unique<GrpcWorkerConnection>(address, step_timeout);
   Status status = conn->Open(std::chrono::steady_clock::now() + timeout);
   if (!status.ok()) {
     return Status(status.code(),

@@ -31,7 +31,11 @@ class WorkerConnection {
 };
 
 // Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.
-StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(const std::string& address,
-                                                          std::chrono::milliseconds timeout);
+// With `step_timeout` > 0, a Receive that gets no result for that long cancels the stream and
+// fails with UNAVAILABLE: a worker that stops answering (hung step, stopped process) without
+// closing its connection is treated like one that died.
+StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(
+    const std::string& address, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds step_timeout = std::chrono::milliseconds(0));
 
 }  // namespace astr::sched

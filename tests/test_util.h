@@ -50,6 +50,8 @@ class ServerProcess {
                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
   // SIGKILL, and reaps the process (nothing when it is not running).
   void Kill();
+  // The child's pid (-1 when not running), e.g. to SIGSTOP it.
+  pid_t pid() const { return pid_; }
   // SIGTERM; returns the exit code, or -1 when it did not exit normally within `timeout`.
   int Terminate(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 

@@ -47,6 +47,7 @@ struct Flags {
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
   int64_t connect_timeout_s = 30;
+  int64_t step_timeout_ms = 300000;
   int64_t drain_timeout_s = 60;
   int64_t max_rpc_threads = 1024;
   int64_t max_message_mb = 64;
@@ -97,6 +98,11 @@ void Register(flags::FlagSet* fs, Flags* f) {
   fs->Int("max-stop-strings", &f->max_stop_strings, "Most stop strings per request.");
   fs->Int("connect-timeout-s", &f->connect_timeout_s,
           "How long to keep dialing each worker at start before giving up.");
+  fs->Int("step-timeout-ms", &f->step_timeout_ms,
+          "A worker that returns no step result for this long is treated as dead (its stream "
+          "is cancelled and redialed, its sequences restart elsewhere): it catches a hung or "
+          "stopped worker process. Must exceed the longest real step (a full prefill chunk on "
+          "a slow CPU). 0 = wait forever.");
   fs->Int("drain-timeout-s", &f->drain_timeout_s,
           "On SIGTERM / SIGINT: how long running requests may take to finish; those still "
           "running then are aborted (UNAVAILABLE) and the process exits.");
@@ -121,6 +127,7 @@ Status Validate(const Flags& f) {
   ASTR_RETURN_IF_ERROR(positive(f.max_message_mb, "max-message-mb"));
   if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
   if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
+  if (f.step_timeout_ms < 0) return InvalidArgumentError("--step-timeout-ms must be >= 0");
   return OkStatus();
 }
 
@@ -135,10 +142,11 @@ std::vector<std::string> SplitAddresses(const std::string& list) {
 }
 
 StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
-    const std::vector<std::string>& addresses, std::chrono::seconds timeout) {
+    const std::vector<std::string>& addresses, std::chrono::seconds timeout,
+    std::chrono::milliseconds step_timeout) {
   std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
   for (const std::string& address : addresses) {
-    auto conn = sched::ConnectWorker(address, timeout);
+    auto conn = sched::ConnectWorker(address, timeout, step_timeout);
     if (!conn.ok()) return conn.status().WithContext("--workers");
     const v1::InfoResponse& info = (*conn)->info();
     Log("worker " + address + ": " + info.model_name() + " (" + info.architecture() + ", hash " +
@@ -288,7 +296,8 @@ int Main(int argc, const char* const* argv) {
     return 2;
   }
 
-  auto workers = ConnectAll(addresses, std::chrono::seconds(f.connect_timeout_s));
+  auto workers = ConnectAll(addresses, std::chrono::seconds(f.connect_timeout_s),
+                            std::chrono::milliseconds(f.step_timeout_ms));
   if (!workers.ok()) {
     Log(workers.status().ToString());
     return 1;

@@ -3,6 +3,7 @@
 // (/work/shared/models/README.md), through preemption on a tiny pool and through a worker killed
 // mid-run.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <thread>
@@ -188,6 +189,43 @@ TEST_F(WorkerConnectionTest, KilledWorkersSequencesFinishOnTheOtherWithTheSameTo
   }
   EXPECT_EQ(preemptions, 4) << "the four sequences on the killed worker restart on the other";
   EXPECT_FALSE((*s)->Stats().workers(0).up());
+}
+
+TEST_F(WorkerConnectionTest, StoppedWorkerIsCaughtByTheStepTimeoutAndItsSequencesMove) {
+  testing::ServerProcess w0, w1;
+  const std::string a0 = StartWorker(&w0, model_, {"--num-pages", "2048"}, "t0");
+  const std::string a1 = StartWorker(&w1, model_, {"--num-pages", "2048"}, "t1");
+  ASSERT_FALSE(a0.empty());
+  ASSERT_FALSE(a1.empty());
+  SchedulerOptions options;
+  options.worker_down_after_ms = 300;
+  options.reconnect_attempt_ms = 100;
+  std::vector<std::unique_ptr<WorkerConnection>> both;
+  for (const std::string& a : {a0, a1}) {
+    auto conn = ConnectWorker(a, 10s, /*step_timeout=*/300ms);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    both.push_back(std::move(*conn));
+  }
+  auto s = Scheduler::Create(options, std::move(both));
+  ASSERT_TRUE(s.ok());
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 4; ++i) channels.push_back(*(*s)->Submit(Greedy(400, i)));
+  for (auto give_up = Clock::now() + 10s; Clock::now() < give_up;) {
+    if ((*s)->Stats().workers(0).steps() >= 10) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  // The process stays alive with its connection open but answers nothing: without a step timeout
+  // the loop would wait on it forever.
+  ASSERT_EQ(kill(w0.pid(), SIGSTOP), 0);
+  for (auto& ch : channels) {
+    Result r = Collect(ch.get(), 1);
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    ASSERT_GE(r.tokens[0].size(), kGolden.size());
+    EXPECT_EQ(std::vector<int32_t>(r.tokens[0].begin(), r.tokens[0].begin() + 5), kGolden);
+    EXPECT_EQ(r.tokens[0].size(), 400u);
+  }
+  EXPECT_FALSE((*s)->Stats().workers(0).up());
+  kill(w0.pid(), SIGCONT);
 }
 
 }  // namespace
