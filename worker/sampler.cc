@@ -62,11 +62,12 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
     return FieldError("repetition_penalty",
                       "must be a finite number > 0, got " + Num(repetition_penalty));
   }
-  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
-    return FieldError("frequency_penalty", "must be in [-2, 2], got " + Num(frequency_penalty));
+  const std::string penalty_range = "[" + Num(-kMaxPenalty) + ", " + Num(kMaxPenalty) + "], got ";
+  if (!(frequency_penalty >= -kMaxPenalty && frequency_penalty <= kMaxPenalty)) {
+    return FieldError("frequency_penalty", "must be in " + penalty_range + Num(frequency_penalty));
   }
-  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
-    return FieldError("presence_penalty", "must be in [-2, 2], got " + Num(presence_penalty));
+  if (!(presence_penalty >= -kMaxPenalty && presence_penalty <= kMaxPenalty)) {
+    return FieldError("presence_penalty", "must be in " + penalty_range + Num(presence_penalty));
   }
   if (penalty_window < 0) {
     return FieldError("penalty_window",
@@ -77,8 +78,9 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
     if (id < 0 || id >= vocab_size) {
       return FieldError(field, "is not a token id in [0, " + std::to_string(vocab_size) + ")");
     }
-    if (!(bias >= -100.0f && bias <= 100.0f)) {
-      return FieldError(field, "must be in [-100, 100], got " + Num(bias));
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return FieldError(field, "must be in [" + Num(-kMaxLogitBias) + ", " + Num(kMaxLogitBias) +
+                                   "], got " + Num(bias));
     }
   }
   ASTR_RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, vocab_size));

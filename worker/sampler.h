@@ -27,12 +27,11 @@
 #include <span>
 #include <vector>
 
+#include "common/sampling_limits.h"
 #include "common/status.h"
 
 namespace astr {
 
-// The most top-n alternatives a request may ask for (OpenAI's limit).
-inline constexpr int32_t kMaxLogprobs = 20;
 // Temperatures below this are greedy.
 inline constexpr float kGreedyTemperature = 1e-5f;
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/sampling_limits.h"
 #include "common/unicode.h"
 
 namespace astr::front {
@@ -175,10 +176,10 @@ Status ResolveNumbers(const v1::SamplingParameters& s, v1::WorkerSamplingParams*
   if (!(rep > 0.0f) || !std::isfinite(rep)) {
     return Invalid("sampling.repetition_penalty", "must be > 0 and finite, got " + Num(rep));
   }
-  ASTR_RETURN_IF_ERROR(
-      CheckRange("sampling.frequency_penalty", s.frequency_penalty(), -2.0f, 2.0f, false, false));
-  ASTR_RETURN_IF_ERROR(
-      CheckRange("sampling.presence_penalty", s.presence_penalty(), -2.0f, 2.0f, false, false));
+  ASTR_RETURN_IF_ERROR(CheckRange("sampling.frequency_penalty", s.frequency_penalty(), -kMaxPenalty,
+                                  kMaxPenalty, false, false));
+  ASTR_RETURN_IF_ERROR(CheckRange("sampling.presence_penalty", s.presence_penalty(), -kMaxPenalty,
+                                  kMaxPenalty, false, false));
   if (s.penalty_window() < 0) {
     return Invalid("sampling.penalty_window",
                    "must be >= 0 (0 = whole context), got " + std::to_string(s.penalty_window()));
@@ -202,7 +203,7 @@ Status ResolveLogitBias(const v1::SamplingParameters& s, int32_t vocab_size,
   for (const auto& [id, value] : bias) {
     ASTR_RETURN_IF_ERROR(CheckTokenId("sampling.logit_bias: key", id, vocab_size));
     ASTR_RETURN_IF_ERROR(CheckRange("sampling.logit_bias[" + std::to_string(id) + "]", value,
-                                    -100.0f, 100.0f, false, false));
+                                    -kMaxLogitBias, kMaxLogitBias, false, false));
     (*out->mutable_logit_bias())[id] = value;
   }
   return OkStatus();
@@ -245,9 +246,8 @@ Status ResolveStops(const v1::SamplingParameters& s, const RequestLimits& limits
 
 Status ResolveLogprobs(const v1::SamplingParameters& s, const RequestLimits& limits,
                        v1::WorkerSamplingParams* out, OutputOptions* output) {
-  if (s.top_logprobs() < 0 || s.top_logprobs() > limits.max_top_logprobs) {
-    return Invalid("sampling.top_logprobs", "must be in [0, " +
-                                                std::to_string(limits.max_top_logprobs) +
+  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxLogprobs) {
+    return Invalid("sampling.top_logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) +
                                                 "], got " + std::to_string(s.top_logprobs()));
   }
   if (!v1::LogprobsMode_IsValid(s.logprobs_mode())) {

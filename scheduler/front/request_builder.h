@@ -38,7 +38,6 @@ struct RequestLimits {
   int32_t max_stop_strings = 16;
   int32_t max_stop_string_bytes = 1024;
   int32_t max_request_id_bytes = 256;
-  int32_t max_top_logprobs = 20;  // the worker's sampler returns at most this many alternatives
 };
 
 // What the output side (detokenizer, stop strings, response assembly) needs per request.
