@@ -17,20 +17,7 @@ Status CheckPositive(int64_t value, const char* flag) {
 
 Status ValidateSetup(const SchedulerOptions& o,
                      const std::vector<std::unique_ptr<WorkerConnection>>& workers) {
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_batch_tokens, "max-batch-tokens"));
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_running, "max-running"));
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.prefill_chunk, "prefill-chunk"));
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_requests, "max-queued-requests"));
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_tokens, "max-queued-tokens"));
-  if (o.worker_down_after_ms < 0) {
-    return InvalidArgumentError("--worker-down-after-ms must be >= 0, got " +
-                                std::to_string(o.worker_down_after_ms));
-  }
-  ASTR_RETURN_IF_ERROR(CheckPositive(o.reconnect_attempt_ms, "reconnect-attempt-ms"));
-  if (o.max_worker_failures < 0) {
-    return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
-                                std::to_string(o.max_worker_failures));
-  }
+  ASTR_RETURN_IF_ERROR(ValidateSchedulerOptions(o));
   if (workers.empty()) return InvalidArgumentError("--workers: at least one worker is needed");
   const std::string& hash = workers[0]->info().content_hash();
   for (const auto& w : workers) {
@@ -50,6 +37,24 @@ Status ValidateSetup(const SchedulerOptions& o,
 }
 
 }  // namespace
+
+Status ValidateSchedulerOptions(const SchedulerOptions& o) {
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_batch_tokens, "max-batch-tokens"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_running, "max-running"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.prefill_chunk, "prefill-chunk"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_requests, "max-queued-requests"));
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.max_queued_tokens, "max-queued-tokens"));
+  if (o.worker_down_after_ms < 0) {
+    return InvalidArgumentError("--worker-down-after-ms must be >= 0, got " +
+                                std::to_string(o.worker_down_after_ms));
+  }
+  ASTR_RETURN_IF_ERROR(CheckPositive(o.reconnect_attempt_ms, "reconnect-attempt-ms"));
+  if (o.max_worker_failures < 0) {
+    return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
+                                std::to_string(o.max_worker_failures));
+  }
+  return OkStatus();
+}
 
 SchedulerLoop::SchedulerLoop(SchedulerOptions options,
                              std::vector<std::unique_ptr<WorkerConnection>> workers)

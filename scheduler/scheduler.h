@@ -130,6 +130,10 @@ struct SchedulerOptions {
   int64_t max_worker_failures = 3;
 };
 
+// Checks every option's range; INVALID_ARGUMENT names the flag (--max-batch-tokens, ...).
+// Scheduler::Create calls it too; astr-scheduler calls it before dialing any worker.
+Status ValidateSchedulerOptions(const SchedulerOptions& options);
+
 class SchedulerLoop;
 
 class Scheduler {

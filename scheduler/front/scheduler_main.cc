@@ -128,7 +128,7 @@ Status Validate(const Flags& f) {
   if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
   if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
   if (f.step_timeout_ms < 0) return InvalidArgumentError("--step-timeout-ms must be >= 0");
-  return OkStatus();
+  return sched::ValidateSchedulerOptions(f.sched);
 }
 
 std::vector<std::string> SplitAddresses(const std::string& list) {

@@ -1,0 +1,54 @@
+"""astr-scheduler refuses a bad flag value before dialing any worker: exit code 2 and a message
+naming the flag, within a moment (the worker address given is unreachable on purpose)."""
+
+import subprocess
+
+import pytest
+
+import harness
+
+UNREACHABLE = "127.0.0.1:1"
+
+pytestmark = pytest.mark.skipif(
+    bool(harness.missing_binaries((harness.SCHEDULER_BIN,))), reason="astr-scheduler not built"
+)
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--max-batch-tokens", "0"),
+        ("--max-running", "0"),
+        ("--prefill-chunk", "0"),
+        ("--max-queued-requests", "0"),
+        ("--max-queued-tokens", "0"),
+        ("--worker-down-after-ms", "-1"),
+        ("--reconnect-attempt-ms", "0"),
+        ("--max-worker-failures", "-1"),
+        ("--step-timeout-ms", "-1"),
+        ("--drain-timeout-s", "-1"),
+        ("--max-n", "0"),
+        ("--max-stop-strings", "0"),
+        ("--connect-timeout-s", "0"),
+        ("--max-rpc-threads", "0"),
+        ("--max-message-mb", "0"),
+    ],
+)
+def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
+    proc = subprocess.run(
+        [harness.SCHEDULER_BIN, "--workers", UNREACHABLE, "--listen", "127.0.0.1:0", flag, value],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert flag in proc.stderr, proc.stderr
+
+
+def test_help_lists_the_failure_handling_flags():
+    proc = subprocess.run([harness.SCHEDULER_BIN, "--help"], capture_output=True, text=True,
+                          timeout=10)
+    assert proc.returncode == 0
+    for flag in ("--step-timeout-ms", "--max-worker-failures", "--worker-down-after-ms",
+                 "--reconnect-attempt-ms", "--overlap-steps"):
+        assert flag in proc.stdout, flag
