@@ -141,6 +141,8 @@ int Main(int argc, const char* const* argv) {
   out["describe"] = (*file)->Describe();
   out["threads"] = ef.threads;
   out["weight_dtype"] = ef.dtype;
+  out["backend"] = engine.backend().name();
+  out["cuda_graphs"] = ef.cuda_graphs;
   out["isa"] = cpu::IsaName(cpu::ActiveIsa());
   out["load_ms"] = load_ms;
   auto prefill = BenchPrefill(engine, prompt_len, static_cast<int>(reps));

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
+
+#include "worker/backend_loader.h"
 
 namespace astr::cli {
 
@@ -112,9 +116,15 @@ void EngineFlags::RegisterBackend(flags::FlagSet* fs) {
   fs->Int("num-pages", &num_pages, "KV pages; 0 = as many as --kv-cache-mb holds.");
   fs->Int("kv-cache-mb", &kv_cache_mb, "KV cache size in MiB (when --num-pages is 0).");
   fs->Int("max-batch-tokens", &max_batch_tokens, "Most tokens one step may carry.");
+  fs->String("cuda-graphs", &cuda_graphs,
+             "CUDA backend: on = capture each decode batch-size bucket (1, 2, 4, ... up to the "
+             "max batch) as a CUDA graph and replay it; off = launch every kernel eagerly.");
 }
 
 void EngineFlags::Register(flags::FlagSet* fs) {
+  fs->String("backend", &backend,
+             "auto (CUDA where a usable GPU and the CUDA plugin exist, else cpu), cpu, or cuda "
+             "(an error if it cannot run). Default: $ASTR_BACKEND if set, else auto.");
   RegisterBackend(fs);
   fs->Int("max-running", &max_running, "Most sequences in one step.");
   fs->Int("prefill-chunk", &prefill_chunk, "Most prompt tokens of one sequence per step.");
@@ -130,6 +140,9 @@ Status EngineFlags::Validate() const {
   if (max_batch_tokens < 1) return InvalidArgumentError("--max-batch-tokens must be >= 1");
   if (max_running < 1) return InvalidArgumentError("--max-running must be >= 1");
   if (prefill_chunk < 1) return InvalidArgumentError("--prefill-chunk must be >= 1");
+  if (cuda_graphs != "on" && cuda_graphs != "off") {
+    return InvalidArgumentError("--cuda-graphs must be on or off, got '" + cuda_graphs + "'");
+  }
   return OkStatus();
 }
 
@@ -142,6 +155,7 @@ BackendOptions EngineFlags::BackendOpts() const {
   o.kv_cache_bytes = kv_cache_mb << 20;
   o.max_batch_tokens = max_batch_tokens;
   o.max_sample_rows = std::max<int64_t>(1, max_running);
+  o.cuda_graphs = cuda_graphs == "on";
   return o;
 }
 
@@ -154,7 +168,21 @@ EngineOptions EngineFlags::EngineOpts() const {
 
 StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const ModelFile& file) const {
   ASTR_RETURN_IF_ERROR(Validate());
-  return CreateCpuBackend(file, BackendOpts());
+  std::string value = backend, source = "--backend";
+  if (value.empty()) {
+    const char* env = std::getenv("ASTR_BACKEND");
+    value = env != nullptr && *env != '\0' ? env : "auto";
+    source = "--backend (from ASTR_BACKEND)";
+  }
+  ASTR_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(value, source));
+  std::string note;
+  auto created = astr::CreateBackend(file, BackendOpts(), kind, &note);
+  // On a machine with no NVIDIA driver the CPU is the expected choice: say nothing. With a driver,
+  // not using it is worth a line.
+  if (created.ok() && !note.empty() && NvidiaDriverPresent()) {
+    std::fprintf(stderr, "astr: not using CUDA: %s; running on the CPU backend\n", note.c_str());
+  }
+  return created;
 }
 
 }  // namespace astr::cli

@@ -43,6 +43,8 @@ struct SamplingFlags {
 struct EngineFlags {
   int64_t threads = 0;
   std::string dtype = "bf16";
+  std::string backend;  // "" = $ASTR_BACKEND, else auto
+  std::string cuda_graphs = "on";
   int64_t page_size = 16;
   int64_t num_pages = 0;
   int64_t kv_cache_mb = 1024;

@@ -22,6 +22,7 @@ struct BackendOptions {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   int64_t max_batch_tokens = 2048;  // most rows (T) one step may carry
   int64_t max_sample_rows = 256;    // most sample rows (S) one step may carry
+  bool cuda_graphs = true;          // CUDA backend: capture and replay decode steps as CUDA graphs
 };
 
 class Backend {

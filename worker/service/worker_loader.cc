@@ -9,6 +9,7 @@
 #include "common/gguf.h"
 #include "common/model_file.h"
 #include "common/tokenizer/tokenizer.h"
+#include "worker/backend_loader.h"
 #include "worker/kv_pool.h"
 
 namespace astr {
@@ -106,10 +107,16 @@ StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config, con
     return MakeInstantRunner(c, limits, OrdinaryIds(c, tokenizer, eos));
   }
   const auto start = std::chrono::steady_clock::now();
-  log("loading weights (" + config.backend_options.weight_dtype + ")");
-  ASTR_ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(file, config.backend_options));
-  log(Format("weights loaded in %.2f s", SecondsSince(start)));
-  return MakeBackendRunner(std::move(backend), config.backend_options.weight_dtype);
+  ASTR_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(config.backend, "--backend"));
+  std::string note;
+  log("loading weights (" + std::string(BackendKindName(kind)) + " backend)");
+  ASTR_ASSIGN_OR_RETURN(auto backend, CreateBackend(file, config.backend_options, kind, &note));
+  if (!note.empty()) log("not using CUDA: " + note + "; running on the CPU backend");
+  log(Format("weights loaded in %.2f s", SecondsSince(start)) + " (" + backend->name() +
+      " backend)");
+  // The CUDA backend holds bf16 weights whatever --dtype says (--dtype is the CPU backend's).
+  const std::string dtype = backend->name() == "cpu" ? config.backend_options.weight_dtype : "bf16";
+  return MakeBackendRunner(std::move(backend), dtype);
 }
 
 void FillModelInfo(const ModelFile& file, const std::string& hash, v1::InfoResponse* info) {
@@ -142,7 +149,8 @@ void FillPoolInfo(const WorkerExecutor& executor, v1::InfoResponse* info) {
 }  // namespace
 
 StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
-  if (config.backend != "cpu" && config.backend != "instant") {
+  if (config.backend != "auto" && config.backend != "cpu" && config.backend != "cuda" &&
+      config.backend != "instant") {
     return InvalidArgumentError("--backend: '" + config.backend + "' is not one of " +
                                 std::string(kWorkerBackends));
   }

@@ -33,6 +33,6 @@ StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config,
                                   const std::function<void(const std::string&)>& log);
 
 // The backends LoadWorker knows, for --help and error messages.
-inline constexpr const char* kWorkerBackends = "cpu or instant";
+inline constexpr const char* kWorkerBackends = "auto, cpu, cuda or instant";
 
 }  // namespace astr

@@ -32,16 +32,16 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
-// --backend, else $ASTR_BACKEND, else cpu. The error names where the bad value came from.
+// --backend, else $ASTR_BACKEND, else auto. The error names where the bad value came from.
 StatusOr<std::string> ResolveBackend(const flags::FlagSet& fs, const std::string& flag_value) {
   std::string value = flag_value;
   std::string source = "--backend";
   if (!fs.WasSet("backend")) {
     const char* env = std::getenv("ASTR_BACKEND");
-    value = env != nullptr && *env != '\0' ? env : "cpu";
+    value = env != nullptr && *env != '\0' ? env : "auto";
     source = "--backend (from ASTR_BACKEND)";
   }
-  if (value != "cpu" && value != "instant") {
+  if (value != "auto" && value != "cpu" && value != "cuda" && value != "instant") {
     return InvalidArgumentError(source + ": '" + value + "' is not one of " + kWorkerBackends);
   }
   return value;
@@ -91,9 +91,11 @@ int Main(int argc, const char* const* argv) {
             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
             "printed to stderr as a line 'listening on HOST:PORT' once the model is loaded.");
   fs.String("backend", &backend,
-            "cpu, or instant (benchmarks only: plans are validated as for cpu but nothing is "
-            "computed; each sample is an ordinary token chosen from the sequence id and "
-            "position). Default: $ASTR_BACKEND if set, else cpu.");
+            "auto (CUDA where a usable GPU and the CUDA plugin exist, else cpu; the log says "
+            "why CUDA was not used), cpu, cuda (an error if it cannot run), or instant "
+            "(benchmarks only: plans are validated as for cpu but nothing is computed; each "
+            "sample is an ordinary token chosen from the sequence id and position). Default: "
+            "$ASTR_BACKEND if set, else auto.");
   cli::EngineFlags engine;
   engine.RegisterBackend(&fs);
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");

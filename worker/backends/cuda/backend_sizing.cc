@@ -1,0 +1,40 @@
+// Host-side sizing of the CUDA backend (no device code, unit-tested on the CPU).
+#include <algorithm>
+
+#include "kernels/cuda/paged_decode.h"
+#include "kernels/cuda/paged_prefill.h"
+#include "worker/backends/cuda/cuda_backend.h"
+
+namespace astr::cuda {
+
+int64_t CudaPagesForBytes(const ModelConfig& c, int64_t page_size, int64_t bytes) {
+  const int64_t per_page = c.num_layers * 2 * page_size * c.num_kv_heads * c.head_dim * 2;
+  return per_page > 0 ? bytes / per_page : 0;
+}
+
+WorkspaceDims WorkspaceDimsFor(const ModelConfig& c, const BackendOptions& options,
+                               int64_t num_pages, int num_sms) {
+  WorkspaceDims d;
+  d.max_tokens = options.max_batch_tokens;
+  // Every entry feeds at least one row, so a step never has more entries than rows.
+  d.max_batch = std::min(options.max_sample_rows, options.max_batch_tokens);
+  const int64_t seq_pages =
+      c.max_position > 0 ? (c.max_position + options.page_size - 1) / options.page_size : num_pages;
+  d.max_kv_pages = d.max_batch * std::min(num_pages, seq_pages);
+  d.hidden = c.hidden_size;
+  d.q_cols = c.num_heads * c.head_dim;
+  d.qkv_rows = d.q_cols + 2 * c.num_kv_heads * c.head_dim + (c.gated_attention ? d.q_cols : 0);
+  d.ffn = c.intermediate_size;
+  d.vocab = c.vocab_size;
+  d.num_heads = c.num_heads;
+  d.head_dim = c.head_dim;
+  for (int bucket : GraphBuckets(static_cast<int>(d.max_batch))) {
+    const int splits = ChooseDecodeSplits(bucket, static_cast<int>(c.num_kv_heads), num_sms);
+    d.max_partial_rows = std::max<int64_t>(d.max_partial_rows, int64_t{bucket} * splits);
+  }
+  d.max_prefill_tiles = MaxPrefillTiles(
+      static_cast<int>(d.max_tokens), static_cast<int>(d.max_batch), static_cast<int>(c.head_dim));
+  return d;
+}
+
+}  // namespace astr::cuda

@@ -1,0 +1,344 @@
+#include "worker/backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "common/model_file.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_attention_generic.h"
+#include "kernels/cuda/paged_decode.h"
+#include "kernels/cuda/paged_prefill.h"
+
+namespace astr::cuda {
+namespace {
+
+#define ASTR_LAUNCH(expr, what) ASTR_CUDA_RETURN_IF_ERROR(expr, what)
+
+AttentionDims DimsOf(const ModelConfig& c) {
+  AttentionDims d;
+  d.num_heads = static_cast<int>(c.num_heads);
+  d.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  d.head_dim = static_cast<int>(c.head_dim);
+  d.sliding_window = static_cast<int>(c.sliding_window);
+  d.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return d;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file,
+                                                           const BackendOptions& options) {
+  const ModelConfig& c = file.config();
+  ASTR_RETURN_IF_ERROR(c.Validate());
+  if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
+  if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
+  if (options.page_size < 1) return InvalidArgumentError("page_size must be >= 1");
+  const AttentionDims dims = DimsOf(c);
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  const char* why = nullptr;
+  if (!SupportsPagedDecode(dims, &why) || !SupportsPagedPrefill(dims, &why)) {
+    if (c.head_dim > kGenericAttentionMaxHeadDim) {
+      return InvalidArgumentError("the CUDA attention kernels do not support head_dim " +
+                                  std::to_string(c.head_dim) + ": " +
+                                  (why != nullptr ? why : "unsupported shape"));
+    }
+    b->generic_attention_ = true;
+    std::fprintf(stderr, "astr: CUDA backend: %s; using the generic (slow) attention kernel\n",
+                 why != nullptr ? why : "shape not covered by the tensor-core attention kernels");
+  }
+  b->config_ = c;
+  b->page_size_ = options.page_size;
+  int device = 0;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "selecting the CUDA device");
+  ASTR_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device),
+      "querying the SM count");
+  ASTR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking),
+                            "creating the CUDA stream");
+  b->num_pages_ = options.num_pages > 0
+                      ? options.num_pages
+                      : CudaPagesForBytes(c, options.page_size, options.kv_cache_bytes);
+  if (b->num_pages_ < 1) {
+    return InvalidArgumentError("kv cache of " + std::to_string(options.kv_cache_bytes) +
+                                " bytes holds no page of " + std::to_string(options.page_size) +
+                                " tokens");
+  }
+  ASTR_ASSIGN_OR_RETURN(b->weights_, LoadCudaWeights(file, c.ParameterCount() > 50'000'000));
+  b->layer_kv_elems_ = b->num_pages_ * options.page_size * c.num_kv_heads * c.head_dim;
+  ASTR_ASSIGN_OR_RETURN(
+      b->kv_, DeviceAllocator::Allocate(
+                  static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16),
+                  "the KV pool"));
+  const WorkspaceDims wd = WorkspaceDimsFor(c, options, b->num_pages_, b->num_sms_);
+  ASTR_ASSIGN_OR_RETURN(InferenceWorkspace ws, InferenceWorkspace::Create(wd));
+  b->ws_ = std::make_unique<InferenceWorkspace>(std::move(ws));
+  ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
+                                                 static_cast<size_t>(wd.gemm_workspace_bytes)));
+  b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
+                                                  options.cuda_graphs);
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    graphs_.reset();
+    cudaStreamDestroy(stream_);
+  }
+}
+
+int CudaBackend::decode_splits(int bucket) const {
+  return ChooseDecodeSplits(bucket, static_cast<int>(config_.num_kv_heads), num_sms_);
+}
+
+const bf16* CudaBackend::k_pool(int64_t layer) const {
+  return kv_.as<bf16>() + (2 * layer) * layer_kv_elems_;
+}
+const bf16* CudaBackend::v_pool(int64_t layer) const {
+  return kv_.as<bf16>() + (2 * layer + 1) * layer_kv_elems_;
+}
+
+int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows) {
+  StepMetadata& m = ws_->host();
+  const int64_t t = batch.num_tokens(), b = batch.batch_size();
+  std::copy(batch.token_ids.begin(), batch.token_ids.end(), m.token_ids);
+  std::copy(batch.positions.begin(), batch.positions.end(), m.positions);
+  std::copy(batch.out_slots.begin(), batch.out_slots.end(), m.out_slots);
+  std::copy(batch.qo_indptr.begin(), batch.qo_indptr.end(), m.qo_indptr);
+  std::copy(batch.kv_indptr.begin(), batch.kv_indptr.end(), m.kv_indptr);
+  std::copy(batch.kv_last_page_len.begin(), batch.kv_last_page_len.end(), m.kv_last_page_len);
+  std::copy(batch.kv_page_indices.begin(), batch.kv_page_indices.end(), m.kv_page_indices);
+  if (decode) {
+    // Padding rows: token 0 at position 0, no pages, no out slot. The kernels skip them and the
+    // logits of their rows are never copied out.
+    for (int64_t r = t; r < rows; ++r) {
+      m.token_ids[r] = 0;
+      m.positions[r] = 0;
+      m.out_slots[r] = -1;
+      m.qo_indptr[r + 1] = static_cast<int32_t>(r + 1);
+      m.kv_indptr[r + 1] = m.kv_indptr[b];
+      m.kv_last_page_len[r] = 0;
+    }
+  } else {
+    std::copy(batch.sample_rows.begin(), batch.sample_rows.end(), m.sample_rows);
+    const PrefillPlan plan = BuildPrefillPlan(batch.qo_indptr.data(), static_cast<int>(b),
+                                              static_cast<int>(config_.head_dim));
+    std::copy(plan.tile_entry.begin(), plan.tile_entry.end(), m.tile_entry);
+    std::copy(plan.tile_row_begin.begin(), plan.tile_row_begin.end(), m.tile_row_begin);
+    return plan.num_tiles();
+  }
+  return 0;
+}
+
+Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
+  const WorkspaceDims& d = ws_->dims();
+  ASTR_RETURN_IF_ERROR(
+      ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));
+  const int64_t t = batch.num_tokens(), b = batch.batch_size();
+  const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
+  if (b > d.max_batch || s > d.max_batch) {
+    return InvalidArgumentError("invalid step batch: " + std::to_string(b) + " entries and " +
+                                std::to_string(s) + " sample rows; the CUDA workspace holds " +
+                                std::to_string(d.max_batch));
+  }
+  if (static_cast<int64_t>(batch.kv_page_indices.size()) > d.max_kv_pages) {
+    return InvalidArgumentError(
+        "invalid step batch: " + std::to_string(batch.kv_page_indices.size()) +
+        " page ids, more than the workspace's " + std::to_string(d.max_kv_pages));
+  }
+  if (t == 0) return OkStatus();
+  // A decode step: every entry feeds exactly one row.
+  bool decode = true;
+  for (int64_t e = 0; e < b && decode; ++e)
+    decode = batch.qo_indptr[e + 1] - batch.qo_indptr[e] == 1;
+  const int rows =
+      decode ? BucketFor(static_cast<int>(b), graphs_->buckets()) : static_cast<int>(t);
+  const int num_tiles = static_cast<int>(StageMetadata(batch, decode, rows));
+  ASTR_CUDA_RETURN_IF_ERROR(
+      ws_->UploadMetadata(static_cast<int64_t>(batch.kv_page_indices.size()), stream_),
+      "uploading the step metadata");
+  if (decode) {
+    ASTR_RETURN_IF_ERROR(graphs_->Run(rows, stream_, [&](cudaStream_t st) {
+      return EnqueueForward(rows, rows, rows, true, 0, st);
+    }));
+  } else {
+    ASTR_RETURN_IF_ERROR(EnqueueForward(static_cast<int>(t), static_cast<int>(b),
+                                        static_cast<int>(s), false, num_tiles, stream_));
+  }
+  ASTR_RETURN_IF_ERROR(CopyLogits(batch, decode, logits));
+  ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
+  return OkStatus();
+}
+
+Status CudaBackend::CopyLogits(const StepBatch& batch, bool decode, float* logits) {
+  const int64_t vocab = config_.vocab_size;
+  const float* dev = ws_->act().logits;
+  const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
+  if (s == 0) return OkStatus();
+  if (!decode) {
+    // The prefill path computed exactly the sample rows, in order.
+    ASTR_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(logits, dev, s * vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "copying logits");
+    return OkStatus();
+  }
+  // The decode path computed logits for every row: copy the sample rows, merging consecutive runs.
+  for (int64_t i = 0; i < s;) {
+    int64_t j = i + 1;
+    while (j < s && batch.sample_rows[j] == batch.sample_rows[j - 1] + 1) ++j;
+    ASTR_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(logits + i * vocab, dev + int64_t{batch.sample_rows[i]} * vocab,
+                        (j - i) * vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "copying logits");
+    i = j;
+  }
+  return OkStatus();
+}
+
+Status CudaBackend::EnqueueForward(int rows, int entries, int samples, bool decode, int num_tiles,
+                                   cudaStream_t s) {
+  const ModelConfig& c = config_;
+  const StepMetadata& m = ws_->device();
+  const Activations& a = ws_->act();
+  const int hidden = static_cast<int>(c.hidden_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  ASTR_LAUNCH(LaunchEmbeddingGather(weights_.embed.as<bf16>(), m.token_ids, rows, hidden, a.x, s),
+              "embedding gather");
+  ASTR_LAUNCH(LaunchAddRmsNorm(a.x, nullptr, weights_.layers[0].attn_norm.as<float>(), eps, rows,
+                               hidden, a.xn, s),
+              "rms norm");
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const float* next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm.as<float>()
+                                                  : weights_.final_norm.as<float>();
+    ASTR_RETURN_IF_ERROR(EnqueueLayer(l, rows, entries, decode, num_tiles, next_norm, s));
+  }
+  const bf16* head_in = a.xn;
+  if (!decode) {
+    ASTR_LAUNCH(
+        LaunchGatherRows(a.xn, hidden, m.sample_rows, samples, hidden, a.sampled, hidden, s),
+        "gathering sample rows");
+    head_in = a.sampled;
+  }
+  return gemm_->Matmul(head_in, hidden, weights_.lm_head_ptr(), a.logits, c.vocab_size, CUDA_R_32F,
+                       samples, c.vocab_size, hidden, s);
+}
+
+Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, int num_tiles,
+                                 const float* next_norm, cudaStream_t s) {
+  const ModelConfig& c = config_;
+  const CudaLayerWeights& w = weights_.layers[l];
+  const StepMetadata& m = ws_->device();
+  const Activations& a = ws_->act();
+  const int hidden = static_cast<int>(c.hidden_size), hd = static_cast<int>(c.head_dim);
+  const int heads = static_cast<int>(c.num_heads), kv_heads = static_cast<int>(c.num_kv_heads);
+  const int64_t qkv_rows = weights_.qkv_rows, q_cols = int64_t{heads} * hd;
+  const int64_t kv_cols = int64_t{kv_heads} * hd, ffn = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.qkv.as<bf16>(), a.qkv, qkv_rows, CUDA_R_16BF,
+                                     rows, qkv_rows, hidden, s));
+  if (c.qkv_bias) {
+    ASTR_LAUNCH(
+        LaunchAddBias(a.qkv, qkv_rows, rows, static_cast<int>(qkv_rows), w.qkv_bias.as<float>(), s),
+        "qkv bias");
+  }
+  bf16* q = a.qkv;
+  bf16* k = a.qkv + q_cols;
+  bf16* v = k + kv_cols;
+  auto qk_norm = [&]() -> Status {
+    ASTR_LAUNCH(LaunchHeadRmsNorm(q, qkv_rows, rows, heads, hd, w.q_norm.as<float>(), eps, s),
+                "q norm");
+    ASTR_LAUNCH(LaunchHeadRmsNorm(k, qkv_rows, rows, kv_heads, hd, w.k_norm.as<float>(), eps, s),
+                "k norm");
+    return OkStatus();
+  };
+  if (c.qk_norm == QkNorm::kBeforeRope) ASTR_RETURN_IF_ERROR(qk_norm());
+  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  const int rope_dim = static_cast<int>(c.rope_dim);
+  ASTR_LAUNCH(LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions,
+                         weights_.inv_freq.as<float>(), interleaved, s),
+              "rope q");
+  ASTR_LAUNCH(LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions,
+                         weights_.inv_freq.as<float>(), interleaved, s),
+              "rope k");
+  if (c.qk_norm == QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
+
+  PagedKv kv;
+  kv.k = kv_.as<bf16>() + (2 * l) * layer_kv_elems_;
+  kv.v = kv_.as<bf16>() + (2 * l + 1) * layer_kv_elems_;
+  kv.num_pages = static_cast<int>(num_pages_);
+  kv.page_size = static_cast<int>(page_size_);
+  KvIndex index{m.kv_indptr, m.kv_page_indices, m.kv_last_page_len};
+  if (generic_attention_) {
+    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
+                "kv append");
+    GenericAttentionArgs g;
+    g.dims = DimsOf(c);
+    g.kv = kv;
+    g.index = index;
+    g.qo_indptr = m.qo_indptr;
+    g.batch = entries;
+    g.num_rows = rows;
+    g.q = q;
+    g.q_stride = qkv_rows;
+    g.out = a.attn;
+    g.out_stride = q_cols;
+    ASTR_LAUNCH(LaunchGenericPagedAttention(g, s), "generic paged attention");
+  } else if (decode) {
+    PagedDecodeArgs d;
+    d.dims = DimsOf(c);
+    d.kv = kv;
+    d.index = index;
+    d.batch = rows;
+    d.q = q;
+    d.q_stride = qkv_rows;
+    d.k_new = k;
+    d.v_new = v;
+    d.kv_new_stride = qkv_rows;
+    d.out_slots = m.out_slots;
+    d.num_splits = decode_splits(rows);
+    d.o_partial = a.o_partial;
+    d.lse_partial = a.lse_partial;
+    d.out = a.attn;
+    d.out_stride = q_cols;
+    ASTR_LAUNCH(LaunchPagedDecode(d, s), "paged decode attention");
+  } else {
+    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
+                "kv append");
+    PagedPrefillArgs p;
+    p.dims = DimsOf(c);
+    p.kv = kv;
+    p.index = index;
+    p.qo_indptr = m.qo_indptr;
+    p.batch = entries;
+    p.q = q;
+    p.q_stride = qkv_rows;
+    p.out = a.attn;
+    p.out_stride = q_cols;
+    p.tile_entry = m.tile_entry;
+    p.tile_row_begin = m.tile_row_begin;
+    p.num_tiles = num_tiles;
+    ASTR_LAUNCH(LaunchPagedPrefill(p, s), "paged prefill attention");
+  }
+  if (c.gated_attention) {
+    ASTR_LAUNCH(
+        LaunchSigmoidGate(a.attn, q_cols, v + kv_cols, qkv_rows, rows, static_cast<int>(q_cols), s),
+        "attention gate");
+  }
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.attn, q_cols, w.o.as<bf16>(), a.proj, hidden, CUDA_R_32F,
+                                     rows, hidden, q_cols, s));
+  ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, w.mlp_norm.as<float>(), eps, rows, hidden, a.xn, s),
+              "add + rms norm");
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
+                                     CUDA_R_16BF, rows, 2 * ffn, hidden, s));
+  ASTR_LAUNCH(LaunchSiluMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s), "silu * mul");
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
+                                     rows, hidden, ffn, s));
+  ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, next_norm, eps, rows, hidden, a.xn, s),
+              "add + rms norm");
+  return OkStatus();
+}
+
+}  // namespace astr::cuda

@@ -1,0 +1,78 @@
+// The CUDA backend: the LLaMA-family forward pass on one GPU. bf16 weights and KV pool, f32
+// residual stream, cuBLASLt GEMMs, the paged attention kernels of kernels/cuda, an
+// InferenceWorkspace that holds every per-step buffer, and CUDA graphs for decode steps (one per
+// batch-size bucket).
+//
+// A step is a decode step when every batch entry feeds exactly one token and the batch fits the
+// largest graph bucket: it is padded to its bucket (padding entries have no pages and no out slot)
+// and replayed from a graph. Any other step (prefill chunks, mixed batches) runs eagerly: K/V
+// appended, then the prefill attention over pages.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "common/model_config.h"
+#include "worker/backend.h"
+#include "worker/backends/cuda/cuda_graphs.h"
+#include "worker/backends/cuda/cuda_weights.h"
+#include "worker/backends/cuda/gemm_lt.h"
+#include "worker/backends/cuda/workspace.h"
+
+namespace astr::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  static StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelFile& file,
+                                                       const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  int64_t num_pages() const override { return num_pages_; }
+  int64_t page_size() const override { return page_size_; }
+  int64_t max_batch_tokens() const override { return ws_->dims().max_tokens; }
+  int64_t max_sample_rows() const override { return ws_->dims().max_batch; }
+  Status Forward(const StepBatch& batch, float* logits) override;
+
+  // For tests and benchmarks.
+  const CudaGraphContext& graphs() const { return *graphs_; }
+  const InferenceWorkspace& workspace() const { return *ws_; }
+  int decode_splits(int bucket) const;
+  bool generic_attention() const { return generic_attention_; }
+  // The pool's bf16 contents of one layer (tests).
+  const bf16* k_pool(int64_t layer) const;
+  const bf16* v_pool(int64_t layer) const;
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  CudaBackend() = default;
+  // Fills the host metadata for the step (padded to `rows` entries on the decode path).
+  int64_t StageMetadata(const StepBatch& batch, bool decode, int rows);
+  Status EnqueueForward(int rows, int entries, int samples, bool decode, int num_tiles,
+                        cudaStream_t s);
+  Status EnqueueLayer(int64_t l, int rows, int entries, bool decode, int num_tiles,
+                      const float* next_norm, cudaStream_t s);
+  Status CopyLogits(const StepBatch& batch, bool decode, float* logits);
+
+  ModelConfig config_;
+  int64_t num_pages_ = 0, page_size_ = 0;
+  int num_sms_ = 1;
+  bool generic_attention_ = false;  // head_dim outside the tensor-core kernels' dispatch set
+  cudaStream_t stream_ = nullptr;
+  CudaWeights weights_;
+  DeviceMemory kv_;  // [layers][2][pages, page_size, kv_heads, head_dim] bf16
+  int64_t layer_kv_elems_ = 0;
+  std::unique_ptr<InferenceWorkspace> ws_;
+  std::unique_ptr<LtGemm> gemm_;
+  std::unique_ptr<CudaGraphContext> graphs_;
+};
+
+// Options checked and sizes derived the same way Create does; for host-side tests.
+WorkspaceDims WorkspaceDimsFor(const ModelConfig& c, const BackendOptions& options,
+                               int64_t num_pages, int num_sms);
+// KV pages that fit in `bytes` of bf16 K and V for this model and page size.
+int64_t CudaPagesForBytes(const ModelConfig& c, int64_t page_size, int64_t bytes);
+
+}  // namespace astr::cuda

@@ -1,0 +1,68 @@
+#include "worker/backends/cuda/cuda_graphs.h"
+
+#include <algorithm>
+
+#include "worker/backends/cuda/device_memory.h"
+
+namespace astr::cuda {
+
+std::vector<int> GraphBuckets(int max_batch) {
+  std::vector<int> b;
+  for (int s = 1; s < max_batch; s *= 2) b.push_back(s);
+  if (max_batch >= 1) b.push_back(max_batch);
+  return b;
+}
+
+int BucketFor(int batch, const std::vector<int>& buckets) {
+  if (batch < 1) return -1;
+  auto it = std::lower_bound(buckets.begin(), buckets.end(), batch);
+  return it == buckets.end() ? -1 : *it;
+}
+
+CudaGraphContext::CudaGraphContext(std::vector<int> buckets, bool enabled)
+    : buckets_(std::move(buckets)), enabled_(enabled), execs_(buckets_.size(), nullptr) {}
+
+CudaGraphContext::~CudaGraphContext() {
+  for (cudaGraphExec_t e : execs_) {
+    if (e != nullptr) cudaGraphExecDestroy(e);
+  }
+}
+
+int CudaGraphContext::captured() const {
+  return static_cast<int>(
+      std::count_if(execs_.begin(), execs_.end(), [](cudaGraphExec_t e) { return e != nullptr; }));
+}
+
+Status CudaGraphContext::Run(int bucket, cudaStream_t stream,
+                             const std::function<Status(cudaStream_t)>& enqueue) {
+  const auto it = std::find(buckets_.begin(), buckets_.end(), bucket);
+  if (!enabled_ || it == buckets_.end()) return enqueue(stream);
+  cudaGraphExec_t& exec = execs_[it - buckets_.begin()];
+  if (exec != nullptr) {
+    ASTR_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream), "replaying the decode graph");
+    ++replays_;
+    return OkStatus();
+  }
+  // Live run first: its results are this step's, and any lazy initialisation (cuBLASLt kernels,
+  // module loading) happens here rather than inside the capture.
+  ASTR_RETURN_IF_ERROR(enqueue(stream));
+  cudaGraph_t graph = nullptr;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                            "beginning graph capture");
+  const Status captured = enqueue(stream);
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!captured.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return captured;
+  }
+  ASTR_CUDA_RETURN_IF_ERROR(end, "ending graph capture");
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    exec = nullptr;
+    return CudaStatus(inst, "instantiating the decode graph for batch " + std::to_string(bucket));
+  }
+  return OkStatus();
+}
+
+}  // namespace astr::cuda

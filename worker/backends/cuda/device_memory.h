@@ -1,0 +1,63 @@
+// Device memory for the CUDA backend. Every allocation the backend makes goes through
+// DeviceAllocator, which counts them: the tests check that the count does not move during decode
+// steps (the decode hot loop allocates nothing). Buffers are freed by destruction.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace astr::cuda {
+
+// "what: <cudaGetErrorString>" as an INTERNAL status (RESOURCE_EXHAUSTED for out of memory).
+Status CudaStatus(cudaError_t err, const std::string& what);
+
+#define ASTR_CUDA_RETURN_IF_ERROR(expr, what)                                                 \
+  do {                                                                                        \
+    cudaError_t astr_cuda_err_ = (expr);                                                      \
+    if (astr_cuda_err_ != cudaSuccess) return ::astr::cuda::CudaStatus(astr_cuda_err_, what); \
+  } while (0)
+
+// One device allocation; cudaFree on destruction.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&& other) noexcept;
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  friend class DeviceAllocator;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class DeviceAllocator {
+ public:
+  // cudaMalloc of `bytes` (at least 1); `what` names the buffer in the error.
+  static StatusOr<DeviceMemory> Allocate(size_t bytes, const std::string& what);
+  // Allocations made through Allocate since the process started, and bytes currently held.
+  static int64_t allocations() { return allocations_.load(); }
+  static int64_t bytes_in_use() { return bytes_in_use_.load(); }
+
+ private:
+  friend class DeviceMemory;
+  static std::atomic<int64_t> allocations_;
+  static std::atomic<int64_t> bytes_in_use_;
+};
+
+}  // namespace astr::cuda

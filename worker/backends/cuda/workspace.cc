@@ -1,0 +1,123 @@
+#include "worker/backends/cuda/workspace.h"
+
+#include <utility>
+
+namespace astr::cuda {
+
+void* BumpAllocator::TakeBytes(size_t bytes, const char* name) {
+  const size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;
+  used_ = offset + bytes;
+  if (base_ != nullptr && used_ > capacity_) overflowed_ = true;
+  regions_.push_back({name, offset, bytes});
+  // In counting mode the "pointer" is the offset; nothing dereferences it.
+  return base_ != nullptr ? static_cast<void*>(base_ + offset)
+                          : reinterpret_cast<void*>(static_cast<uintptr_t>(offset));
+}
+
+StepMetadata CarveMetadata(BumpAllocator& a, const WorkspaceDims& d) {
+  StepMetadata m{};
+  m.token_ids = a.Take<int32_t>(d.max_tokens, "token_ids");
+  m.positions = a.Take<int32_t>(d.max_tokens, "positions");
+  m.qo_indptr = a.Take<int32_t>(d.max_batch + 1, "qo_indptr");
+  m.kv_indptr = a.Take<int32_t>(d.max_batch + 1, "kv_indptr");
+  m.kv_last_page_len = a.Take<int32_t>(d.max_batch, "kv_last_page_len");
+  m.sample_rows = a.Take<int32_t>(d.max_batch, "sample_rows");
+  m.tile_entry = a.Take<int32_t>(d.max_prefill_tiles, "tile_entry");
+  m.tile_row_begin = a.Take<int32_t>(d.max_prefill_tiles, "tile_row_begin");
+  m.out_slots = a.Take<int64_t>(d.max_tokens, "out_slots");
+  m.sampling_params = a.Take<DeviceSamplingParams>(d.max_batch, "sampling_params");
+  // Last, so that a step uploads only the page ids it uses (see UploadMetadata).
+  m.kv_page_indices = a.Take<int32_t>(d.max_kv_pages, "kv_page_indices");
+  return m;
+}
+
+Activations CarveActivations(BumpAllocator& a, const WorkspaceDims& d) {
+  Activations x{};
+  const int64_t t = d.max_tokens, b = d.max_batch;
+  x.x = a.Take<float>(t * d.hidden, "x");
+  x.xn = a.Take<bf16>(t * d.hidden, "xn");
+  x.qkv = a.Take<bf16>(t * d.qkv_rows, "qkv");
+  x.attn = a.Take<bf16>(t * d.q_cols, "attn");
+  x.proj = a.Take<float>(t * d.hidden, "proj");
+  x.gate_up = a.Take<bf16>(t * 2 * d.ffn, "gate_up");
+  x.act = a.Take<bf16>(t * d.ffn, "act");
+  x.sampled = a.Take<bf16>(b * d.hidden, "sampled");
+  x.logits = a.Take<float>(b * d.vocab, "logits");
+  x.raw_logits = a.Take<float>(b * d.vocab, "raw_logits");
+  x.o_partial = a.Take<float>(d.max_partial_rows * d.num_heads * d.head_dim, "o_partial");
+  x.lse_partial = a.Take<float>(d.max_partial_rows * d.num_heads, "lse_partial");
+  x.sample_results = a.Take<DeviceSampleResult>(b, "sample_results");
+  x.gemm_workspace = a.TakeBytes(static_cast<size_t>(d.gemm_workspace_bytes), "gemm_workspace");
+  return x;
+}
+
+size_t InferenceWorkspace::HostBytes(const WorkspaceDims& d) {
+  BumpAllocator count(nullptr, 0);
+  CarveMetadata(count, d);
+  return count.used();
+}
+
+size_t InferenceWorkspace::DeviceBytes(const WorkspaceDims& d) {
+  BumpAllocator count(nullptr, 0);
+  CarveMetadata(count, d);
+  CarveActivations(count, d);
+  return count.used();
+}
+
+StatusOr<InferenceWorkspace> InferenceWorkspace::Create(const WorkspaceDims& d) {
+  InferenceWorkspace ws;
+  ws.dims_ = d;
+  ws.metadata_bytes_ = HostBytes(d);
+  const size_t device_bytes = DeviceBytes(d);
+  ASTR_ASSIGN_OR_RETURN(ws.device_memory_,
+                        DeviceAllocator::Allocate(device_bytes, "the inference workspace"));
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ws.pinned_, ws.metadata_bytes_),
+                            "allocating pinned step metadata");
+  BumpAllocator host(static_cast<char*>(ws.pinned_), ws.metadata_bytes_);
+  ws.host_ = CarveMetadata(host, d);
+  // The device block starts with the metadata mirror at the same offsets, so one copy of
+  // metadata_bytes_ moves every array.
+  BumpAllocator device(ws.device_memory_.as<char>(), device_bytes);
+  ws.device_ = CarveMetadata(device, d);
+  ws.act_ = CarveActivations(device, d);
+  if (host.overflowed() || device.overflowed()) {
+    return InternalError("inference workspace layout exceeds its counted size");
+  }
+  return ws;
+}
+
+InferenceWorkspace::InferenceWorkspace(InferenceWorkspace&& o) noexcept
+    : dims_(o.dims_),
+      device_memory_(std::move(o.device_memory_)),
+      pinned_(std::exchange(o.pinned_, nullptr)),
+      metadata_bytes_(o.metadata_bytes_),
+      host_(o.host_),
+      device_(o.device_),
+      act_(o.act_) {}
+
+InferenceWorkspace& InferenceWorkspace::operator=(InferenceWorkspace&& o) noexcept {
+  if (this != &o) {
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    dims_ = o.dims_;
+    device_memory_ = std::move(o.device_memory_);
+    pinned_ = std::exchange(o.pinned_, nullptr);
+    metadata_bytes_ = o.metadata_bytes_;
+    host_ = o.host_;
+    device_ = o.device_;
+    act_ = o.act_;
+  }
+  return *this;
+}
+
+InferenceWorkspace::~InferenceWorkspace() {
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+}
+
+cudaError_t InferenceWorkspace::UploadMetadata(int64_t num_page_ids, cudaStream_t stream) const {
+  const size_t pages_offset = static_cast<size_t>(reinterpret_cast<char*>(host_.kv_page_indices) -
+                                                  static_cast<char*>(pinned_));
+  const size_t bytes = pages_offset + static_cast<size_t>(num_page_ids) * sizeof(int32_t);
+  return cudaMemcpyAsync(device_memory_.get(), pinned_, bytes, cudaMemcpyHostToDevice, stream);
+}
+
+}  // namespace astr::cuda
