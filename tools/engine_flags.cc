@@ -119,6 +119,9 @@ void EngineFlags::RegisterBackend(flags::FlagSet* fs) {
   fs->String("cuda-graphs", &cuda_graphs,
              "CUDA backend: on = capture each decode batch-size bucket (1, 2, 4, ... up to the "
              "max batch) as a CUDA graph and replay it; off = launch every kernel eagerly.");
+  fs->String("cuda-sampling", &cuda_sampling,
+             "CUDA backend: on = draw tokens on the GPU (only token ids and logprobs come back); "
+             "off = copy the logits to the host and draw there.");
 }
 
 void EngineFlags::Register(flags::FlagSet* fs) {
@@ -143,6 +146,9 @@ Status EngineFlags::Validate() const {
   if (cuda_graphs != "on" && cuda_graphs != "off") {
     return InvalidArgumentError("--cuda-graphs must be on or off, got '" + cuda_graphs + "'");
   }
+  if (cuda_sampling != "on" && cuda_sampling != "off") {
+    return InvalidArgumentError("--cuda-sampling must be on or off, got '" + cuda_sampling + "'");
+  }
   return OkStatus();
 }
 
@@ -156,6 +162,7 @@ BackendOptions EngineFlags::BackendOpts() const {
   o.max_batch_tokens = max_batch_tokens;
   o.max_sample_rows = std::max<int64_t>(1, max_running);
   o.cuda_graphs = cuda_graphs == "on";
+  o.device_sampling = cuda_sampling == "on";
   return o;
 }
 

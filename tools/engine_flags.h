@@ -45,6 +45,7 @@ struct EngineFlags {
   std::string dtype = "bf16";
   std::string backend;  // "" = $ASTR_BACKEND, else auto
   std::string cuda_graphs = "on";
+  std::string cuda_sampling = "on";
   int64_t page_size = 16;
   int64_t num_pages = 0;
   int64_t kv_cache_mb = 1024;

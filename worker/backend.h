@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "common/model_config.h"
 #include "common/status.h"
+#include "worker/sampler.h"
 #include "worker/step_batch.h"
 
 namespace astr {
@@ -23,6 +25,7 @@ struct BackendOptions {
   int64_t max_batch_tokens = 2048;  // most rows (T) one step may carry
   int64_t max_sample_rows = 256;    // most sample rows (S) one step may carry
   bool cuda_graphs = true;          // CUDA backend: capture and replay decode steps as CUDA graphs
+  bool device_sampling = true;  // CUDA backend: draw tokens on the GPU (else logits to the host)
 };
 
 class Backend {
@@ -38,6 +41,18 @@ class Backend {
   // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch
   // first.
   virtual Status Forward(const StepBatch& batch, float* logits) = 0;
+
+  // Optional: sampling where the logits are. A backend that returns true from samples_on_device()
+  // implements ForwardSample: the step's forward pass, then one draw per sample row i with
+  // samplers[i] (the host sampler's semantics, worker/sampler.h) into results[i], without copying
+  // the logits out. Callers go through StepSampling (worker/step_sampling.h), which uses this or
+  // Forward + Sample().
+  virtual bool samples_on_device() const { return false; }
+  virtual Status ForwardSample(const StepBatch& batch,
+                               std::span<const SequenceSampler* const> samplers,
+                               std::span<SampleResult> results) {
+    return UnimplementedError("the " + name() + " backend does not sample on its device");
+  }
 };
 
 // Creates the CPU backend from an opened model file.

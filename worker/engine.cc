@@ -23,10 +23,12 @@ const char* FinishReasonName(FinishReason reason) {
 }
 
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
-    : backend_(std::move(backend)), options_(options), pages_(backend_->num_pages()) {
+    : backend_(std::move(backend)),
+      options_(options),
+      pages_(backend_->num_pages()),
+      sampling_(*backend_) {
   options_.max_running = std::clamp<int64_t>(options_.max_running, 1, backend_->max_sample_rows());
   options_.prefill_chunk = std::max<int64_t>(1, options_.prefill_chunk);
-  logits_.resize(backend_->max_sample_rows() * backend_->config().vocab_size);
 }
 
 StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
@@ -137,15 +139,23 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
     if (!running_.empty()) return ResourceExhaustedError("KV pool too small for one sequence");
     return OkStatus();
   }
+  // The entries that feed their last uncomputed token sample, in batch order (= sample row order).
+  step_samplers_.clear();
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
+    if (entries[e]->computed + n == static_cast<int64_t>(entries[e]->tokens.size())) {
+      step_samplers_.push_back(entries[e]->sampler.get());
+    }
+  }
+  step_results_.resize(step_samplers_.size());
   const auto start = std::chrono::steady_clock::now();
-  ASTR_RETURN_IF_ERROR(backend_->Forward(batch_, logits_.data()));
+  ASTR_RETURN_IF_ERROR(sampling_.Run(*backend_, batch_, step_samplers_, step_results_));
   last_step_.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   last_step_.tokens = batch_.num_tokens();
   last_step_.entries = static_cast<int64_t>(entries.size());
   last_step_.sampled = static_cast<int64_t>(batch_.sample_rows.size());
 
-  const int64_t vocab = backend_->config().vocab_size;
   size_t sample_index = 0;
   std::vector<Sequence*> done;
   for (size_t e = 0; e < entries.size(); ++e) {
@@ -153,8 +163,7 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
     const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
     seq->computed += n;
     if (seq->computed != static_cast<int64_t>(seq->tokens.size())) continue;  // mid-prompt chunk
-    SampleResult r =
-        Sample(logits_.data() + sample_index++ * vocab, vocab, *seq->sampler, scratch_);
+    const SampleResult& r = step_results_[sample_index++];
     seq->sampler->Append(r.token);
     seq->tokens.push_back(r.token);
     const SamplingParams& p = seq->sampler->params();

@@ -14,6 +14,7 @@
 #include "worker/backend.h"
 #include "worker/page_allocator.h"
 #include "worker/sampler.h"
+#include "worker/step_sampling.h"
 
 namespace astr {
 
@@ -94,8 +95,9 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   StepBatch batch_;
-  std::vector<float> logits_;
-  SamplerScratch scratch_;
+  StepSampling sampling_;
+  std::vector<const SequenceSampler*> step_samplers_;  // per sample row of the step
+  std::vector<SampleResult> step_results_;
   StepStats last_step_;
 };
 

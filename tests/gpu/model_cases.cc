@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<ModelFile>> OpenModel(const ModelSpec& spec) {
   return ModelFile::Open(path);
 }
 
-BackendOptions Options(bool graphs) {
+BackendOptions Options(bool graphs, bool device_sampling = true) {
   BackendOptions o;
   o.weight_dtype = "bf16";
   o.page_size = 16;
@@ -65,6 +65,7 @@ BackendOptions Options(bool graphs) {
   o.max_batch_tokens = 1024;
   o.max_sample_rows = 16;
   o.cuda_graphs = graphs;
+  o.device_sampling = device_sampling;
   o.threads = 2;
   return o;
 }
@@ -75,13 +76,14 @@ std::vector<int32_t> Prompt(int64_t len, int64_t vocab, int64_t salt) {
   return p;
 }
 
-// Greedy generation on both backends; ids must agree up to the first position where the CPU's top
+// Greedy generation on both backends (the CUDA one drawing on the GPU or on the host, with its
+// logprobs in both cases); ids must agree up to the first position where the CPU's top
 // two logprobs are closer than `margin` (a near tie that bf16 rounding may flip).
-CaseResult GreedyMatches(const ModelSpec& spec) {
+CaseResult GreedyMatches(const ModelSpec& spec, bool device_sampling) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
   auto cpu = CreateCpuBackend(**file, Options(false));
-  auto gpu = cuda::CudaBackend::Create(**file, Options(true));
+  auto gpu = cuda::CudaBackend::Create(**file, Options(true, device_sampling));
   if (!cpu.ok() || !gpu.ok()) return Fail((cpu.ok() ? gpu.status() : cpu.status()).ToString());
   const int64_t vocab = (*file)->config().vocab_size;
   Engine cpu_engine(std::move(*cpu), EngineOptions{});
@@ -262,7 +264,8 @@ CaseResult LogitsClose(const ModelSpec& spec) {
 void RegisterModelCases() {
   for (const ModelSpec& m : Models()) {
     RegisterCase({"model_logits", m.name, [m] { return LogitsClose(m); }});
-    RegisterCase({"model_greedy", m.name, [m] { return GreedyMatches(m); }});
+    RegisterCase({"model_greedy", m.name, [m] { return GreedyMatches(m, true); }});
+    RegisterCase({"model_greedy_host_sampling", m.name, [m] { return GreedyMatches(m, false); }});
     RegisterCase({"graph_replay", m.name, [m] { return GraphReplayBitExact(m); }});
   }
   RegisterCase(

@@ -1,7 +1,8 @@
-// StepRunner over a Backend: the forward pass writes the logits of every sample row into one
-// buffer sized once for the largest step, then each row is sampled on this thread with its
-// sequence's sampler and a scratch reused across steps.
+// StepRunner over a Backend: the forward pass and one draw per sample row through StepSampling (on
+// the backend's device where it samples there, else on this thread with buffers reused across
+// steps).
 #include "worker/service/step_runner.h"
+#include "worker/step_sampling.h"
 
 namespace astr {
 namespace {
@@ -14,7 +15,7 @@ class BackendRunner final : public StepRunner {
                .page_size = backend_->page_size(),
                .max_batch_tokens = backend_->max_batch_tokens(),
                .max_sample_rows = backend_->max_sample_rows()};
-    logits_.resize(backend_->max_sample_rows() * backend_->config().vocab_size);
+    samplers_.reserve(static_cast<size_t>(backend_->max_sample_rows()));
   }
 
   std::string name() const override { return backend_->name(); }
@@ -28,25 +29,18 @@ class BackendRunner final : public StepRunner {
       return InternalError("step runner: " + std::to_string(samples.size()) + " samples for " +
                            std::to_string(batch.sample_rows.size()) + " sample rows");
     }
-    const auto forward_start = std::chrono::steady_clock::now();
-    ASTR_RETURN_IF_ERROR(backend_->Forward(batch, logits_.data()));
-    timings->forward_ns = NanosSince(forward_start);
-    const auto sample_start = std::chrono::steady_clock::now();
-    const int64_t vocab = backend_->config().vocab_size;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      out[i] = Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samples[i].sampler,
-                      scratch_);
-    }
-    timings->sample_ns = NanosSince(sample_start);
-    return OkStatus();
+    samplers_.clear();
+    for (const SampleRequest& s : samples) samplers_.push_back(s.sampler);
+    return sampling_.Run(*backend_, batch, samplers_, out.first(samples.size()),
+                         &timings->forward_ns, &timings->sample_ns);
   }
 
  private:
   std::unique_ptr<Backend> backend_;
   std::string dtype_;
   RunnerLimits limits_;
-  std::vector<float> logits_;  // [max_sample_rows, vocab]
-  SamplerScratch scratch_;
+  StepSampling sampling_{*backend_};
+  std::vector<const SequenceSampler*> samplers_;  // per sample row of the step
 };
 
 }  // namespace

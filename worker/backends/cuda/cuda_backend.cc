@@ -78,6 +78,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                                                  static_cast<size_t>(wd.gemm_workspace_bytes)));
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
                                                   options.cuda_graphs);
+  b->device_sampling_ = options.device_sampling;
   return b;
 }
 
@@ -132,7 +133,7 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
   return 0;
 }
 
-Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
+Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
   const WorkspaceDims& d = ws_->dims();
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));
@@ -148,11 +149,12 @@ Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
         "invalid step batch: " + std::to_string(batch.kv_page_indices.size()) +
         " page ids, more than the workspace's " + std::to_string(d.max_kv_pages));
   }
-  if (t == 0) return OkStatus();
   // A decode step: every entry feeds exactly one row.
-  bool decode = true;
-  for (int64_t e = 0; e < b && decode; ++e)
+  bool decode = b > 0;
+  for (int64_t e = 0; e < b && decode; ++e) {
     decode = batch.qo_indptr[e + 1] - batch.qo_indptr[e] == 1;
+  }
+  *decode_out = decode;
   const int rows =
       decode ? BucketFor(static_cast<int>(b), graphs_->buckets()) : static_cast<int>(t);
   const int num_tiles = static_cast<int>(StageMetadata(batch, decode, rows));
@@ -160,16 +162,63 @@ Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
       ws_->UploadMetadata(static_cast<int64_t>(batch.kv_page_indices.size()), stream_),
       "uploading the step metadata");
   if (decode) {
-    ASTR_RETURN_IF_ERROR(graphs_->Run(rows, stream_, [&](cudaStream_t st) {
+    return graphs_->Run(rows, stream_, [&](cudaStream_t st) {
       return EnqueueForward(rows, rows, rows, true, 0, st);
-    }));
-  } else {
-    ASTR_RETURN_IF_ERROR(EnqueueForward(static_cast<int>(t), static_cast<int>(b),
-                                        static_cast<int>(s), false, num_tiles, stream_));
+    });
   }
+  return EnqueueForward(static_cast<int>(t), static_cast<int>(b), static_cast<int>(s), false,
+                        num_tiles, stream_);
+}
+
+Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
+  bool decode = false;
+  ASTR_RETURN_IF_ERROR(RunForward(batch, &decode));
   ASTR_RETURN_IF_ERROR(CopyLogits(batch, decode, logits));
   ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
   return OkStatus();
+}
+
+Status CudaBackend::ForwardSample(const StepBatch& batch,
+                                  std::span<const SequenceSampler* const> samplers,
+                                  std::span<SampleResult> results) {
+  const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
+  if (static_cast<int64_t>(samplers.size()) != s || results.size() < samplers.size()) {
+    return InvalidArgumentError("ForwardSample: " + std::to_string(samplers.size()) +
+                                " samplers for " + std::to_string(s) + " sample rows");
+  }
+  if (s > ws_->dims().max_batch) {
+    return InvalidArgumentError("invalid step batch: " + std::to_string(s) +
+                                " sample rows; the CUDA workspace holds " +
+                                std::to_string(ws_->dims().max_batch));
+  }
+  // The parameters ride in the step metadata block (one upload).
+  sampler_.Pack(samplers, config_.vocab_size, ws_->host().sampling_params);
+  bool decode = false;
+  ASTR_RETURN_IF_ERROR(RunForward(batch, &decode));
+  if (s == 0) {
+    ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
+    return OkStatus();
+  }
+  const Activations& a = ws_->act();
+  const int64_t vocab = config_.vocab_size;
+  if (decode) {
+    // The decode path computed logits for every row; move sample row i's logits to row i. Sample
+    // rows ascend (batch order) and sample_rows[i] >= i, so copying in order never overwrites a row
+    // still to be read.
+    for (int64_t i = 0; i < s; ++i) {
+      const int64_t from = batch.sample_rows[i];
+      if (from == i) continue;
+      if (from < i || (i > 0 && from <= batch.sample_rows[i - 1])) {
+        return InternalError("sample rows must ascend");
+      }
+      ASTR_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(a.logits + i * vocab, a.logits + from * vocab, vocab * sizeof(float),
+                          cudaMemcpyDeviceToDevice, stream_),
+          "compacting the sample rows");
+    }
+  }
+  return sampler_.Launch(a.logits, a.raw_logits, ws_->device().sampling_params, a.sample_results,
+                         vocab, stream_, results);
 }
 
 Status CudaBackend::CopyLogits(const StepBatch& batch, bool decode, float* logits) {

@@ -17,6 +17,7 @@
 #include "worker/backend.h"
 #include "worker/backends/cuda/cuda_graphs.h"
 #include "worker/backends/cuda/cuda_weights.h"
+#include "worker/backends/cuda/device_sampler.h"
 #include "worker/backends/cuda/gemm_lt.h"
 #include "worker/backends/cuda/workspace.h"
 
@@ -35,6 +36,9 @@ class CudaBackend final : public Backend {
   int64_t max_batch_tokens() const override { return ws_->dims().max_tokens; }
   int64_t max_sample_rows() const override { return ws_->dims().max_batch; }
   Status Forward(const StepBatch& batch, float* logits) override;
+  bool samples_on_device() const override { return device_sampling_; }
+  Status ForwardSample(const StepBatch& batch, std::span<const SequenceSampler* const> samplers,
+                       std::span<SampleResult> results) override;
 
   // For tests and benchmarks.
   const CudaGraphContext& graphs() const { return *graphs_; }
@@ -49,6 +53,9 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend() = default;
   // Fills the host metadata for the step (padded to `rows` entries on the decode path).
+  // Validates, stages and uploads the step, and enqueues its forward pass (logits left in the
+  // workspace: every padded row on the decode path, the sample rows in order otherwise).
+  Status RunForward(const StepBatch& batch, bool* decode);
   int64_t StageMetadata(const StepBatch& batch, bool decode, int rows);
   Status EnqueueForward(int rows, int entries, int samples, bool decode, int num_tiles,
                         cudaStream_t s);
@@ -59,7 +66,9 @@ class CudaBackend final : public Backend {
   ModelConfig config_;
   int64_t num_pages_ = 0, page_size_ = 0;
   int num_sms_ = 1;
-  bool generic_attention_ = false;  // head_dim outside the tensor-core kernels' dispatch set
+  bool generic_attention_ = false;
+  bool device_sampling_ = true;
+  DeviceSampler sampler_;  // head_dim outside the tensor-core kernels' dispatch set
   cudaStream_t stream_ = nullptr;
   CudaWeights weights_;
   DeviceMemory kv_;  // [layers][2][pages, page_size, kv_heads, head_dim] bf16
