@@ -72,6 +72,10 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                   static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16),
                   "the KV pool"));
   const WorkspaceDims wd = WorkspaceDimsFor(c, options, b->num_pages_, b->num_sms_);
+  if (wd.max_prefill_tiles > 65535) {  // the prefill grid's y dimension
+    return InvalidArgumentError("max_batch_tokens " + std::to_string(options.max_batch_tokens) +
+                                " needs more prefill work items than one launch takes (65535)");
+  }
   ASTR_ASSIGN_OR_RETURN(InferenceWorkspace ws, InferenceWorkspace::Create(wd));
   b->ws_ = std::make_unique<InferenceWorkspace>(std::move(ws));
   ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
