@@ -1,0 +1,211 @@
+// Device building blocks of the paged decode kernel (paged_decode.cu): PTX wrappers (cp.async,
+// ldmatrix, mma.sync m16n8k16 bf16), the CTA's tile geometry, and the per-warp attention of one
+// K/V tile. Internal to paged_decode.cu.
+//
+// Fragment layouts of mma.sync.m16n8k16 (g = lane / 4, t = lane % 4), as the PTX ISA defines them:
+//   A (16x16 bf16, row-major): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+//                              a3 = A[g+8][2t+8..]
+//   B (16x8 bf16, B[k][n]):    b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   C (16x8 f32):              c0, c1 = C[g][2t], C[g][2t+1]; c2, c3 = C[g+8][2t], C[g+8][2t+1]
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/kv_layout.h"
+
+namespace astr::cuda::decode {
+
+inline constexpr float kNegInf = -INFINITY;
+
+// Shape of one CTA for a head_dim. Four warps share each K/V tile: warp w owns tile positions
+// [16w, 16w + 16) and keeps its own online-softmax state over them; the warps merge at the end.
+template <int kHeadDim>
+struct Config {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpTokens = 16;                    // one k16 step of P.V per tile
+  static constexpr int kTileTokens = kWarps * kWarpTokens;  // KV positions per pipeline stage
+  // Stages: 3 keeps two tiles in flight; head_dim 256 uses 2 to fit A100's 163 KiB per CTA.
+  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kQRows = 16;  // MMA rows: the GQA group's query heads, zero-padded
+  // Shared rows are padded by 16 bytes so that the 8 row addresses of an ldmatrix fall into 8
+  // different 16-byte bank groups (row pitch = odd multiple of 16 bytes): no bank conflicts.
+  static constexpr int kRowStride = kHeadDim + 8;  // bf16 elements
+  static constexpr int kChunks = kHeadDim / 8;     // 16-byte pieces per K/V/Q row
+  static constexpr int kTileElems = kTileTokens * kRowStride;
+  static constexpr int kQElems = kQRows * kRowStride;
+  static constexpr size_t kSmemBytes = (kQElems + 2 * kStages * kTileElems) * sizeof(bf16);
+  // After the KV loop the K/V stages are reused for the cross-warp merge: per warp its unnormalized
+  // output [16, head_dim] and its row max / row sum [16] each.
+  static constexpr size_t kMergeBytes =
+      (kWarps * kQRows * kHeadDim + 2 * kWarps * kQRows) * sizeof(float);
+
+  static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of the MMA k (16)");
+  static_assert(kThreads % kChunks == 0, "a pass of the tile loader covers whole rows");
+  static_assert(kTileTokens % (kThreads / kChunks) == 0, "the tile loader covers whole tiles");
+  static_assert(kStages >= 2, "wait_group<kStages - 2> needs at least 2 stages");
+  static_assert(kMergeBytes <= 2 * kStages * kTileElems * sizeof(bf16), "merge area fits");
+  static_assert(((kRowStride * sizeof(bf16)) / 16) % 2 == 1, "row pitch: odd multiple of 16 B");
+};
+
+// ---- PTX wrappers ----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes global -> shared, bypassing L1. src_bytes == 0 reads nothing and zero-fills the
+// destination (used for positions past the chunk's end; src is then any valid address).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives
+// matrix i in the MMA fragment layout (thread (g, t) gets row g, columns 2t, 2t+1).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The same, transposed: thread (g, t) gets rows 2t, 2t+1 of column g.
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += A (16x16 bf16) * B (16x8 bf16), f32 accumulate.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Rounds (lo, hi) to bf16, packs them (lo in the low half, the lower column of a fragment) and adds
+// the rounded values to *sum, so the softmax denominator matches the weights the MMA uses.
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi, float* sum) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  *sum += __low2float(v) + __high2float(v);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- per-warp attention ----------------------------------------------------------------------
+
+// One warp's online-softmax state for MMA rows g and g + 8 (g = lane / 4). Scores are in the
+// base-2 domain: s = log2(e) * sm_scale * q.k.
+template <int kHeadDim>
+struct WarpState {
+  float o[kHeadDim / 8][4];  // unnormalized output, C-fragment layout per 8-column block
+  float m[2];                // running row max (kNegInf until the warp has seen a position)
+  float l[2];                // this thread's share of the running row sum (quad-summed at the end)
+
+  __device__ __forceinline__ void Init() {
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[d][i] = 0.0f;
+    }
+    m[0] = m[1] = kNegInf;
+    l[0] = l[1] = 0.0f;
+  }
+};
+
+// Folds this warp's 16 positions of one tile into its state. sQ: [16, kRowStride] (rows past the
+// group are zero); sK, sV: [kTileTokens, kRowStride] of this stage. Tile positions >= tile_valid
+// are masked (their rows were zero-filled, so V contributes 0 * 0). Warp-uniform; no block sync.
+template <int kHeadDim>
+__device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* sQ, const bf16* sK,
+                                           const bf16* sV, int warp, int lane, int tile_valid,
+                                           float scale_log2) {
+  using C = Config<kHeadDim>;
+  const int n0 = warp * C::kWarpTokens;  // this warp's first position in the tile
+  if (n0 >= tile_valid) return;          // all 16 masked: the state is unchanged
+  const int t = lane & 3;
+  const int mat = lane >> 3, mrow = lane & 7;  // ldmatrix: which matrix / row this lane addresses
+
+  // S = Q K^T for the warp's 16 positions: two 8-column blocks (positions n0..+7, n0+8..+15).
+  float s[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[4], kb[4];
+    // A = Q rows (mat & 1) * 8 + mrow, dims kk*16 + (mat >> 1) * 8: registers a0..a3.
+    LdMatrixX4(a, SmemAddr(sQ + (mrow + (mat & 1) * 8) * C::kRowStride + kk * 16 + (mat >> 1) * 8));
+    // B[k][n] = K[n][k]: matrices (pos +0..7, dims +0..7), (+0..7, +8..15), (+8..15, +0..7),
+    // (+8..15, +8..15) = b0, b1 of block 0, b0, b1 of block 1.
+    LdMatrixX4(
+        kb, SmemAddr(sK + (n0 + mrow + (mat >> 1) * 8) * C::kRowStride + kk * 16 + (mat & 1) * 8));
+    MmaBf16(s[0], a, kb[0], kb[1]);
+    MmaBf16(s[1], a, kb[2], kb[3]);
+  }
+
+  // Scale to the base-2 domain, mask, and take the row max over the quad (the 4 lanes of a row).
+  float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int pos = n0 + nb * 8 + 2 * t + (i & 1);
+      s[nb][i] = pos < tile_valid ? s[nb][i] * scale_log2 : kNegInf;
+      mx[i >> 1] = fmaxf(mx[i >> 1], s[nb][i]);
+    }
+  }
+  float base[2], corr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(st.m[r], mx[r]);
+    // base: a finite reference, so that -inf - -inf never happens (exp2(-inf - base) = 0).
+    base[r] = m_new == kNegInf ? 0.0f : m_new;
+    corr[r] = exp2f(st.m[r] - base[r]);
+    st.m[r] = m_new;
+  }
+
+  // P = exp2(S - max) straight into the A fragment of P.V (16 rows x 16 positions):
+  // a0 = (row g, pos 2t..), a1 = (row g+8, pos 2t..), a2/a3 the same for positions 8 + 2t.
+  uint32_t pa[4];
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb) {
+    pa[2 * nb] = PackBf16(exp2f(s[nb][0] - base[0]), exp2f(s[nb][1] - base[0]), &sum[0]);
+    pa[2 * nb + 1] = PackBf16(exp2f(s[nb][2] - base[1]), exp2f(s[nb][3] - base[1]), &sum[1]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * corr[r] + sum[r];
+
+    // O = O * corr + P V. B[k][n] = V[pos k][dim n], read transposed: matrices (pos +0..7, dims
+    // +0..7), (+8..15, +0..7), (+0..7, +8..15), (+8..15, +8..15) = b0, b1 of two 8-dim blocks.
+#pragma unroll
+  for (int d = 0; d < kHeadDim / 8; ++d) {
+    st.o[d][0] *= corr[0];
+    st.o[d][1] *= corr[0];
+    st.o[d][2] *= corr[1];
+    st.o[d][3] *= corr[1];
+  }
+#pragma unroll
+  for (int dd = 0; dd < kHeadDim / 16; ++dd) {
+    uint32_t vb[4];
+    LdMatrixX4Trans(
+        vb, SmemAddr(sV + (n0 + mrow + (mat & 1) * 8) * C::kRowStride + dd * 16 + (mat >> 1) * 8));
+    MmaBf16(st.o[2 * dd], pa, vb[0], vb[1]);
+    MmaBf16(st.o[2 * dd + 1], pa, vb[2], vb[3]);
+  }
+}
+
+}  // namespace astr::cuda::decode
