@@ -27,13 +27,16 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform weights with std 0.02 (half-width 0.02 * sqrt(3)) keep activations finite at any depth we
-// build; norms are ~1 so that the residual stream keeps its scale; biases are small.
+// Uniform weights with std `init_std` (half-width init_std * sqrt(3)); the default 0.02 keeps
+// activations finite at any depth we build. Norms are ~1 so that the residual stream keeps its
+// scale; biases are small.
 void FillChunk(const std::string& name, uint64_t seed, uint64_t tensor_index, int64_t first,
-               int64_t count, float* out) {
+               int64_t count, double init_std, float* out) {
   const bool is_norm = name.find("norm") != std::string::npos;
   const bool is_bias = name.find("bias") != std::string::npos;
-  const float half_width = is_norm ? 0.05f : is_bias ? 0.02f : 0.0346410162f;
+  const float half_width = is_norm   ? 0.05f
+                           : is_bias ? 0.02f
+                                     : static_cast<float>(init_std * 1.7320508075688772);
   const float center = is_norm ? 1.0f : 0.0f;
   const uint64_t key = SplitMix64(seed * 0x100000001B3ull + tensor_index);
   for (int64_t i = 0; i < count; ++i) {
@@ -47,7 +50,7 @@ struct Options {
   std::string arch = "llama", out, format = "gguf", dtype;
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
   int64_t seed = 0, max_position = 2048;
-  double rope_theta = 10000.0, rms_eps = 1e-5;
+  double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
   bool tie = false, qk_norm = false, gated = false;
 };
 
@@ -81,6 +84,9 @@ StatusOr<ModelConfig> BuildConfig(const Options& o) {
     c.gated_attention = o.gated;
   } else {
     return InvalidArgumentError("--arch must be llama, mistral, qwen2, qwen3 or autoregressive_lm");
+  }
+  if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
+    return InvalidArgumentError("--init-std must be in (0, 1]");
   }
   ASTR_RETURN_IF_ERROR(c.Validate());
   return c;
@@ -129,7 +135,7 @@ DType StoredDType(const WeightSpec& w, DType requested, bool gguf) {
 
 template <typename Writer>
 Status StreamWeights(const std::vector<WeightSpec>& specs, const std::vector<DType>& dtypes,
-                     uint64_t seed, Writer* w) {
+                     uint64_t seed, double init_std, Writer* w) {
   std::vector<float> f32(kChunkElements);
   std::vector<uint8_t> bytes;
   for (size_t t = 0; t < specs.size(); ++t) {
@@ -137,7 +143,7 @@ Status StreamWeights(const std::vector<WeightSpec>& specs, const std::vector<DTy
     for (int64_t d : specs[t].shape) n *= d;
     for (int64_t first = 0; first < n; first += kChunkElements) {
       const int64_t count = std::min(kChunkElements, n - first);
-      FillChunk(specs[t].name, seed, t, first, count, f32.data());
+      FillChunk(specs[t].name, seed, t, first, count, init_std, f32.data());
       ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, DTypeByteSize(dtypes[t], count));
       bytes.resize(nbytes);
       QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
@@ -182,7 +188,7 @@ Status MakeModel(const Options& o) {
       w.AddTensor(GgufNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
     }
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
-    return StreamWeights(specs, dtypes, seed, &w);
+    return StreamWeights(specs, dtypes, seed, o.init_std, &w);
   }
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
@@ -197,7 +203,7 @@ Status MakeModel(const Options& o) {
     w.AddTensor(HfNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
   }
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
-  return StreamWeights(specs, dtypes, seed, &w);
+  return StreamWeights(specs, dtypes, seed, o.init_std, &w);
 }
 
 int RunMakeModel(int argc, const char* const* argv) {
@@ -218,6 +224,9 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.Int("max-position", &o.max_position, "Context length (max_position_embeddings).");
   fs.Int("seed", &o.seed, "Random seed; the same seed gives the same weights.");
   fs.Double("rope-theta", &o.rope_theta, "RoPE base frequency.");
+  fs.Double("init-std", &o.init_std,
+            "Standard deviation of the random projection and embedding weights (uniform). Larger "
+            "values make attention sharper and its effect on the logits larger (tests).");
   fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
   fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
   fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");

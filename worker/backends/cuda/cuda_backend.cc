@@ -65,6 +65,15 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                                 " bytes holds no page of " + std::to_string(options.page_size) +
                                 " tokens");
   }
+  if (WorkspaceDimsFor(c, options, b->num_pages_, 1).max_prefill_tiles > 65535) {
+    return InvalidArgumentError("max_batch_tokens " + std::to_string(options.max_batch_tokens) +
+                                " needs more prefill work items than one launch takes (65535)");
+  }
+  if (options.device_sampling && c.vocab_size > kMaxSamplingVocab) {
+    return InvalidArgumentError("vocabulary of " + std::to_string(c.vocab_size) +
+                                " tokens is larger than device sampling takes (" +
+                                std::to_string(kMaxSamplingVocab) + "); use --cuda-sampling off");
+  }
   ASTR_ASSIGN_OR_RETURN(b->weights_, LoadCudaWeights(file, c.ParameterCount() > 50'000'000));
   b->layer_kv_elems_ = b->num_pages_ * options.page_size * c.num_kv_heads * c.head_dim;
   ASTR_ASSIGN_OR_RETURN(
@@ -72,10 +81,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                   static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16),
                   "the KV pool"));
   const WorkspaceDims wd = WorkspaceDimsFor(c, options, b->num_pages_, b->num_sms_);
-  if (wd.max_prefill_tiles > 65535) {  // the prefill grid's y dimension
-    return InvalidArgumentError("max_batch_tokens " + std::to_string(options.max_batch_tokens) +
-                                " needs more prefill work items than one launch takes (65535)");
-  }
   ASTR_ASSIGN_OR_RETURN(InferenceWorkspace ws, InferenceWorkspace::Create(wd));
   b->ws_ = std::make_unique<InferenceWorkspace>(std::move(ws));
   ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
@@ -138,6 +143,8 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
 }
 
 Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
+  // An error handled earlier (e.g. a failed allocation) must not surface in this step's launches.
+  (void)cudaGetLastError();
   const WorkspaceDims& d = ws_->dims();
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));
@@ -174,12 +181,20 @@ Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
                         num_tiles, stream_);
 }
 
+Status CudaBackend::Finish(Status status) {
+  // Always wait for the stream, also on errors: work already enqueued may still read the pinned
+  // metadata that the next step rewrites.
+  const cudaError_t err = cudaStreamSynchronize(stream_);
+  if (!status.ok()) return status;
+  if (err != cudaSuccess) return CudaStatus(err, "running the step");
+  return OkStatus();
+}
+
 Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
   bool decode = false;
-  ASTR_RETURN_IF_ERROR(RunForward(batch, &decode));
-  ASTR_RETURN_IF_ERROR(CopyLogits(batch, decode, logits));
-  ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
-  return OkStatus();
+  Status status = RunForward(batch, &decode);
+  if (status.ok()) status = CopyLogits(batch, decode, logits);
+  return Finish(std::move(status));
 }
 
 Status CudaBackend::ForwardSample(const StepBatch& batch,
@@ -198,31 +213,30 @@ Status CudaBackend::ForwardSample(const StepBatch& batch,
   // The parameters ride in the step metadata block (one upload).
   sampler_.Pack(samplers, config_.vocab_size, ws_->host().sampling_params);
   bool decode = false;
-  ASTR_RETURN_IF_ERROR(RunForward(batch, &decode));
-  if (s == 0) {
-    ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
-    return OkStatus();
-  }
+  Status status = RunForward(batch, &decode);
+  if (!status.ok() || s == 0) return Finish(std::move(status));
   const Activations& a = ws_->act();
   const int64_t vocab = config_.vocab_size;
-  if (decode) {
-    // The decode path computed logits for every row; move sample row i's logits to row i. Sample
-    // rows ascend (batch order) and sample_rows[i] >= i, so copying in order never overwrites a row
-    // still to be read.
-    for (int64_t i = 0; i < s; ++i) {
-      const int64_t from = batch.sample_rows[i];
-      if (from == i) continue;
-      if (from < i || (i > 0 && from <= batch.sample_rows[i - 1])) {
-        return InternalError("sample rows must ascend");
-      }
-      ASTR_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(a.logits + i * vocab, a.logits + from * vocab, vocab * sizeof(float),
-                          cudaMemcpyDeviceToDevice, stream_),
-          "compacting the sample rows");
+  float* logits = a.logits;
+  float* scratch = a.raw_logits;
+  bool identity = true;
+  for (int64_t i = 0; i < s && identity; ++i) identity = batch.sample_rows[i] == i;
+  if (decode && !identity) {
+    // The decode path computed logits for every row: gather the sample rows (any order, repeats
+    // allowed) into the scratch buffer, which becomes the logits; the old logits become scratch.
+    for (int64_t i = 0; i < s && status.ok(); ++i) {
+      const cudaError_t err =
+          cudaMemcpyAsync(scratch + i * vocab, logits + int64_t{batch.sample_rows[i]} * vocab,
+                          vocab * sizeof(float), cudaMemcpyDeviceToDevice, stream_);
+      if (err != cudaSuccess) status = CudaStatus(err, "gathering the sample rows");
     }
+    std::swap(logits, scratch);
   }
-  return sampler_.Launch(a.logits, a.raw_logits, ws_->device().sampling_params, a.sample_results,
-                         vocab, stream_, results);
+  if (status.ok()) {
+    status = sampler_.Launch(logits, scratch, ws_->device().sampling_params, a.sample_results,
+                             vocab, stream_, results);
+  }
+  return Finish(std::move(status));
 }
 
 Status CudaBackend::CopyLogits(const StepBatch& batch, bool decode, float* logits) {

@@ -56,6 +56,8 @@ class CudaBackend final : public Backend {
   // Validates, stages and uploads the step, and enqueues its forward pass (logits left in the
   // workspace: every padded row on the decode path, the sample rows in order otherwise).
   Status RunForward(const StepBatch& batch, bool* decode);
+  // Synchronizes the stream whatever `status` is; returns `status`, else the stream's error.
+  Status Finish(Status status);
   int64_t StageMetadata(const StepBatch& batch, bool decode, int rows);
   Status EnqueueForward(int rows, int entries, int samples, bool decode, int num_tiles,
                         cudaStream_t s);

@@ -1,6 +1,8 @@
 #include "worker/backends/cuda/cuda_graphs.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "worker/backends/cuda/device_memory.h"
 
@@ -20,7 +22,10 @@ int BucketFor(int batch, const std::vector<int>& buckets) {
 }
 
 CudaGraphContext::CudaGraphContext(std::vector<int> buckets, bool enabled)
-    : buckets_(std::move(buckets)), enabled_(enabled), execs_(buckets_.size(), nullptr) {}
+    : buckets_(std::move(buckets)),
+      enabled_(enabled),
+      execs_(buckets_.size(), nullptr),
+      failed_(buckets_.size(), 0) {}
 
 CudaGraphContext::~CudaGraphContext() {
   for (cudaGraphExec_t e : execs_) {
@@ -37,7 +42,9 @@ Status CudaGraphContext::Run(int bucket, cudaStream_t stream,
                              const std::function<Status(cudaStream_t)>& enqueue) {
   const auto it = std::find(buckets_.begin(), buckets_.end(), bucket);
   if (!enabled_ || it == buckets_.end()) return enqueue(stream);
-  cudaGraphExec_t& exec = execs_[it - buckets_.begin()];
+  const size_t index = static_cast<size_t>(it - buckets_.begin());
+  if (failed_[index]) return enqueue(stream);
+  cudaGraphExec_t& exec = execs_[index];
   if (exec != nullptr) {
     ASTR_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream), "replaying the decode graph");
     ++replays_;
@@ -46,24 +53,36 @@ Status CudaGraphContext::Run(int bucket, cudaStream_t stream,
   // Live run first: its results are this step's, and any lazy initialisation (cuBLASLt kernels,
   // module loading) happens here rather than inside the capture.
   ASTR_RETURN_IF_ERROR(enqueue(stream));
-  cudaGraph_t graph = nullptr;
+  // A bucket that cannot be captured runs eagerly from now on; the step itself already succeeded.
+  auto eager_from_now = [&](const std::string& why) {
+    (void)cudaGetLastError();  // do not let the failed call surface in a later launch
+    failed_[index] = 1;
+    std::fprintf(stderr, "astr: no CUDA graph for decode batch %d (%s); running it eagerly\n",
+                 bucket, why.c_str());
+    return OkStatus();
+  };
   // Relaxed: the kernel launchers may call cudaFuncSetAttribute (not stream-ordered) while being
   // captured. Nothing in the enqueue allocates (DeviceAllocator's count is checked by the tests).
-  ASTR_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed),
-                            "beginning graph capture");
-  const Status captured = enqueue(stream);
-  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-  if (!captured.ok()) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    return captured;
+  if (cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+      e != cudaSuccess) {
+    return eager_from_now(std::string("begin capture: ") + cudaGetErrorString(e));
   }
-  ASTR_CUDA_RETURN_IF_ERROR(end, "ending graph capture");
+  const Status captured = enqueue(stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!captured.ok() || end != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return eager_from_now(!captured.ok() ? captured.message()
+                                         : std::string("end capture: ") + cudaGetErrorString(end));
+  }
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   if (inst != cudaSuccess) {
     exec = nullptr;
-    return CudaStatus(inst, "instantiating the decode graph for batch " + std::to_string(bucket));
+    return eager_from_now(std::string("instantiate: ") + cudaGetErrorString(inst));
   }
+  // Upload now, so the first replay does not allocate the graph's device resources.
+  ASTR_CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, stream), "uploading the decode graph");
   return OkStatus();
 }
 

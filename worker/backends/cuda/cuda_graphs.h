@@ -4,7 +4,8 @@
 // outside any capture), then the same enqueue is captured and instantiated; later steps at that
 // bucket replay the graph. Everything the graph reads lives at a stable address in the
 // InferenceWorkspace and is rewritten in place before each replay. Batches larger than the largest
-// bucket, and every prefill step, run eagerly.
+// bucket, and every prefill step, run eagerly. A bucket whose capture fails (logged) runs eagerly
+// from then on.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,6 +42,7 @@ class CudaGraphContext {
   std::vector<int> buckets_;
   bool enabled_;
   std::vector<cudaGraphExec_t> execs_;  // per bucket index; null until captured
+  std::vector<char> failed_;            // per bucket index: capture failed, run eagerly
   int64_t replays_ = 0;
 };
 
