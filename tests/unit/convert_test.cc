@@ -136,5 +136,27 @@ TEST(MakeModelTest, EveryArchAndFormatOpensAndValidates) {
   EXPECT_EQ(Astr("make-model"), 2);
 }
 
+TEST(MakeModelTest, InitStdSetsTheWeightSpread) {
+  const std::string dir = testing::TempDir("make_model_std");
+  // Uniform on [-a, a] has std a / sqrt(3): --init-std 0.15 gives |w| up to 0.26, std 0.15.
+  ASSERT_EQ(Astr("make-model --out " + dir + "/s.gguf --dtype f32 --init-std 0.15"), 0);
+  auto m = ModelFile::Open(dir + "/s.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<float> w;
+  ASSERT_TRUE((*m)->LoadF32("layers.0.q_proj", {64, 64}, &w).ok());
+  double sum2 = 0, peak = 0;
+  for (float x : w) {
+    sum2 += double{x} * x;
+    peak = std::max(peak, std::fabs(double{x}));
+  }
+  EXPECT_NEAR(std::sqrt(sum2 / w.size()), 0.15, 0.01);
+  EXPECT_LE(peak, 0.15 * std::sqrt(3.0) + 1e-6);
+  EXPECT_GT(peak, 0.25);
+  // Norm weights keep their scale (around 1).
+  ASSERT_TRUE((*m)->LoadF32("layers.0.attn_norm", {64}, &w).ok());
+  for (float x : w) EXPECT_NEAR(x, 1.0f, 0.05f);
+  EXPECT_EQ(Astr("make-model --out " + dir + "/z.gguf --init-std 0"), 1);
+}
+
 }  // namespace
 }  // namespace astr
