@@ -96,15 +96,14 @@ const char* KindName(astr::gputest::CaseResult::Kind k) {
   return "?";
 }
 
-int Usage(const char* argv0) {
+int Usage() {
   std::printf(
-      "Usage: %s [--filter SUBSTRING] [--json PATH] [--list]\n"
+      "Usage: astr-test-backend-ops [--filter SUBSTRING] [--json PATH] [--list]\n"
       "Runs the CUDA op table: every kernel (and the whole CUDA backend) against the CPU backend.\n"
       "  --filter S  run only the cases whose name contains S\n"
       "  --json P    also write the results as JSON to P\n"
       "  --list      print the case names and exit\n"
-      "Exit status: 0 all passed, 1 a case failed, 77 no usable GPU (skipped), 2 usage error.\n",
-      argv0);
+      "Exit status: 0 all passed, 1 a case failed, 77 no usable GPU (skipped), 2 usage error.\n");
   return 0;
 }
 
@@ -116,7 +115,7 @@ int main(int argc, char** argv) {
   bool list = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return Usage(argv[0]);
+    if (arg == "--help" || arg == "-h") return Usage();
     if (arg == "--list") {
       list = true;
     } else if ((arg == "--filter" || arg == "--json") && i + 1 < argc) {
