@@ -6,6 +6,9 @@
 #
 #   scripts/gpu_check.sh [REPORT_DIR]        (default: $OUT if set, else build-gpu/report)
 #
+# Environment: ASTR_CUDA_ARCH (default native), ASTR_GPU_BUILD_DIR (default build-gpu),
+# ASTR_GPU_CMAKE_ARGS (extra configure arguments), ASTR_SHARED_DIR.
+#
 # Missing nlohmann_json / GoogleTest / shared models are taken from .cache/deps
 # (scripts/stage_deps.sh). Budget: under 8 minutes on an H100/H200-class machine.
 set -uo pipefail
@@ -29,7 +32,7 @@ step "configure"
 GEN=(); command -v ninja > /dev/null && GEN=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DASTR_WITH_GRPC=OFF \
   -DASTR_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${ASTR_CUDA_ARCH:-native}" \
-  -DASTR_DEPS_DIR="$DEPS" -DASTR_SHARED_DIR="$SHARED" >> "$LOG" 2>&1 || { echo "configure failed"; tail -30 "$LOG"; exit 1; }
+  -DASTR_DEPS_DIR="$DEPS" -DASTR_SHARED_DIR="$SHARED" ${ASTR_GPU_CMAKE_ARGS:-} >> "$LOG" 2>&1 || { echo "configure failed"; tail -30 "$LOG"; exit 1; }
 step "build"
 TARGETS=(astr astr-bench astr-bench-attention astr-test-backend-ops cuda_host_test)
 for t in decode_splits_test prefill_plan_test sampling_pack_test; do
@@ -86,7 +89,7 @@ on_ms, off_ms = decode_ms(on), decode_ms(off)
 speedup = {str(k): off_ms[k] / on_ms[k] for k in on_ms if k in off_ms and on_ms[k]}
 long_ctx = [r for r in att.get("results", []) if r.get("context", 0) >= 16384]
 report = {
-    "gpu_tests": {"op_table_exit": ops_rc, "passed": ops.get("passed"), "failed": ops.get("failed"),
+    "gpu_tests": {"op_table_exit": ops_rc, "skipped_no_gpu": ops_rc == 77, "passed": ops.get("passed"), "failed": ops.get("failed"),
                   "unsupported": ops.get("unsupported"), "host_tests_ok": host_rc == 0,
                   "failures": [c for c in ops.get("cases", []) if c.get("result") == "FAIL"]},
     "decode_ms_per_step": {"graphs_on": on_ms, "graphs_off": off_ms},
