@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kv_layout.h"
+#include "kernels/cuda/ptx.cuh"
 
 namespace astr::cuda::decode {
 
@@ -51,58 +52,21 @@ struct Config {
   static_assert(((kRowStride * sizeof(bf16)) / 16) % 2 == 1, "row pitch: odd multiple of 16 B");
 };
 
-// ---- PTX wrappers ----------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies 16 bytes global -> shared, bypassing L1. src_bytes == 0 reads nothing and zero-fills the
-// destination (used for positions past the chunk's end; src is then any valid address).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives
-// matrix i in the MMA fragment layout (thread (g, t) gets row g, columns 2t, 2t+1).
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// The same, transposed: thread (g, t) gets rows 2t, 2t+1 of column g.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += A (16x16 bf16) * B (16x8 bf16), f32 accumulate.
-__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using ptx::CpAsync16;
+using ptx::CpAsyncCommit;
+using ptx::CpAsyncWait;
+using ptx::LdMatrixX4;
+using ptx::LdMatrixX4Trans;
+using ptx::Mma16816;
+using ptx::SmemAddr;
 
 // Rounds (lo, hi) to bf16, packs them (lo in the low half, the lower column of a fragment) and adds
 // the rounded values to *sum, so the softmax denominator matches the weights the MMA uses.
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi, float* sum) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+__device__ __forceinline__ uint32_t PackBf16Sum(float lo, float hi, float* sum) {
+  const uint32_t packed = ptx::PackBf16(lo, hi);
+  const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&packed);
   *sum += __low2float(v) + __high2float(v);
-  return *reinterpret_cast<const uint32_t*>(&v);
+  return packed;
 }
 
 // ---- per-warp attention ----------------------------------------------------------------------
@@ -150,8 +114,8 @@ __device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* 
     // (+8..15, +8..15) = b0, b1 of block 0, b0, b1 of block 1.
     LdMatrixX4(
         kb, SmemAddr(sK + (n0 + mrow + (mat >> 1) * 8) * C::kRowStride + kk * 16 + (mat & 1) * 8));
-    MmaBf16(s[0], a, kb[0], kb[1]);
-    MmaBf16(s[1], a, kb[2], kb[3]);
+    Mma16816(s[0], a, kb[0], kb[1]);
+    Mma16816(s[1], a, kb[2], kb[3]);
   }
 
   // Scale to the base-2 domain, mask, and take the row max over the quad (the 4 lanes of a row).
@@ -183,8 +147,8 @@ __device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* 
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int nb = 0; nb < 2; ++nb) {
-    pa[2 * nb] = PackBf16(exp2f(s[nb][0] - base[0]), exp2f(s[nb][1] - base[0]), &sum[0]);
-    pa[2 * nb + 1] = PackBf16(exp2f(s[nb][2] - base[1]), exp2f(s[nb][3] - base[1]), &sum[1]);
+    pa[2 * nb] = PackBf16Sum(exp2f(s[nb][0] - base[0]), exp2f(s[nb][1] - base[0]), &sum[0]);
+    pa[2 * nb + 1] = PackBf16Sum(exp2f(s[nb][2] - base[1]), exp2f(s[nb][3] - base[1]), &sum[1]);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * corr[r] + sum[r];
@@ -203,8 +167,8 @@ __device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* 
     uint32_t vb[4];
     LdMatrixX4Trans(
         vb, SmemAddr(sV + (n0 + mrow + (mat & 1) * 8) * C::kRowStride + dd * 16 + (mat >> 1) * 8));
-    MmaBf16(st.o[2 * dd], pa, vb[0], vb[1]);
-    MmaBf16(st.o[2 * dd + 1], pa, vb[2], vb[3]);
+    Mma16816(st.o[2 * dd], pa, vb[0], vb[1]);
+    Mma16816(st.o[2 * dd + 1], pa, vb[2], vb[3]);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/paged_prefill.h"
+#include "kernels/cuda/ptx.cuh"
 
 namespace astr::cuda {
 namespace {
@@ -49,62 +50,18 @@ struct Traits {
   static constexpr size_t kSmemBytes = kSmemElems * sizeof(bf16);
 };
 
-// ---- PTX wrappers ---------------------------------------------------------------------------
-// Every wrapper that touches shared memory is volatile with a memory clobber, so the compiler
-// never moves it across __syncthreads or the cp.async waits.
+using ptx::CpAsyncCommit;
+using ptx::CpAsyncWait;
+using ptx::LdMatrixX4;
+using ptx::LdMatrixX4Trans;
+using ptx::Mma16816;
+using ptx::PackBf16;
+using ptx::SmemAddr;
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; with valid == false nothing is read (src-size 0) and the
-// destination is zero-filled. `src` must still be a valid address; callers pass the buffer base.
+// 16-byte global -> shared copy; with valid == false nothing is read and the destination is
+// zero-filled. `src` must still be a valid address; callers pass the buffer base.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Register i of a lane
-// holds row lane/4, columns 2*(lane%4) and +1 of matrix i (of its transpose with .trans).
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a (16x16, row-major) * b (16x8, column-major); bf16 inputs, f32 accumulators.
-// Lane l (g = l / 4, c = l % 4): a = {A[g][2c..], A[g+8][2c..], A[g][2c+8..], A[g+8][2c+8..]},
-// b = {B[2c..][g], B[2c+8..][g]}, d = {D[g][2c], D[g][2c+1], D[g+8][2c], D[g+8][2c+1]}.
-__device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as bf16x2, `lo` in the low half (the lower column of an MMA fragment).
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+  ptx::CpAsync16(dst, src, valid ? 16 : 0);
 }
 
 // ---- Per-CTA geometry -----------------------------------------------------------------------

@@ -98,6 +98,11 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// "" if the two bf16 arrays (e.g. KV pools) hold the same bits, else where the first difference is
+// ("<what>: slot S element E is 0x.., want 0x..", with slot = index / slot_elems).
+std::string FirstBitDiff(const char* what, const std::vector<uint16_t>& got,
+                         const std::vector<uint16_t>& want, int64_t slot_elems);
+
 // Host bf16 helpers (the bits of __nv_bfloat16), round to nearest even.
 std::vector<uint16_t> ToBf16(const std::vector<float>& x);
 std::vector<float> FromBf16(const std::vector<uint16_t>& x);

@@ -54,6 +54,20 @@ CaseResult Compare(const std::vector<float>& got, const std::vector<float>& want
   return Fail(buf, err, tol);
 }
 
+std::string FirstBitDiff(const char* what, const std::vector<uint16_t>& got,
+                         const std::vector<uint16_t>& want, int64_t slot_elems) {
+  if (got.size() != want.size()) return std::string(what) + ": size differs";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s: slot %lld element %lld is 0x%04x, want 0x%04x", what,
+                  static_cast<long long>(i / slot_elems), static_cast<long long>(i % slot_elems),
+                  got[i], want[i]);
+    return buf;
+  }
+  return "";
+}
+
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = F32ToBf16(x[i]);

@@ -214,20 +214,6 @@ std::vector<float> Reference(const DecodeCase& c, const Inputs& in) {
   return want;
 }
 
-// First bit difference between two pools, or "" if equal.
-std::string PoolDiff(const char* name, const std::vector<uint16_t>& got,
-                     const std::vector<uint16_t>& want, int row_floats) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "%s pool slot %lld elem %lld: got 0x%04x want 0x%04x", name,
-                  static_cast<long long>(i / row_floats), static_cast<long long>(i % row_floats),
-                  got[i], want[i]);
-    return buf;
-  }
-  return "";
-}
-
 CaseResult RunDecodeCase(const DecodeCase& c) {
   AttentionDims dims;
   dims.num_heads = c.num_heads;
@@ -289,8 +275,8 @@ CaseResult RunDecodeCase(const DecodeCase& c) {
   ASTR_GPU_CHECK(k_pool.Download(&k_after));
   ASTR_GPU_CHECK(v_pool.Download(&v_after));
   ASTR_GPU_CHECK(out.Download(&out_bits));
-  for (const std::string& diff : {PoolDiff("K", k_after, in.k_want, c.row_floats()),
-                                  PoolDiff("V", v_after, in.v_want, c.row_floats())}) {
+  for (const std::string& diff : {FirstBitDiff("K", k_after, in.k_want, c.row_floats()),
+                                  FirstBitDiff("V", v_after, in.v_want, c.row_floats())}) {
     if (!diff.empty()) return Fail("fused append: " + diff);
   }
   const int row = c.num_heads * c.head_dim;

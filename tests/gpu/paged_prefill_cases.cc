@@ -170,21 +170,6 @@ std::vector<float> Reference(const PrefillCase& c, const PrefillFixture& f) {
   return out;
 }
 
-// "" if equal, else where the first difference is.
-std::string DiffBits(const char* what, const std::vector<uint16_t>& got,
-                     const std::vector<uint16_t>& want, int64_t slot_elems) {
-  if (got.size() != want.size()) return std::string(what) + ": size differs";
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "%s: slot %lld element %lld is 0x%04x, want 0x%04x", what,
-                  static_cast<long long>(i / slot_elems), static_cast<long long>(i % slot_elems),
-                  got[i], want[i]);
-    return buf;
-  }
-  return "";
-}
-
 // Compares the prefill output and names the worst element by row, position and head.
 CaseResult CompareOutput(const PrefillCase& c, const StepBatch& b, const std::vector<float>& got,
                          const std::vector<float>& want) {
@@ -238,8 +223,8 @@ CaseResult RunPrefillCase(const PrefillCase& c) {
   std::vector<uint16_t> k_got, v_got;
   ASTR_GPU_CHECK(k_pool.Download(&k_got));
   ASTR_GPU_CHECK(v_pool.Download(&v_got));
-  for (const std::string& diff : {DiffBits("append_kv k pool", k_got, f.k_want, slot_elems),
-                                  DiffBits("append_kv v pool", v_got, f.v_want, slot_elems)}) {
+  for (const std::string& diff : {FirstBitDiff("append_kv k pool", k_got, f.k_want, slot_elems),
+                                  FirstBitDiff("append_kv v pool", v_got, f.v_want, slot_elems)}) {
     if (!diff.empty()) return Fail(diff);
   }
 
@@ -400,8 +385,8 @@ CaseResult RunAppendCase(const AppendCase& c) {
   std::vector<uint16_t> k_got, v_got;
   ASTR_GPU_CHECK(dk.Download(&k_got));
   ASTR_GPU_CHECK(dv.Download(&v_got));
-  for (const std::string& diff : {DiffBits("k pool", k_got, k_want, row_elems),
-                                  DiffBits("v pool", v_got, v_want, row_elems)}) {
+  for (const std::string& diff : {FirstBitDiff("k pool", k_got, k_want, row_elems),
+                                  FirstBitDiff("v pool", v_got, v_want, row_elems)}) {
     if (!diff.empty()) return Fail(diff);
   }
   return Pass(0.0, 0.0);
