@@ -358,6 +358,53 @@ CaseResult NoAllocationInDecode(const ModelSpec& spec) {
   return Pass(0.0, 0.0);
 }
 
+// Destroying the backend gives back everything it allocated: the allocator's bytes in use return to
+// where they were, and so does the device's free memory (after one warm-up cycle, which loads the
+// kernels' modules for the life of the process).
+CaseResult ReleasesMemory(const ModelSpec& spec) {
+  auto file = OpenModel(spec);
+  if (!file.ok()) return Fail(file.status().ToString());
+  auto cycle = [&](int64_t* held_while_running) -> Status {
+    ASTR_ASSIGN_OR_RETURN(auto backend, cuda::CudaBackend::Create(**file, Options(true)));
+    Engine engine(std::move(backend), EngineOptions{});
+    for (int i = 0; i < 6; ++i) {
+      GenerationRequest r;
+      r.prompt = Prompt(5 + 9 * i, (*file)->config().vocab_size, i);
+      r.params.temperature = 0.7f;
+      r.params.seed = static_cast<uint64_t>(i);
+      r.params.frequency_penalty = 0.5f;  // sampling edits on the device
+      r.params.max_tokens = 12;
+      r.params.ignore_eos = true;
+      ASTR_RETURN_IF_ERROR(engine.Submit(std::move(r)).status());
+    }
+    ASTR_RETURN_IF_ERROR(engine.RunToCompletion().status());
+    *held_while_running = cuda::DeviceAllocator::bytes_in_use();
+    return OkStatus();
+  };
+  int64_t held = 0;
+  if (Status s = cycle(&held); !s.ok()) return Fail(s.ToString());  // warm-up
+  cudaDeviceSynchronize();
+  const int64_t baseline = cuda::DeviceAllocator::bytes_in_use();
+  size_t free_before = 0, free_after = 0, total = 0;
+  cudaMemGetInfo(&free_before, &total);
+  if (Status s = cycle(&held); !s.ok()) return Fail(s.ToString());
+  cudaDeviceSynchronize();
+  cudaMemGetInfo(&free_after, &total);
+  const int64_t after = cuda::DeviceAllocator::bytes_in_use();
+  if (held <= baseline) return Fail("the backend held no device memory while running");
+  if (after != baseline) {
+    return Fail("bytes in use " + std::to_string(after) + " after destruction, " +
+                std::to_string(baseline) + " before");
+  }
+  if (free_after != free_before) {
+    return Fail("device free memory " + std::to_string(free_after) + " after destruction, " +
+                std::to_string(free_before) + " before");
+  }
+  CaseResult r = Pass(0.0, 0.0);
+  r.detail = std::to_string(held - baseline) + " bytes held while running, all returned";
+  return r;
+}
+
 // First-step logits (a prefill of 3 prompts) close to the CPU backend's.
 CaseResult LogitsClose(const ModelSpec& spec) {
   auto file = OpenModel(spec);
@@ -391,6 +438,8 @@ void RegisterModelCases() {
       {"decode_no_alloc", "random-llama-d64", [] { return NoAllocationInDecode(Models()[1]); }});
   RegisterCase(
       {"decode_no_alloc", "stories260K", [] { return NoAllocationInDecode(Models()[0]); }});
+  RegisterCase(
+      {"releases_memory", "random-qwen3-d128", [] { return ReleasesMemory(Models()[3]); }});
 }
 
 }  // namespace
