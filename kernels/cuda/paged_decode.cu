@@ -349,6 +349,21 @@ bool SupportsPagedDecode(const AttentionDims& dims, const char** why) {
   return reason == nullptr;
 }
 
+size_t PagedDecodeSharedBytes(int head_dim) {
+  switch (head_dim) {
+    case 32:
+      return decode::Config<32>::kSmemBytes;
+    case 64:
+      return decode::Config<64>::kSmemBytes;
+    case 128:
+      return decode::Config<128>::kSmemBytes;
+    case 256:
+      return decode::Config<256>::kSmemBytes;
+    default:
+      return 0;
+  }
+}
+
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream) {
   if (!SupportsPagedDecode(args.dims, nullptr) || !decode::ValidArgs(args)) {
     return cudaErrorInvalidValue;

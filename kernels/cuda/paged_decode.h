@@ -81,6 +81,11 @@ inline int64_t DecodePartialLseFloats(int batch, const AttentionDims& d, int num
   return static_cast<int64_t>(batch) * d.num_heads * num_splits;
 }
 
+// Dynamic shared memory one decode CTA takes for this head_dim (0 if unsupported); the device's
+// per-block opt-in limit must allow it (A100 / H100 / H200 do for every head_dim; 99 KB parts such
+// as sm_86 / sm_89 do not at head_dim 128 and 256).
+size_t PagedDecodeSharedBytes(int head_dim);
+
 // Enqueues append + split attention + combine on `stream`. Allocates nothing. Returns
 // cudaErrorInvalidValue for an unsupported shape or bad argument (checked on the host before any
 // CUDA call), else the launch error. batch == 0 enqueues nothing.

@@ -227,7 +227,9 @@ __device__ __forceinline__ void ProcessKvTile(WarpState<D>& st, const uint32_t (
   for (int nb = 0; nb < kN / 8; ++nb) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nb][e] = exp2f(s[nb][e] - m_use[e / 2]);
+      // Rounded to bf16 here (as the P·V MMA will see it), so that the softmax denominator sums
+      // exactly the weights applied to V.
+      s[nb][e] = __bfloat162float(__float2bfloat16_rn(exp2f(s[nb][e] - m_use[e / 2])));
       row_sum[e / 2] += s[nb][e];
     }
   }
@@ -409,6 +411,21 @@ bool SupportsPagedPrefill(const AttentionDims& d, const char** why) {
   }
   if (reason != nullptr && why != nullptr) *why = reason;
   return reason == nullptr;
+}
+
+size_t PagedPrefillSharedBytes(int head_dim) {
+  switch (head_dim) {
+    case 32:
+      return Traits<32>::kSmemBytes;
+    case 64:
+      return Traits<64>::kSmemBytes;
+    case 128:
+      return Traits<128>::kSmemBytes;
+    case 256:
+      return Traits<256>::kSmemBytes;
+    default:
+      return 0;
+  }
 }
 
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream) {

@@ -65,6 +65,9 @@ struct PagedPrefillArgs {
 // otherwise.
 bool SupportsPagedPrefill(const AttentionDims& dims, const char** why);
 
+// Dynamic shared memory one prefill CTA takes for this head_dim (0 if unsupported).
+size_t PagedPrefillSharedBytes(int head_dim);
+
 // Enqueues the prefill attention. Allocates nothing. Returns cudaErrorInvalidValue (before any CUDA
 // call) for unsupported dims or a bad argument, else the launch error. num_tiles == 0 launches
 // nothing. Rows of q / out that no tile covers are not touched.

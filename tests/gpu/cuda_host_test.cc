@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "common/model_config.h"
+#include "kernels/cuda/paged_decode.h"
+#include "kernels/cuda/paged_prefill.h"
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/cuda_graphs.h"
 #include "worker/backends/cuda/workspace.h"
@@ -152,6 +154,21 @@ TEST(CudaBackendSizing, WorkspaceDimsFromTheModelAndOptions) {
   // A batch may not have more entries than rows.
   o.max_batch_tokens = 16;
   EXPECT_EQ(WorkspaceDimsFor(c, o, 5120, 132).max_batch, 16);
+}
+
+// Every supported head_dim fits the per-block shared memory an A100 allows (166912 bytes opt-in;
+// H100 / H200 allow 232448), so the tensor-core kernels run on sm_80 and sm_90 parts; unsupported
+// head dims report 0.
+TEST(AttentionKernels, SharedMemoryFitsAnA100) {
+  for (int hd : {32, 64, 128, 256}) {
+    EXPECT_GT(PagedDecodeSharedBytes(hd), 0u) << hd;
+    EXPECT_LE(PagedDecodeSharedBytes(hd), 166912u) << hd;
+    EXPECT_GT(PagedPrefillSharedBytes(hd), 0u) << hd;
+    EXPECT_LE(PagedPrefillSharedBytes(hd), 166912u) << hd;
+  }
+  EXPECT_LT(PagedDecodeSharedBytes(64), PagedDecodeSharedBytes(128));
+  EXPECT_EQ(PagedDecodeSharedBytes(8), 0u);
+  EXPECT_EQ(PagedPrefillSharedBytes(96), 0u);
 }
 
 }  // namespace

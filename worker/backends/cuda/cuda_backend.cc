@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "common/model_file.h"
 #include "kernels/cuda/ops.h"
@@ -37,21 +39,33 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
   if (options.page_size < 1) return InvalidArgumentError("page_size must be >= 1");
   const AttentionDims dims = DimsOf(c);
   std::unique_ptr<CudaBackend> b(new CudaBackend());
+  int device = 0;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "selecting the CUDA device");
+  int smem_optin = 0;
+  ASTR_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+      "querying the shared memory limit");
   const char* why = nullptr;
+  std::string reason;
   if (!SupportsPagedDecode(dims, &why) || !SupportsPagedPrefill(dims, &why)) {
+    reason = why != nullptr ? why : "shape not covered by the tensor-core attention kernels";
+  } else if (std::max(PagedDecodeSharedBytes(dims.head_dim),
+                      PagedPrefillSharedBytes(dims.head_dim)) > static_cast<size_t>(smem_optin)) {
+    reason = "the tensor-core attention kernels need more shared memory per block at head_dim " +
+             std::to_string(c.head_dim) + " than this GPU allows (" + std::to_string(smem_optin) +
+             " bytes)";
+  }
+  if (!reason.empty()) {
     if (c.head_dim > kGenericAttentionMaxHeadDim) {
-      return InvalidArgumentError("the CUDA attention kernels do not support head_dim " +
-                                  std::to_string(c.head_dim) + ": " +
-                                  (why != nullptr ? why : "unsupported shape"));
+      return InvalidArgumentError("the CUDA attention kernels cannot run head_dim " +
+                                  std::to_string(c.head_dim) + ": " + reason);
     }
     b->generic_attention_ = true;
     std::fprintf(stderr, "astr: CUDA backend: %s; using the generic (slow) attention kernel\n",
-                 why != nullptr ? why : "shape not covered by the tensor-core attention kernels");
+                 reason.c_str());
   }
   b->config_ = c;
   b->page_size_ = options.page_size;
-  int device = 0;
-  ASTR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "selecting the CUDA device");
   ASTR_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device),
       "querying the SM count");
@@ -60,6 +74,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
   b->num_pages_ = options.num_pages > 0
                       ? options.num_pages
                       : CudaPagesForBytes(c, options.page_size, options.kv_cache_bytes);
+  // Page ids are int32 in the step batch and the kernels.
+  b->num_pages_ = std::min<int64_t>(b->num_pages_, std::numeric_limits<int32_t>::max());
   if (b->num_pages_ < 1) {
     return InvalidArgumentError("kv cache of " + std::to_string(options.kv_cache_bytes) +
                                 " bytes holds no page of " + std::to_string(options.page_size) +
