@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "worker/backend_loader.h"
@@ -175,12 +174,8 @@ EngineOptions EngineFlags::EngineOpts() const {
 
 StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const ModelFile& file) const {
   ASTR_RETURN_IF_ERROR(Validate());
-  std::string value = backend, source = "--backend";
-  if (value.empty()) {
-    const char* env = std::getenv("ASTR_BACKEND");
-    value = env != nullptr && *env != '\0' ? env : "auto";
-    source = "--backend (from ASTR_BACKEND)";
-  }
+  std::string source;
+  const std::string value = RequestedBackend(backend, !backend.empty(), &source);
   ASTR_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(value, source));
   std::string note;
   auto created = astr::CreateBackend(file, BackendOpts(), kind, &note);

@@ -103,6 +103,16 @@ const char* BackendKindName(BackendKind kind) {
   return "?";
 }
 
+std::string RequestedBackend(const std::string& flag_value, bool flag_given, std::string* source) {
+  if (flag_given) {
+    *source = "--backend";
+    return flag_value;
+  }
+  *source = "--backend (from ASTR_BACKEND)";
+  const char* env = std::getenv("ASTR_BACKEND");
+  return env != nullptr && *env != '\0' ? env : "auto";
+}
+
 std::string CudaUnavailableReason() { return Plugin().unavailable; }
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelFile& file,

@@ -22,6 +22,11 @@ enum class BackendKind { kAuto, kCpu, kCuda };
 StatusOr<BackendKind> ParseBackendKind(const std::string& value, const std::string& source);
 const char* BackendKindName(BackendKind kind);
 
+// The backend a binary was asked for: `flag_value` when --backend was given, else $ASTR_BACKEND
+// when set, else "auto". *source names where it came from ("--backend" or
+// "--backend (from ASTR_BACKEND)"), for error messages.
+std::string RequestedBackend(const std::string& flag_value, bool flag_given, std::string* source);
+
 // True if the NVIDIA kernel driver is present (/dev/nvidiactl or /proc/driver/nvidia): without it
 // no CUDA device can exist, and the plugin is not even loaded.
 bool NvidiaDriverPresent();

@@ -148,12 +148,13 @@ void FillPoolInfo(const WorkerExecutor& executor, v1::InfoResponse* info) {
 
 }  // namespace
 
+Status CheckWorkerBackend(const std::string& value, const std::string& source) {
+  if (value == "instant" || ParseBackendKind(value, source).ok()) return OkStatus();
+  return InvalidArgumentError(source + ": '" + value + "' is not one of " + kWorkerBackends);
+}
+
 StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
-  if (config.backend != "auto" && config.backend != "cpu" && config.backend != "cuda" &&
-      config.backend != "instant") {
-    return InvalidArgumentError("--backend: '" + config.backend + "' is not one of " +
-                                std::string(kWorkerBackends));
-  }
+  ASTR_RETURN_IF_ERROR(CheckWorkerBackend(config.backend, "--backend"));
   ASTR_ASSIGN_OR_RETURN(auto file, ModelFile::Open(config.model_path));
   log("model: " + file->Describe());
   const auto hash_start = std::chrono::steady_clock::now();

@@ -34,5 +34,7 @@ StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config,
 
 // The backends LoadWorker knows, for --help and error messages.
 inline constexpr const char* kWorkerBackends = "auto, cpu, cuda or instant";
+// OK if `value` is one of kWorkerBackends; else INVALID_ARGUMENT naming `source`.
+Status CheckWorkerBackend(const std::string& value, const std::string& source);
 
 }  // namespace astr

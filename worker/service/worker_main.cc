@@ -13,6 +13,7 @@
 #include "common/flags.h"
 #include "common/service/shutdown_signal.h"
 #include "tools/engine_flags.h"
+#include "worker/backend_loader.h"
 #include "worker/service/worker_loader.h"
 #include "worker/service/worker_service.h"
 
@@ -30,21 +31,6 @@ void Log(const std::string& line) { std::fprintf(stderr, "astr-worker: %s\n", li
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "astr-worker: %s\n", message.c_str());
   return 2;
-}
-
-// --backend, else $ASTR_BACKEND, else auto. The error names where the bad value came from.
-StatusOr<std::string> ResolveBackend(const flags::FlagSet& fs, const std::string& flag_value) {
-  std::string value = flag_value;
-  std::string source = "--backend";
-  if (!fs.WasSet("backend")) {
-    const char* env = std::getenv("ASTR_BACKEND");
-    value = env != nullptr && *env != '\0' ? env : "auto";
-    source = "--backend (from ASTR_BACKEND)";
-  }
-  if (value != "auto" && value != "cpu" && value != "cuda" && value != "instant") {
-    return InvalidArgumentError(source + ": '" + value + "' is not one of " + kWorkerBackends);
-  }
-  return value;
 }
 
 int Serve(const std::string& listen, LoadedWorker worker) {
@@ -101,14 +87,17 @@ int Main(int argc, const char* const* argv) {
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
 
-  auto backend_name = ResolveBackend(fs, backend);
-  if (!backend_name.ok()) return UsageError(backend_name.status().message());
+  std::string backend_source;
+  const std::string backend_name = RequestedBackend(backend, fs.WasSet("backend"), &backend_source);
+  if (Status s = CheckWorkerBackend(backend_name, backend_source); !s.ok()) {
+    return UsageError(s.message());
+  }
   if (max_batch < 1) return UsageError("--max-batch must be >= 1");
   engine.max_running = max_batch;  // EngineFlags sizes the backend's sample rows from it
   if (Status s = engine.Validate(); !s.ok()) return UsageError(s.message());
 
   WorkerConfig config{
-      .model_path = model, .backend = *backend_name, .backend_options = engine.BackendOpts()};
+      .model_path = model, .backend = backend_name, .backend_options = engine.BackendOpts()};
   auto worker = LoadWorker(config, Log);
   if (!worker.ok()) {
     Log(worker.status().ToString());

@@ -65,6 +65,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                  reason.c_str());
   }
   b->config_ = c;
+  b->dims_ = dims;
   b->page_size_ = options.page_size;
   ASTR_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&b->num_sms_, cudaDevAttrMultiProcessorCount, device),
@@ -81,7 +82,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
                                 " bytes holds no page of " + std::to_string(options.page_size) +
                                 " tokens");
   }
-  if (WorkspaceDimsFor(c, options, b->num_pages_, 1).max_prefill_tiles > 65535) {
+  const WorkspaceDims wd = WorkspaceDimsFor(c, options, b->num_pages_, b->num_sms_);
+  if (wd.max_prefill_tiles > 65535) {
     return InvalidArgumentError("max_batch_tokens " + std::to_string(options.max_batch_tokens) +
                                 " needs more prefill work items than one launch takes (65535)");
   }
@@ -96,9 +98,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file
       b->kv_, DeviceAllocator::Allocate(
                   static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16),
                   "the KV pool"));
-  const WorkspaceDims wd = WorkspaceDimsFor(c, options, b->num_pages_, b->num_sms_);
-  ASTR_ASSIGN_OR_RETURN(InferenceWorkspace ws, InferenceWorkspace::Create(wd));
-  b->ws_ = std::make_unique<InferenceWorkspace>(std::move(ws));
+  ASTR_ASSIGN_OR_RETURN(b->ws_, InferenceWorkspace::Create(wd));
   ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
                                                  static_cast<size_t>(wd.gemm_workspace_bytes)));
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
@@ -358,7 +358,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
                 "kv append");
     GenericAttentionArgs g;
-    g.dims = DimsOf(c);
+    g.dims = dims_;
     g.kv = kv;
     g.index = index;
     g.qo_indptr = m.qo_indptr;
@@ -371,7 +371,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchGenericPagedAttention(g, s), "generic paged attention");
   } else if (decode) {
     PagedDecodeArgs d;
-    d.dims = DimsOf(c);
+    d.dims = dims_;
     d.kv = kv;
     d.index = index;
     d.batch = rows;
@@ -391,7 +391,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
                 "kv append");
     PagedPrefillArgs p;
-    p.dims = DimsOf(c);
+    p.dims = dims_;
     p.kv = kv;
     p.index = index;
     p.qo_indptr = m.qo_indptr;

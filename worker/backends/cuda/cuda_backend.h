@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
   Status CopyLogits(const StepBatch& batch, bool decode, float* logits);
 
   ModelConfig config_;
+  AttentionDims dims_;  // the attention shape every layer's kernels get
   int64_t num_pages_ = 0, page_size_ = 0;
   int num_sms_ = 1;
   bool generic_attention_ = false;

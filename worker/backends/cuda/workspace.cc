@@ -1,7 +1,5 @@
 #include "worker/backends/cuda/workspace.h"
 
-#include <utility>
-
 namespace astr::cuda {
 
 void* BumpAllocator::TakeBytes(size_t bytes, const char* name) {
@@ -64,49 +62,26 @@ size_t InferenceWorkspace::DeviceBytes(const WorkspaceDims& d) {
   return count.used();
 }
 
-StatusOr<InferenceWorkspace> InferenceWorkspace::Create(const WorkspaceDims& d) {
-  InferenceWorkspace ws;
-  ws.dims_ = d;
-  ws.metadata_bytes_ = HostBytes(d);
+StatusOr<std::unique_ptr<InferenceWorkspace>> InferenceWorkspace::Create(const WorkspaceDims& d) {
+  std::unique_ptr<InferenceWorkspace> ws(new InferenceWorkspace());
+  ws->dims_ = d;
+  ws->metadata_bytes_ = HostBytes(d);
   const size_t device_bytes = DeviceBytes(d);
-  ASTR_ASSIGN_OR_RETURN(ws.device_memory_,
+  ASTR_ASSIGN_OR_RETURN(ws->device_memory_,
                         DeviceAllocator::Allocate(device_bytes, "the inference workspace"));
-  ASTR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ws.pinned_, ws.metadata_bytes_),
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ws->pinned_, ws->metadata_bytes_),
                             "allocating pinned step metadata");
-  BumpAllocator host(static_cast<char*>(ws.pinned_), ws.metadata_bytes_);
-  ws.host_ = CarveMetadata(host, d);
+  BumpAllocator host(static_cast<char*>(ws->pinned_), ws->metadata_bytes_);
+  ws->host_ = CarveMetadata(host, d);
   // The device block starts with the metadata mirror at the same offsets, so one copy of
   // metadata_bytes_ moves every array.
-  BumpAllocator device(ws.device_memory_.as<char>(), device_bytes);
-  ws.device_ = CarveMetadata(device, d);
-  ws.act_ = CarveActivations(device, d);
+  BumpAllocator device(ws->device_memory_.as<char>(), device_bytes);
+  ws->device_ = CarveMetadata(device, d);
+  ws->act_ = CarveActivations(device, d);
   if (host.overflowed() || device.overflowed()) {
     return InternalError("inference workspace layout exceeds its counted size");
   }
   return ws;
-}
-
-InferenceWorkspace::InferenceWorkspace(InferenceWorkspace&& o) noexcept
-    : dims_(o.dims_),
-      device_memory_(std::move(o.device_memory_)),
-      pinned_(std::exchange(o.pinned_, nullptr)),
-      metadata_bytes_(o.metadata_bytes_),
-      host_(o.host_),
-      device_(o.device_),
-      act_(o.act_) {}
-
-InferenceWorkspace& InferenceWorkspace::operator=(InferenceWorkspace&& o) noexcept {
-  if (this != &o) {
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
-    dims_ = o.dims_;
-    device_memory_ = std::move(o.device_memory_);
-    pinned_ = std::exchange(o.pinned_, nullptr);
-    metadata_bytes_ = o.metadata_bytes_;
-    host_ = o.host_;
-    device_ = o.device_;
-    act_ = o.act_;
-  }
-  return *this;
 }
 
 InferenceWorkspace::~InferenceWorkspace() {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,10 +109,10 @@ class InferenceWorkspace {
   // Bytes of device memory (metadata mirror + activations) and of pinned host staging.
   static size_t DeviceBytes(const WorkspaceDims& d);
   static size_t HostBytes(const WorkspaceDims& d);
-  static StatusOr<InferenceWorkspace> Create(const WorkspaceDims& d);
+  static StatusOr<std::unique_ptr<InferenceWorkspace>> Create(const WorkspaceDims& d);
 
-  InferenceWorkspace(InferenceWorkspace&&) noexcept;
-  InferenceWorkspace& operator=(InferenceWorkspace&&) noexcept;
+  InferenceWorkspace(const InferenceWorkspace&) = delete;
+  InferenceWorkspace& operator=(const InferenceWorkspace&) = delete;
   ~InferenceWorkspace();
 
   const WorkspaceDims& dims() const { return dims_; }
