@@ -63,6 +63,18 @@ std::string RunAstr(const std::string& env, const std::string& args) {
   return std::to_string(r.exit_code) + ":" + r.out;
 }
 
+TEST(BackendLoaderTest, CudaFlagsTakeOnOrOff) {
+  ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
+  for (const char* flag : {"--cuda-graphs", "--cuda-sampling"}) {
+    const std::string out = RunAstr("", std::string(flag) + " maybe");
+    EXPECT_EQ(out.rfind("1:", 0), 0u) << out;
+    EXPECT_NE(out.find(std::string(flag) + " must be on or off, got 'maybe'"), std::string::npos)
+        << out;
+    // Valid values are accepted on the CPU backend too (they only matter on CUDA).
+    EXPECT_EQ(RunAstr("", std::string(flag) + " off").rfind("0:", 0), 0u) << flag;
+  }
+}
+
 TEST(BackendLoaderTest, MissingPluginIsNamed) {
   ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
   const std::string out =
