@@ -3,12 +3,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_depth.h"
+
 namespace astr {
 namespace {
 
 template <typename Json>
 StatusOr<Json> ParseJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  ASTR_RETURN_IF_ERROR(CheckJsonDepth(text, path));
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/json_depth.h"
 
 namespace astr {
 namespace {
@@ -59,6 +60,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   // Sharded: weight_map names the shard of every tensor.
   f->path_ = target;
   ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(target));
+  ASTR_RETURN_IF_ERROR(CheckJsonDepth(text, target));
   json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
       !index["weight_map"].is_object()) {
@@ -99,6 +101,8 @@ Status SafetensorsFile::AddShard(const std::string& file) {
                          " exceeds the file (" + std::to_string(size) + " bytes; truncated?)");
   }
   const char* begin = reinterpret_cast<const char*>(map->data() + 8);
+  ASTR_RETURN_IF_ERROR(
+      CheckJsonDepth(std::string_view(begin, header_bytes), file + ": header", kMaxJsonDepth));
   json header = json::parse(begin, begin + header_bytes, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return InvalidArgumentError(file + ": header is not a JSON object");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/file_util.h"
+#include "common/json_depth.h"
 #include "common/flags.h"
 #include "common/tokenizer/stream_decoder.h"
 #include "common/tokenizer/tokenizer.h"
@@ -32,6 +33,7 @@ Status ForEachJsonLine(const std::string& path, Fn&& line_fn) {
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
+    ASTR_RETURN_IF_ERROR(CheckJsonDepth(line, path + ":" + std::to_string(number)));
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       return InvalidArgumentError(path + ":" + std::to_string(number) + ": not valid JSON");

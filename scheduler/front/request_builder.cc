@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/json_depth.h"
 #include "common/sampling_limits.h"
 #include "common/unicode.h"
 
@@ -48,6 +49,7 @@ Status CheckTokenId(const std::string& field, int32_t id, int32_t vocab_size) {
 // Parses `text` as JSON for `field`; `kind` is "array" or "object".
 StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::string& text,
                                            const char* kind) {
+  ASTR_RETURN_IF_ERROR(CheckJsonDepth(text, field));
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(text);
