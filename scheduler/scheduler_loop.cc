@@ -110,7 +110,7 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
   bool poll = !progressed_ && HasWork();  // work that could not be planned: retry soon
   for (const auto& w : workers_) poll |= w->health != WorkerSlot::Health::kUp;
   if (poll) wake = std::min(wake, now + kPollInterval);
-  return wake;
+  return std::min(wake, next_idle_check_);
 }
 
 void SchedulerLoop::ApplyCommands(Clock::time_point now) {

@@ -173,6 +173,10 @@ class SchedulerLoop {
   uint64_t next_step_id_ = 1;
   int64_t num_waiting_requests_ = 0;  // loop's count of admitted, unscheduled requests
   bool progressed_ = true;            // the last iteration sent a plan or applied a command
+  // An idle worker's connection is checked (WorkerConnection::Alive) this often, so a worker
+  // that dies or stops while idle is marked down and health follows.
+  static constexpr auto kIdleCheckInterval = std::chrono::milliseconds(500);
+  Clock::time_point next_idle_check_{};
 
   std::unique_ptr<OutputQueue> output_;
   std::thread loop_thread_;

@@ -104,6 +104,16 @@ void SchedulerLoop::StartReconnect(WorkerSlot* w) {
 }
 
 void SchedulerLoop::PollWorkers(Clock::time_point now) {
+  if (now >= next_idle_check_) {
+    next_idle_check_ = now + kIdleCheckInterval;
+    for (auto& slot : workers_) {
+      WorkerSlot* w = slot.get();
+      if (w->health == WorkerSlot::Health::kUp && w->in_flight() == 0 && !w->conn->Alive()) {
+        OnWorkerBroken(w, UnavailableError("the connection under the idle step stream was lost"),
+                       now);
+      }
+    }
+  }
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
     if (w->health == WorkerSlot::Health::kUp) continue;

@@ -10,6 +10,7 @@
 
 #include "astr/v1/worker.grpc.pb.h"
 #include "common/service/grpc_status.h"
+#include "common/service/keepalive.h"
 
 namespace astr::sched {
 namespace {
@@ -28,6 +29,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // default backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // A stopped worker is noticed by its missing ping answers (keepalive.h), during a step too.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long step sends no data
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
@@ -110,6 +116,11 @@ class GrpcWorkerConnection final : public WorkerConnection {
                  : Broken("read");
     }
     return OkStatus();
+  }
+
+  // The step stream keeps the channel READY; any other state means its connection went away.
+  bool Alive() const override {
+    return channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
   }
 
   Status Reconnect(std::chrono::milliseconds timeout) override {

@@ -28,6 +28,10 @@ class WorkerConnection {
   // reached. The scheduler calls it from a helper thread while the loop leaves this connection
   // alone.
   virtual Status Reconnect(std::chrono::milliseconds timeout) = 0;
+  // False once the connection under an idle step stream is known to be lost (the worker died or
+  // stopped answering keepalive pings): the loop, which only reads while a step is in flight,
+  // checks this between steps so that an idle worker's loss is noticed too.
+  virtual bool Alive() const { return true; }
 };
 
 // Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/flags.h"
+#include "common/service/keepalive.h"
 #include "common/service/shutdown_signal.h"
 #include "tools/engine_flags.h"
 #include "worker/backend_loader.h"
@@ -40,12 +41,19 @@ int Serve(const std::string& listen, LoadedWorker worker) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // gRPC sets SO_REUSEPORT by default: a second worker on a port in use would then start and
+  // share the port with the first, and the scheduler would reach either at random.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The scheduler pings every kWorkerKeepaliveTimeMs to notice a stopped worker (keepalive.h).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kWorkerKeepaliveTimeMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(&service);
   // A SequenceStart carries a whole prompt: allow long contexts.
   builder.SetMaxReceiveMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log("--listen: cannot listen on " + listen);
+    Log("--listen: cannot listen on " + listen + " (address in use, or not a local address)");
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
