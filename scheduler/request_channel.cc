@@ -5,9 +5,15 @@
 namespace astr::sched {
 
 RequestChannel::Batch RequestChannel::Wait(std::chrono::milliseconds timeout) {
-  Batch batch;
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || closed_; });
+  lock.unlock();
+  return Take();
+}
+
+RequestChannel::Batch RequestChannel::Take() {
+  Batch batch;
+  std::lock_guard<std::mutex> lock(mu_);
   batch.events.swap(pending_);
   // `closed` is reported only with the last events, so a consumer that sees it has seen all.
   batch.closed = closed_;
@@ -27,9 +33,16 @@ void RequestChannel::Push(std::vector<SampleEvent>* events) {
     } else {
       for (SampleEvent& e : *events) pending_.push_back(std::move(e));
     }
+    if (listener_) listener_();
   }
   events->clear();
   cv_.notify_one();
+}
+
+void RequestChannel::SetListener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = std::move(listener);
+  if (listener_ && (!pending_.empty() || closed_)) listener_();
 }
 
 void RequestChannel::Close(Status status, RequestTimings timings) {
@@ -39,6 +52,7 @@ void RequestChannel::Close(Status status, RequestTimings timings) {
     closed_ = true;
     status_ = std::move(status);
     timings_ = timings;
+    if (listener_) listener_();
   }
   cv_.notify_one();
 }

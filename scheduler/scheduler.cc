@@ -185,6 +185,19 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   stats.set_requests_finished(stat_finished_.load(kRelaxed));
   stats.set_preemptions(stat_preemptions_.load(kRelaxed));
   stats.set_draining(stat_draining_.load(kRelaxed));
+  bool any_up = false;
+  for (const auto& w : workers_) any_up = any_up || w->stat_up.load(kRelaxed);
+  std::string refusing;
+  if (stats.draining()) {
+    refusing = "draining";
+  } else if (!any_up) {
+    refusing = "no worker is up";
+  } else if (stats.waiting_requests() >= options_.max_queued_requests) {
+    refusing = "the queue is full (--max-queued-requests " +
+               std::to_string(options_.max_queued_requests) + ")";
+  }
+  stats.set_accepting_requests(refusing.empty());
+  stats.set_not_accepting_reason(refusing);
   for (const auto& w : workers_) {
     v1::WorkerStats* ws = stats.add_workers();
     ws->set_address(w->conn->address());

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,8 +79,9 @@ struct RequestTimings {
   int32_t cached_tokens = 0;
 };
 
-// The loop -> handler channel of one request. The output thread pushes; the handler thread of
-// the gRPC call waits. Thread-safe.
+// The loop -> front channel of one request. The output thread pushes; the front either waits
+// (Wait) or registers a listener that is told when something arrives (the callback gRPC front)
+// and then takes it (Take). Thread-safe.
 class RequestChannel {
  public:
   explicit RequestChannel(uint64_t key) : key_(key) {}
@@ -94,6 +96,13 @@ class RequestChannel {
   // Waits until events arrive, the channel closes, or `timeout` passes (then the batch may be
   // empty). Moves out everything pending.
   Batch Wait(std::chrono::milliseconds timeout);
+  // Moves out everything pending without waiting.
+  Batch Take();
+  // `listener` runs (on the output thread, under the channel's lock, so it must only schedule
+  // work and never call back into the channel) whenever events arrive or the channel closes; at
+  // once when something is already pending. An empty function detaches: once SetListener
+  // returns, the previous listener is not running and will not run again.
+  void SetListener(std::function<void()> listener);
 
   // Output thread side.
   void Push(std::vector<SampleEvent>* events);  // appends and clears *events
@@ -104,6 +113,7 @@ class RequestChannel {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<SampleEvent> pending_;
+  std::function<void()> listener_;
   bool closed_ = false;
   Status status_;
   RequestTimings timings_;

@@ -1,25 +1,13 @@
 #include "scheduler/front/generate_service.h"
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
 #include <utility>
 
-#include "common/service/grpc_status.h"
-#include "scheduler/front/output_processor.h"
-
 namespace astr::front {
 namespace {
-
-// How often the watcher looks at every open call's ServerContext::IsCancelled: a cancelled or
-// timed-out client is noticed within this interval, and its sequences are released at the
-// scheduler's next step after that.
-constexpr std::chrono::milliseconds kWatchInterval(5);
-// A waiting call wakes at least this often to see whether the watcher marked it gone (its channel
-// normally closes at once, unless the scheduler loop is stuck on a worker).
-constexpr std::chrono::milliseconds kCallWakeInterval(50);
 
 uint64_t RandomU64() {
   thread_local std::mt19937_64 rng([] {
@@ -34,13 +22,6 @@ std::string MakeRequestId() {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "astr-%016llx", static_cast<unsigned long long>(RandomU64()));
   return buf;
-}
-
-std::optional<sched::Clock::time_point> DeadlineOf(const grpc::ServerContext& context) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return std::nullopt;
-  // The scheduler's clock is steady; carry the remaining time over.
-  return sched::Clock::now() + (deadline - std::chrono::system_clock::now());
 }
 
 void FillTimings(const sched::RequestTimings& t, v1::Timings* out) {
@@ -69,6 +50,8 @@ void FillFinish(const SampleDelta& d, Message* out) {
   if (d.stop_token_id) out->set_stop_token_id(*d.stop_token_id);
 }
 
+}  // namespace
+
 void AppendToCompletion(const SampleDelta& d, v1::Completion* c) {
   c->mutable_text()->append(d.text);
   c->mutable_token_ids()->Add(d.token_ids.begin(), d.token_ids.end());
@@ -92,72 +75,66 @@ v1::GenerateStreamResponse StreamMessage(const std::string& request_id, int32_t 
   return m;
 }
 
-}  // namespace
+void FillTotals(const GenerateService::Call& call, const CallUpdate& update, v1::Usage* usage,
+                v1::Timings* timings) {
+  usage->set_prompt_tokens(static_cast<int32_t>(call.built().sched.prompt.size()));
+  usage->set_completion_tokens(call.processor().completion_tokens());
+  usage->set_cached_tokens(update.timings.cached_tokens);
+  FillTimings(update.timings, timings);
+}
 
-// One admitted Generate / GenerateStream call, owned by its handler thread.
-class GenerateService::Call {
- public:
-  explicit Call(GenerateService* service) : service_(service) {}
-  ~Call() {
-    if (channel) service_->Unregister(channel->key());
+GenerateService::Call::~Call() {
+  if (channel_) {
+    channel_->SetListener(nullptr);
+    service_->Unregister(channel_->key());
   }
-  uint64_t key() const { return channel->key(); }
-  const std::string& request_id() const { return built.sched.request_id; }
+}
 
-  BuiltRequest built;
-  std::shared_ptr<sched::RequestChannel> channel;
-  std::unique_ptr<OutputProcessor> processor;
-  std::atomic<bool> gone{false};  // set by the watcher: the client cancelled or timed out
+bool GenerateService::Call::Absorb() {
+  if (closed_) return true;
+  sched::RequestChannel::Batch batch = channel_->Take();
+  stopped_.clear();
+  processor_->Apply(batch.events, &stopped_);
+  for (int32_t index : stopped_) service_->scheduler_->FinishSample(key(), index);
+  if (batch.closed) {
+    // Samples the scheduler did not finish (abort, or a closed request) end here.
+    processor_->AbortUnfinished();
+    closed_ = true;
+    status_ = batch.status;
+    timings_ = batch.timings;
+  }
+  return closed_;
+}
 
- private:
-  GenerateService* const service_;
-};
+void GenerateService::Call::TakeDeltas(CallUpdate* update) {
+  update->deltas.clear();
+  for (int32_t i = 0; i < processor_->num_samples(); ++i) {
+    SampleDelta d = processor_->sample(i).TakeDelta();
+    if (!d.empty()) update->deltas.emplace_back(i, std::move(d));
+  }
+  update->closed = closed_;
+  if (closed_ && !close_taken_) {
+    close_taken_ = true;
+    update->status = status_;
+    update->timings = timings_;
+  }
+}
 
-// What Next() found: new output per sample and, once, the request's end.
-struct GenerateService::Update {
-  std::vector<std::pair<int32_t, SampleDelta>> deltas;  // (sample index, delta)
-  bool closed = false;
-  Status status;
-  sched::RequestTimings timings;
-};
+void GenerateService::Call::Cancel(Status why) {
+  service_->scheduler_->Cancel(key(), std::move(why));
+}
 
 GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
-                                 RequestLimits limits, std::vector<std::string> worker_addresses)
+                                 RequestLimits limits, FrontLimits front_limits,
+                                 std::vector<std::string> worker_addresses)
     : scheduler_(scheduler),
       model_(std::move(model)),
       limits_(limits),
+      front_limits_(front_limits),
       worker_addresses_(std::move(worker_addresses)),
-      watcher_([this] { WatchCancellations(); }) {}
+      peer_limiter_(front_limits.max_calls_per_peer, "--max-calls-per-peer") {}
 
-GenerateService::~GenerateService() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_one();
-  watcher_.join();
-}
-
-void GenerateService::WatchCancellations() {
-  std::vector<std::pair<uint64_t, Status>> gone;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_cv_.wait_for(lock, kWatchInterval, [this] { return stop_; })) {
-    gone.clear();
-    // Under mu_: a call unregisters before its handler returns, so each context is alive here.
-    for (auto& [key, open] : open_) {
-      if (open.call->gone.load(std::memory_order_relaxed) || !open.context->IsCancelled()) {
-        continue;
-      }
-      open.call->gone.store(true, std::memory_order_release);
-      const bool expired = open.context->deadline() <= std::chrono::system_clock::now();
-      gone.emplace_back(key, expired ? Status(StatusCode::kDeadlineExceeded, "deadline passed")
-                                     : Status(StatusCode::kCancelled, "cancelled by the client"));
-    }
-    lock.unlock();
-    for (auto& [key, why] : gone) scheduler_->Cancel(key, std::move(why));
-    lock.lock();
-  }
-}
+GenerateService::~GenerateService() = default;
 
 void GenerateService::StartDrain() { draining_.store(true); }
 
@@ -165,7 +142,7 @@ void GenerateService::CancelAll(const Status& why) {
   std::vector<uint64_t> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, open] : open_) keys.push_back(key);
+    for (const auto& [key, call] : open_) keys.push_back(key);
   }
   for (uint64_t key : keys) scheduler_->Cancel(key, why);
 }
@@ -175,174 +152,85 @@ int64_t GenerateService::open_calls() const {
   return static_cast<int64_t>(open_.size());
 }
 
-void GenerateService::Register(Call* call, grpc::ServerContext* context) {
-  std::lock_guard<std::mutex> lock(mu_);
-  open_[call->key()] = OpenCall{context, call};
-}
-
 void GenerateService::Unregister(uint64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   open_.erase(key);
 }
 
-Status GenerateService::Admit(grpc::ServerContext* context, const v1::GenerateRequest& request,
-                              Call* call) {
+void GenerateService::CountError(const Status& s) {
+  if (s.code() == StatusCode::kInvalidArgument) invalid_.fetch_add(1, std::memory_order_relaxed);
+}
+
+StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
+    const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline) {
   if (draining_.load()) {
+    refused_front_.fetch_add(1, std::memory_order_relaxed);
     return UnavailableError("draining: the server is shutting down and admits no new requests");
   }
-  ASTR_ASSIGN_OR_RETURN(call->built,
-                        BuildRequest(request, model_, limits_, RandomU64(), DeadlineOf(*context)));
-  if (call->built.sched.request_id.empty()) call->built.sched.request_id = MakeRequestId();
+  std::unique_ptr<Call> call(new Call(this));
+  auto built = BuildRequest(request, model_, limits_, RandomU64(), deadline);
+  if (!built.ok()) {
+    CountError(built.status());
+    return built.status();
+  }
+  call->built_ = std::move(*built);
+  if (call->built_.sched.request_id.empty()) call->built_.sched.request_id = MakeRequestId();
   // Submit takes its own copy; the prompt stays here for the detokenizer and the response.
-  ASTR_ASSIGN_OR_RETURN(call->channel, scheduler_->Submit(call->built.sched));
-  Register(call, context);
-  call->processor = std::make_unique<OutputProcessor>(
-      *model_.tokenizer, call->built.output, call->built.sched.prompt, call->built.sched.n);
-  return OkStatus();
+  // The scheduler counts its own refusals.
+  auto channel = scheduler_->Submit(call->built_.sched);
+  if (!channel.ok()) {
+    CountError(channel.status());
+    return channel.status();
+  }
+  call->channel_ = std::move(*channel);
+  call->processor_ = std::make_unique<OutputProcessor>(
+      *model_.tokenizer, call->built_.output, call->built_.sched.prompt, call->built_.sched.n);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_[call->key()] = call.get();
+  }
+  return call;
 }
 
-bool GenerateService::Next(Call* call, Update* update) {
-  update->deltas.clear();
-  std::vector<int32_t> stopped;
-  while (true) {
-    // The watcher has already cancelled the request in the scheduler.
-    if (call->gone.load(std::memory_order_acquire)) return false;
-    sched::RequestChannel::Batch batch = call->channel->Wait(kCallWakeInterval);
-    stopped.clear();
-    call->processor->Apply(batch.events, &stopped);
-    for (int32_t index : stopped) scheduler_->FinishSample(call->key(), index);
-    if (batch.closed) {
-      // Samples the scheduler did not finish (abort, or a closed request) end here.
-      call->processor->AbortUnfinished();
-      update->closed = true;
-      update->status = batch.status;
-      update->timings = batch.timings;
-    }
-    for (int32_t i = 0; i < call->processor->num_samples(); ++i) {
-      SampleDelta d = call->processor->sample(i).TakeDelta();
-      if (!d.empty()) update->deltas.emplace_back(i, std::move(d));
-    }
-    if (!update->deltas.empty() || update->closed) return true;
-  }
-}
-
-grpc::Status GenerateService::Generate(grpc::ServerContext* context,
-                                       const v1::GenerateRequest* request,
-                                       v1::GenerateResponse* response) {
-  Call call(this);
-  if (Status s = Admit(context, *request, &call); !s.ok()) return ToGrpcStatus(s);
-  const BuiltRequest& built = call.built;
-  response->set_request_id(built.sched.request_id);
-  response->set_seed(built.seed);
-  if (built.output.return_prompt_ids) {
-    response->mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
-  }
-  for (int32_t i = 0; i < built.sched.n; ++i) response->add_completions()->set_index(i);
-  Update update;
-  while (Next(&call, &update)) {
-    for (const auto& [index, delta] : update.deltas) {
-      AppendToCompletion(delta, response->mutable_completions(index));
-    }
-    if (!update.closed) continue;
-    if (!update.status.ok()) return ToGrpcStatus(update.status);
-    v1::Usage* usage = response->mutable_usage();
-    usage->set_prompt_tokens(static_cast<int32_t>(built.sched.prompt.size()));
-    usage->set_completion_tokens(call.processor->completion_tokens());
-    usage->set_cached_tokens(update.timings.cached_tokens);
-    FillTimings(update.timings, response->mutable_timings());
-    return grpc::Status::OK;
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-}
-
-grpc::Status GenerateService::GenerateStream(
-    grpc::ServerContext* context, const v1::GenerateRequest* request,
-    grpc::ServerWriter<v1::GenerateStreamResponse>* writer) {
-  Call call(this);
-  if (Status s = Admit(context, *request, &call); !s.ok()) return ToGrpcStatus(s);
-  const BuiltRequest& built = call.built;
-  // Once every sample is done, the last message waits for the request to close: it carries the
-  // usage and timings, which only the close knows.
-  std::optional<v1::GenerateStreamResponse> held;
-  bool first = true;
-  Update update;
-  std::vector<v1::GenerateStreamResponse> out;
-  while (Next(&call, &update)) {
-    out.clear();
-    if (held) out.push_back(std::move(*held));
-    held.reset();
-    for (const auto& [index, delta] : update.deltas) {
-      out.push_back(StreamMessage(call.request_id(), index, delta));
-    }
-    if (update.closed && out.empty()) {  // nothing new: the totals go in a message of their own
-      out.emplace_back().set_request_id(call.request_id());
-    }
-    if (first && !out.empty()) {
-      first = false;
-      out.front().set_seed(built.seed);
-      if (built.output.return_prompt_ids) {
-        out.front().mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
-      }
-    }
-    if (update.closed) {
-      v1::Usage* usage = out.back().mutable_usage();
-      usage->set_prompt_tokens(static_cast<int32_t>(built.sched.prompt.size()));
-      usage->set_completion_tokens(call.processor->completion_tokens());
-      usage->set_cached_tokens(update.timings.cached_tokens);
-      FillTimings(update.timings, out.back().mutable_timings());
-    } else if (call.processor->all_done() && !out.empty()) {
-      held = std::move(out.back());
-      out.pop_back();
-    }
-    for (const v1::GenerateStreamResponse& m : out) {
-      if (!writer->Write(m)) {
-        scheduler_->Cancel(call.key(), Status(StatusCode::kCancelled, "the client went away"));
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
-    }
-    if (update.closed) return ToGrpcStatus(update.status);
-  }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-}
-
-grpc::Status GenerateService::Tokenize(grpc::ServerContext* /*context*/,
-                                       const v1::TokenizeRequest* request,
-                                       v1::TokenizeResponse* response) {
+Status GenerateService::Tokenize(const v1::TokenizeRequest& request,
+                                 v1::TokenizeResponse* response) {
+  const v1::TokenizeRequest* req = &request;
   StatusOr<Prompt> prompt = InvalidArgumentError("input: missing (set text or chat)");
-  if (request->has_text()) {
-    const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
-    prompt = TokenizeText(model_, request->text(), add_special, "text");
-  } else if (request->has_chat()) {
-    prompt = TokenizeChat(model_, request->chat(), "chat");
+  if (req->has_text()) {
+    const bool add_special = !req->has_add_special_tokens() || req->add_special_tokens();
+    prompt = TokenizeText(model_, req->text(), add_special, "text");
+  } else if (req->has_chat()) {
+    prompt = TokenizeChat(model_, req->chat(), "chat");
   }
-  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+  if (!prompt.ok()) {
+    CountError(prompt.status());
+    return prompt.status();
+  }
   for (int32_t id : prompt->ids) {
     response->add_token_ids(id);
     response->add_tokens(model_.tokenizer->IdToToken(id));
   }
   response->set_rendered_prompt(std::move(prompt->rendered));
-  return grpc::Status::OK;
+  return OkStatus();
 }
 
-grpc::Status GenerateService::Detokenize(grpc::ServerContext* /*context*/,
-                                         const v1::DetokenizeRequest* request,
-                                         v1::DetokenizeResponse* response) {
-  const auto& ids = request->token_ids();
+Status GenerateService::Detokenize(const v1::DetokenizeRequest& request,
+                                   v1::DetokenizeResponse* response) {
+  const auto& ids = request.token_ids();
   for (int i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= model_.vocab_size) {
-      return ToGrpcStatus(InvalidArgumentError(
+      invalid_.fetch_add(1, std::memory_order_relaxed);
+      return InvalidArgumentError(
           "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
-          " is outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")"));
+          " is outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
     }
   }
-  const bool skip = !request->has_skip_special_tokens() || request->skip_special_tokens();
+  const bool skip = !request.has_skip_special_tokens() || request.skip_special_tokens();
   response->set_text(model_.tokenizer->Decode(std::vector<int32_t>(ids.begin(), ids.end()), skip));
-  return grpc::Status::OK;
+  return OkStatus();
 }
 
-grpc::Status GenerateService::GetModelInfo(grpc::ServerContext* /*context*/,
-                                           const v1::GetModelInfoRequest* /*request*/,
-                                           v1::GetModelInfoResponse* response) {
+void GenerateService::GetModelInfo(v1::GetModelInfoResponse* response) const {
   const std::vector<v1::InfoResponse> infos = scheduler_->WorkerInfos();
   if (!infos.empty()) {
     response->set_model_name(infos[0].model_name());
@@ -368,14 +256,18 @@ grpc::Status GenerateService::GetModelInfo(grpc::ServerContext* /*context*/,
     w->set_max_batch(info.max_batch());
     w->set_max_batch_tokens(info.max_batch_tokens());
   }
-  return grpc::Status::OK;
 }
 
-grpc::Status GenerateService::GetServerStats(grpc::ServerContext* /*context*/,
-                                             const v1::GetServerStatsRequest* /*request*/,
-                                             v1::GetServerStatsResponse* response) {
-  *response = scheduler_->Stats();
-  return grpc::Status::OK;
+v1::GetServerStatsResponse GenerateService::Stats() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  v1::GetServerStatsResponse stats = scheduler_->Stats();
+  stats.set_requests_refused(stats.requests_refused() + refused_front_.load(kRelaxed) +
+                             refused_peer_limit_.load(kRelaxed));
+  stats.set_requests_invalid(invalid_.load(kRelaxed));
+  stats.set_requests_refused_peer_limit(refused_peer_limit_.load(kRelaxed));
+  stats.set_streams_stalled(stalled_.load(kRelaxed));
+  stats.set_open_calls(static_cast<int32_t>(transport_calls_.load(kRelaxed)));
+  return stats;
 }
 
 }  // namespace astr::front

@@ -1,96 +1,160 @@
-// The astr.v1.Generate RPCs (sync gRPC API): each call runs on its own server thread, which
-// validates and submits the request, then waits on the request's channel, turning the scheduler's
-// SampleEvents into text (OutputProcessor) and writing responses, until the request closes or the
-// client goes away.
-//
-// The sync API has no cancel callback: a client that cancels or whose deadline passes only shows
-// in ServerContext::IsCancelled. One watcher thread polls that for every open call (every 5 ms)
-// and cancels the request in the scheduler, which closes its channel and so wakes the call's
-// thread; waiting calls themselves do not poll (256 calls each polling every 5 ms cost a third of
-// a core).
-//
-// GenerateGrpcService (grpc_service.h) registers these methods with the server.
+// The astr.v1.Generate operations, independent of the transport: admission (validation,
+// tokenization, submission to the scheduler), the per-call output state (detokenizer and stop
+// strings over the scheduler's SampleEvents), tokenization, model info and server stats, and the
+// front's own counters. GenerateGrpcService (grpc_service.h) drives it from gRPC's callback API;
+// nothing here blocks waiting for output: a call's owner is told when output arrives (Call::
+// SetListener) and then polls.
 #pragma once
 
-#include <grpcpp/server_context.h>
-#include <grpcpp/support/sync_stream.h>
-
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "astr/v1/generate.pb.h"
 #include "common/status.h"
+#include "scheduler/front/output_processor.h"
+#include "scheduler/front/peer_limiter.h"
 #include "scheduler/front/request_builder.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::front {
 
+// Limits of the public front that protect the server from its clients (scheduler flags).
+struct FrontLimits {
+  // Calls one client connection may hold open at once (generation and tokenization).
+  int64_t max_calls_per_peer = 256;
+  // A stream whose client has read nothing for this long is cancelled (0 = never).
+  std::chrono::milliseconds stream_stall_timeout{30'000};
+  // Threads that validate, tokenize and assemble responses.
+  int threads = 4;
+};
+
 class GenerateService {
  public:
+  class Call;
+
   // `scheduler` must outlive the service. `worker_addresses`: as given to --workers (the order of
   // Scheduler::WorkerInfos).
   GenerateService(sched::Scheduler* scheduler, ServedModel model, RequestLimits limits,
-                  std::vector<std::string> worker_addresses);
-  // Stops the watcher thread. Every call must have returned (shut the server down first).
+                  FrontLimits front_limits, std::vector<std::string> worker_addresses);
+  // Every Call must have been destroyed first.
   ~GenerateService();
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        v1::GenerateResponse* response);
-  grpc::Status GenerateStream(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                              grpc::ServerWriter<v1::GenerateStreamResponse>* writer);
-  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
-                        v1::TokenizeResponse* response);
-  grpc::Status Detokenize(grpc::ServerContext* context, const v1::DetokenizeRequest* request,
-                          v1::DetokenizeResponse* response);
-  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
-                            v1::GetModelInfoResponse* response);
-  grpc::Status GetServerStats(grpc::ServerContext* context,
-                              const v1::GetServerStatsRequest* request,
-                              v1::GetServerStatsResponse* response);
+  // Validates, tokenizes and submits a generation request. Errors are counted (invalid or
+  // refused) and returned; UNAVAILABLE while draining.
+  StatusOr<std::unique_ptr<Call>> Admit(const v1::GenerateRequest& request,
+                                        std::optional<sched::Clock::time_point> deadline);
 
-  // From now on Generate / GenerateStream answer UNAVAILABLE; calls already admitted go on.
+  Status Tokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
+  Status Detokenize(const v1::DetokenizeRequest& request, v1::DetokenizeResponse* response);
+  void GetModelInfo(v1::GetModelInfoResponse* response) const;
+  // The scheduler's counters plus the front's.
+  v1::GetServerStatsResponse Stats() const;
+
+  // From now on Admit answers UNAVAILABLE; calls already admitted go on.
   void StartDrain();
   // Aborts every admitted request still open (drain timeout); their calls end with `why`.
   void CancelAll(const Status& why);
-  // Generate / GenerateStream calls admitted and not yet returned.
+  // Admitted calls not yet destroyed.
   int64_t open_calls() const;
+
+  // Per-connection admission, shared by every front.
+  PeerLimiter& peer_limiter() { return peer_limiter_; }
+  const FrontLimits& front_limits() const { return front_limits_; }
+  // Counters the transports report into (GetServerStats).
+  void CountInvalid() { invalid_.fetch_add(1, std::memory_order_relaxed); }
+  void CountPeerLimitRefusal() { refused_peer_limit_.fetch_add(1, std::memory_order_relaxed); }
+  void CountStalled() { stalled_.fetch_add(1, std::memory_order_relaxed); }
+  // Calls a transport holds open (generation and tokenization), for the stats.
+  void AddOpenTransportCalls(int64_t delta) {
+    transport_calls_.fetch_add(delta, std::memory_order_relaxed);
+  }
 
   const ServedModel& model() const { return model_; }
 
  private:
-  class Call;
-  struct Update;
-
-  // Validates, resolves and submits; on success `call` is admitted.
-  Status Admit(grpc::ServerContext* context, const v1::GenerateRequest& request, Call* call);
-  // Waits for the call's next output. False when the client went away (the watcher has then
-  // cancelled the request in the scheduler).
-  bool Next(Call* call, Update* update);
-  void Register(Call* call, grpc::ServerContext* context);
   void Unregister(uint64_t key);
-  // The watcher thread: cancels the requests of calls whose client went away.
-  void WatchCancellations();
+  // Counts an admission error by its kind.
+  void CountError(const Status& s);
 
   sched::Scheduler* const scheduler_;
   const ServedModel model_;
   const RequestLimits limits_;
+  const FrontLimits front_limits_;
   const std::vector<std::string> worker_addresses_;
+  PeerLimiter peer_limiter_;
   std::atomic<bool> draining_{false};
-  struct OpenCall {
-    grpc::ServerContext* context;
-    Call* call;
-  };
+  std::atomic<int64_t> invalid_{0};
+  std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler
+  std::atomic<int64_t> refused_peer_limit_{0};
+  std::atomic<int64_t> stalled_{0};
+  std::atomic<int64_t> transport_calls_{0};
   mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;                  // guarded by mu_
-  std::map<uint64_t, OpenCall> open_;  // guarded by mu_; by request key
-  std::thread watcher_;
+  std::map<uint64_t, Call*> open_;  // guarded by mu_; by request key
 };
+
+// What Call::Poll found: new output per sample and, once, the request's end.
+struct CallUpdate {
+  std::vector<std::pair<int32_t, SampleDelta>> deltas;  // (sample index, delta)
+  bool closed = false;
+  Status status;
+  sched::RequestTimings timings;
+};
+
+// One admitted generation request: its scheduler channel and output state. Not thread-safe: its
+// owner serializes Poll / TakeDeltas / Cancel (the listener may fire on another thread).
+class GenerateService::Call {
+ public:
+  ~Call();  // detaches the listener and unregisters
+  uint64_t key() const { return channel_->key(); }
+  const BuiltRequest& built() const { return built_; }
+  const std::string& request_id() const { return built_.sched.request_id; }
+  const OutputProcessor& processor() const { return *processor_; }
+
+  // `listener` runs (on the scheduler's output thread; it must only schedule work) whenever new
+  // output or the close is waiting to be polled; at once when something is already waiting.
+  void SetListener(std::function<void()> listener) { channel_->SetListener(std::move(listener)); }
+  // Takes what the scheduler sent without waiting: tokens go through the detokenizer and stop
+  // strings (a matched stop ends its sample in the scheduler), the close is recorded. The output
+  // accumulates per sample until TakeDeltas, so a caller that cannot write yet holds one growing
+  // delta per sample rather than a message per token. Returns true once the request has closed.
+  bool Absorb();
+  // Moves the output accumulated since the last call into `update` (deltas, and the close once
+  // Absorb has seen it).
+  void TakeDeltas(CallUpdate* update);
+  // Aborts the request in the scheduler; its close arrives through the channel.
+  void Cancel(Status why);
+
+ private:
+  friend class GenerateService;
+  explicit Call(GenerateService* service) : service_(service) {}
+
+  GenerateService* const service_;
+  BuiltRequest built_;
+  std::shared_ptr<sched::RequestChannel> channel_;
+  std::unique_ptr<OutputProcessor> processor_;
+  std::vector<int32_t> stopped_;  // scratch
+  bool closed_ = false;
+  bool close_taken_ = false;
+  Status status_;
+  sched::RequestTimings timings_;
+};
+
+// Response assembly shared by the transports.
+// The first stream message carries the seed and prompt ids; Completion accumulates deltas.
+void AppendToCompletion(const SampleDelta& d, v1::Completion* c);
+v1::GenerateStreamResponse StreamMessage(const std::string& request_id, int32_t index,
+                                         const SampleDelta& d);
+// Usage and timings of a closed request.
+void FillTotals(const GenerateService::Call& call, const CallUpdate& update, v1::Usage* usage,
+                v1::Timings* timings);
 
 }  // namespace astr::front

@@ -1,115 +1,520 @@
 #include "scheduler/front/grpc_service.h"
 
-#include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
-#include <grpc/slice.h>
-#include <grpcpp/impl/rpc_service_method.h>
-#include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/server_callback.h>
 
-#include <memory>
-#include <string_view>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "astr/v1/generate.grpc.pb.h"
 #include "common/service/grpc_status.h"
 #include "scheduler/front/utf8_check.h"
 
 namespace astr::front {
 namespace {
 
-using grpc::internal::MethodHandler;
-using grpc::internal::RpcMethod;
-using grpc::internal::RpcServiceMethod;
+// How often the watchdog looks for stalled streams: a stall is noticed within this of its
+// timeout.
+constexpr std::chrono::milliseconds kStallCheckInterval(200);
 
-// Wraps the handler of one method: checks the request's strings on the raw bytes, then lets the
-// wrapped handler parse and run as usual.
-template <typename Request>
-class Utf8CheckedHandler final : public MethodHandler {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A request's bytes, kept by reference to gRPC's slices so that they outlive the call's arena
+// while the pool parses them.
+struct RawRequest {
+  std::vector<grpc::Slice> slices;
+};
+
+RawRequest Capture(const grpc::ByteBuffer* request) {
+  RawRequest raw;
+  if (request != nullptr) (void)request->Dump(&raw.slices);
+  return raw;
+}
+
+// Parses `raw` as a `Message`, checking its strings for UTF-8 on the wire first (utf8_check.h).
+template <typename Message>
+Status Parse(const RawRequest& raw, Message* out) {
+  std::string bytes;
+  size_t total = 0;
+  for (const grpc::Slice& s : raw.slices) total += s.size();
+  bytes.reserve(total);
+  for (const grpc::Slice& s : raw.slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  ASTR_RETURN_IF_ERROR(CheckWireUtf8(*Message::descriptor(), bytes));
+  if (!out->ParseFromString(bytes)) {
+    return InvalidArgumentError("the request is not a valid " + Message::descriptor()->full_name() +
+                                " message (it does not parse)");
+  }
+  return OkStatus();
+}
+
+void Serialize(const google::protobuf::MessageLite& message, grpc::ByteBuffer* out) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  *out = grpc::ByteBuffer(&slice, 1);
+}
+
+std::optional<sched::Clock::time_point> DeadlineOf(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return std::nullopt;
+  // The scheduler's clock is steady; carry the remaining time over.
+  return sched::Clock::now() + (deadline - std::chrono::system_clock::now());
+}
+
+// Why gRPC cancelled the call: its deadline passed, or the client cancelled / went away.
+Status CancelReason(const grpc::CallbackServerContext& context) {
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return Status(StatusCode::kDeadlineExceeded, "deadline passed");
+  }
+  return Status(StatusCode::kCancelled, "cancelled by the client");
+}
+
+// A unary call whose work (parse, run, serialize) is one task; `Work` runs on the pool, or on the
+// gRPC thread when `inline_work` (cheap calls that must answer even when the pool is busy).
+template <typename Request, typename Response>
+class UnaryTask final : public grpc::ServerUnaryReactor {
  public:
-  explicit Utf8CheckedHandler(MethodHandler* inner) : inner_(inner) {}
+  using Work = std::function<Status(const Request&, Response*)>;
 
-  void RunHandler(const HandlerParameter& param) override { inner_->RunHandler(param); }
-
-  void* Deserialize(grpc_call* call, grpc_byte_buffer* req, grpc::Status* status,
-                    void** handler_data) override {
-    if (req != nullptr) {
-      Status bad = CheckWireUtf8(*Request::descriptor(), ReadAll(req));
-      if (!bad.ok()) {
-        grpc_byte_buffer_destroy(req);
-        *status = ToGrpcStatus(bad);
-        return nullptr;
+  static grpc::ServerUnaryReactor* Start(GenerateGrpcService* service,
+                                         grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response, bool limited, Work work,
+                                         bool inline_work) {
+    auto* task = new UnaryTask(service, context, response, limited, std::move(work));
+    if (limited) {
+      if (Status s = service->impl()->peer_limiter().Acquire(task->peer_); !s.ok()) {
+        service->impl()->CountPeerLimitRefusal();
+        task->Finish(ToGrpcStatus(s));
+        return task;
       }
+      task->holds_slot_ = true;
     }
-    void* parsed = inner_->Deserialize(call, req, status, handler_data);
-    if (!status->ok()) {
-      *status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             "the request is not a valid " + Request::descriptor()->full_name() +
-                                 " message (" + status->error_message() + ")");
+    if (inline_work) {
+      task->Run(Capture(request));
+    } else {
+      service->pool()->Post([task, raw = Capture(request)] { task->Run(raw); });
     }
-    return parsed;
+    return task;
+  }
+
+  void OnDone() override {
+    if (holds_slot_) service_->impl()->peer_limiter().Release(peer_);
+    if (limited_) service_->impl()->AddOpenTransportCalls(-1);
+    delete this;
   }
 
  private:
-  // The request's bytes (decompressed); `req` itself is left untouched for the parser.
-  static std::string ReadAll(grpc_byte_buffer* req) {
-    grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, req)) return {};
-    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-    std::string bytes(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(all)),
-                      GRPC_SLICE_LENGTH(all));
-    grpc_slice_unref(all);
-    grpc_byte_buffer_reader_destroy(&reader);
-    return bytes;
+  UnaryTask(GenerateGrpcService* service, grpc::CallbackServerContext* context,
+            grpc::ByteBuffer* response, bool limited, Work work)
+      : service_(service),
+        response_(response),
+        peer_(limited ? context->peer() : std::string()),
+        limited_(limited),
+        work_(std::move(work)) {
+    // Only limited calls count as open (stats and model info must not count themselves).
+    if (limited_) service_->impl()->AddOpenTransportCalls(1);
   }
 
-  std::unique_ptr<MethodHandler> inner_;
-};
+  // Nothing of `this` is touched after Finish: OnDone may run (and delete it) at once.
+  void Run(const RawRequest& raw) {
+    Request request;
+    Status s = Parse(raw, &request);
+    if (!s.ok()) {
+      service_->impl()->CountInvalid();
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    Response response;
+    s = work_(request, &response);
+    if (s.ok()) Serialize(response, response_);
+    Finish(ToGrpcStatus(s));
+  }
 
-template <typename Request, typename Response>
-MethodHandler* Unary(GenerateService* impl,
-                     grpc::Status (GenerateService::*method)(grpc::ServerContext*, const Request*,
-                                                             Response*)) {
-  return new grpc::internal::RpcMethodHandler<
-      GenerateService, Request, Response, grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
-      [method](GenerateService* s, grpc::ServerContext* c, const Request* req, Response* resp) {
-        return (s->*method)(c, req, resp);
-      },
-      impl);
-}
+  GenerateGrpcService* const service_;
+  grpc::ByteBuffer* const response_;
+  const std::string peer_;
+  const bool limited_;
+  Work work_;
+  bool holds_slot_ = false;
+};
 
 }  // namespace
 
-const char* GenerateGrpcService::MethodPath(const std::string& method) {
-  paths_.push_back("/" + std::string(v1::Generate::service_full_name()) + "/" + method);
-  return paths_.back().c_str();
+// The admission, output pump, cancellation and cleanup of one generation call, shared by the
+// unary (Generate) and streaming (GenerateStream) reactors. `Derived` provides
+// EmitLocked() (under mu_: send what is ready, or finish) and owns a shared_ptr to itself from
+// Start until OnDone, so that pool tasks and listeners may outlive the gRPC call safely (they
+// find done_ set and do nothing).
+template <typename Derived, typename GrpcReactor>
+class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<Derived> {
+ public:
+  GenerationCall(GenerateGrpcService* service, grpc::CallbackServerContext* context)
+      : service_(service), impl_(service->impl()), context_(context), peer_(context->peer()) {
+    impl_->AddOpenTransportCalls(1);
+  }
+
+  // From the method handler: takes a peer slot and queues admission.
+  void Start(std::shared_ptr<Derived> self, const grpc::ByteBuffer* request) {
+    self_ = self;
+    if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
+      impl_->CountPeerLimitRefusal();
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(ToGrpcStatus(s));
+      return;
+    }
+    holds_slot_ = true;
+    service_->pool()->Post([self = std::move(self), raw = Capture(request)] { self->Admit(raw); });
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status why = CancelReason(*context_);
+    if (call_ != nullptr) {
+      if (!call_closed_) call_->Cancel(why);
+      // A write in flight fails (OnWriteDone(false)) and finishes the call there.
+      if (!write_in_flight_) FinishLocked(ToGrpcStatus(why));
+    } else {
+      cancel_why_ = std::move(why);  // admission is still running: it ends the call
+    }
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
+      context_valid_ = false;
+    }
+    std::shared_ptr<Derived> keep = std::move(self_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      if (call_ != nullptr && !call_closed_) {
+        call_->Cancel(Status(StatusCode::kCancelled, "the call ended"));
+      }
+      call_.reset();  // detaches the listener: no pump is scheduled from now on
+    }
+    if (holds_slot_) impl_->peer_limiter().Release(peer_);
+    impl_->AddOpenTransportCalls(-1);
+    static_cast<Derived*>(this)->OnCallDone();
+    // `keep` may be the last reference: this object is destroyed on return.
+  }
+
+ protected:
+  // Runs on the pool: parse, validate, tokenize, submit.
+  void Admit(const RawRequest& raw) {
+    v1::GenerateRequest request;
+    Status parsed = Parse(raw, &request);
+    if (!parsed.ok()) impl_->CountInvalid();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      if (cancel_why_) return FinishLocked(ToGrpcStatus(*cancel_why_));
+      if (!parsed.ok()) return FinishLocked(ToGrpcStatus(parsed));
+    }
+    // The context stays valid: the call cannot finish while admission runs (OnCancel only
+    // records cancel_why_ until call_ is set).
+    auto call = impl_->Admit(request, DeadlineOf(*context_));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!call.ok()) return FinishLocked(ToGrpcStatus(call.status()));
+    call_ = std::move(*call);
+    if (cancel_why_) {
+      call_->Cancel(*cancel_why_);
+      return FinishLocked(ToGrpcStatus(*cancel_why_));
+    }
+    std::weak_ptr<Derived> weak = this->shared_from_this();
+    call_->SetListener([weak] {
+      if (auto self = weak.lock()) self->SchedulePump();
+    });
+  }
+
+  void SchedulePump() {
+    if (pump_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
+    service_->pool()->Post([self = this->shared_from_this()] { self->Pump(); });
+  }
+
+  void Pump() {
+    pump_scheduled_.store(false, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || call_ == nullptr) return;
+    call_closed_ = call_->Absorb();
+    static_cast<Derived*>(this)->EmitLocked();
+  }
+
+  void FinishLocked(grpc::Status status) {
+    if (finished_) return;
+    finished_ = true;
+    this->Finish(std::move(status));
+  }
+
+  GenerateGrpcService* const service_;
+  GenerateService* const impl_;
+  grpc::CallbackServerContext* const context_;
+  const std::string peer_;
+  bool holds_slot_ = false;
+  std::shared_ptr<Derived> self_;  // from Start until OnDone
+
+  std::mutex mu_;
+  std::unique_ptr<GenerateService::Call> call_;  // guarded by mu_; set once admitted
+  bool call_closed_ = false;                     // mu_: the scheduler closed the request
+  bool finished_ = false;                        // mu_: Finish was called
+  bool done_ = false;                            // mu_: OnDone ran
+  bool write_in_flight_ = false;                 // mu_ (streams only)
+  std::optional<Status> cancel_why_;             // mu_: cancelled before admission ended
+  CallUpdate update_;                            // mu_: scratch
+  std::atomic<bool> pump_scheduled_{false};
+  // Guards context_ for the watchdog, which may cancel the call from its own thread: OnDone
+  // clears context_valid_ first. Recursive because TryCancel may run reactions inline.
+  std::recursive_mutex context_mu_;
+  bool context_valid_ = true;
+};
+
+// Generate: the whole response at the request's end.
+class UnaryGenerate final : public GenerationCall<UnaryGenerate, grpc::ServerUnaryReactor> {
+ public:
+  UnaryGenerate(GenerateGrpcService* service, grpc::CallbackServerContext* context,
+                grpc::ByteBuffer* response)
+      : GenerationCall(service, context), response_(response) {}
+
+  void EmitLocked() {
+    if (!started_) {
+      started_ = true;
+      const BuiltRequest& built = call_->built();
+      message_.set_request_id(built.sched.request_id);
+      message_.set_seed(built.seed);
+      if (built.output.return_prompt_ids) {
+        message_.mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
+      }
+      for (int32_t i = 0; i < built.sched.n; ++i) message_.add_completions()->set_index(i);
+    }
+    call_->TakeDeltas(&update_);
+    for (const auto& [index, delta] : update_.deltas) {
+      AppendToCompletion(delta, message_.mutable_completions(index));
+    }
+    if (!update_.closed) return;
+    if (!update_.status.ok()) return FinishLocked(ToGrpcStatus(update_.status));
+    FillTotals(*call_, update_, message_.mutable_usage(), message_.mutable_timings());
+    Serialize(message_, response_);
+    FinishLocked(grpc::Status::OK);
+  }
+  void OnCallDone() {}
+
+ private:
+  grpc::ByteBuffer* const response_;
+  v1::GenerateResponse message_;  // guarded by mu_
+  bool started_ = false;          // guarded by mu_
+};
+
+// GenerateStream: a message per sample as output arrives, one write at a time.
+class StreamReactor final
+    : public GenerationCall<StreamReactor, grpc::ServerWriteReactor<grpc::ByteBuffer>> {
+ public:
+  StreamReactor(GenerateGrpcService* service, grpc::CallbackServerContext* context)
+      : GenerationCall(service, context) {}
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_in_flight_ = false;
+    write_started_ns_.store(0, std::memory_order_relaxed);
+    if (!ok) {  // the client went away, or the call was cancelled (stall, deadline)
+      const Status why =
+          stall_why_.value_or(Status(StatusCode::kCancelled, "the client went away"));
+      if (call_ != nullptr && !call_closed_) call_->Cancel(why);
+      return FinishLocked(ToGrpcStatus(why));
+    }
+    if (call_ != nullptr) EmitLocked();
+  }
+
+  // Sends the next message, or turns new output into messages, or finishes once the request
+  // closed and everything is written.
+  void EmitLocked() {
+    if (finished_ || write_in_flight_) return;
+    if (outbox_.empty()) BuildMessages();
+    if (!outbox_.empty()) {
+      writing_ = std::move(outbox_.front());
+      outbox_.pop_front();
+      write_in_flight_ = true;
+      write_started_ns_.store(NowNs(), std::memory_order_relaxed);
+      StartWrite(&writing_);
+      return;
+    }
+    if (final_) FinishLocked(ToGrpcStatus(*final_));
+  }
+
+  // The watchdog: cancels the call when its pending write is older than `timeout_ns`.
+  void CancelIfStalled(int64_t now_ns, int64_t timeout_ns) {
+    const int64_t started = write_started_ns_.load(std::memory_order_relaxed);
+    if (started == 0 || now_ns - started < timeout_ns) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_ || !write_in_flight_ || stall_why_) return;
+      stall_why_ = Status(StatusCode::kCancelled,
+                          "the client read nothing for " + std::to_string(timeout_ns / 1'000'000) +
+                              " ms (--stream-stall-timeout-s): stream cancelled");
+      if (call_ != nullptr && !call_closed_) call_->Cancel(*stall_why_);
+      impl_->CountStalled();
+      std::fprintf(stderr, "astr-scheduler: request %s from %s: %s\n",
+                   call_ ? call_->request_id().c_str() : "?", peer_.c_str(),
+                   stall_why_->message().c_str());
+    }
+    // The pending write then fails (OnWriteDone(false)) and finishes the call.
+    std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
+    if (context_valid_) context_->TryCancel();
+  }
+
+  void OnCallDone() { service_->UnregisterStream(this); }
+
+ private:
+  void BuildMessages() {
+    call_->TakeDeltas(&update_);
+    const bool closing = update_.closed && !final_;
+    std::vector<v1::GenerateStreamResponse> out;
+    if (held_) out.push_back(std::move(*held_));
+    held_.reset();
+    for (const auto& [index, delta] : update_.deltas) {
+      out.push_back(StreamMessage(call_->request_id(), index, delta));
+    }
+    if (closing && out.empty()) out.emplace_back().set_request_id(call_->request_id());
+    if (first_ && !out.empty()) {
+      first_ = false;
+      const BuiltRequest& built = call_->built();
+      out.front().set_seed(built.seed);
+      if (built.output.return_prompt_ids) {
+        out.front().mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
+      }
+    }
+    if (closing) {
+      // The last message carries the totals, which only the close knows.
+      FillTotals(*call_, update_, out.back().mutable_usage(), out.back().mutable_timings());
+      final_ = update_.status;
+    } else if (call_->processor().all_done() && !out.empty()) {
+      held_ = std::move(out.back());  // every sample is done: wait for the close's totals
+      out.pop_back();
+    }
+    for (const v1::GenerateStreamResponse& m : out) Serialize(m, &outbox_.emplace_back());
+  }
+
+  std::deque<grpc::ByteBuffer> outbox_;             // mu_: serialized, not yet written
+  grpc::ByteBuffer writing_;                        // mu_: the message being written
+  std::optional<v1::GenerateStreamResponse> held_;  // mu_
+  std::optional<Status> final_;                     // mu_: the close's status, once seen
+  std::optional<Status> stall_why_;                 // mu_: set by the watchdog
+  bool first_ = true;                               // mu_
+  std::atomic<int64_t> write_started_ns_{0};        // 0 when no write is pending
+};
+
+GenerateGrpcService::GenerateGrpcService(GenerateService* impl)
+    : impl_(impl), pool_(impl->front_limits().threads), watchdog_([this] { WatchStalls(); }) {}
+
+GenerateGrpcService::~GenerateGrpcService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_one();
+  watchdog_.join();
 }
 
-GenerateGrpcService::GenerateGrpcService(GenerateService* impl) {
-  // Same names, kinds and order as the generated Generate::Service.
-  AddMethod(new RpcServiceMethod(
-      MethodPath("Generate"), RpcMethod::NORMAL_RPC,
-      new Utf8CheckedHandler<v1::GenerateRequest>(Unary(impl, &GenerateService::Generate))));
-  AddMethod(new RpcServiceMethod(
-      MethodPath("GenerateStream"), RpcMethod::SERVER_STREAMING,
-      new Utf8CheckedHandler<v1::GenerateRequest>(
-          new grpc::internal::ServerStreamingHandler<GenerateService, v1::GenerateRequest,
-                                                     v1::GenerateStreamResponse>(
-              [](GenerateService* s, grpc::ServerContext* c, const v1::GenerateRequest* req,
-                 grpc::ServerWriter<v1::GenerateStreamResponse>* writer) {
-                return s->GenerateStream(c, req, writer);
-              },
-              impl))));
-  AddMethod(new RpcServiceMethod(
-      MethodPath("Tokenize"), RpcMethod::NORMAL_RPC,
-      new Utf8CheckedHandler<v1::TokenizeRequest>(Unary(impl, &GenerateService::Tokenize))));
-  AddMethod(new RpcServiceMethod(
-      MethodPath("Detokenize"), RpcMethod::NORMAL_RPC,
-      new Utf8CheckedHandler<v1::DetokenizeRequest>(Unary(impl, &GenerateService::Detokenize))));
-  AddMethod(new RpcServiceMethod(MethodPath("GetModelInfo"), RpcMethod::NORMAL_RPC,
-                                 new Utf8CheckedHandler<v1::GetModelInfoRequest>(
-                                     Unary(impl, &GenerateService::GetModelInfo))));
-  AddMethod(new RpcServiceMethod(MethodPath("GetServerStats"), RpcMethod::NORMAL_RPC,
-                                 new Utf8CheckedHandler<v1::GetServerStatsRequest>(
-                                     Unary(impl, &GenerateService::GetServerStats))));
+void GenerateGrpcService::RegisterStream(const std::shared_ptr<StreamReactor>& stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_[stream.get()] = stream;
+}
+
+void GenerateGrpcService::UnregisterStream(const StreamReactor* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.erase(stream);
+}
+
+void GenerateGrpcService::WatchStalls() {
+  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 impl_->front_limits().stream_stall_timeout)
+                                 .count();
+  std::vector<std::shared_ptr<StreamReactor>> open;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, kStallCheckInterval, [this] { return stop_; })) {
+    if (timeout_ns <= 0) continue;
+    open.clear();
+    for (auto& [key, weak] : streams_) {
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+    }
+    lock.unlock();
+    const int64_t now = NowNs();
+    for (const auto& s : open) s->CancelIfStalled(now, timeout_ns);
+    open.clear();  // the last reference may go here, outside mu_
+    lock.lock();
+  }
+}
+
+grpc::ServerUnaryReactor* GenerateGrpcService::Generate(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  auto call = std::make_shared<UnaryGenerate>(this, context, response);
+  call->Start(call, request);
+  return call.get();
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateGrpcService::GenerateStream(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  auto stream = std::make_shared<StreamReactor>(this, context);
+  RegisterStream(stream);
+  stream->Start(stream, request);
+  return stream.get();
+}
+
+grpc::ServerUnaryReactor* GenerateGrpcService::Tokenize(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return UnaryTask<v1::TokenizeRequest, v1::TokenizeResponse>::Start(
+      this, context, request, response, /*limited=*/true,
+      [impl = impl_](const v1::TokenizeRequest& req, v1::TokenizeResponse* resp) {
+        return impl->Tokenize(req, resp);
+      },
+      /*inline_work=*/false);
+}
+
+grpc::ServerUnaryReactor* GenerateGrpcService::Detokenize(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return UnaryTask<v1::DetokenizeRequest, v1::DetokenizeResponse>::Start(
+      this, context, request, response, /*limited=*/true,
+      [impl = impl_](const v1::DetokenizeRequest& req, v1::DetokenizeResponse* resp) {
+        return impl->Detokenize(req, resp);
+      },
+      /*inline_work=*/false);
+}
+
+grpc::ServerUnaryReactor* GenerateGrpcService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return UnaryTask<v1::GetModelInfoRequest, v1::GetModelInfoResponse>::Start(
+      this, context, request, response, /*limited=*/false,
+      [impl = impl_](const v1::GetModelInfoRequest&, v1::GetModelInfoResponse* resp) {
+        impl->GetModelInfo(resp);
+        return OkStatus();
+      },
+      /*inline_work=*/true);
+}
+
+grpc::ServerUnaryReactor* GenerateGrpcService::GetServerStats(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response) {
+  return UnaryTask<v1::GetServerStatsRequest, v1::GetServerStatsResponse>::Start(
+      this, context, request, response, /*limited=*/false,
+      [impl = impl_](const v1::GetServerStatsRequest&, v1::GetServerStatsResponse* resp) {
+        *resp = impl->Stats();
+        return OkStatus();
+      },
+      /*inline_work=*/true);
 }
 
 }  // namespace astr::front

@@ -1,32 +1,86 @@
-// The astr.v1.Generate service as registered with the gRPC server: the same method table the
-// generated Generate::Service builds, except that requests with string fields (GenerateRequest,
-// TokenizeRequest) have their wire bytes checked for UTF-8 before protobuf parses them, so that a
-// bad string is INVALID_ARGUMENT naming the field instead of protobuf's anonymous parse failure
-// (INTERNAL, empty message; see utf8_check.h). Any other parse failure is INVALID_ARGUMENT too.
+// The astr.v1.Generate service on gRPC's callback API: no call holds a thread. A call's reactor
+// takes the request's raw bytes, and the front's TaskPool parses and admits it; output reaches
+// the call through its scheduler channel's listener, which schedules a pump on the pool; writes
+// complete in OnWriteDone. So 1,000 open streams, or streams whose clients never read, cost
+// memory (bounded per stream) and no threads, and GetServerStats always answers.
 //
-// It is built on grpc::internal::{RpcServiceMethod, RpcMethodHandler, ServerStreamingHandler},
-// the pieces generated service code itself uses (stable across gRPC 1.4x-1.6x).
+// Every method is registered raw (grpc::ByteBuffer in and out) so that the request's wire bytes
+// can be checked for UTF-8 before protobuf parses them: a bad string is INVALID_ARGUMENT naming
+// the field instead of protobuf's anonymous parse failure (see utf8_check.h); any other parse
+// failure is INVALID_ARGUMENT too.
+//
+// Protections (FrontLimits): at most max_calls_per_peer generation/tokenization calls per client
+// connection (RESOURCE_EXHAUSTED naming --max-calls-per-peer); a stream whose client has read
+// nothing for stream_stall_timeout is cancelled (its request aborted, its pages freed); while a
+// write waits for the client, new output accumulates in one delta per sample instead of a
+// message per token, so a stream buffers at most its own request's output.
 #pragma once
 
-#include <grpcpp/impl/service_type.h>
+#include <grpcpp/support/server_callback.h>
 
-#include <deque>
-#include <string>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
+#include "astr/v1/generate.grpc.pb.h"
 #include "scheduler/front/generate_service.h"
+#include "scheduler/front/task_pool.h"
 
 namespace astr::front {
 
-class GenerateGrpcService final : public grpc::Service {
+class StreamReactor;
+
+using RawGenerateService =
+    v1::Generate::WithRawCallbackMethod_Generate<v1::Generate::WithRawCallbackMethod_GenerateStream<
+        v1::Generate::WithRawCallbackMethod_Tokenize<v1::Generate::WithRawCallbackMethod_Detokenize<
+            v1::Generate::WithRawCallbackMethod_GetModelInfo<
+                v1::Generate::WithRawCallbackMethod_GetServerStats<v1::Generate::Service>>>>>>;
+
+class GenerateGrpcService final : public RawGenerateService {
  public:
-  // `impl` must outlive this object.
+  // `impl` must outlive this object. Starts the task pool and the stall watchdog.
   explicit GenerateGrpcService(GenerateService* impl);
+  // Shut the server down (every call done) before destroying the service.
+  ~GenerateGrpcService() override;
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetServerStats(grpc::CallbackServerContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+
+  GenerateService* impl() const { return impl_; }
+  TaskPool* pool() { return &pool_; }
+
+  // Streams register while open so the watchdog can find stalled writers.
+  void RegisterStream(const std::shared_ptr<StreamReactor>& stream);
+  void UnregisterStream(const StreamReactor* stream);
 
  private:
-  // "/astr.v1.Generate/<Method>"; RpcServiceMethod keeps a const char* into these.
-  const char* MethodPath(const std::string& method);
+  // Every stall_check_interval: cancels streams whose pending write is older than the timeout.
+  void WatchStalls();
 
-  std::deque<std::string> paths_;
+  GenerateService* const impl_;
+  TaskPool pool_;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::unordered_map<const StreamReactor*, std::weak_ptr<StreamReactor>> streams_;  // mu_
+  std::thread watchdog_;
 };
 
 }  // namespace astr::front

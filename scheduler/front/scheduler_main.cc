@@ -4,13 +4,14 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 // (gRPC 1.51), so it is short: once the scheduler is idle, a last message needs milliseconds.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 
+// The floor of --max-calls-per-peer 0 (automatic).
+constexpr int64_t kMinAutoCallsPerPeer = 64;
+
 void Log(const std::string& line) {
   std::fprintf(stderr, "astr-scheduler: %s\n", line.c_str());
   std::fflush(stderr);
@@ -49,7 +53,9 @@ struct Flags {
   int64_t connect_timeout_s = 30;
   int64_t step_timeout_ms = 300000;
   int64_t drain_timeout_s = 60;
-  int64_t max_rpc_threads = 1024;
+  int64_t max_calls_per_peer = 0;
+  int64_t stream_stall_timeout_s = 30;
+  int64_t front_threads = 4;
   int64_t max_message_mb = 64;
 };
 
@@ -100,16 +106,28 @@ void Register(flags::FlagSet* fs, Flags* f) {
           "How long to keep dialing each worker at start before giving up.");
   fs->Int("step-timeout-ms", &f->step_timeout_ms,
           "A worker that returns no step result for this long is treated as dead (its stream "
-          "is cancelled and redialed, its sequences restart elsewhere): it catches a hung or "
-          "stopped worker process. Must exceed the longest real step (a full prefill chunk on "
-          "a slow CPU). 0 = wait forever.");
+          "is cancelled and redialed, its sequences restart elsewhere): it catches a worker "
+          "whose process runs but whose step hangs. A stopped worker process (SIGSTOP) is "
+          "noticed sooner, within about 12 s, by its missing HTTP/2 keepalive answers. Must "
+          "exceed the longest real step (a full prefill chunk on a slow CPU). 0 = wait "
+          "forever.");
   fs->Int("drain-timeout-s", &f->drain_timeout_s,
           "On SIGTERM / SIGINT: how long running requests may take to finish; those still "
           "running then are aborted (UNAVAILABLE) and the process exits.");
-  fs->Int("max-rpc-threads", &f->max_rpc_threads,
-          "Most gRPC server threads: every open call holds one (and a few wait for new "
-          "calls), so this bounds concurrent calls; a call beyond it gets RESOURCE_EXHAUSTED "
-          "'Server Threadpool Exhausted'.");
+  fs->Int("max-calls-per-peer", &f->max_calls_per_peer,
+          "Most generation and tokenization calls one client connection may hold open at once; "
+          "beyond it a call gets RESOURCE_EXHAUSTED naming this flag, so one client cannot take "
+          "every slot. 0 = half of the running sequences all workers can hold (the sum of "
+          "min(--max-running, the worker's max batch)), at least 64, so another client finds "
+          "room; "
+          "raise it for a trainer that sends many requests over one connection.");
+  fs->Int("stream-stall-timeout-s", &f->stream_stall_timeout_s,
+          "A GenerateStream whose client reads nothing for this long (its pending message is "
+          "not taken) is cancelled: the request is aborted and its KV pages freed. While a "
+          "client is slow, output accumulates in one pending message per sample. 0 = never.");
+  fs->Int("front-threads", &f->front_threads,
+          "Threads that parse, validate and tokenize requests, render chat templates and turn "
+          "tokens into response messages.");
   fs->Int("max-message-mb", &f->max_message_mb,
           "Largest request message accepted, in MiB (long token-id prompts).");
 }
@@ -123,7 +141,12 @@ Status Validate(const Flags& f) {
   ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
   ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
-  ASTR_RETURN_IF_ERROR(positive(f.max_rpc_threads, "max-rpc-threads"));
+  if (f.max_calls_per_peer < 0) return InvalidArgumentError("--max-calls-per-peer must be >= 0");
+  ASTR_RETURN_IF_ERROR(positive(f.front_threads, "front-threads"));
+  if (f.front_threads > 256) return InvalidArgumentError("--front-threads must be <= 256");
+  if (f.stream_stall_timeout_s < 0) {
+    return InvalidArgumentError("--stream-stall-timeout-s must be >= 0");
+  }
   ASTR_RETURN_IF_ERROR(positive(f.max_message_mb, "max-message-mb"));
   if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
   if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
@@ -204,6 +227,49 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
   return model;
 }
 
+// Sets grpc.health.v1 to SERVING / NOT_SERVING from GetServerStats.accepting_requests every
+// kHealthInterval, logging each change with its reason.
+class HealthUpdater {
+ public:
+  HealthUpdater(grpc::Server* server, front::GenerateService* service)
+      : server_(server), service_(service), thread_([this] { Run(); }) {}
+  ~HealthUpdater() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    do {
+      const v1::GetServerStatsResponse stats = service_->Stats();
+      const bool serving = stats.accepting_requests();
+      if (serving != serving_) {
+        serving_ = serving;
+        server_->GetHealthCheckService()->SetServingStatus(v1::Generate::service_full_name(),
+                                                           serving);
+        server_->GetHealthCheckService()->SetServingStatus(serving);
+        Log(serving ? "health: SERVING"
+                    : "health: NOT_SERVING (" + stats.not_accepting_reason() + ")");
+      }
+    } while (!cv_.wait_for(lock, kHealthInterval, [this] { return stop_; }));
+  }
+
+  static constexpr auto kHealthInterval = std::chrono::milliseconds(250);
+  grpc::Server* const server_;
+  front::GenerateService* const service_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool serving_ = true;  // what the server was started with
+  std::thread thread_;
+};
+
 // Refuses new requests, waits for the running ones (logging each second), aborts what is left
 // after `timeout`.
 void Drain(sched::Scheduler* scheduler, front::GenerateService* service,
@@ -236,7 +302,23 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   front::RequestLimits limits;
   limits.max_n = static_cast<int32_t>(f.max_n);
   limits.max_stop_strings = static_cast<int32_t>(f.max_stop_strings);
-  front::GenerateService service(scheduler.get(), std::move(model), limits, std::move(addresses));
+  front::FrontLimits front_limits;
+  front_limits.max_calls_per_peer = f.max_calls_per_peer;
+  if (front_limits.max_calls_per_peer == 0) {
+    int64_t running = 0;
+    for (const v1::InfoResponse& info : scheduler->WorkerInfos()) {
+      running += std::min<int64_t>(f.sched.max_running, info.max_batch());
+    }
+    // At least kMinAutoCallsPerPeer, so a small pool (--max-running 1) does not make one
+    // connection's ordinary bursts fail.
+    front_limits.max_calls_per_peer = std::max<int64_t>(kMinAutoCallsPerPeer, running / 2);
+  }
+  Log("at most " + std::to_string(front_limits.max_calls_per_peer) +
+      " open calls per client connection (--max-calls-per-peer)");
+  front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
+  front_limits.threads = static_cast<int>(f.front_threads);
+  front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits,
+                                 std::move(addresses));
   front::GenerateGrpcService grpc_service(&service);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -244,16 +326,14 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  // gRPC sets SO_REUSEPORT by default: a second server on a port in use would then start and
+  // share the port, and clients would land on either process at random.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&grpc_service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(f.max_message_mb << 20));
-  // The sync server runs each call on its own thread and a generation call holds it until the
-  // request ends, so the thread bound is the bound on concurrent calls.
-  grpc::ResourceQuota quota("astr-scheduler");
-  quota.SetMaxThreads(static_cast<int>(f.max_rpc_threads));
-  builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log("--listen: cannot listen on " + f.listen);
+    Log("--listen: cannot listen on " + f.listen + " (address in use, or not a local address)");
     return 1;
   }
   // Every worker is connected: serving. Both the server ("") and the service by name answer.
@@ -264,7 +344,12 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
   std::fflush(stderr);
 
+  // Health follows admission: NOT_SERVING while no new request would be admitted (no worker up,
+  // queue full, draining), so load balancers and probes route around this replica.
+  HealthUpdater health(server.get(), &service);
+
   const int sig = WaitForShutdownSignal();
+  health.Stop();
   Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
       ": draining (new requests get UNAVAILABLE)");
   server->GetHealthCheckService()->SetServingStatus(false);

@@ -30,7 +30,10 @@ pytestmark = pytest.mark.skipif(
         ("--max-n", "0"),
         ("--max-stop-strings", "0"),
         ("--connect-timeout-s", "0"),
-        ("--max-rpc-threads", "0"),
+        ("--max-calls-per-peer", "-1"),
+        ("--front-threads", "0"),
+        ("--front-threads", "257"),
+        ("--stream-stall-timeout-s", "-1"),
         ("--max-message-mb", "0"),
     ],
 )

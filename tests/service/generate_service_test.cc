@@ -34,6 +34,9 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};  // "Once upon a t
 
 class GenerateServiceTest : public ::testing::Test {
  protected:
+  // Tests that probe a limit lower it before SetUp.
+  virtual FrontLimits FrontLimitsForTest() const { return FrontLimits{}; }
+
   void SetUp() override {
     ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
     auto tok = Tokenizer::Load(path);
@@ -61,6 +64,7 @@ class GenerateServiceTest : public ::testing::Test {
     RequestLimits limits;
     limits.max_n = 4;
     service_ = std::make_unique<GenerateService>(scheduler_.get(), std::move(model), limits,
+                                                 FrontLimitsForTest(),
                                                  std::vector<std::string>{"fake-worker"});
     grpc_service_ = std::make_unique<GenerateGrpcService>(service_.get());
     grpc::ServerBuilder builder;
@@ -69,8 +73,8 @@ class GenerateServiceTest : public ::testing::Test {
     builder.RegisterService(grpc_service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                   grpc::InsecureChannelCredentials());
+    server_address_ = "127.0.0.1:" + std::to_string(port);
+    channel_ = grpc::CreateChannel(server_address_, grpc::InsecureChannelCredentials());
     stub_ = v1::Generate::NewStub(channel_);
   }
 
@@ -129,6 +133,7 @@ class GenerateServiceTest : public ::testing::Test {
   std::unique_ptr<GenerateService> service_;
   std::unique_ptr<GenerateGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::string server_address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generate::Stub> stub_;
 };
@@ -364,8 +369,8 @@ TEST_F(GenerateServiceTest, ClientCancelMidStreamReleases) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   worker_->SetGated(false);
   EXPECT_TRUE(WaitReleased());
-  // The client sees CANCELLED as soon as it cancels; the handler thread unregisters the call
-  // when it next wakes, a moment later.
+  // The client sees CANCELLED as soon as it cancels; the call unregisters when gRPC reports it
+  // done, a moment later.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (service_->open_calls() != 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -380,6 +385,140 @@ TEST_F(GenerateServiceTest, DrainRefusesNewRequests) {
   grpc::Status s = stub_->Generate(&ctx, Request(4, 1), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(s.error_message().find("draining"), std::string::npos);
+}
+
+// The front's protections, with limits low enough to reach in a test.
+class GenerateServiceLimitsTest : public GenerateServiceTest {
+ protected:
+  FrontLimits FrontLimitsForTest() const override {
+    FrontLimits l;
+    l.max_calls_per_peer = 3;
+    l.stream_stall_timeout = std::chrono::milliseconds(300);
+    return l;
+  }
+  // A new client connection (a distinct channel argument keeps gRPC from sharing one).
+  std::unique_ptr<v1::Generate::Stub> NewClient(int id, int window_bytes = 0) {
+    grpc::ChannelArguments args;
+    args.SetInt("astr.test.client", id);
+    if (window_bytes > 0) {
+      // A client that reads nothing lets the server write only this much before it blocks.
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, window_bytes);
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    }
+    return v1::Generate::NewStub(
+        grpc::CreateCustomChannel(server_address_, grpc::InsecureChannelCredentials(), args));
+  }
+  v1::GetServerStatsResponse Stats() {
+    v1::GetServerStatsResponse stats;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->GetServerStats(&ctx, v1::GetServerStatsRequest(), &stats).ok());
+    return stats;
+  }
+};
+
+TEST_F(GenerateServiceLimitsTest, OneConnectionCannotTakeEverySlot) {
+  worker_->SetGated(true);  // every stream stays open
+  auto greedy = NewClient(1);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>>> readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(greedy->GenerateStream(contexts.back().get(), Request(8, 1)));
+  }
+  // Until the three are open on the server, a fourth might race them; wait for them.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (service_->open_calls() < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(service_->open_calls(), 3);
+  {
+    v1::GenerateResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = greedy->Generate(&ctx, Request(4, 1), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("--max-calls-per-peer 3"), std::string::npos)
+        << s.error_message();
+    v1::TokenizeRequest tr;
+    tr.set_text("Once");
+    v1::TokenizeResponse tresp;
+    grpc::ClientContext tctx;
+    EXPECT_EQ(greedy->Tokenize(&tctx, tr, &tresp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  // Stats and model info still answer on the full connection; another client is admitted.
+  const v1::GetServerStatsResponse stats = Stats();
+  EXPECT_EQ(stats.requests_refused_peer_limit(), 2);
+  EXPECT_EQ(stats.requests_refused(), 2);
+  EXPECT_EQ(stats.open_calls(), 3);
+  v1::GenerateResponse other;
+  {
+    worker_->SetGated(false);
+    grpc::ClientContext ctx;
+    grpc::Status s = NewClient(2)->Generate(&ctx, Request(6, 2), &other);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(std::vector<int32_t>(other.completions(0).token_ids().begin(),
+                                 other.completions(0).token_ids().end()),
+            Expected(0, 2, 6));
+  for (auto& reader : readers) {
+    v1::GenerateStreamResponse m;
+    while (reader->Read(&m)) {
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  EXPECT_TRUE(WaitReleased());
+}
+
+TEST_F(GenerateServiceLimitsTest, StreamWhoseClientStopsReadingIsCancelled) {
+  // A client with a 256-byte window that never reads: the server's writes block after a few
+  // messages, and the stream is cancelled once no write completed for the stall timeout.
+  auto slow = NewClient(3, /*window_bytes=*/256);
+  v1::GenerateRequest req = Request(200, 4);
+  req.mutable_sampling()->set_return_logprobs(true);
+  req.mutable_sampling()->set_top_logprobs(5);
+  grpc::ClientContext ctx;
+  auto reader = slow->GenerateStream(&ctx, req);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Stats().streams_stalled() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stats().streams_stalled(), 1);
+  EXPECT_TRUE(WaitReleased());  // the request was aborted in the scheduler: pages freed
+  v1::GenerateStreamResponse m;
+  int read = 0;
+  while (reader->Read(&m)) ++read;
+  EXPECT_LT(read, 200);  // it never got the whole output
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The server goes on serving.
+  v1::GenerateResponse resp;
+  grpc::ClientContext uctx;
+  EXPECT_TRUE(stub_->Generate(&uctx, Request(4, 1), &resp).ok());
+}
+
+TEST_F(GenerateServiceTest, StatsCountInvalidRequests) {
+  v1::GenerateResponse resp;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->Generate(&ctx, Request(4, 1, /*n=*/9), &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  v1::GetServerStatsResponse stats;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->GetServerStats(&ctx, v1::GetServerStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.requests_invalid(), 2);
+  EXPECT_EQ(stats.requests_refused(), 0);
+  EXPECT_TRUE(stats.accepting_requests());
+  EXPECT_EQ(stats.not_accepting_reason(), "");
+  service_->StartDrain();
+  scheduler_->StartDrain();
+  grpc::ClientContext dctx;
+  EXPECT_EQ(stub_->Generate(&dctx, Request(4, 1), &resp).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  grpc::ClientContext sctx;
+  ASSERT_TRUE(stub_->GetServerStats(&sctx, v1::GetServerStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.requests_refused(), 1);
+  EXPECT_FALSE(stats.accepting_requests());
+  EXPECT_EQ(stats.not_accepting_reason(), "draining");
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+#include "scheduler/front/peer_limiter.h"
+
+namespace astr::front {
+
+Status PeerLimiter::Acquire(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t& open = open_[peer];
+  if (open >= max_per_peer_) {
+    return ResourceExhaustedError("this client connection already has " + std::to_string(open) +
+                                  " calls open, the most one connection may hold (" + flag_ + " " +
+                                  std::to_string(max_per_peer_) + ")");
+  }
+  ++open;
+  return OkStatus();
+}
+
+void PeerLimiter::Release(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(peer);
+  if (it == open_.end()) return;
+  if (--it->second <= 0) open_.erase(it);
+}
+
+size_t PeerLimiter::peers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_.size();
+}
+
+}  // namespace astr::front
