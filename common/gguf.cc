@@ -11,6 +11,10 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are treated as corrupt
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
+// Array elements the metadata may hold in all. Each becomes a GgufValue of ~100 bytes, so without a
+// budget a file could ask for 100x its size in memory (a u8 array over a multi-GB tensor section).
+// The largest real vocabularies (~262k tokens: tokens, scores, types, merges) hold ~1M.
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 23;
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -257,6 +261,7 @@ class GgufParser {
   const uint8_t* data_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t values_ = 0;  // array elements read so far, against kMaxMetadataValues
 };
 
 Status GgufParser::ReadString(std::string* out, const std::string& what) {
@@ -325,6 +330,12 @@ Status GgufParser::ReadValue(GgufType type, GgufValue* out, const std::string& w
         return Error("array length " + std::to_string(count) + " of " + what +
                      " runs past end of file");
       }
+      if (count > kMaxMetadataValues - values_) {
+        return Error("array length " + std::to_string(count) + " of " + what +
+                     " takes the metadata past " + std::to_string(kMaxMetadataValues) +
+                     " array elements in all");
+      }
+      values_ += count;
       out->elem_type = static_cast<GgufType>(elem);
       out->array.resize(count);
       for (uint64_t k = 0; k < count; ++k) {

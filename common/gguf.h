@@ -2,7 +2,9 @@
 //
 // Reader: the file is memory-mapped read-only; metadata is parsed into GgufValues, tensor data is
 // read in place (GgufTensor::data points into the mapping). Every count, length and offset is
-// bounds-checked, and each error names the file and the key or tensor it was reading.
+// bounds-checked, the metadata's arrays hold at most 2^23 elements in all (so that memory stays
+// within a small multiple of what real vocabularies need), and each error names the file and the
+// key or tensor it was reading.
 //
 // Writer: metadata and tensor infos are declared first, then tensor data is streamed in declaration
 // order, so a multi-GB model never has to sit in memory.

@@ -16,8 +16,12 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// A header larger than this is certainly corrupt (real ones are a few MB at most).
-constexpr uint64_t kMaxHeaderBytes = uint64_t{256} << 20;
+// A header larger than this is refused, as the reference implementation (huggingface/safetensors)
+// refuses it; real ones are a few MB at most. Parsed JSON takes ~10x the text, so this also bounds
+// the memory a hostile header can ask for.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Most dims a tensor may have (real checkpoints use up to 5); a longer shape is corrupt.
+constexpr size_t kMaxDims = 8;
 
 // Element size of every safetensors dtype, so that headers of files holding tensors we do not read
 // can still be validated.
@@ -96,7 +100,12 @@ Status SafetensorsFile::AddShard(const std::string& file) {
   if (size < 8) return DataLossError(file + ": truncated safetensors file (no header size)");
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, map->data(), 8);
-  if (header_bytes > kMaxHeaderBytes || header_bytes > size - 8) {
+  if (header_bytes > kMaxHeaderBytes) {
+    return InvalidArgumentError(file + ": header size " + std::to_string(header_bytes) +
+                                " is more than the " + std::to_string(kMaxHeaderBytes) +
+                                " bytes a safetensors header may have");
+  }
+  if (header_bytes > size - 8) {
     return DataLossError(file + ": header size " + std::to_string(header_bytes) +
                          " exceeds the file (" + std::to_string(size) + " bytes; truncated?)");
   }
@@ -131,6 +140,10 @@ Status SafetensorsFile::AddShard(const std::string& file) {
     t.dtype = astr::ReadableDType(t.dtype_name);
     std::optional<uint64_t> elem = ElementSize(t.dtype_name);
     if (!elem) return InvalidArgumentError(what + ": unknown dtype '" + t.dtype_name + "'");
+    if (entry["shape"].size() > kMaxDims) {
+      return InvalidArgumentError(what + ": shape has " + std::to_string(entry["shape"].size()) +
+                                  " dims, more than " + std::to_string(kMaxDims));
+    }
     uint64_t n = 1;
     for (const auto& d : entry["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) {

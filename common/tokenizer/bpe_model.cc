@@ -286,9 +286,22 @@ StatusOr<std::unique_ptr<Model>> MakeBpeModel(
     TokenMap vocab, const std::vector<std::pair<std::string, std::string>>& merges,
     const BpeOptions& options) {
   int32_t max_id = -1;
+  const std::string* max_token = nullptr;
   for (const auto& [token, id] : vocab) {
     if (id < 0) return InvalidArgumentError("BPE vocab: token \"" + token + "\" has a negative id");
-    max_id = std::max(max_id, id);
+    if (id > max_id) {
+      max_id = id;
+      max_token = &token;
+    }
+  }
+  // Ids index a dense table, so the largest id sizes it: a vocabulary may have holes (ids that only
+  // added tokens fill), but not ~2^31 of them.
+  constexpr int64_t kMaxIdHoles = int64_t{1} << 20;
+  if (max_id >= static_cast<int64_t>(vocab.size()) + kMaxIdHoles) {
+    return InvalidArgumentError("BPE vocab: token \"" + *max_token + "\" has id " +
+                                std::to_string(max_id) + ", more than " +
+                                std::to_string(kMaxIdHoles) + " past the " +
+                                std::to_string(vocab.size()) + " tokens of the vocabulary");
   }
   std::vector<std::string> id_to_token(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : vocab) id_to_token[id] = token;

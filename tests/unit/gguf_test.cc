@@ -257,6 +257,33 @@ TEST_F(GgufBadFileTest, AbsurdCountsAndLengths) {
   EXPECT_TRUE(Contains(s.message(), "'tokens'")) << s.message();
 }
 
+// Arrays a file really holds could still ask for ~100x the file in memory (each element becomes a
+// GgufValue), so the metadata's array elements are budgeted in all, before anything is allocated.
+TEST_F(GgufBadFileTest, MetadataArrayElementsAreBudgetedInAll) {
+  // Two u8 arrays of 2^22 + 1 elements: each fits the budget of 2^23 elements, both do not.
+  const uint64_t n = (uint64_t{1} << 22) + 1;
+  std::vector<uint8_t> b;
+  auto put = [&b](const void* p, size_t k) {
+    b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + k);
+  };
+  const uint32_t header[2] = {0x46554747, 3};  // "GGUF", version 3
+  const uint64_t counts[2] = {0, 2};           // tensors, keys
+  put(header, 8);
+  put(counts, 16);
+  for (const std::string key : {"first", "second"}) {
+    const uint64_t len = key.size();
+    const uint32_t types[2] = {9, 0};  // array of u8
+    put(&len, 8);
+    put(key.data(), len);
+    put(types, 8);
+    put(&n, 8);
+    b.resize(b.size() + n, 0);
+  }
+  Status s = OpenModified(b);
+  EXPECT_TRUE(Contains(s.message(), "'second'") && Contains(s.message(), "array elements"))
+      << s.message();
+}
+
 TEST_F(GgufBadFileTest, UnsupportedTensorTypeNamesTensor) {
   auto b = bytes_;
   // Tensor info: name (8 + 19), n_dims 4, ne 2*8, then type.

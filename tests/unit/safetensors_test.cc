@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/test_util.h"
@@ -116,6 +117,9 @@ TEST(SafetensorsTest, BadHeaders) {
       {R"({"w":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})", "'w'"},    // unknown dtype
       {R"({"w":{"shape":[2],"data_offsets":[0,8]}})", "'w'"},                 // missing dtype
       {R"([1,2])", "JSON"},
+      // 9 dims of 2 elements in all: consistent, but longer than any tensor's shape (each dim
+      // costs memory however little data the file has).
+      {R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})", "9 dims"},
   };
   for (const Case& c : cases) {
     const std::string path = dir + "/bad.safetensors";
@@ -133,6 +137,19 @@ TEST(SafetensorsTest, BadHeaders) {
   EXPECT_TRUE(Contains(f.status().message(), "short.safetensors"));
   std::ofstream(path, std::ios::binary) << "abc";
   EXPECT_FALSE(SafetensorsFile::Open(path).ok());
+}
+
+TEST(SafetensorsTest, HeaderOverTheReferenceLimitIsRefusedUnread) {
+  // huggingface/safetensors refuses headers over 100,000,000 bytes; the file is sparse.
+  const std::string path = testing::TempDir("st_big") + "/big.safetensors";
+  const uint64_t header_bytes = 100'000'001;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(&header_bytes), sizeof(header_bytes));
+  std::filesystem::resize_file(path, 8 + header_bytes);
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_TRUE(Contains(f.status().message(), "header size 100000001 is more than"))
+      << f.status().message();
 }
 
 }  // namespace

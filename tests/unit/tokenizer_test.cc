@@ -339,6 +339,8 @@ TEST(TokenizerTest, MalformedFilesNameTheProblem) {
       {with("/model/merges", json::array({"a c"})), "merges"},
       {with("/model/merges", json::array({"a b c"})), "merges[0]"},
       {with("/model/vocab", json{{"a", -1}}), "vocab"},
+      // The largest id sizes the id -> token table: 2^21 ids for 5 tokens is not a vocabulary.
+      {with("/model/vocab/ab", 1 << 21), "token \"ab\" has id 2097152"},
       {with("/added_tokens", json::array({json{{"content", "x"}}})), "added_tokens[0].id"},
       {with("/pre_tokenizer", json{{"type", "Split"},
                                    {"pattern", {{"Regex", "(unclosed"}}},
