@@ -23,6 +23,17 @@ bool IsHalfLayoutArch(const std::string& arch) {
   return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3";
 }
 
+// The context length cap of Validate, checked where the file's key is known so that the error
+// names it (`error` turns the reason into a Status naming file and key).
+template <typename ErrorFn>
+Status CheckContextLength(int64_t value, ErrorFn error) {
+  if (value > kMaxContextLength) {
+    return error("= " + std::to_string(value) + " is more than the longest context astr accepts (" +
+                 std::to_string(kMaxContextLength) + " tokens)");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ModelConfig::Validate() const {
@@ -38,6 +49,14 @@ Status ModelConfig::Validate() const {
   for (const auto& [key, value] : positive) {
     if (value <= 0) return Bad(key, "must be positive, got " + std::to_string(value));
   }
+  if (max_position > kMaxContextLength) {
+    return Bad("max_position", "must be at most " + std::to_string(kMaxContextLength) + ", got " +
+                                   std::to_string(max_position));
+  }
+  if (sliding_window < 0 || sliding_window > kMaxContextLength) {
+    return Bad("sliding_window", "must be in [0, " + std::to_string(kMaxContextLength) + "], got " +
+                                     std::to_string(sliding_window));
+  }
   if (num_heads % num_kv_heads != 0) {
     return Bad("num_kv_heads", std::to_string(num_kv_heads) + " does not divide num_heads " +
                                    std::to_string(num_heads));
@@ -49,8 +68,9 @@ Status ModelConfig::Validate() const {
   if (!(rms_norm_eps > 0.0) || !std::isfinite(rms_norm_eps))
     return Bad("rms_norm_eps", "must be > 0");
   if (!(rope_theta > 0.0) || !std::isfinite(rope_theta)) return Bad("rope_theta", "must be > 0");
-  if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0.0)) {
-    return Bad("rope_scaling.factor", "must be > 0");
+  if (rope_scaling.type != RopeScaling::Type::kNone &&
+      (!(rope_scaling.factor > 0.0) || !std::isfinite(rope_scaling.factor))) {
+    return Bad("rope_scaling.factor", "must be > 0 and finite");
   }
   if (rope_scaling.type == RopeScaling::Type::kLlama3 &&
       (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
@@ -229,6 +249,9 @@ Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
     if (use) {
       ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
       if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
+      ASTR_RETURN_IF_ERROR(CheckContextLength(c->sliding_window, [&](const std::string& why) {
+        return r.Error("sliding_window", why);
+      }));
     }
   }
   // Biases we have no weights for would silently change the model: refuse them.
@@ -264,8 +287,14 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   if (c.num_heads <= 0) return r.Error("num_attention_heads", "must be positive");
   ASTR_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", c.hidden_size / c.num_heads));
   ASTR_ASSIGN_OR_RETURN(double partial, r.Number("partial_rotary_factor", 1.0));
+  if (!(partial > 0.0 && partial <= 1.0)) {
+    return r.Error("partial_rotary_factor", "must be in (0, 1], got " + std::to_string(partial));
+  }
   c.rope_dim = static_cast<int64_t>(std::llround(static_cast<double>(c.head_dim) * partial));
   ASTR_ASSIGN_OR_RETURN(c.max_position, r.Int("max_position_embeddings", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+    return r.Error("max_position_embeddings", why);
+  }));
   ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps", 1e-6));
   ASTR_ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta", 10000.0));
   ASTR_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
@@ -408,10 +437,7 @@ Status ReadGgufRopeFreqs(const GgufFile& g, const GgufTensor& t, ModelConfig* c)
 class GgufKeys {
  public:
   GgufKeys(const GgufFile& g, std::string arch) : g_(g), arch_(std::move(arch)) {}
-  std::string Key(const std::string& rest) const {
-    const std::string k = arch_ + "." + rest;
-    return g_.Find(k) == nullptr && g_.Find("llama." + rest) != nullptr ? "llama." + rest : k;
-  }
+  std::string Key(const std::string& rest) const { return GgufConfigKey(g_, arch_, rest); }
   StatusOr<int64_t> Int(const std::string& rest) const { return g_.GetInt(Key(rest)); }
   StatusOr<int64_t> Int(const std::string& rest, int64_t d) const {
     return g_.GetInt(Key(rest), d);
@@ -445,6 +471,11 @@ Status ReadGgufRopeScaling(const GgufFile& g, const GgufKeys& k, ModelConfig* c)
 
 }  // namespace
 
+std::string GgufConfigKey(const GgufFile& g, const std::string& arch, const std::string& rest) {
+  const std::string k = arch + "." + rest;
+  return g.Find(k) == nullptr && g.Find("llama." + rest) != nullptr ? "llama." + rest : k;
+}
+
 StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ASTR_ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
   ModelConfig c;
@@ -475,6 +506,9 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ASTR_ASSIGN_OR_RETURN(c.rope_theta, k.Float("rope.freq_base", 10000.0));
   ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, k.Float("attention.layer_norm_rms_epsilon", 1e-5));
   ASTR_ASSIGN_OR_RETURN(c.max_position, k.Int("context_length", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+    return InvalidArgumentError(g.path() + ": key '" + k.Key("context_length") + "' " + why);
+  }));
   ASTR_RETURN_IF_ERROR(ReadGgufRopeScaling(g, k, &c));
   ASTR_ASSIGN_OR_RETURN(
       c.rope_scaling.original_max_position,

@@ -11,6 +11,12 @@
 
 namespace astr {
 
+// The longest context (max_position_embeddings / {arch}.context_length) and sliding window a model
+// may declare. No tensor confirms these values, and they bound what clients may ask for (prompt +
+// max_tokens, penalty_window) and travel as int32 in the worker's Info, so they are capped: 2^24
+// is 1.6x the longest context of any released model (Llama 4 Scout, 10M tokens).
+inline constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+
 class GgufFile;
 class GgufWriter;
 
@@ -62,9 +68,13 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
-  // Checks dims are positive and consistent (heads divide, head_dim even, ...); names the bad key.
+  // Checks dims are positive and consistent (heads divide, head_dim even, ...) and max_position /
+  // sliding_window at most kMaxContextLength; names the bad key. Whether the dims agree with the
+  // weights is ModelFile's check (CheckConfig).
   Status Validate() const;
-  // Total parameter count implied by the dims.
+  // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config
+  // whose dims the weights confirm (ModelFile::Open checks them), never on one straight from a
+  // file.
   int64_t ParameterCount() const;
 };
 
@@ -82,7 +92,8 @@ struct ModelConfig {
 //   kNone) layers.{i}.o_proj    [hidden, heads*head_dim] layers.{i}.mlp_norm  [hidden]
 //   layers.{i}.gate_proj [intermediate, hidden]  up_proj [intermediate, hidden]
 //   layers.{i}.down_proj [hidden, intermediate]
-// q_proj / k_proj rows are in the order the config's rope_layout expects.
+// q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
+// num_layers: as ParameterCount, build it only for a config the weights confirm.
 struct WeightSpec {
   std::string name;
   std::vector<int64_t> shape;
@@ -100,15 +111,19 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 // rope_scaling {rope_type|type: linear|llama3|default, factor, low_freq_factor, high_freq_factor,
 // original_max_position_embeddings} is read; other scaling types are an error. eos_token_id may be
 // an int or a list; generation_config.json next to config.json adds its bos / eos ids. Errors name
-// the file and the key.
+// the file and the key. The dims are not yet checked against any weights: see ModelFile::Open.
 StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path);
 
 // Reads GGUF metadata of general.architecture llama (also mistral), qwen2, qwen3. GGUF llama stores
 // q/k rows permuted for interleaved RoPE (llama.cpp's converter), so llama -> kInterleaved; qwen2/3
 // use NEOX order -> kHalf. vocab_size comes from token_embd.weight; tie_word_embeddings is true
 // when output.weight is absent. A rope_freqs.weight tensor is accepted when it equals the llama3
-// scaling of the Llama 3.x releases (low 1, high 4, original 8192), else it is an error.
+// scaling of the Llama 3.x releases (low 1, high 4, original 8192), else it is an error. The
+// other dims are not yet checked against the tensors: see ModelFile::Open.
 StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& gguf);
+// The key ConfigFromGguf reads for `rest` (e.g. "block_count"): "{arch}.rest", or "llama.rest" when
+// only that one is present (architectures that reuse the llama keys). For errors about the value.
+std::string GgufConfigKey(const GgufFile& gguf, const std::string& arch, const std::string& rest);
 
 // HF config.json text for `config` (model_type = architecture). HF llama / mistral / qwen2 / qwen3
 // folders mean RopeLayout::kHalf and autoregressive_lm kInterleaved; a config whose layout differs

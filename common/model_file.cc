@@ -135,6 +135,12 @@ int64_t TensorView::num_elements() const {
 ModelFile::~ModelFile() = default;
 
 StatusOr<std::unique_ptr<ModelFile>> ModelFile::Open(const std::string& path) {
+  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> m, OpenUnchecked(path));
+  ASTR_RETURN_IF_ERROR(m->CheckConfig());
+  return m;
+}
+
+StatusOr<std::unique_ptr<ModelFile>> ModelFile::OpenUnchecked(const std::string& path) {
   std::unique_ptr<ModelFile> m(new ModelFile());
   m->path_ = path;
   std::error_code ec;
@@ -155,11 +161,20 @@ void ModelFile::AddTensor(TensorView view) {
   tensors_[view.name] = std::move(view);
 }
 
+void ModelFile::NoteLayer(const std::string& canonical) {
+  std::string layer, rest;
+  if (!SplitLayer(canonical, LayerPrefix(Side::kCanonical), &layer, &rest)) return;
+  // "blk.07.*" maps to "layers.07.*", which no loader asks for: only the plain spelling counts.
+  if (layer.size() > 18 || (layer.size() > 1 && layer[0] == '0')) return;
+  layers_.insert(std::stoll(layer));
+}
+
 Status ModelFile::OpenGguf() {
   ASTR_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path_));
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
   for (const GgufTensor& t : gguf_->tensors()) {
     std::string canonical = CanonicalFromGgufName(t.name);
+    NoteLayer(canonical);
     AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, t.shape, t.data,
                          t.bytes});
   }
@@ -174,6 +189,7 @@ Status ModelFile::OpenHf() {
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
   for (const auto& [name, t] : safetensors_->tensors()) {
     std::string canonical = CanonicalFromHfName(name);
+    NoteLayer(canonical);
     const std::string key = canonical.empty() ? name : canonical;
     auto dtype = safetensors_->ReadableDType(t);
     if (!dtype.ok()) {
@@ -221,7 +237,99 @@ Status ModelFile::LoadF32(const std::string& canonical, const std::vector<int64_
 
 std::vector<std::string> ModelFile::TensorNames() const { return order_; }
 
+std::string ModelFile::ConfigSource() const {
+  return format_ == Format::kGguf ? path_ : (fs::path(path_) / "config.json").string();
+}
+
+Status ModelFile::CheckLayerCount() const {
+  const bool gguf = format_ == Format::kGguf;
+  const std::string prefix = LayerPrefix(gguf ? Side::kGguf : Side::kHf);
+  const int64_t n = config_.num_layers;
+  const std::string what =
+      ConfigSource() + ": " +
+      (gguf ? GgufConfigKey(*gguf_, config_.architecture, "block_count") : "num_hidden_layers") +
+      " = " + std::to_string(n) + " but ";
+  const int64_t held = static_cast<int64_t>(layers_.size());
+  if (held == 0) return InvalidArgumentError(what + "the weights hold no layer (" + prefix + "*)");
+  const int64_t last = *layers_.rbegin();
+  if (last == held - 1) {  // layers 0 .. held-1, all there
+    if (held == n) return OkStatus();
+    return InvalidArgumentError(what + "the weights hold " + std::to_string(held) + " layers (" +
+                                prefix + "0 .. " + prefix + std::to_string(last) + ")");
+  }
+  int64_t missing = 0;
+  for (int64_t i : layers_) {
+    if (i != missing) break;
+    ++missing;
+  }
+  if (missing < n) {
+    return InvalidArgumentError(what + "there is no tensor " + prefix + std::to_string(missing) +
+                                ".* (the weights hold " + std::to_string(held) + " layers, up to " +
+                                prefix + std::to_string(last) + ")");
+  }
+  return InvalidArgumentError(what + "the weights also hold layer " + prefix +
+                              std::to_string(last) + ".*");
+}
+
+Status ModelFile::CheckConfig() const {
+  ASTR_RETURN_IF_ERROR(CheckLayerCount());
+  const ModelConfig& c = config_;
+  const bool gguf = format_ == Format::kGguf;
+  // "key = value" as the file spells the key.
+  auto field = [&](const char* hf_key, const char* gguf_rest, int64_t value) {
+    return (gguf ? GgufConfigKey(*gguf_, c.architecture, gguf_rest) : std::string(hf_key)) + " = " +
+           std::to_string(value);
+  };
+  auto disagree = [&](const std::string& what, const TensorView& t, const std::string& part) {
+    return InvalidArgumentError(ConfigSource() + ": " + what + " but " + t.source_name +
+                                " has shape " + ShapeToString(t.shape) + " (" + part + ")");
+  };
+  auto matrix = [&](const std::string& canonical) -> StatusOr<TensorView> {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, Raw(canonical));
+    if (t.shape.size() != 2) {
+      return InvalidArgumentError(path_ + ": tensor '" + canonical + "' (" + t.source_name +
+                                  ") has shape " + ShapeToString(t.shape) + ", expected 2-D");
+    }
+    return t;
+  };
+  ASTR_ASSIGN_OR_RETURN(TensorView embed, matrix("embed"));
+  if (embed.shape[0] != c.vocab_size) {  // never for GGUF, which takes vocab_size from these rows
+    return disagree("vocab_size = " + std::to_string(c.vocab_size), embed,
+                    std::to_string(embed.shape[0]) + " token rows");
+  }
+  if (embed.shape[1] != c.hidden_size) {
+    return disagree(field("hidden_size", "embedding_length", c.hidden_size), embed,
+                    std::to_string(embed.shape[1]) + " columns");
+  }
+  // Heads and head_dim show only as their product, the rows of the q and k projections.
+  std::string head_dim = field("head_dim", "attention.key_length", c.head_dim);
+  if (c.head_dim == c.hidden_size / c.num_heads) head_dim += " (= hidden size / heads)";
+  struct Heads {
+    const char* tensor;
+    int64_t count;
+    std::string field;
+  };
+  const Heads heads[] = {{"layers.0.q_proj", c.num_heads,
+                          field("num_attention_heads", "attention.head_count", c.num_heads)},
+                         {"layers.0.k_proj", c.num_kv_heads,
+                          field("num_key_value_heads", "attention.head_count_kv", c.num_kv_heads)}};
+  for (const Heads& h : heads) {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, matrix(h.tensor));
+    int64_t rows = 0;
+    if (__builtin_mul_overflow(h.count, c.head_dim, &rows) || rows != t.shape[0]) {
+      return disagree(h.field + " x " + head_dim, t, std::to_string(t.shape[0]) + " rows");
+    }
+  }
+  ASTR_ASSIGN_OR_RETURN(TensorView gate, matrix("layers.0.gate_proj"));
+  if (gate.shape[0] != c.intermediate_size) {
+    return disagree(field("intermediate_size", "feed_forward_length", c.intermediate_size), gate,
+                    std::to_string(gate.shape[0]) + " rows");
+  }
+  return OkStatus();
+}
+
 Status ModelFile::ValidateWeights() const {
+  ASTR_RETURN_IF_ERROR(CheckConfig());
   for (const WeightSpec& w : ExpectedWeights(config_)) {
     ASTR_ASSIGN_OR_RETURN(TensorView t, Raw(w.name));
     if (t.shape != w.shape) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,14 @@ class ModelFile {
  public:
   enum class Format { kGguf, kHf };
 
-  // `path`: a .gguf file or a folder with config.json and safetensors weights.
+  // `path`: a .gguf file or a folder with config.json and safetensors weights. The config is
+  // checked against the tensors (CheckConfig) before Open returns, so that nothing is ever sized
+  // from a value that the weights do not confirm.
   static StatusOr<std::unique_ptr<ModelFile>> Open(const std::string& path);
+  // The same without CheckConfig, for tools that show what a broken file holds (astr inspect):
+  // config() may then hold any value the file declares, so nothing may be sized or looped over
+  // from it (ExpectedWeights, ParameterCount, Describe) until CheckConfig() has passed.
+  static StatusOr<std::unique_ptr<ModelFile>> OpenUnchecked(const std::string& path);
   ~ModelFile();
 
   const std::string& path() const { return path_; }
@@ -70,8 +77,14 @@ class ModelFile {
   // Canonical names of all tensors (file names for unmapped ones), in file order for GGUF and
   // sorted by file name for HF.
   std::vector<std::string> TensorNames() const;
-  // Every tensor of ExpectedWeights(config()) exists with the right shape and a readable dtype; the
-  // error names the first one that does not.
+  // The config's sizes agree with the tensors that exist: num_layers with the layer tensors
+  // (layers 0 .. num_layers-1 present, none beyond), vocab_size and hidden_size with embed's shape,
+  // num_heads x head_dim with layers.0.q_proj's rows, num_kv_heads x head_dim with
+  // layers.0.k_proj's, intermediate_size with layers.0.gate_proj's. The error names the file, its
+  // key, the value and the tensor it disagrees with. Cheap: it reads no tensor data.
+  Status CheckConfig() const;
+  // CheckConfig, then: every tensor of ExpectedWeights(config()) exists with the right shape and a
+  // readable dtype; the error names the first one that does not.
   Status ValidateWeights() const;
   // One line: format, architecture, dims, parameter count.
   std::string Describe() const;
@@ -82,6 +95,11 @@ class ModelFile {
   Status OpenHf();
   Status ReadGgufVocab();
   void AddTensor(TensorView view);
+  // Records the layer index of a mapped tensor's canonical name ("layers.N.*").
+  void NoteLayer(const std::string& canonical);
+  Status CheckLayerCount() const;
+  // Where the config came from, for errors: the .gguf file or the folder's config.json.
+  std::string ConfigSource() const;
 
   std::string path_;
   Format format_ = Format::kGguf;
@@ -93,6 +111,8 @@ class ModelFile {
   std::vector<std::string> order_;
   // Tensors we map but cannot read (e.g. an I32 safetensors tensor), with the reason.
   std::map<std::string, Status> unreadable_;
+  // Layer indices that mapped tensors (readable or not) belong to.
+  std::set<int64_t> layers_;
 };
 
 std::string ShapeToString(const std::vector<int64_t>& shape);

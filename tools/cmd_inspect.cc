@@ -24,7 +24,9 @@ const char* ScalingName(RopeScaling::Type t) {
                                            : "llama3";
 }
 
-json ConfigJson(const ModelConfig& c) {
+// `checked`: the weights confirm the config's dims (ModelFile::CheckConfig), so that the parameter
+// count, which walks every layer, is both meaningful and bounded.
+json ConfigJson(const ModelConfig& c, bool checked) {
   json j = {{"architecture", c.architecture},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},
@@ -45,8 +47,8 @@ json ConfigJson(const ModelConfig& c) {
             {"gated_attention", c.gated_attention},
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"bos_token_id", c.bos_token_id},
-            {"eos_token_ids", c.eos_token_ids},
-            {"parameter_count", c.ParameterCount()}};
+            {"eos_token_ids", c.eos_token_ids}};
+  j["parameter_count"] = checked ? json(c.ParameterCount()) : json(nullptr);
   return j;
 }
 
@@ -58,10 +60,13 @@ json VocabJson(const Vocab& v) {
           {"pad_id", v.pad_id},      {"merges", v.merges.size()}, {"first_tokens", first}};
 }
 
+// What the file holds even when its config disagrees with its tensors (the file was opened
+// unchecked): the config as declared, the tensors, and the disagreement as weights_error.
 StatusOr<json> Inspect(const ModelFile& m, bool with_tensors) {
+  const Status checked = m.CheckConfig();
   json j = {{"path", m.path()},
             {"format", m.format() == ModelFile::Format::kGguf ? "gguf" : "hf"},
-            {"config", ConfigJson(m.config())}};
+            {"config", ConfigJson(m.config(), checked.ok())}};
   std::map<std::string, int64_t> dtype_counts;
   json tensors = json::array();
   int64_t stored_params = 0;
@@ -80,7 +85,7 @@ StatusOr<json> Inspect(const ModelFile& m, bool with_tensors) {
   j["stored_parameters"] = stored_params;
   j["dtypes"] = dtype_counts;
   if (with_tensors) j["tensors"] = tensors;
-  Status valid = m.ValidateWeights();
+  const Status valid = checked.ok() ? m.ValidateWeights() : checked;
   j["weights_valid"] = valid.ok();
   if (!valid.ok()) j["weights_error"] = valid.message();
   if (m.vocab() != nullptr) j["vocab"] = VocabJson(*m.vocab());
@@ -128,7 +133,9 @@ int RunInspect(int argc, const char* const* argv) {
   fs.Bool("json", &as_json, "Print JSON instead of text.");
   fs.Bool("tensors", &with_tensors, "List every tensor (name, dtype, shape).");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
-  auto model = ModelFile::Open(path);
+  // Unchecked, so that a config the tensors disagree with is shown with the disagreement; a file
+  // whose metadata cannot be read at all (or is out of every range) is still an error.
+  auto model = ModelFile::OpenUnchecked(path);
   StatusOr<json> j = model.ok() ? Inspect(**model, with_tensors) : StatusOr<json>(model.status());
   if (!j.ok()) {
     std::fprintf(stderr, "astr inspect: %s\n", j.status().ToString().c_str());

@@ -203,7 +203,13 @@ TEST_F(HfFolderTest, UnsupportedDtypeNamesTensor) {
   out.write(reinterpret_cast<const char*>(&n), 8);
   out << header << std::string(64, '\0');
   out.close();
-  auto m = ModelFile::Open(dir_);
+  // The folder holds none of the layers config.json declares: Open refuses it, OpenUnchecked (what
+  // astr inspect shows) still maps the tensor.
+  auto checked = ModelFile::Open(dir_);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_TRUE(Contains(checked.status().message(), "num_hidden_layers = 2 but the weights hold no"))
+      << checked.status().message();
+  auto m = ModelFile::OpenUnchecked(dir_);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_TRUE((*m)->Has("final_norm"));
   std::vector<float> w;
