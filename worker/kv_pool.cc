@@ -10,7 +10,12 @@ void KvMemoryUnmapper::operator()(float* p) const { munmap(p, bytes); }
 
 int64_t KvPool::PagesForBytes(int64_t bytes, int64_t num_layers, int64_t page_size,
                               int64_t n_kv_heads, int64_t head_dim) {
-  const int64_t per_page = 2 * num_layers * page_size * n_kv_heads * head_dim * 4;
+  // The factors are a flag (page_size) and dims the weights confirm; their product may still not
+  // fit in int64, and then no page fits either.
+  int64_t per_page = 2 * 4;  // K and V, f32
+  for (int64_t f : {num_layers, page_size, n_kv_heads, head_dim}) {
+    if (__builtin_mul_overflow(per_page, f, &per_page)) return 0;
+  }
   return per_page > 0 ? bytes / per_page : 0;
 }
 
