@@ -6,11 +6,9 @@ Expected values come from the proto contract, the flags' documented meaning and 
 engine (`astr run`), never from the services themselves.
 """
 
-import os
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 
 import grpc
@@ -26,20 +24,13 @@ def deep_json(depth=DEEP):
     return "[" * depth + "]" * depth
 
 
-def scheduler_threads(c):
+def scheduler_status(c, key):
+    """A number from the scheduler's /proc/PID/status ("Threads", "VmHWM" in kB, ...)."""
     with open(f"/proc/{c.scheduler.proc.proc.pid}/status") as f:
         for line in f:
-            if line.startswith("Threads:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no Threads line")
-
-
-def scheduler_peak_rss_kb(c):
-    with open(f"/proc/{c.scheduler.proc.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM line")
+    raise AssertionError(f"no {key} line")
 
 
 def assert_serving(c, prompt=(1, 403, 407), max_tokens=4):
@@ -134,7 +125,7 @@ def test_one_client_cannot_lock_out_the_others(make_cluster):
         assert stats.requests_refused_peer_limit == len(refused_ones()), stats
         assert stats.requests_refused >= stats.requests_refused_peer_limit
         # No thread per call: 128 open streams cost the scheduler no thread each.
-        threads = scheduler_threads(c)
+        threads = scheduler_status(c, "Threads")
         assert threads < 64, f"{threads} scheduler threads with 128 streams open"
         print(f"{len(refused_ones())} refused; scheduler threads with 128 open streams: {threads}")
     finally:
@@ -177,7 +168,7 @@ def test_stream_of_a_client_that_stops_reading_is_cancelled(make_cluster):
 def test_huge_text_prompt_is_refused_quickly_and_cheaply(make_cluster):
     c = make_cluster(scheduler_flags={"max_message_mb": 128})
     text = ("All work and no play makes Jack a dull boy. " * 1_200_000)[: 50 << 20]
-    before = scheduler_peak_rss_kb(c)
+    before = scheduler_status(c, "VmHWM")
     start = time.monotonic()
     with pytest.raises(grpc.RpcError) as e:
         unary(c.stub, request(text=text, max_tokens=4))
@@ -185,7 +176,7 @@ def test_huge_text_prompt_is_refused_quickly_and_cheaply(make_cluster):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
     assert e.value.details().startswith("text:"), e.value.details()
     assert str(harness.STORIES_CONTEXT) in e.value.details(), e.value.details()
-    growth_mb = (scheduler_peak_rss_kb(c) - before) / 1024
+    growth_mb = (scheduler_status(c, "VmHWM") - before) / 1024
     print(f"50 MiB prompt refused in {took:.2f} s; scheduler peak RSS grew {growth_mb:.0f} MiB")
     # The message itself is held a few times (transport, captured bytes, parsed request);
     # tokenizing used to multiply it by 35-50.
