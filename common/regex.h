@@ -42,7 +42,8 @@ namespace astr {
 
 namespace regex_internal {
 struct Program;
-}
+struct CursorState;
+}  // namespace regex_internal
 
 class Regex {
  public:
@@ -67,10 +68,30 @@ class Regex {
   std::string_view pattern() const;
 
  private:
+  friend class RegexCursor;
   explicit Regex(std::shared_ptr<const regex_internal::Program> program)
       : program_(std::move(program)) {}
 
   std::shared_ptr<const regex_internal::Program> program_;
+};
+
+// The matches of Regex::FindAll one at a time (same matches, same work budget), for a caller that
+// may stop early or must not hold them all: a pre-tokenizer streaming a long text keeps one match
+// at a time instead of 16 bytes per match. `regex` and `text` must outlive the cursor. A cursor
+// holds per-thread scratch buffers while alive (taken from a pool, so that short texts allocate
+// nothing); cursors on one thread may nest, and must be destroyed on the thread that made them.
+class RegexCursor {
+ public:
+  RegexCursor(const Regex& regex, std::string_view text);
+  ~RegexCursor();
+  RegexCursor(const RegexCursor&) = delete;
+  RegexCursor& operator=(const RegexCursor&) = delete;
+
+  // The next match; false once there is none (or the work budget ran out).
+  bool Next(Regex::Match* m);
+
+ private:
+  regex_internal::CursorState* state_ = nullptr;  // null for a default-constructed Regex
 };
 
 }  // namespace astr

@@ -15,6 +15,8 @@
 // searches.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "common/regex.h"
 #include "common/regex_internal.h"
@@ -39,14 +41,13 @@ struct Frame {
   size_t aux;
 };
 
-// Per-thread buffers reused across calls, so that a FindAll on a short piece allocates nothing.
+// Buffers of one live match iteration. They come from a per-thread pool (CursorState below), so
+// that iterating over a short piece allocates nothing and nested cursors never share them.
 struct Scratch {
   std::vector<Frame> stack;
   std::vector<size_t> registers;
   std::vector<uint64_t> memo;
 };
-
-thread_local Scratch tls_scratch;
 
 // The backtrack stack over Scratch::stack, with an inlined push: the vector's own push_back is not
 // reliably inlined and pushes are on the hot path.
@@ -101,7 +102,8 @@ class Matcher {
                                 (uint64_t{1} + prog_.num_memo_slots);
   }
 
-  void FindAll(std::vector<Regex::Match>& out);
+  // The next match of the FindAll iteration; false once there is none.
+  bool Next(Regex::Match* out);
 
  private:
   // Searches for the leftmost match starting at or after `from`.
@@ -136,6 +138,11 @@ class Matcher {
   uint64_t search_steps0_ = 0;  // steps_ when the current search began
   uint64_t check_at_ = 0;       // steps_ at which Run next checks its limits
   bool give_up_ = false;
+  bool done_ = false;
+  // FindAll iteration state: where the next search starts, and the end of the last match.
+  size_t last_end_ = 0;
+  bool have_last_ = false;
+  size_t last_match_end_ = 0;
   bool memo_on_ = false;
   size_t memo_base_ = 0;
   size_t memo_width_ = 0;
@@ -563,39 +570,77 @@ RunResult Matcher::Search(size_t from, Regex::Match* match) {
   }
 }
 
-void Matcher::FindAll(std::vector<Regex::Match>& out) {
-  size_t last_end = 0;
-  bool have_last = false;
-  size_t last_match_end = 0;
-  while (last_end <= n_) {
+bool Matcher::Next(Regex::Match* out) {
+  while (!done_ && last_end_ <= n_) {
     Regex::Match m{0, 0};
-    if (Search(last_end, &m) != RunResult::kMatch) break;
-    if (m.begin == m.end && have_last && last_match_end == m.end) {
+    if (Search(last_end_, &m) != RunResult::kMatch) break;
+    if (m.begin == m.end && have_last_ && last_match_end_ == m.end) {
       // onig's FindMatches: an empty match right where the previous one ended is skipped and the
       // search start moves one character on.
-      if (last_end >= n_) break;
-      Decode(&last_end);
+      if (last_end_ >= n_) break;
+      Decode(&last_end_);
       continue;
     }
     if (memo_on_) MemoClearColumn(m.end);
-    last_end = m.end;
-    last_match_end = m.end;
-    have_last = true;
-    out.push_back(m);
+    last_end_ = m.end;
+    last_match_end_ = m.end;
+    have_last_ = true;
+    *out = m;
+    return true;
   }
+  done_ = true;
+  return false;
 }
+
+}  // namespace
+
+// One live cursor: its buffers and its matcher. Pooled per thread (the matcher is rebuilt for
+// every cursor; the buffers are kept).
+struct CursorState {
+  Scratch scratch;
+  std::optional<Matcher> matcher;
+};
+
+namespace {
+
+// Free states of this thread. A cursor takes one for its lifetime, so nested cursors (a split
+// inside a split) each have their own.
+struct CursorPool {
+  std::vector<std::unique_ptr<CursorState>> free;
+};
+thread_local CursorPool tls_pool;
 
 }  // namespace
 }  // namespace regex_internal
 
-void Regex::FindAll(std::string_view text, std::vector<Match>& out) const {
-  if (program_ == nullptr) return;
-  regex_internal::Scratch& scratch = regex_internal::tls_scratch;
-  regex_internal::Matcher(*program_, text, scratch).FindAll(out);
-  // Keep the per-thread buffers small after a pathological call.
+RegexCursor::RegexCursor(const Regex& regex, std::string_view text) {
+  if (regex.program_ == nullptr) return;
+  auto& pool = regex_internal::tls_pool.free;
+  if (pool.empty()) {
+    state_ = new regex_internal::CursorState();
+  } else {
+    state_ = pool.back().release();
+    pool.pop_back();
+  }
+  state_->matcher.emplace(*regex.program_, text, state_->scratch);
+}
+
+RegexCursor::~RegexCursor() {
+  if (state_ == nullptr) return;
+  state_->matcher.reset();
+  // Keep the pooled buffers small after a pathological search.
+  regex_internal::Scratch& scratch = state_->scratch;
   if (scratch.stack.capacity() > (size_t{1} << 16))
     std::vector<regex_internal::Frame>().swap(scratch.stack);
   if (scratch.memo.capacity() > (size_t{1} << 16)) std::vector<uint64_t>().swap(scratch.memo);
+  regex_internal::tls_pool.free.emplace_back(state_);
+}
+
+bool RegexCursor::Next(Regex::Match* m) { return state_ != nullptr && state_->matcher->Next(m); }
+
+void Regex::FindAll(std::string_view text, std::vector<Match>& out) const {
+  RegexCursor cursor(*this, text);
+  for (Match m; cursor.Next(&m);) out.push_back(m);
 }
 
 }  // namespace astr

@@ -1,7 +1,7 @@
 #include "common/spm_tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <queue>
 #include <utility>
 
 namespace astr {
@@ -16,20 +16,27 @@ size_t Utf8Len(char lead) {
   return kLen[static_cast<uint8_t>(lead) >> 4];
 }
 
+constexpr size_t kBytePairs = 256 * 256;
+constexpr size_t kMaxChunkBytes = size_t{1} << 30;
 
-// A symbol of the merge: a byte range of the escaped text, linked to its live neighbours.
+size_t BytePair(char a, char b) {
+  return (size_t{static_cast<uint8_t>(a)} << 8) | static_cast<uint8_t>(b);
+}
+
+// A symbol of the merge: a byte range of the chunk, linked to its live neighbours. 32-bit fields
+// (16 bytes, not 32): a chunk is at most kMaxChunkBytes.
 struct Symbol {
-  int prev;
-  int next;
-  size_t begin;
-  size_t len;  // 0 once merged into its left neighbour
+  int32_t prev;
+  int32_t next;
+  uint32_t begin;
+  uint32_t len;  // 0 once merged into its left neighbour
 };
 
 struct Bigram {
-  int left;
-  int right;
+  int32_t left;
+  int32_t right;
   float score;
-  size_t len;  // byte length at push time: a mismatch later means the bigram is stale
+  uint32_t len;  // byte length at push time: a mismatch later means the bigram is stale
 };
 
 // Highest score first; among equal scores the leftmost pair first.
@@ -40,6 +47,12 @@ struct BigramOrder {
 };
 
 }  // namespace
+
+// Merge state, reused across the chunks of one Encode.
+struct SpmTokenizer::ChunkBuffers {
+  std::vector<Symbol> symbols;
+  std::vector<Bigram> queue;
+};
 
 StatusOr<SpmTokenizer> SpmTokenizer::Create(const Vocab& vocab) {
   if (vocab.model != "llama") {
@@ -92,7 +105,22 @@ StatusOr<SpmTokenizer> SpmTokenizer::Create(const Vocab& vocab) {
     if (id < 0) id = tok.Lookup(std::string_view(&raw, 1));  // llama.cpp's second choice
     if (id >= 0) tok.byte_to_id_[b] = id;
   }
+  tok.every_byte_has_id_ = std::all_of(tok.byte_to_id_.begin(), tok.byte_to_id_.end(),
+                                       [](int32_t id) { return id >= 0; });
+  tok.pair_in_piece_.assign(kBytePairs / 64, 0);
+  for (const std::string& piece : tok.pieces_) {
+    tok.max_piece_bytes_ = std::max(tok.max_piece_bytes_, piece.size());
+    for (size_t i = 1; i < piece.size(); ++i) {
+      const size_t pair = BytePair(piece[i - 1], piece[i]);
+      tok.pair_in_piece_[pair / 64] |= uint64_t{1} << (pair % 64);
+    }
+  }
   return tok;
+}
+
+bool SpmTokenizer::PairInPiece(char a, char b) const {
+  const size_t pair = BytePair(a, b);
+  return (pair_in_piece_[pair / 64] >> (pair % 64)) & 1;
 }
 
 int32_t SpmTokenizer::Lookup(std::string_view piece) const {
@@ -103,69 +131,122 @@ int32_t SpmTokenizer::Lookup(std::string_view piece) const {
 std::vector<int32_t> SpmTokenizer::Encode(std::string_view text, bool add_bos) const {
   std::vector<int32_t> out;
   if (add_bos && bos_id_ >= 0) out.push_back(static_cast<int32_t>(bos_id_));
-  if (text.empty()) return out;
+  AppendIds(text, out);
+  return out;
+}
+
+void SpmTokenizer::AppendIds(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
 
   std::string escaped;
-  escaped.reserve(text.size() * 3 + 3);
-  if (add_space_prefix_) escaped += kSpaceMarker;
-  for (char c : text) {
-    if (c == ' ') {
-      escaped += kSpaceMarker;
-    } else {
-      escaped += c;
+  std::string_view view = text;  // the escaped text; the pipeline model passes it escaped already
+  if (add_space_prefix_ || text.find(' ') != std::string_view::npos) {
+    const size_t spaces = static_cast<size_t>(std::count(text.begin(), text.end(), ' '));
+    escaped.reserve(text.size() + 2 * spaces + (add_space_prefix_ ? kSpaceMarker.size() : 0));
+    if (add_space_prefix_) escaped += kSpaceMarker;
+    for (char c : text) {
+      if (c == ' ') {
+        escaped += kSpaceMarker;
+      } else {
+        escaped += c;
+      }
     }
+    view = escaped;
   }
 
-  std::vector<Symbol> symbols;
-  for (size_t offset = 0; offset < escaped.size();) {
-    const size_t len = std::min(Utf8Len(escaped[offset]), escaped.size() - offset);
-    const int index = static_cast<int>(symbols.size());
-    symbols.push_back({index - 1, offset + len == escaped.size() ? -1 : index + 1, offset, len});
-    offset += len;
+  // Chunks end at a symbol boundary whose two bytes are adjacent in no piece: no merge can span
+  // it (every merged symbol is a piece), so the merges on each side never interact and encoding
+  // the chunks one by one gives the same ids as encoding the whole text, with the merge state of
+  // one chunk in memory instead of 32+ bytes per character of the text.
+  ChunkBuffers buffers;
+  size_t begin = 0;
+  for (size_t offset = 0; offset < view.size();) {
+    const size_t len = std::min(Utf8Len(view[offset]), view.size() - offset);
+    const size_t end = offset + len;
+    // Past 1 GiB without a cut point the chunk is cut anyway (the symbols' 32-bit fields); no
+    // real text has such a run.
+    if (end == view.size() || !PairInPiece(view[end - 1], view[end]) ||
+        end - begin > kMaxChunkBytes) {
+      EncodeChunk(view.substr(begin, end - begin), buffers, out);
+      begin = end;
+    }
+    offset = end;
   }
+}
 
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const std::string_view joined(escaped.data() + symbols[left].begin,
-                                  symbols[left].len + symbols[right].len);
-    const int32_t id = Lookup(joined);
-    if (id < 0) return;
-    queue.push({left, right, scores_[id], joined.size()});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i - 1), static_cast<int>(i));
-
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale: one side was merged away, or grew, since the bigram was queued.
-    if (left.len == 0 || right.len == 0 || left.len + right.len != bigram.len) continue;
-    left.len += right.len;
-    right.len = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-
-  // Every merged symbol is a token (merges only form tokens), so only single characters can
-  // miss the vocabulary and need byte fallback.
-  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
-    const Symbol& s = symbols[i];
-    const std::string_view piece(escaped.data() + s.begin, s.len);
+void SpmTokenizer::EncodeChunk(std::string_view chunk, ChunkBuffers& buffers,
+                               std::vector<int32_t>& out) const {
+  auto emit = [&](std::string_view piece) {
     const int32_t id = Lookup(piece);
     if (id >= 0) {
       out.push_back(id);
-      continue;
+      return;
     }
+    // Every merged symbol is a token (merges only form tokens), so only single characters can
+    // miss the vocabulary and need byte fallback.
     for (char c : piece) {
       const int32_t byte_id = byte_to_id_[static_cast<uint8_t>(c)];
       if (byte_id >= 0) out.push_back(byte_id);
     }
+  };
+  if (Utf8Len(chunk[0]) >= chunk.size()) {  // one character: nothing to merge
+    emit(chunk);
+    return;
   }
-  return out;
+  std::vector<Symbol>& symbols = buffers.symbols;
+  symbols.clear();
+  for (size_t offset = 0; offset < chunk.size();) {
+    const size_t len = std::min(Utf8Len(chunk[offset]), chunk.size() - offset);
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({index - 1, offset + len == chunk.size() ? -1 : index + 1,
+                       static_cast<uint32_t>(offset), static_cast<uint32_t>(len)});
+    offset += len;
+  }
+
+  std::vector<Bigram>& queue = buffers.queue;
+  queue.clear();
+  const BigramOrder order;
+  auto bigram = [&](int32_t left, int32_t right, Bigram* b) {
+    if (left < 0 || right < 0) return false;
+    const std::string_view joined(chunk.data() + symbols[left].begin,
+                                  symbols[left].len + symbols[right].len);
+    const int32_t id = Lookup(joined);
+    if (id < 0) return false;
+    *b = {left, right, scores_[id], static_cast<uint32_t>(joined.size())};
+    return true;
+  };
+  auto push = [&](int32_t left, int32_t right) {
+    Bigram b;
+    if (!bigram(left, right, &b)) return;
+    queue.push_back(b);
+    std::push_heap(queue.begin(), queue.end(), order);
+  };
+  // The initial pairs are heapified at once (O(n)) rather than pushed one by one.
+  for (size_t i = 1; i < symbols.size(); ++i) {
+    Bigram b;
+    if (bigram(static_cast<int32_t>(i - 1), static_cast<int32_t>(i), &b)) queue.push_back(b);
+  }
+  std::make_heap(queue.begin(), queue.end(), order);
+
+  while (!queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end(), order);
+    const Bigram top = queue.back();
+    queue.pop_back();
+    Symbol& left = symbols[top.left];
+    Symbol& right = symbols[top.right];
+    // Stale: one side was merged away, or grew, since the bigram was queued.
+    if (left.len == 0 || right.len == 0 || left.len + right.len != top.len) continue;
+    left.len += right.len;
+    right.len = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.left;
+    push(left.prev, top.left);
+    push(top.left, left.next);
+  }
+
+  for (int32_t i = 0; i != -1; i = symbols[i].next) {
+    emit(chunk.substr(symbols[i].begin, symbols[i].len));
+  }
 }
 
 void SpmTokenizer::AppendDecoded(int32_t id, bool skip_special, bool strip_space,

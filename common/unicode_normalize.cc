@@ -126,19 +126,31 @@ void Compose(std::vector<uint32_t>& cps) {
 
 namespace internal {
 
+// Normalizes in chunks that end before an ASCII byte, so that the code point buffer stays small
+// (it was 4 bytes per input byte, for the whole text). Cutting there changes nothing: an ASCII
+// character is a starter that never decomposes and is never the second half of a composition, so
+// no reordering or composition reaches across it, and decomposition is per character.
 std::string NormalizeImpl(std::string_view utf8, NormalForm form) {
   const bool all_ascii = std::all_of(utf8.begin(), utf8.end(),
                                      [](char c) { return static_cast<unsigned char>(c) < 0x80; });
   if (all_ascii) return std::string(utf8);  // ASCII is invariant under every form
+  constexpr size_t kChunkBytes = 64 * 1024;
   const bool compat = form == NormalForm::kNFKC || form == NormalForm::kNFKD;
-  std::vector<uint32_t> cps;
-  cps.reserve(utf8.size());
-  for (size_t i = 0; i < utf8.size();) Decompose(NextCodepoint(utf8, i), compat, cps);
-  CanonicalOrder(cps);
-  if (form == NormalForm::kNFC || form == NormalForm::kNFKC) Compose(cps);
+  const bool compose = form == NormalForm::kNFC || form == NormalForm::kNFKC;
   std::string out;
-  out.reserve(utf8.size() + utf8.size() / 2);
-  for (uint32_t cp : cps) AppendUtf8(cp, out);
+  out.reserve(utf8.size() + utf8.size() / 8);
+  std::vector<uint32_t> cps;
+  for (size_t begin = 0; begin < utf8.size();) {
+    size_t end = std::min(utf8.size(), begin + kChunkBytes);
+    while (end < utf8.size() && static_cast<unsigned char>(utf8[end]) >= 0x80) ++end;
+    const std::string_view chunk = utf8.substr(begin, end - begin);
+    begin = end;
+    cps.clear();
+    for (size_t i = 0; i < chunk.size();) Decompose(NextCodepoint(chunk, i), compat, cps);
+    CanonicalOrder(cps);
+    if (compose) Compose(cps);
+    for (uint32_t cp : cps) AppendUtf8(cp, out);
+  }
   return out;
 }
 

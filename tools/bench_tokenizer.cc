@@ -1,6 +1,9 @@
 // Tokenizer encode / decode throughput on one thread, printed as JSON.
 //
-//   astr-bench-tokenizer --model PATH [--file TEXT] [--min-seconds S]
+//   astr-bench-tokenizer --model PATH [--file TEXT] [--min-seconds S] [--max-tokens N]
+//
+// Besides throughput it times EncodeAtMost(text, N), the call that refuses a prompt longer than a
+// context of N tokens (e.g. a 50 MB text against 2048), and reports the tokenizer's length bound.
 //
 // Without --file the text is the English prose of /usr/share/common-licenses (GPL, Apache, ...),
 // which every Debian machine has.
@@ -51,6 +54,7 @@ double TimeRepeated(double min_seconds, int* reps, Fn&& fn) {
 int Run(int argc, const char* const* argv) {
   std::string model, file;
   double min_seconds = 2.0;
+  int64_t max_tokens = 2048;
   flags::FlagSet flags("astr-bench-tokenizer",
                        "Measure tokenizer encode and decode speed on one thread; prints JSON.");
   flags.String("model", &model, "A .gguf file, a Hugging Face model folder, or a tokenizer.json.",
@@ -58,6 +62,8 @@ int Run(int argc, const char* const* argv) {
   flags.String("file", &file,
                "Text to encode (default: the English texts in /usr/share/common-licenses).");
   flags.Double("min-seconds", &min_seconds, "Repeat each measurement for at least this long.");
+  flags.Int("max-tokens", &max_tokens,
+            "Also time encoding with this limit (a context), which stops once it is passed.");
   if (int rc = flags.ParseOrExit(argc, argv); rc >= 0) return rc;
   std::string text;
   if (file.empty()) {
@@ -93,6 +99,11 @@ int Run(int argc, const char* const* argv) {
   std::string decoded;
   const double decode_s =
       TimeRepeated(min_seconds, &decode_reps, [&] { decoded = tok.Decode(ids, false); });
+  int bounded_reps = 0;
+  BoundedEncoding bounded;
+  const double bounded_s = TimeRepeated(min_seconds, &bounded_reps, [&] {
+    bounded = tok.EncodeAtMost(text, static_cast<size_t>(std::max<int64_t>(0, max_tokens)), plain);
+  });
   const double mb = static_cast<double>(text.size()) / 1e6;
   nlohmann::json out = {
       {"model", model},
@@ -105,6 +116,13 @@ int Run(int argc, const char* const* argv) {
       {"encode_tokens_per_s", static_cast<double>(ids.size()) * encode_reps / encode_s},
       {"decode_mb_per_s", static_cast<double>(decoded.size()) / 1e6 * decode_reps / decode_s},
       {"round_trip_exact", decoded == text},
+      {"max_bytes_per_token", tok.max_bytes_per_token(false)},
+      {"min_tokens", tok.MinTokens(text, false)},
+      {"bounded_max_tokens", max_tokens},
+      {"bounded_complete", bounded.complete},
+      {"bounded_min_tokens", bounded.complete ? bounded.ids.size() : bounded.min_tokens},
+      {"bounded_from_length", bounded.from_length},
+      {"bounded_encode_ms", 1e3 * bounded_s / bounded_reps},
   };
   std::cout << out.dump(2) << "\n";
   return 0;

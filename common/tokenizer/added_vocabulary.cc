@@ -1,5 +1,8 @@
 #include "common/tokenizer/added_vocabulary.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "common/unicode.h"
 
 namespace astr::tok {
@@ -52,24 +55,29 @@ std::pair<size_t, int32_t> AddedTokenMatcher::LongestAt(std::string_view text, s
   return best;
 }
 
-std::vector<Segment> AddedTokenMatcher::Split(std::string_view text, bool parse_special) const {
-  std::vector<Segment> out;
-  size_t start_offset = 0;
-  for (size_t pos = 0; pos < text.size() && !tokens_.empty();) {
-    if (!first_byte_[static_cast<uint8_t>(text[pos])]) {
-      ++pos;
+bool AddedTokenMatcher::Cursor::Next(Segment* out) {
+  if (have_token_) {
+    have_token_ = false;
+    *out = token_;
+    return true;
+  }
+  if (done_) return false;
+  const std::string_view text = text_;
+  while (pos_ < text.size() && !m_.tokens_.empty()) {
+    if (!m_.first_byte_[static_cast<uint8_t>(text[pos_])]) {
+      ++pos_;
       continue;
     }
-    const auto [len, index] = LongestAt(text, pos);
+    const auto [len, index] = m_.LongestAt(text, pos_);
     if (index < 0) {
-      ++pos;
+      ++pos_;
       continue;
     }
-    const AddedToken& token = tokens_[index];
-    size_t start = pos;
-    size_t stop = pos + len;
-    pos = stop;  // the match is consumed even when it is rejected below, like a regex find_iter
-    if (token.special && !parse_special) continue;
+    const AddedToken& token = m_.tokens_[index];
+    size_t start = pos_;
+    size_t stop = pos_ + len;
+    pos_ = stop;  // the match is consumed even when it is rejected below, like a regex find_iter
+    if (token.special && !parse_special_) continue;
     if (token.single_word) {
       const bool word_before = start > 0 && IsWordChar(LastCodepoint(text, start));
       size_t i = stop;
@@ -77,7 +85,7 @@ std::vector<Segment> AddedTokenMatcher::Split(std::string_view text, bool parse_
       if (word_before || word_after) continue;
     }
     if (token.lstrip) {
-      while (start > start_offset && unicode::IsWhitespace(LastCodepoint(text, start))) {
+      while (start > start_offset_ && unicode::IsWhitespace(LastCodepoint(text, start))) {
         start = unicode::PrevCodepointStart(text, start, 0);
       }
     }
@@ -87,14 +95,36 @@ std::vector<Segment> AddedTokenMatcher::Split(std::string_view text, bool parse_
         if (!unicode::IsWhitespace(unicode::NextCodepoint(text, i))) break;
         stop = i;
       }
-      pos = stop;
+      pos_ = stop;
     }
-    if (start_offset < start) out.push_back({-1, start_offset, start});
-    out.push_back({token.id, start, stop});
-    start_offset = stop;
+    const Segment before{-1, start_offset_, start};
+    token_ = {token.id, start, stop};
+    start_offset_ = stop;
+    emitted_ = true;
+    if (before.begin < before.end) {
+      have_token_ = true;
+      *out = before;
+    } else {
+      *out = token_;
+    }
+    return true;
   }
-  if (start_offset < text.size() || out.empty()) out.push_back({-1, start_offset, text.size()});
-  return out;
+  done_ = true;
+  if (start_offset_ < text.size() || !emitted_) {
+    *out = {-1, start_offset_, text.size()};
+    return true;
+  }
+  return false;
+}
+
+size_t AddedTokenMatcher::MaxMatchBytes(bool parse_special) const {
+  size_t most = 0;
+  for (const AddedToken& t : tokens_) {
+    if (t.special && !parse_special) continue;
+    if (t.lstrip || t.rstrip) return SIZE_MAX;
+    most = std::max(most, t.content.size());
+  }
+  return most;
 }
 
 }  // namespace astr::tok

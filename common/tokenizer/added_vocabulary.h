@@ -32,11 +32,32 @@ class AddedTokenMatcher {
   AddedTokenMatcher() = default;
   explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
 
-  // Cuts `text` at the leftmost-longest occurrences of the tokens (special ones only when
-  // parse_special), applying single_word / lstrip / rstrip. Text segments are never empty unless
-  // the text itself is.
-  std::vector<Segment> Split(std::string_view text, bool parse_special) const;
+  // Cuts a text at the leftmost-longest occurrences of the tokens (special ones only when
+  // parse_special), applying single_word / lstrip / rstrip, one segment at a time. Text segments
+  // are never empty unless the text itself is (then it is the only segment). The matcher and the
+  // text must outlive the cursor.
+  class Cursor {
+   public:
+    Cursor(const AddedTokenMatcher& matcher, std::string_view text, bool parse_special)
+        : m_(matcher), text_(text), parse_special_(parse_special) {}
+    bool Next(Segment* s);
+
+   private:
+    const AddedTokenMatcher& m_;
+    std::string_view text_;
+    bool parse_special_;
+    size_t pos_ = 0;           // where the search for the next token goes on
+    size_t start_offset_ = 0;  // where the pending text segment starts
+    bool have_token_ = false;  // token_ is found but not yet returned
+    Segment token_;
+    bool emitted_ = false;  // any segment returned
+    bool done_ = false;
+  };
+
   bool empty() const { return tokens_.empty(); }
+  // The most bytes one match covers: the longest token matched with `parse_special`; 0 when none
+  // can match; SIZE_MAX when a matchable one has lstrip / rstrip (it swallows any whitespace).
+  size_t MaxMatchBytes(bool parse_special) const;
 
  private:
   struct Node {

@@ -1,8 +1,11 @@
 // Byte-pair encoding as the `tokenizers` library does it: the word starts as one symbol per
 // character (unknown characters fall back to <0xXX> byte tokens or unk), then the adjacent pair
 // with the lowest merge rank is merged until no pair has a rank; ties go to the leftmost pair.
+#include <algorithm>
 #include <array>
+#include <bitset>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <queue>
@@ -16,6 +19,10 @@ namespace {
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 // Words longer than this use a heap instead of a linear scan for the next merge.
 constexpr size_t kLinearScanLimit = 64;
+// Code points with a precomputed "is a token" bit (those of 1- and 2-byte UTF-8).
+constexpr uint32_t kSmallChars = 0x800;
+
+size_t Utf8Size(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 // Results for recently seen words, shared by all threads: most words of real text repeat, and a
 // lookup is far cheaper than the merge loop. Sharded so that threads rarely wait on one another;
@@ -53,6 +60,25 @@ class WordCache {
     std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
   };
   mutable std::array<Shard, kShards> shards_;
+};
+
+// A set of byte pairs (65536 bits).
+class BytePairSet {
+ public:
+  void Set(char a, char b) {
+    const size_t i = Index(a, b);
+    bits_[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  bool Has(char a, char b) const {
+    const size_t i = Index(a, b);
+    return (bits_[i / 64] >> (i % 64)) & 1;
+  }
+
+ private:
+  static size_t Index(char a, char b) {
+    return (size_t{static_cast<uint8_t>(a)} << 8) | static_cast<uint8_t>(b);
+  }
+  std::array<uint64_t, 1024> bits_{};
 };
 
 struct MergeTarget {
@@ -118,6 +144,20 @@ class BpeModel final : public Model {
       std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
       byte_ids_[b] = Find(hex);
     }
+    all_byte_ids_ =
+        std::all_of(std::begin(byte_ids_), std::end(byte_ids_), [](int32_t id) { return id >= 0; });
+    // Decorated symbols (prefix / suffix) are not the text they cover: no cut points then.
+    can_cut_ = options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty();
+    for (const std::string& token : id_to_token_) {
+      max_token_bytes_ = std::max(max_token_bytes_, token.size());
+      for (size_t i = 1; i < token.size(); ++i) pairs_.Set(token[i - 1], token[i]);
+    }
+    std::string ch;
+    for (uint32_t cp = 0; cp < kSmallChars; ++cp) {
+      ch.clear();
+      unicode::AppendUtf8(cp, ch);
+      known_small_[cp] = Find(ch) >= 0;
+    }
   }
 
   void Tokenize(std::string_view word, std::vector<int32_t>& out) const override {
@@ -127,17 +167,65 @@ class BpeModel final : public Model {
         return;
       }
     }
-    const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-    if (cacheable && cache_.Lookup(word, out)) return;
-    std::vector<int32_t> symbols;
-    InitialSymbols(word, symbols);
-    if (symbols.size() > kLinearScanLimit) {
-      MergeWithHeap(symbols);
-    } else {
-      MergeLinear(symbols);
+    if (!can_cut_ || word.size() <= WordCache::kMaxWordBytes) {
+      TokenizePiece(word, out);
+      return;
     }
-    if (cacheable) cache_.Insert(word, symbols.data(), symbols.size());
-    out.insert(out.end(), symbols.begin(), symbols.end());
+    // A long word (a whole segment when there is no pre-tokenizer, as for Llama's tokenizer.json)
+    // is cut where no merge can reach across, and its pieces are tokenized one by one: same ids,
+    // with the merge state of one piece in memory, and pieces that repeat hit the cache. A merge
+    // joins two symbols into a token whose string is theirs concatenated, so a symbol spanning a
+    // point between two known characters puts those characters' bytes next to each other in a
+    // token; where no token has that byte pair, no merge ever spans the point, and the merges on
+    // either side (lowest rank first, leftmost first) happen exactly as they would alone.
+    // (ignore_merges applies to the whole word only: a piece is merged even if it is a token.)
+    size_t begin = 0;
+    size_t prev = 0;  // start of the character before `i`
+    for (size_t i = 0; i < word.size();) {
+      const size_t start = i;
+      unicode::NextCodepoint(word, i);
+      if (start > begin && !pairs_.Has(word[start - 1], word[start]) &&
+          Find(word.substr(prev, start - prev)) >= 0 && Find(word.substr(start, i - start)) >= 0) {
+        TokenizePiece(word.substr(begin, start - begin), out);
+        begin = start;
+      }
+      prev = start;
+    }
+    TokenizePiece(word.substr(begin), out);
+  }
+
+  size_t MaxWordBytesPerToken(std::span<const std::string> alphabet) const override {
+    // A token covers the characters of the symbols merged into it. A known character's symbol is
+    // its own bytes (plus any prefix / suffix), a byte-fallback symbol is 6 bytes for one, so
+    // such a token covers at most its own length. An unk symbol covers one character of up to 4
+    // bytes, so a token with unks in it covers at most 4 bytes per byte of its own.
+    const bool known_alphabet = !alphabet.empty() && can_cut_ &&
+                                std::all_of(alphabet.begin(), alphabet.end(),
+                                            [&](const std::string& ch) { return Find(ch) >= 0; });
+    if (known_alphabet || (options_.byte_fallback && all_byte_ids_)) return max_token_bytes_;
+    // Otherwise an unknown character is dropped (no unk) or joins a run that is one unk (fuse_unk).
+    if (unk_id_ >= 0 && !options_.fuse_unk) return 4 * max_token_bytes_;
+    return 0;
+  }
+
+  // Only the known characters count: each is a symbol of its own bytes, so the tokens covering
+  // them are at least that long in all; an unknown one may be dropped or fused into one unk.
+  // (SmolLM2's byte-level vocabulary has no token for six ASCII control bytes, so a word's length
+  // alone bounds nothing.) Decorated symbols are not their characters: no bound then.
+  size_t CountedCharBytesPerToken() const override { return can_cut_ ? max_token_bytes_ : 0; }
+  bool CountsChar(std::string_view ch) const override { return Find(ch) >= 0; }
+  size_t MinTokens(std::string_view word) const override {
+    if (CountedCharBytesPerToken() == 0) return 0;
+    size_t known = 0;
+    for (size_t i = 0; i < word.size();) {
+      const size_t start = i;
+      const uint32_t cp = unicode::NextCodepoint(word, i);
+      const bool is_known = cp < kSmallChars && i - start == Utf8Size(cp)
+                                ? known_small_[cp]
+                                : Find(word.substr(start, i - start)) >= 0;
+      if (is_known) known += i - start;
+    }
+    return (known + max_token_bytes_ - 1) / max_token_bytes_;
   }
 
   const std::vector<std::string>& id_to_token() const override { return id_to_token_; }
@@ -150,6 +238,22 @@ class BpeModel final : public Model {
   }
 
   const MergeTarget* FindMerge(int32_t a, int32_t b) const { return merges_.Find(PairKey(a, b)); }
+
+  // The merges of one word or piece, through the cache.
+  void TokenizePiece(std::string_view word, std::vector<int32_t>& out) const {
+    const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
+    if (cacheable && cache_.Lookup(word, out)) return;
+    std::vector<int32_t> symbols;
+    symbols.reserve(word.size());  // at most one symbol per byte
+    InitialSymbols(word, symbols);
+    if (symbols.size() > kLinearScanLimit) {
+      MergeWithHeap(symbols);
+    } else {
+      MergeLinear(symbols);
+    }
+    if (cacheable) cache_.Insert(word, symbols.data(), symbols.size());
+    out.insert(out.end(), symbols.begin(), symbols.end());
+  }
 
   // One symbol per character; see tokenizers' BPE::merge_word.
   void InitialSymbols(std::string_view word, std::vector<int32_t>& symbols) const {
@@ -214,21 +318,19 @@ class BpeModel final : public Model {
     }
   }
 
-  // Same order as MergeLinear (lowest rank, then leftmost), in O(n log n) for long words.
+  // Same order as MergeLinear (lowest rank, then leftmost), in O(n log n) for long words. About
+  // 20 bytes per symbol: the links, and 8-byte candidates that hold only (rank, position) because a
+  // rank names one pair, so a candidate is current iff the pair now at its position has its rank.
   void MergeWithHeap(std::vector<int32_t>& symbols) const {
-    const int n = static_cast<int>(symbols.size());
-    std::vector<int> prev(n), next(n);
-    std::vector<uint8_t> alive(n, 1);
-    for (int i = 0; i < n; ++i) {
+    const int32_t n = static_cast<int32_t>(symbols.size());
+    std::vector<int32_t> prev(n), next(n);
+    for (int32_t i = 0; i < n; ++i) {
       prev[i] = i - 1;
       next[i] = i + 1 < n ? i + 1 : -1;
     }
     struct Candidate {
       int32_t rank;
-      int pos;
-      int32_t left_id;
-      int32_t right_id;
-      int32_t merged_id;
+      int32_t pos;
       bool operator>(const Candidate& o) const {
         return rank != o.rank ? rank > o.rank : pos > o.pos;
       }
@@ -236,39 +338,39 @@ class BpeModel final : public Model {
     // The initial pairs are heapified at once (O(n)) rather than pushed one by one.
     std::vector<Candidate> initial;
     initial.reserve(n);
-    for (int i = 0; i + 1 < n; ++i) {
+    for (int32_t i = 0; i + 1 < n; ++i) {
       if (const MergeTarget* m = FindMerge(symbols[i], symbols[i + 1])) {
-        initial.push_back({m->rank, i, symbols[i], symbols[i + 1], m->id});
+        initial.push_back({m->rank, i});
       }
     }
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>(),
                                                                                 std::move(initial));
-    auto push = [&](int left) {
+    auto push = [&](int32_t left) {
       if (left < 0 || next[left] < 0) return;
-      const int right = next[left];
-      if (const MergeTarget* m = FindMerge(symbols[left], symbols[right])) {
-        heap.push({m->rank, left, symbols[left], symbols[right], m->id});
+      if (const MergeTarget* m = FindMerge(symbols[left], symbols[next[left]])) {
+        heap.push({m->rank, left});
       }
     };
+    constexpr int32_t kMerged = -1;  // symbols[i] once i has been merged into its left neighbour
     while (!heap.empty()) {
       const Candidate c = heap.top();
       heap.pop();
-      const int right = next[c.pos];
-      // Stale: either side changed since the candidate was queued.
-      if (!alive[c.pos] || right < 0 || symbols[c.pos] != c.left_id ||
-          symbols[right] != c.right_id) {
-        continue;
-      }
-      symbols[c.pos] = c.merged_id;
-      alive[right] = 0;
+      if (symbols[c.pos] == kMerged) continue;
+      const int32_t right = next[c.pos];
+      if (right < 0) continue;
+      // Stale unless the pair there is still the one queued (either side may have changed).
+      const MergeTarget* m = FindMerge(symbols[c.pos], symbols[right]);
+      if (m == nullptr || m->rank != c.rank) continue;
+      symbols[c.pos] = m->id;
+      symbols[right] = kMerged;
       next[c.pos] = next[right];
       if (next[right] >= 0) prev[next[right]] = c.pos;
       push(prev[c.pos]);
       push(c.pos);
     }
-    std::vector<int32_t> merged;
-    for (int i = 0; i >= 0; i = next[i]) merged.push_back(symbols[i]);
-    symbols = std::move(merged);
+    int32_t kept = 0;
+    for (int32_t i = 0; i >= 0; i = next[i]) symbols[kept++] = symbols[i];
+    symbols.resize(kept);
   }
 
   TokenMap vocab_;
@@ -277,6 +379,12 @@ class BpeModel final : public Model {
   BpeOptions options_;
   int32_t unk_id_ = -1;
   int32_t byte_ids_[256];
+  bool all_byte_ids_ = false;
+  bool can_cut_ = false;
+  size_t max_token_bytes_ = 0;
+  BytePairSet pairs_;  // byte pairs adjacent in some token
+  // Whether each code point below kSmallChars (ASCII, Latin, the ByteLevel alphabet) is a token.
+  std::bitset<kSmallChars> known_small_;
   WordCache cache_;
 };
 

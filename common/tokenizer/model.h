@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,6 +31,18 @@ class Model {
   // The model's own vocabulary (added tokens are handled by the caller).
   virtual const std::vector<std::string>& id_to_token() const = 0;
   virtual const TokenMap& token_to_id() const = 0;
+  // For the tokenizer's length bounds: L such that a word of B bytes gives at least B / L ids,
+  // or 0 when its length says nothing (a character can give no id, or a run of them one id).
+  // `alphabet`, when not empty, holds every character a word can contain (ByteLevel words).
+  virtual size_t MaxWordBytesPerToken(std::span<const std::string> alphabet) const = 0;
+  // When MaxWordBytesPerToken gives no bound because some characters can give no id: L such that
+  // a word gives at least B / L ids, where B counts only the bytes of the characters for which
+  // CountsChar holds; 0 when there is no such bound either.
+  virtual size_t CountedCharBytesPerToken() const = 0;
+  virtual bool CountsChar(std::string_view ch) const = 0;
+  // That bound for one word, from one cheap pass over it (no allocation), for words too long to
+  // merge blindly; 0 when nothing is known.
+  virtual size_t MinTokens(std::string_view word) const = 0;
 };
 
 struct BpeOptions {

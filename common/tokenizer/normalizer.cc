@@ -1,5 +1,7 @@
 #include "common/tokenizer/normalizer.h"
 
+#include <algorithm>
+
 #include "common/tokenizer/json_util.h"
 #include "common/unicode.h"
 
@@ -13,6 +15,15 @@ class SequenceNormalizer final : public Normalizer {
   void Normalize(std::string& text) const override {
     for (const auto& p : parts_) p->Normalize(text);
   }
+  size_t MaxShrink() const override {
+    size_t f = 1;
+    for (const auto& p : parts_) {
+      const size_t part = p->MaxShrink();
+      if (part == 0) return 0;
+      f *= part;
+    }
+    return f;
+  }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> parts_;
@@ -23,8 +34,15 @@ class PrependNormalizer final : public Normalizer {
  public:
   explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
   void Normalize(std::string& text) const override {
-    if (!text.empty()) text.insert(0, prefix_);
+    if (text.empty()) return;
+    // A new string of the exact size: insert() would grow the capacity to twice the text.
+    std::string out;
+    out.reserve(prefix_.size() + text.size());
+    out += prefix_;
+    out += text;
+    text = std::move(out);
   }
+  size_t MaxShrink() const override { return 1; }
 
  private:
   std::string prefix_;
@@ -35,6 +53,13 @@ class ReplaceNormalizer final : public Normalizer {
   ReplaceNormalizer(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void Normalize(std::string& text) const override { text = ReplaceAll(pattern_, text, content_); }
+  // A literal of m bytes becomes content_ (c bytes) at non-overlapping matches: at worst every
+  // byte is in a match, giving B * c / m bytes. A regex match has no length limit.
+  size_t MaxShrink() const override {
+    if (!pattern_.is_literal() || content_.empty()) return 0;
+    const size_t m = pattern_.source().size();
+    return std::max<size_t>(1, (m + content_.size() - 1) / content_.size());
+  }
 
  private:
   Pattern pattern_;
@@ -45,6 +70,7 @@ class UnicodeNormalizer final : public Normalizer {
  public:
   explicit UnicodeNormalizer(unicode::NormalForm form) : form_(form) {}
   void Normalize(std::string& text) const override { text = unicode::Normalize(text, form_); }
+  size_t MaxShrink() const override { return kUnicodeNormalizerMaxShrink; }
 
  private:
   unicode::NormalForm form_;
@@ -54,6 +80,7 @@ class UnicodeNormalizer final : public Normalizer {
 class LowercaseNormalizer final : public Normalizer {
  public:
   void Normalize(std::string& text) const override { text = unicode::ToLowerChars(text); }
+  size_t MaxShrink() const override { return kLowercaseMaxShrink; }
 };
 
 // Strips Unicode whitespace from the left and/or right end.
@@ -80,6 +107,7 @@ class StripNormalizer final : public Normalizer {
     }
     text = text.substr(begin, end - begin);
   }
+  size_t MaxShrink() const override { return 0; }  // a text of spaces strips to nothing
 
  private:
   bool left_;

@@ -16,7 +16,19 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual void Normalize(std::string& text) const = 0;
+  // For the tokenizer's length bound (Tokenizer::MinTokens): a factor f such that any text of B
+  // bytes normalizes to at least B / f bytes; 0 when the output can be arbitrarily shorter
+  // (Strip, Replace with a regex or with "" can delete any amount of text).
+  virtual size_t MaxShrink() const = 0;
 };
+
+// Unicode normalization (any form) and Lowercase never turn a character into nothing, so every
+// input character (at most 4 bytes) leaves at least one output byte; normalization forms may also
+// compose characters, at most kMaxCanonicalDecomposition decomposed ones into one (the longest full
+// canonical decomposition in Unicode; tests/unit/unicode_test.cc checks it against our tables).
+inline constexpr size_t kMaxCanonicalDecomposition = 4;
+inline constexpr size_t kUnicodeNormalizerMaxShrink = 4 * kMaxCanonicalDecomposition;
+inline constexpr size_t kLowercaseMaxShrink = 4;
 
 // Supported: Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip. A null json gives
 // a null normalizer; any other type is an error naming it.

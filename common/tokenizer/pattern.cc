@@ -17,24 +17,45 @@ StatusOr<Pattern> Pattern::FromRegex(std::string_view regex) {
 }
 
 void Pattern::FindAll(std::string_view text, std::vector<Regex::Match>& out) const {
-  if (regex_ != nullptr) {
-    regex_->FindAll(text, out);
-    return;
+  PatternCursor cursor(*this, text);
+  for (Regex::Match m; cursor.Next(&m);) out.push_back(m);
+}
+
+PatternCursor::PatternCursor(const Pattern& pattern, std::string_view text)
+    : pattern_(pattern), text_(text) {
+  if (pattern.regex_ != nullptr) regex_.emplace(*pattern.regex_, text);
+}
+
+bool PatternCursor::Next(Regex::Match* m) {
+  if (regex_.has_value()) return regex_->Next(m);
+  const std::string& literal = pattern_.source_;
+  if (literal.empty() || pos_ > text_.size()) return false;
+  const size_t at = text_.find(literal, pos_);
+  if (at == std::string_view::npos) {
+    pos_ = text_.size() + 1;
+    return false;
   }
-  if (source_.empty()) return;
-  for (size_t pos = text.find(source_); pos != std::string_view::npos;
-       pos = text.find(source_, pos + source_.size())) {
-    out.push_back({pos, pos + source_.size()});
-  }
+  *m = {at, at + literal.size()};
+  pos_ = m->end;
+  return true;
 }
 
 std::string ReplaceAll(const Pattern& pattern, std::string_view text, std::string_view content) {
-  std::vector<Regex::Match> matches;
-  pattern.FindAll(text, matches);
   std::string out;
-  out.reserve(text.size() + matches.size() * content.size());
+  size_t size = text.size();
+  if (pattern.is_literal() && !pattern.source().empty()) {
+    // Sized exactly (Replace " " -> "▁" makes a long text longer): no reallocation, so the
+    // output and the input are the only copies alive.
+    const std::string& literal = pattern.source();
+    for (size_t at = text.find(literal); at != std::string_view::npos;
+         at = text.find(literal, at + literal.size())) {
+      size += content.size() - literal.size();
+    }
+  }
+  out.reserve(size);
   size_t prev = 0;
-  for (const Regex::Match& m : matches) {
+  PatternCursor cursor(pattern, text);
+  for (Regex::Match m; cursor.Next(&m);) {
     out.append(text, prev, m.begin - prev);
     out += content;
     prev = m.end;
@@ -50,77 +71,6 @@ StatusOr<SplitBehavior> ParseSplitBehavior(std::string_view name) {
   if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (name == "Contiguous") return SplitBehavior::kContiguous;
   return InvalidArgumentError("unknown split behavior \"" + std::string(name) + "\"");
-}
-
-void SplitByMatches(size_t text_size, const std::vector<Regex::Match>& matches,
-                    SplitBehavior behavior, bool invert, std::vector<Span>& out) {
-  // Every byte belongs to exactly one (span, is_match) segment, in order.
-  struct Segment {
-    Span span;
-    bool is_match;
-  };
-  std::vector<Segment> segments;
-  segments.reserve(matches.size() * 2 + 1);
-  size_t prev = 0;
-  for (const Regex::Match& m : matches) {
-    if (m.begin == m.end) continue;  // an empty match cuts nothing
-    if (prev != m.begin) segments.push_back({{prev, m.begin}, invert});
-    segments.push_back({{m.begin, m.end}, !invert});
-    prev = m.end;
-  }
-  if (prev != text_size) segments.push_back({{prev, text_size}, invert});
-
-  const size_t first_out = out.size();
-  switch (behavior) {
-    case SplitBehavior::kIsolated:
-      for (const Segment& s : segments) out.push_back(s.span);
-      break;
-    case SplitBehavior::kRemoved:
-      for (const Segment& s : segments) {
-        if (!s.is_match) out.push_back(s.span);
-      }
-      break;
-    case SplitBehavior::kMergedWithPrevious: {
-      bool previous_match = false;
-      for (const Segment& s : segments) {
-        if (s.is_match && !previous_match && out.size() > first_out) {
-          out.back().end = s.span.end;
-        } else {
-          out.push_back(s.span);
-        }
-        previous_match = s.is_match;
-      }
-      break;
-    }
-    case SplitBehavior::kMergedWithNext: {
-      // Walk backwards: a match joins the piece that follows it.
-      std::vector<Span> reversed;
-      bool previous_match = false;
-      for (size_t i = segments.size(); i-- > 0;) {
-        const Segment& s = segments[i];
-        if (s.is_match && !previous_match && !reversed.empty()) {
-          reversed.back().begin = s.span.begin;
-        } else {
-          reversed.push_back(s.span);
-        }
-        previous_match = s.is_match;
-      }
-      out.insert(out.end(), reversed.rbegin(), reversed.rend());
-      break;
-    }
-    case SplitBehavior::kContiguous: {
-      bool previous_match = false;
-      for (const Segment& s : segments) {
-        if (s.is_match == previous_match && out.size() > first_out) {
-          out.back().end = s.span.end;
-        } else {
-          out.push_back(s.span);
-        }
-        previous_match = s.is_match;
-      }
-      break;
-    }
-  }
 }
 
 }  // namespace astr::tok

@@ -1,5 +1,6 @@
 #include "common/tokenizer/pre_tokenizer.h"
 
+#include <array>
 #include <functional>
 
 #include "common/byte_level.h"
@@ -15,32 +16,42 @@ namespace {
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581
 
-// Replaces each piece by the spans `split` cuts it into; only the span at offset 0 of a piece that
-// was at the start stays at the start.
-template <typename SplitFn>
-void SplitEach(std::vector<PreToken>& pieces, SplitFn&& split) {
-  std::vector<PreToken> out;
-  out.reserve(pieces.size() * 2);
-  std::vector<Span> spans;
-  for (PreToken& piece : pieces) {
-    spans.clear();
-    split(piece.text, spans);
-    for (const Span& s : spans) {
-      if (s.end == s.begin) continue;
-      out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
-    }
+// Cuts `text` at `matches` (an object with Next(Regex::Match*)) and hands the pieces to `sink`;
+// only the piece at offset 0 of a text that is at the start stays at the start.
+template <typename Matches>
+bool SplitInto(std::string_view text, bool at_start, Matches& matches, SplitBehavior behavior,
+               bool invert, WordSink& sink) {
+  SplitStream split(text.size(), behavior, invert);
+  auto emit = [&](Span s) {
+    return sink.Word(text.substr(s.begin, s.end - s.begin), at_start && s.begin == 0);
+  };
+  for (Regex::Match m; matches.Next(&m);) {
+    if (!split.Add(m, emit)) return false;
   }
-  pieces = std::move(out);
+  return split.Finish(emit);
 }
 
 // Matches of single characters for which `pred` holds.
-void CharMatches(std::string_view text, const std::function<bool(uint32_t)>& pred,
-                 std::vector<Regex::Match>& out) {
-  for (size_t i = 0; i < text.size();) {
-    const size_t begin = i;
-    if (pred(unicode::NextCodepoint(text, i))) out.push_back({begin, i});
+class CharMatches {
+ public:
+  CharMatches(std::string_view text, const std::function<bool(uint32_t)>& pred)
+      : text_(text), pred_(pred) {}
+  bool Next(Regex::Match* m) {
+    while (i_ < text_.size()) {
+      const size_t begin = i_;
+      if (pred_(unicode::NextCodepoint(text_, i_))) {
+        *m = {begin, i_};
+        return true;
+      }
+    }
+    return false;
   }
-}
+
+ private:
+  std::string_view text_;
+  const std::function<bool(uint32_t)>& pred_;
+  size_t i_ = 0;
+};
 
 // Rust's char::is_numeric, which `tokenizers`' Digits pre-tokenizer uses. Rust's standard library
 // follows Unicode 17.0 while our tables (and Oniguruma's) are 16.0; the only code points 17.0 added
@@ -55,11 +66,49 @@ class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
       : parts_(std::move(parts)) {}
-  void PreTokenize(std::vector<PreToken>& pieces) const override {
-    for (const auto& p : parts_) p->PreTokenize(pieces);
+  bool PreTokenize(std::string_view text, bool at_start, WordSink& sink) const override {
+    Stage first(*this, 0, sink);
+    return first.Word(text, at_start);
+  }
+  PreTokenizerTraits traits() const override {
+    PreTokenizerTraits t;
+    int rewriters = 0;
+    bool raw_byte_level = false;
+    for (const auto& p : parts_) {
+      const PreTokenizerTraits pt = p->traits();
+      t.keeps_every_byte = t.keeps_every_byte && pt.keeps_every_byte;
+      t.only_splits = t.only_splits && pt.only_splits;
+      // Byte-level words stay byte-level through later splits, not through later rewrites.
+      t.byte_level_words = pt.byte_level_words || (t.byte_level_words && pt.only_splits);
+      if (!pt.only_splits) {
+        ++rewriters;
+        raw_byte_level = pt.raw_byte_level;
+      }
+    }
+    // The raw bytes reach the mapping only if it is the one part that rewrites.
+    t.raw_byte_level = rewriters == 1 && raw_byte_level;
+    return t;
   }
 
  private:
+  // Runs part `next` on each word of the part before it; past the last part, words go to `out`.
+  // Stages live on the stack, one per part: nothing is allocated per word.
+  class Stage final : public WordSink {
+   public:
+    Stage(const SequencePreTokenizer& seq, size_t next, WordSink& out)
+        : seq_(seq), next_(next), out_(out) {}
+    bool Word(std::string_view word, bool at_start) override {
+      if (next_ == seq_.parts_.size()) return out_.Word(word, at_start);
+      Stage inner(seq_, next_ + 1, out_);
+      return seq_.parts_[next_]->PreTokenize(word, at_start, inner);
+    }
+
+   private:
+    const SequencePreTokenizer& seq_;
+    size_t next_;
+    WordSink& out_;
+  };
+
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
@@ -67,13 +116,12 @@ class SplitPreTokenizer final : public PreTokenizer {
  public:
   SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
-  void PreTokenize(std::vector<PreToken>& pieces) const override {
-    std::vector<Regex::Match> matches;
-    SplitEach(pieces, [&](const std::string& text, std::vector<Span>& spans) {
-      matches.clear();
-      pattern_.FindAll(text, matches);
-      SplitByMatches(text.size(), matches, behavior_, invert_, spans);
-    });
+  bool PreTokenize(std::string_view text, bool at_start, WordSink& sink) const override {
+    PatternCursor matches(pattern_, text);
+    return SplitInto(text, at_start, matches, behavior_, invert_, sink);
+  }
+  PreTokenizerTraits traits() const override {
+    return {.keeps_every_byte = behavior_ != SplitBehavior::kRemoved};
   }
 
  private:
@@ -87,13 +135,12 @@ class CharSplitPreTokenizer final : public PreTokenizer {
  public:
   CharSplitPreTokenizer(std::function<bool(uint32_t)> pred, SplitBehavior behavior)
       : pred_(std::move(pred)), behavior_(behavior) {}
-  void PreTokenize(std::vector<PreToken>& pieces) const override {
-    std::vector<Regex::Match> matches;
-    SplitEach(pieces, [&](const std::string& text, std::vector<Span>& spans) {
-      matches.clear();
-      CharMatches(text, pred_, matches);
-      SplitByMatches(text.size(), matches, behavior_, false, spans);
-    });
+  bool PreTokenize(std::string_view text, bool at_start, WordSink& sink) const override {
+    CharMatches matches(text, pred_);
+    return SplitInto(text, at_start, matches, behavior_, false, sink);
+  }
+  PreTokenizerTraits traits() const override {
+    return {.keeps_every_byte = behavior_ != SplitBehavior::kRemoved};
   }
 
  private:
@@ -101,24 +148,77 @@ class CharSplitPreTokenizer final : public PreTokenizer {
   SplitBehavior behavior_;
 };
 
+// Each byte's stand-in character as at most two UTF-8 bytes (ByteLevelAlphabet is U+0021..U+0143).
+struct ByteChar {
+  char bytes[2];
+  uint8_t size;
+};
+
+const std::array<ByteChar, 256>& ByteChars() {
+  static const std::array<ByteChar, 256> table = [] {
+    std::array<ByteChar, 256> t{};
+    const auto& alphabet = ByteLevelAlphabet();
+    for (size_t b = 0; b < 256; ++b) {
+      t[b].size = static_cast<uint8_t>(alphabet[b].size());
+      for (size_t i = 0; i < alphabet[b].size() && i < 2; ++i) t[b].bytes[i] = alphabet[b][i];
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Maps every word to the byte alphabet, then passes it on. Words up to kInline bytes are mapped
+// into a stack buffer, longer ones into a string (reused for the rest of the text).
+class ByteLevelMapper final : public WordSink {
+ public:
+  explicit ByteLevelMapper(WordSink& out) : out_(out) {}
+  bool Word(std::string_view word, bool at_start) override {
+    const auto& table = ByteChars();
+    char* dst = inline_;
+    if (word.size() * 2 > kInline) {
+      size_t mapped = 0;  // exact, so that a long word costs its mapped size and no more
+      for (char c : word) mapped += table[static_cast<uint8_t>(c)].size;
+      if (heap_.size() < mapped + 1) heap_.resize(mapped + 1);  // +1: the loop writes 2 bytes
+      dst = heap_.data();
+    }
+    size_t n = 0;
+    for (char c : word) {
+      const ByteChar& bc = table[static_cast<uint8_t>(c)];
+      dst[n] = bc.bytes[0];
+      dst[n + 1] = bc.bytes[1];
+      n += bc.size;
+    }
+    return out_.Word(std::string_view(dst, n), at_start);
+  }
+
+ private:
+  static constexpr size_t kInline = 256;
+  WordSink& out_;
+  char inline_[kInline];
+  std::string heap_;
+};
+
 class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<PreTokenizer> split)
       : add_prefix_space_(add_prefix_space), split_(std::move(split)) {}
-  void PreTokenize(std::vector<PreToken>& pieces) const override {
-    if (add_prefix_space_) {
-      for (PreToken& p : pieces) {
-        if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, 1, ' ');
-      }
+  bool PreTokenize(std::string_view text, bool at_start, WordSink& sink) const override {
+    std::string prefixed;
+    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+      prefixed.reserve(text.size() + 1);
+      prefixed += ' ';
+      prefixed += text;
+      text = prefixed;
     }
-    if (split_ != nullptr) split_->PreTokenize(pieces);
-    const auto& alphabet = ByteLevelAlphabet();
-    std::string mapped;
-    for (PreToken& p : pieces) {
-      mapped.clear();
-      for (char c : p.text) mapped += alphabet[static_cast<uint8_t>(c)];
-      p.text.swap(mapped);
-    }
+    ByteLevelMapper mapper(sink);
+    return split_ != nullptr ? split_->PreTokenize(text, at_start, mapper)
+                             : mapper.Word(text, at_start);
+  }
+  PreTokenizerTraits traits() const override {
+    return {.keeps_every_byte = split_ == nullptr || split_->traits().keeps_every_byte,
+            .only_splits = false,
+            .byte_level_words = true,
+            .raw_byte_level = true};
   }
 
  private:
@@ -135,31 +235,28 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         marker_(Pattern::Literal(replacement_)),
         scheme_(scheme),
         split_(split) {}
-  void PreTokenize(std::vector<PreToken>& pieces) const override {
-    for (PreToken& p : pieces) {
-      std::string replaced;
-      replaced.reserve(p.text.size() + replacement_.size());
-      for (char c : p.text) {
-        if (c == ' ') {
-          replaced += replacement_;
-        } else {
-          replaced += c;
-        }
+  bool PreTokenize(std::string_view text, bool at_start, WordSink& sink) const override {
+    std::string replaced;
+    replaced.reserve(text.size() + replacement_.size());
+    for (char c : text) {
+      if (c == ' ') {
+        replaced += replacement_;
+      } else {
+        replaced += c;
       }
-      const bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts &&
-          (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && p.at_start))) {
-        replaced.insert(0, replacement_);
-      }
-      p.text = std::move(replaced);
     }
-    if (!split_) return;
-    std::vector<Regex::Match> matches;
-    SplitEach(pieces, [&](const std::string& text, std::vector<Span>& spans) {
-      matches.clear();
-      marker_.FindAll(text, matches);
-      SplitByMatches(text.size(), matches, SplitBehavior::kMergedWithNext, false, spans);
-    });
+    const bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
+    if (!starts &&
+        (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && at_start))) {
+      replaced.insert(0, replacement_);
+    }
+    if (!split_) return replaced.empty() || sink.Word(replaced, at_start);
+    PatternCursor matches(marker_, replaced);
+    return SplitInto(replaced, at_start, matches, SplitBehavior::kMergedWithNext, false, sink);
+  }
+  PreTokenizerTraits traits() const override {
+    // Spaces become the replacement: the words shrink only if it is empty.
+    return {.keeps_every_byte = !replacement_.empty(), .only_splits = false};
   }
 
  private:

@@ -1,6 +1,8 @@
 // The score-based SentencePiece merge (common/spm_tokenizer.h) as a pipeline model: the pipeline's
 // normalizer has already written spaces as U+2581, so the tokenizer runs without its own space
 // prefix and without BOS.
+#include <algorithm>
+
 #include "common/spm_tokenizer.h"
 #include "common/tokenizer/model.h"
 
@@ -14,11 +16,21 @@ class SpmModel final : public Model {
     for (size_t i = 0; i < tokens_.size(); ++i) map_[tokens_[i]] = static_cast<int32_t>(i);
   }
   void Tokenize(std::string_view word, std::vector<int32_t>& out) const override {
-    const std::vector<int32_t> ids = spm_.Encode(word, /*add_bos=*/false);
-    out.insert(out.end(), ids.begin(), ids.end());
+    spm_.AppendIds(word, out);
   }
   const std::vector<std::string>& id_to_token() const override { return tokens_; }
   const TokenMap& token_to_id() const override { return map_; }
+  // Every final symbol is a piece (its bytes are the text it covers) or one character whose bytes
+  // each get a fallback id.
+  size_t MaxWordBytesPerToken(std::span<const std::string> /*alphabet*/) const override {
+    return spm_.every_byte_has_id() ? std::max<size_t>(1, spm_.max_piece_bytes()) : 0;
+  }
+  size_t CountedCharBytesPerToken() const override { return 0; }
+  bool CountsChar(std::string_view /*ch*/) const override { return false; }
+  size_t MinTokens(std::string_view word) const override {
+    const size_t per_token = MaxWordBytesPerToken({});
+    return per_token == 0 ? 0 : (word.size() + per_token - 1) / per_token;
+  }
 
  private:
   SpmTokenizer spm_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/byte_level.h"
 #include "common/gguf.h"
 #include "common/tokenizer/loaders.h"
 #include "common/tokenizer/tokenizer_builder.h"
@@ -28,6 +29,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> TokenizerBuilder::Build(const std::st
   t.raw_added_ = tok::AddedTokenMatcher(std::move(raw));
   t.normalized_added_ = tok::AddedTokenMatcher(std::move(normalized));
   t.decoder_joins_bytes_ = t.decoder_ != nullptr && t.decoder_->JoinsByteTokens();
+  t.ComputeLengthBounds();
   const int32_t n = t.vocab_size();
   auto check = [&](int32_t id, const char* what) -> Status {
     if (id < -1 || id >= n) {
@@ -43,36 +45,151 @@ StatusOr<std::shared_ptr<const Tokenizer>> TokenizerBuilder::Build(const std::st
   return std::shared_ptr<const Tokenizer>(std::move(t_));
 }
 
-void Tokenizer::EncodeText(std::string_view text, bool at_start, bool parse_special,
-                           std::vector<int32_t>& ids) const {
-  std::string normalized(text);
-  if (normalizer_ != nullptr) normalizer_->Normalize(normalized);
-  std::vector<tok::PreToken> pieces;
-  for (const tok::Segment& s : normalized_added_.Split(normalized, parse_special)) {
-    if (s.id >= 0) {
-      ids.push_back(s.id);
-      continue;
+// See max_bytes_per_token() and docs/tokenizers.md ("Length bounds") for why these are sound.
+void Tokenizer::ComputeLengthBounds() {
+  const tok::PreTokenizerTraits traits =
+      pre_tokenizer_ != nullptr ? pre_tokenizer_->traits() : tok::PreTokenizerTraits{};
+  std::span<const std::string> alphabet;
+  if (traits.byte_level_words) alphabet = ByteLevelAlphabet();
+  word_bytes_per_token_ = model_->MaxWordBytesPerToken(alphabet);
+  size_t per_word = word_bytes_per_token_;
+  if (per_word == 0 && normalizer_ == nullptr && traits.raw_byte_level) {
+    // Each raw byte is one character of a word: count the bytes whose character the model knows.
+    per_word = model_->CountedCharBytesPerToken();
+    min_tokens_counts_every_byte_ = false;
+    for (size_t b = 0; b < 256; ++b) {
+      min_tokens_counted_byte_[b] = model_->CountsChar(ByteLevelAlphabet()[b]) ? 1 : 0;
     }
-    if (s.end == s.begin) continue;
-    pieces.clear();
-    pieces.push_back({normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0});
-    if (pre_tokenizer_ != nullptr) pre_tokenizer_->PreTokenize(pieces);
-    for (const tok::PreToken& p : pieces) model_->Tokenize(p.text, ids);
+  }
+  const size_t shrink = normalizer_ != nullptr ? normalizer_->MaxShrink() : 1;
+  for (const bool parse_special : {false, true}) {
+    const size_t raw = raw_added_.MaxMatchBytes(parse_special);
+    const size_t normalized = normalized_added_.MaxMatchBytes(parse_special);
+    const bool bounded = per_word > 0 && shrink > 0 && traits.keeps_every_byte && raw != SIZE_MAX &&
+                         normalized != SIZE_MAX;
+    max_bytes_per_token_[parse_special ? 1 : 0] =
+        bounded ? std::max(raw, shrink * std::max(normalized, per_word)) : 0;
   }
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
-  std::vector<int32_t> ids;
-  if (options.add_special_tokens) ids = prefix_ids_;
-  for (const tok::Segment& s : raw_added_.Split(text, options.parse_special)) {
+// Takes the pipeline's words to the model and counts the ids against the limit; the ids still to
+// come after the text (the post-processor's suffix) are counted in advance.
+class Tokenizer::IdSink final : public tok::WordSink {
+ public:
+  // Shorter words are merged without a counting pass first: merging them is cheap anyway.
+  static constexpr size_t kCountWordBytes = 4096;
+
+  IdSink(const Tokenizer& t, size_t max_tokens, size_t reserved, BoundedEncoding& out)
+      : t_(t), max_(max_tokens), reserved_(reserved), out_(out) {}
+
+  bool Word(std::string_view word, bool /*at_start*/) override {
+    if (max_ != SIZE_MAX) {
+      // A word whose length alone passes the limit is not merged (merging a 50 MB word costs
+      // ~20 bytes per byte and seconds). Long words without a length bound get one counting pass.
+      const size_t per_token = t_.word_bytes_per_token_;
+      size_t at_least = 0;
+      if (per_token > 0) {
+        at_least = (word.size() + per_token - 1) / per_token;
+      } else if (word.size() > kCountWordBytes) {
+        at_least = t_.model_->MinTokens(word);
+      }
+      if (at_least > max_ - Total()) return Stop(Total() + at_least);
+    }
+    t_.model_->Tokenize(word, out_.ids);
+    return Check();
+  }
+  bool Add(int32_t id) {
+    out_.ids.push_back(id);
+    return Check();
+  }
+
+ private:
+  size_t Total() const { return out_.ids.size() + reserved_; }
+  bool Check() { return Total() <= max_ || Stop(Total()); }
+  bool Stop(size_t at_least) {
+    out_.complete = false;
+    out_.min_tokens = at_least;
+    return false;
+  }
+
+  const Tokenizer& t_;
+  size_t max_;
+  size_t reserved_;
+  BoundedEncoding& out_;
+};
+
+bool Tokenizer::EncodeText(std::string_view text, bool at_start, bool parse_special,
+                           IdSink& sink) const {
+  std::string normalized_copy;
+  std::string_view normalized = text;
+  if (normalizer_ != nullptr) {
+    normalized_copy.assign(text);
+    normalizer_->Normalize(normalized_copy);
+    normalized = normalized_copy;
+  }
+  tok::AddedTokenMatcher::Cursor segments(normalized_added_, normalized, parse_special);
+  for (tok::Segment s; segments.Next(&s);) {
     if (s.id >= 0) {
-      ids.push_back(s.id);
-    } else if (s.end > s.begin) {
-      EncodeText(text.substr(s.begin, s.end - s.begin), s.begin == 0, options.parse_special, ids);
+      if (!sink.Add(s.id)) return false;
+      continue;
+    }
+    if (s.end == s.begin) continue;
+    const std::string_view piece = normalized.substr(s.begin, s.end - s.begin);
+    const bool piece_at_start = at_start && s.begin == 0;
+    const bool go_on = pre_tokenizer_ != nullptr
+                           ? pre_tokenizer_->PreTokenize(piece, piece_at_start, sink)
+                           : sink.Word(piece, piece_at_start);
+    if (!go_on) return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
+  return EncodeAtMost(text, SIZE_MAX, options).ids;
+}
+
+BoundedEncoding Tokenizer::EncodeAtMost(std::string_view text, size_t max_tokens,
+                                        const EncodeOptions& options) const {
+  BoundedEncoding out;
+  const size_t prefix = options.add_special_tokens ? prefix_ids_.size() : 0;
+  const size_t suffix = options.add_special_tokens ? suffix_ids_.size() : 0;
+  if (max_tokens != SIZE_MAX) {
+    const size_t at_least = MinTokens(text, options.parse_special) + prefix + suffix;
+    if (at_least > max_tokens) {
+      out.complete = false;
+      out.min_tokens = at_least;
+      out.from_length = true;
+      return out;
     }
   }
-  if (options.add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-  return ids;
+  IdSink sink(*this, max_tokens, suffix, out);
+  for (size_t i = 0; i < prefix; ++i) {
+    if (!sink.Add(prefix_ids_[i])) return out;
+  }
+  tok::AddedTokenMatcher::Cursor segments(raw_added_, text, options.parse_special);
+  for (tok::Segment s; segments.Next(&s);) {
+    if (s.id >= 0) {
+      if (!sink.Add(s.id)) return out;
+    } else if (s.end > s.begin) {
+      if (!EncodeText(text.substr(s.begin, s.end - s.begin), s.begin == 0, options.parse_special,
+                      sink)) {
+        return out;
+      }
+    }
+  }
+  out.ids.insert(out.ids.end(), suffix_ids_.begin(), suffix_ids_.begin() + suffix);
+  return out;
+}
+
+size_t Tokenizer::MinTokens(std::string_view text, bool parse_special) const {
+  const size_t per_token = max_bytes_per_token(parse_special);
+  if (per_token == 0) return 0;
+  size_t counted = text.size();
+  if (!min_tokens_counts_every_byte_) {
+    counted = 0;
+    for (char c : text) counted += min_tokens_counted_byte_[static_cast<uint8_t>(c)];
+  }
+  return (counted + per_token - 1) / per_token;
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_tokens) const {

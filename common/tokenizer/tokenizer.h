@@ -7,9 +7,16 @@
 // post-processor then adds BOS / EOS when add_special_tokens. Decode maps ids to token strings
 // (dropping special tokens when skip_special_tokens) and runs the decoder.
 //
+// Memory: the pipeline streams. Added-token segments, pre-tokenizer words and regex matches are
+// produced one at a time and each word goes to the model as soon as it is cut, so encoding costs
+// the ids, a normalized copy of a segment (only with a normalizer), and the merge state of the
+// current word; a long word without a pre-tokenizer is cut where no merge reaches across (see
+// bpe_model.cc, spm_tokenizer.cc).
+//
 // A Tokenizer is immutable after loading; Encode / Decode may be called from many threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,6 +42,19 @@ struct EncodeOptions {
   bool parse_special = true;       // special tokens written in the text become their ids
 };
 
+// The result of Tokenizer::EncodeAtMost.
+struct BoundedEncoding {
+  // complete: all the ids (== Encode). Otherwise a prefix of them, possibly empty, and the text
+  // has more than the limit.
+  std::vector<int32_t> ids;
+  bool complete = true;
+  // When !complete: a lower bound (> the limit) on the number of ids Encode gives.
+  size_t min_tokens = 0;
+  // When !complete: true if the bound came from the text's bytes alone (MinTokens), before any
+  // tokenization.
+  bool from_length = false;
+};
+
 class Tokenizer {
  public:
   // `path`: a model folder with tokenizer.json (plus tokenizer_config.json,
@@ -48,6 +68,26 @@ class Tokenizer {
                                                                   const std::string& source);
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // Encode that stops as soon as the ids are known to be more than max_tokens: before tokenizing
+  // when the text's bytes alone say so (MinTokens), else before a word whose bytes alone would pass
+  // the limit, else after the id that passes it. The work is then about what max_tokens ids take.
+  BoundedEncoding EncodeAtMost(std::string_view text, size_t max_tokens,
+                               const EncodeOptions& options = {}) const;
+  // A lower bound on the number of ids Encode gives for `text` (before the post-processor's
+  // tokens), from its bytes alone; 0 when the pipeline allows none. O(1): ceil(bytes / R) with
+  // R = max_bytes_per_token(parse_special); for a byte-level vocabulary without tokens for some
+  // bytes (they are dropped: SmolLM2's has none for six ASCII control bytes), one pass over the
+  // text that counts only the other bytes.
+  size_t MinTokens(std::string_view text, bool parse_special) const;
+  // R: the most counted bytes of input one id can stand for, or 0 when there is no bound. It is
+  // the longest added token, or the longest model token times the normalizer's MaxShrink; 0 when
+  // a part can make any amount of text disappear or fold into one id: added tokens with lstrip /
+  // rstrip, Strip or regex Replace normalizers, Removed splits, models that drop unknown
+  // characters or fuse them into one unk (unless they are byte-level without normalizer: then
+  // the dropped bytes are not counted). docs/tokenizers.md has the argument.
+  size_t max_bytes_per_token(bool parse_special) const {
+    return max_bytes_per_token_[parse_special ? 1 : 0];
+  }
   // Ids outside the vocabulary are skipped, as tokenizers does.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
 
@@ -71,9 +111,12 @@ class Tokenizer {
 
  private:
   friend class TokenizerBuilder;
+  class IdSink;
+
   Tokenizer() = default;
-  void EncodeText(std::string_view text, bool at_start, bool parse_special,
-                  std::vector<int32_t>& ids) const;
+  void ComputeLengthBounds();  // at the end of TokenizerBuilder::Build
+  // Tokenizes one segment between raw added tokens; false once the sink has stopped.
+  bool EncodeText(std::string_view text, bool at_start, bool parse_special, IdSink& sink) const;
 
   std::string kind_;                  // "BPE", "BPE (byte-level)", "SentencePiece (GGUF)", ...
   tok::AddedTokenMatcher raw_added_;  // matched in the raw text
@@ -88,6 +131,11 @@ class Tokenizer {
   tok::TokenMap added_token_to_id_;
   std::vector<uint8_t> special_;  // per id
   bool decoder_joins_bytes_ = false;
+  // The model's MaxWordBytesPerToken for the words the pre-tokenizer makes (0: no bound).
+  size_t word_bytes_per_token_ = 0;
+  size_t max_bytes_per_token_[2] = {0, 0};  // [parse_special]
+  bool min_tokens_counts_every_byte_ = true;
+  std::array<uint8_t, 256> min_tokens_counted_byte_{};  // when not every byte counts
   int32_t bos_id_ = -1;
   std::vector<int32_t> eos_ids_;
 };

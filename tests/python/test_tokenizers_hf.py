@@ -77,6 +77,31 @@ def test_encode_matches_tokenizers(name, add_special, parse_special, corpus, tmp
     assert bad == 0, f"{bad}/{len(corpus)} strings differ; first:\n" + first_mismatch(corpus, want, got)
 
 
+def long_texts(count, seed):
+    """Texts of 10-40 KB: corpus strings joined by spaces and newlines, plus long runs. astr streams
+    the pipeline and cuts long words where no merge can span; `tokenizers` holds the whole text."""
+    parts = varied_corpus(count * 200, seed=seed)
+    texts = []
+    for k in range(count):
+        chunk = parts[k * 200:(k + 1) * 200]
+        texts.append("".join(p + (" " if i % 3 else "\n") for i, p in enumerate(chunk)))
+    return texts + ["a" * 20000, "ab " * 7000, "\u2581" * 3000 + "x", "é" * 9000, "<s>" * 3000]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("parse_special", [True, False])
+def test_long_texts_match_tokenizers(name, parse_special, tmp_path):
+    path = model_dir(name)
+    tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    tok.encode_special_tokens = not parse_special
+    texts = long_texts(8, seed=4321)
+    want = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
+    got = run_astr(["tokenize", "--model", path] + (["--parse-special"] if parse_special else []),
+                   tmp_path, texts)
+    bad = [i for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    assert not bad, f"{len(bad)}/{len(texts)} long texts differ; first: {len(texts[bad[0]])} characters"
+
+
 def random_id_sequences(tok, count, seed):
     """Random ids, biased towards the tokens that make decoding interesting."""
     rng = random.Random(seed)
