@@ -114,11 +114,24 @@ Status ValidatePromptIds(const std::vector<int32_t>& ids, const ServedModel& mod
   return OkStatus();
 }
 
+// parse_special_tokens = false cannot be honoured for chat input: the rendering mixes the
+// template's role markers (which must be parsed) with message text, and tokenization cannot tell
+// which is which.
+Status CheckParseSpecialForChat(bool has_flag, bool flag) {
+  if (!has_flag || flag) return OkStatus();
+  return InvalidArgumentError(
+      "parse_special_tokens: false applies to text input only; chat input is rendered by the "
+      "chat template, whose role markers are special tokens, and is always tokenized with "
+      "special-token parsing on");
+}
+
 StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const ServedModel& model) {
   switch (r.input_case()) {
     case v1::GenerateRequest::kText: {
       const bool add_special = !r.has_add_special_tokens() || r.add_special_tokens();
-      ASTR_ASSIGN_OR_RETURN(Prompt p, TokenizeText(model, r.text(), add_special, "text"));
+      const bool parse_special = !r.has_parse_special_tokens() || r.parse_special_tokens();
+      ASTR_ASSIGN_OR_RETURN(Prompt p,
+                            TokenizeText(model, r.text(), add_special, "text", parse_special));
       return std::move(p.ids);
     }
     case v1::GenerateRequest::kTokenIds: {
@@ -131,6 +144,8 @@ StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const Serv
       return std::vector<int32_t>(ids.begin(), ids.end());
     }
     case v1::GenerateRequest::kChat: {
+      ASTR_RETURN_IF_ERROR(
+          CheckParseSpecialForChat(r.has_parse_special_tokens(), r.parse_special_tokens()));
       ASTR_ASSIGN_OR_RETURN(Prompt p, TokenizeChat(model, r.chat(), "chat"));
       return std::move(p.ids);
     }
@@ -138,6 +153,33 @@ StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const Serv
       break;
   }
   return InvalidArgumentError("input: missing (set one of text, token_ids or chat)");
+}
+
+// The most prompt tokens worth tokenizing: the context (a prompt of exactly the context is then
+// refused by ResolveMaxTokens, which names the exact length). 0 (unknown) means no limit.
+size_t PromptTokenLimit(const ServedModel& model) {
+  return model.max_context_tokens > 0 ? static_cast<size_t>(model.max_context_tokens) : SIZE_MAX;
+}
+
+Status PromptTooLong(const std::string& field, const ServedModel& model, size_t at_least,
+                     const std::string& why) {
+  return InvalidArgumentError(field + ": the prompt is at least " + std::to_string(at_least) +
+                              " tokens (" + why + ") but the model's context holds " +
+                              std::to_string(model.max_context_tokens) + " (prompt + generated)");
+}
+
+// Tokenizes `text` up to the context limit; `field` names the input in errors.
+StatusOr<std::vector<int32_t>> EncodeWithinContext(const ServedModel& model,
+                                                   const std::string& text,
+                                                   const EncodeOptions& options,
+                                                   const std::string& field) {
+  BoundedEncoding e = model.tokenizer->EncodeAtMost(text, PromptTokenLimit(model), options);
+  if (e.complete) return std::move(e.ids);
+  if (e.from_length) {
+    return PromptTooLong(field, model, e.min_tokens,
+                         "a lower bound from its " + std::to_string(text.size()) + " bytes");
+  }
+  return PromptTooLong(field, model, e.min_tokens, "tokenization stopped there");
 }
 
 // The generation length: max_tokens checked against the context, or the rest of the context.
@@ -278,11 +320,14 @@ Status CheckRequestId(const std::string& id, const RequestLimits& limits) {
 }  // namespace
 
 StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text, bool add_special,
-                              const std::string& field) {
+                              const std::string& field, bool parse_special) {
   if (text.empty()) return InvalidArgumentError(field + ": empty");
   ASTR_RETURN_IF_ERROR(CheckUtf8(field, text));
   Prompt p;
-  p.ids = model.tokenizer->Encode(text, {.add_special_tokens = add_special, .parse_special = true});
+  ASTR_ASSIGN_OR_RETURN(
+      p.ids,
+      EncodeWithinContext(
+          model, text, {.add_special_tokens = add_special, .parse_special = parse_special}, field));
   if (p.ids.empty()) return InvalidArgumentError(field + ": tokenizes to no tokens");
   ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
   return p;
@@ -321,10 +366,28 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
     const std::string& content = chat.messages(chat.messages_size() - 1).content();
     ASTR_ASSIGN_OR_RETURN(p.rendered, CutAfterFinalMessage(std::move(p.rendered), content, field));
   }
-  p.ids = model.tokenizer->Encode(p.rendered, {.add_special_tokens = false, .parse_special = true});
+  ASTR_ASSIGN_OR_RETURN(
+      p.ids, EncodeWithinContext(model, p.rendered,
+                                 {.add_special_tokens = false, .parse_special = true}, field));
   if (p.ids.empty()) return InvalidArgumentError(field + ": the rendered conversation is empty");
   ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
   return p;
+}
+
+StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model,
+                                      const v1::TokenizeRequest& request) {
+  if (request.has_text()) {
+    const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+    const bool parse_special =
+        !request.has_parse_special_tokens() || request.parse_special_tokens();
+    return TokenizeText(model, request.text(), add_special, "text", parse_special);
+  }
+  if (request.has_chat()) {
+    ASTR_RETURN_IF_ERROR(CheckParseSpecialForChat(request.has_parse_special_tokens(),
+                                                  request.parse_special_tokens()));
+    return TokenizeChat(model, request.chat(), "chat");
+  }
+  return InvalidArgumentError("input: missing (set text or chat)");
 }
 
 StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,

@@ -63,14 +63,22 @@ struct Prompt {
   std::string rendered;  // chat input only
 };
 
-// Tokenizes a text prompt (add_special: BOS etc.; special tokens written in the text are parsed).
-// `field` names the input in errors ("text").
+// Tokenizes a text prompt (add_special: BOS etc.; parse_special: special tokens written in the
+// text become their ids, else they are plain text). `field` names the input in errors ("text").
+// A prompt longer than model.max_context_tokens is INVALID_ARGUMENT, found without tokenizing all
+// of it: at once from its byte length when the tokenizer bounds bytes per token
+// (Tokenizer::MinTokens), else as soon as tokenization passes the context.
 StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text, bool add_special,
-                              const std::string& field);
+                              const std::string& field, bool parse_special = true);
 // Renders a conversation with the model's chat template and tokenizes it without adding special
-// tokens (the template writes them). `field` names the input in errors ("chat").
+// tokens (the template writes them) and with special-token parsing on (the template's role
+// markers are special tokens written as text). `field` names the input in errors ("chat"). The
+// context limit is as for TokenizeText.
 StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& chat,
                               const std::string& field);
+// The input of a Tokenize call: text (add_special_tokens and parse_special_tokens default true)
+// or chat (parse_special_tokens = false is INVALID_ARGUMENT: see TokenizeChat).
+StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model, const v1::TokenizeRequest& request);
 
 // Validates and resolves `request`. `drawn_seed` is used when sampling.seed is unset; `deadline`
 // is the call's (none when the client set none). The request id is used as given (the caller
