@@ -194,14 +194,7 @@ StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
 
 Status GenerateService::Tokenize(const v1::TokenizeRequest& request,
                                  v1::TokenizeResponse* response) {
-  const v1::TokenizeRequest* req = &request;
-  StatusOr<Prompt> prompt = InvalidArgumentError("input: missing (set text or chat)");
-  if (req->has_text()) {
-    const bool add_special = !req->has_add_special_tokens() || req->add_special_tokens();
-    prompt = TokenizeText(model_, req->text(), add_special, "text");
-  } else if (req->has_chat()) {
-    prompt = TokenizeChat(model_, req->chat(), "chat");
-  }
+  StatusOr<Prompt> prompt = TokenizeRequestInput(model_, request);
   if (!prompt.ok()) {
     CountError(prompt.status());
     return prompt.status();

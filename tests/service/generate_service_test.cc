@@ -342,6 +342,30 @@ TEST_F(GenerateServiceTest, TokenizeDetokenizeAndModelInfo) {
   EXPECT_EQ(info.workers(0).num_pages(), 512);
 }
 
+TEST_F(GenerateServiceTest, TokenizeCanTreatSpecialTokenTextAsPlainText) {
+  // "<s>" typed in the text is the BOS control token unless parse_special_tokens is false.
+  v1::TokenizeRequest tr;
+  tr.set_text("<s>Once");
+  tr.set_add_special_tokens(false);
+  v1::TokenizeResponse parsed, plain;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Tokenize(&ctx, tr, &parsed).ok());
+  }
+  tr.set_parse_special_tokens(false);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Tokenize(&ctx, tr, &plain).ok());
+  }
+  EXPECT_EQ(parsed.token_ids(0), 1);
+  EncodeOptions options;
+  options.add_special_tokens = false;
+  options.parse_special = false;
+  EXPECT_EQ(std::vector<int32_t>(plain.token_ids().begin(), plain.token_ids().end()),
+            tokenizer_->Encode("<s>Once", options));
+  for (int32_t id : plain.token_ids()) EXPECT_NE(id, 1);
+}
+
 TEST_F(GenerateServiceTest, DeadlineAbortsAndReleases) {
   worker_->SetGated(true);  // no step result comes back until the test allows it
   v1::GenerateRequest req = Request(50, 1);
