@@ -32,12 +32,18 @@ enum class ExprKind : uint8_t {
   kDict,      // {children[0]: children[1], ...}
 };
 
+// Where a node starts in the template source (1-based), for error messages.
+struct SourcePos {
+  int line = 1;
+  int column = 1;
+};
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   ExprKind kind = ExprKind::kConst;
-  int line = 1;
+  SourcePos pos;
   Value value;       // kConst
   std::string name;  // kName / kNsRef (variable), kGetattr / kNsRef (attribute), filter / test,
                      // kBinary operator
@@ -78,7 +84,7 @@ struct MacroParam {
 
 struct Stmt {
   StmtKind kind = StmtKind::kText;
-  int line = 1;
+  SourcePos pos;
   std::string text;  // kText
   std::string name;  // kMacro name
   ExprPtr expr;      // output / if test / for iterable / set value / call / filter chain

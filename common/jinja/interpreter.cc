@@ -145,7 +145,7 @@ StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt, const FramePtr& 
                                               std::string* out) {
   if (++steps_ > options_.max_steps) return StepBudgetExceeded(options_.max_steps);
   StatusOr<Flow> r = ExecStmt(stmt, frame, out);
-  if (!r.ok() && error_line_ == 0) error_line_ = stmt.line;
+  if (!r.ok() && error_line_ == 0) error_line_ = stmt.pos.line;
   return r;
 }
 

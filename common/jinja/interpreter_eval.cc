@@ -7,7 +7,7 @@ namespace astr::jinja {
 StatusOr<Value> Interpreter::Eval(const Expr& expr, const FramePtr& frame) {
   if (++steps_ > options_.max_steps) return StepBudgetExceeded(options_.max_steps);
   StatusOr<Value> r = EvalExpr(expr, frame);
-  if (!r.ok() && error_line_ == 0) error_line_ = expr.line;
+  if (!r.ok() && error_line_ == 0) error_line_ = expr.pos.line;
   return r;
 }
 
@@ -75,7 +75,8 @@ StatusOr<Value> Interpreter::EvalExpr(const Expr& expr, const FramePtr& frame) {
       ASTR_ASSIGN_OR_RETURN(Value test, Eval(*expr.children[0], frame));
       if (Truthy(test)) return Eval(*expr.children[1], frame);
       if (expr.children[2] != nullptr) return Eval(*expr.children[2], frame);
-      return Value::UndefinedHint("the inline if-expression on line " + std::to_string(expr.line) +
+      return Value::UndefinedHint("the inline if-expression on line " +
+                                  std::to_string(expr.pos.line) +
                                   " evaluated to false and no else section was defined.");
     }
     case ExprKind::kList:

@@ -32,19 +32,19 @@ StatusOr<StmtList> Parser::Subparse(const std::vector<std::string>& end_tokens) 
   while (Cur().type != TokenType::kEof) {
     const Token& tok = Cur();
     if (tok.type == TokenType::kData) {
-      StmtPtr s = MakeStmt(StmtKind::kText, tok.line);
+      StmtPtr s = MakeStmt(StmtKind::kText, PosOf(tok));
       s->text = tok.text;
       body.push_back(std::move(s));
       Next();
     } else if (tok.type == TokenType::kVariableBegin) {
       Next();
-      int line = Cur().line;
+      SourcePos pos = Here();
       auto expr = ParseTuple(false, true, {}, false);
       if (!expr.ok()) {
         pop();
         return expr.status();
       }
-      StmtPtr s = MakeStmt(StmtKind::kOutput, line);
+      StmtPtr s = MakeStmt(StmtKind::kOutput, pos);
       s->expr = std::move(*expr);
       body.push_back(std::move(s));
       if (Status st = ExpectType(TokenType::kVariableEnd, "'end of print statement'"); !st.ok()) {
@@ -135,7 +135,7 @@ StatusOr<StmtPtr> Parser::ParseStatement() {
     if (name == "generation") return ParseBody(StmtKind::kGeneration, "endgeneration");
     if (name == "break" || name == "continue") {
       if (loop_depth_ == 0) return Fail("'" + name + "' outside loop");
-      StmtPtr s = MakeStmt(name == "break" ? StmtKind::kBreak : StmtKind::kContinue, Cur().line);
+      StmtPtr s = MakeStmt(name == "break" ? StmtKind::kBreak : StmtKind::kContinue, Here());
       Next();
       return s;
     }
@@ -153,14 +153,14 @@ StatusOr<StmtPtr> Parser::ParseStatement() {
 }
 
 StatusOr<StmtPtr> Parser::ParseBody(StmtKind kind, const std::string& end) {
-  StmtPtr s = MakeStmt(kind, Cur().line);
+  StmtPtr s = MakeStmt(kind, Here());
   Next();
   ASTR_ASSIGN_OR_RETURN(s->body, ParseStatements({end}, true));
   return s;
 }
 
 StatusOr<StmtPtr> Parser::ParseFor() {
-  StmtPtr s = MakeStmt(StmtKind::kFor, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kFor, Here());
   Next();
   ASTR_ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {"in"}, false));
   if (!SkipName("in")) return UnexpectedToken("'in'");
@@ -190,7 +190,7 @@ StatusOr<StmtPtr> Parser::ParseFor() {
 }
 
 StatusOr<StmtPtr> Parser::ParseIf() {
-  StmtPtr root = MakeStmt(StmtKind::kIf, Cur().line);
+  StmtPtr root = MakeStmt(StmtKind::kIf, Here());
   Next();
   ++soft_depth_;
   Stmt* node = root.get();
@@ -209,7 +209,7 @@ StatusOr<StmtPtr> Parser::ParseIf() {
     }
     node->body = std::move(*body);
     if (IsName("elif")) {
-      StmtPtr next = MakeStmt(StmtKind::kIf, Cur().line);
+      StmtPtr next = MakeStmt(StmtKind::kIf, Here());
       Next();
       Stmt* raw = next.get();
       node->else_body.push_back(std::move(next));
@@ -235,16 +235,16 @@ StatusOr<StmtPtr> Parser::ParseIf() {
 }
 
 StatusOr<StmtPtr> Parser::ParseSet() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   Next();
   ASTR_ASSIGN_OR_RETURN(ExprPtr target, ParseAssignTarget(true, false, {}, true));
   if (SkipOp("=")) {
-    StmtPtr s = MakeStmt(StmtKind::kSet, line);
+    StmtPtr s = MakeStmt(StmtKind::kSet, pos);
     s->target = std::move(target);
     ASTR_ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
     return s;
   }
-  StmtPtr s = MakeStmt(StmtKind::kSetBlock, line);
+  StmtPtr s = MakeStmt(StmtKind::kSetBlock, pos);
   s->target = std::move(target);
   if (IsOp("|")) {
     ASTR_ASSIGN_OR_RETURN(s->filter, ParseFilter(nullptr, false));
@@ -303,7 +303,7 @@ void ScanNames(const Expr* e, Stmt* macro) {
 }  // namespace
 
 StatusOr<StmtPtr> Parser::ParseMacro() {
-  StmtPtr s = MakeStmt(StmtKind::kMacro, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kMacro, Here());
   Next();
   ASTR_ASSIGN_OR_RETURN(s->name, ExpectName());
   ASTR_RETURN_IF_ERROR(ParseSignature(&s->params));
@@ -319,7 +319,7 @@ StatusOr<StmtPtr> Parser::ParseMacro() {
 }
 
 StatusOr<StmtPtr> Parser::ParseCallBlock() {
-  StmtPtr s = MakeStmt(StmtKind::kCallBlock, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kCallBlock, Here());
   Next();
   if (IsOp("(")) ASTR_RETURN_IF_ERROR(ParseSignature(&s->params));
   ASTR_ASSIGN_OR_RETURN(s->expr, ParseExpression());
@@ -335,7 +335,7 @@ StatusOr<StmtPtr> Parser::ParseCallBlock() {
 }
 
 StatusOr<StmtPtr> Parser::ParseFilterBlock() {
-  StmtPtr s = MakeStmt(StmtKind::kFilterBlock, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kFilterBlock, Here());
   Next();
   ASTR_ASSIGN_OR_RETURN(s->filter, ParseFilter(nullptr, true));
   ASTR_ASSIGN_OR_RETURN(s->body, ParseStatements({"endfilter"}, true));
@@ -343,7 +343,7 @@ StatusOr<StmtPtr> Parser::ParseFilterBlock() {
 }
 
 StatusOr<StmtPtr> Parser::ParseWith() {
-  StmtPtr s = MakeStmt(StmtKind::kWith, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kWith, Here());
   Next();
   while (Cur().type != TokenType::kBlockEnd) {
     if (!s->with_assignments.empty()) ASTR_RETURN_IF_ERROR(ExpectOp(","));
@@ -357,9 +357,9 @@ StatusOr<StmtPtr> Parser::ParseWith() {
 }
 
 StatusOr<StmtPtr> Parser::ParsePrint() {
-  StmtPtr s = MakeStmt(StmtKind::kOutput, Cur().line);
+  StmtPtr s = MakeStmt(StmtKind::kOutput, Here());
   Next();
-  ExprPtr tuple = MakeExpr(ExprKind::kTuple, s->line);
+  ExprPtr tuple = MakeExpr(ExprKind::kTuple, s->pos);
   while (Cur().type != TokenType::kBlockEnd) {
     if (!tuple->children.empty()) ASTR_RETURN_IF_ERROR(ExpectOp(","));
     ASTR_ASSIGN_OR_RETURN(ExprPtr e, ParseExpression());
@@ -369,9 +369,9 @@ StatusOr<StmtPtr> Parser::ParsePrint() {
   if (tuple->children.size() == 1) {
     s->expr = std::move(tuple->children[0]);
   } else {
-    StmtPtr block = MakeStmt(StmtKind::kWith, s->line);
+    StmtPtr block = MakeStmt(StmtKind::kWith, s->pos);
     for (auto& e : tuple->children) {
-      StmtPtr out = MakeStmt(StmtKind::kOutput, s->line);
+      StmtPtr out = MakeStmt(StmtKind::kOutput, s->pos);
       out->expr = std::move(e);
       block->body.push_back(std::move(out));
     }
@@ -385,9 +385,9 @@ StatusOr<ExprPtr> Parser::ParseAssignTarget(bool with_tuple, bool name_only,
                                             bool with_namespace) {
   ExprPtr target;
   if (name_only) {
-    int line = Cur().line;
+    SourcePos pos = Here();
     ASTR_ASSIGN_OR_RETURN(std::string name, ExpectName());
-    target = MakeExpr(ExprKind::kName, line);
+    target = MakeExpr(ExprKind::kName, pos);
     target->name = std::move(name);
     return target;
   }

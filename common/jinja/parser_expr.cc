@@ -13,10 +13,10 @@ StatusOr<ExprPtr> Parser::ParseExpression(bool with_condexpr) {
 }
 
 StatusOr<ExprPtr> Parser::ParseCondExpr() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr expr1, ParseOr());
   while (SkipName("if")) {
-    ExprPtr cond = MakeExpr(ExprKind::kCondExpr, line);
+    ExprPtr cond = MakeExpr(ExprKind::kCondExpr, pos);
     // Unknown filters / tests inside a conditional expression fail only when evaluated.
     ++soft_depth_;
     StatusOr<ExprPtr> test = ParseOr();
@@ -32,23 +32,23 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
     cond->children.push_back(std::move(expr1));
     cond->children.push_back(std::move(otherwise));
     expr1 = std::move(cond);
-    line = Cur().line;
+    pos = Here();
   }
   return expr1;
 }
 
 StatusOr<ExprPtr> Parser::ParseKeywordChain(const char* keyword,
                                             StatusOr<ExprPtr> (Parser::*operand)()) {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr left, (this->*operand)());
   while (SkipName(keyword)) {
     ASTR_ASSIGN_OR_RETURN(ExprPtr right, (this->*operand)());
-    ExprPtr node = MakeExpr(ExprKind::kBinary, line);
+    ExprPtr node = MakeExpr(ExprKind::kBinary, pos);
     node->name = keyword;
     node->children.push_back(std::move(left));
     node->children.push_back(std::move(right));
     left = std::move(node);
-    line = Cur().line;
+    pos = Here();
   }
   return left;
 }
@@ -59,12 +59,12 @@ StatusOr<ExprPtr> Parser::ParseAnd() { return ParseKeywordChain("and", &Parser::
 
 StatusOr<ExprPtr> Parser::ParseNot() {
   if (IsName("not")) {
-    int line = Cur().line;
+    SourcePos pos = Here();
     Next();
     DepthGuard guard(&depth_);
     if (guard.too_deep()) return Fail("expression nesting too deep");
     ASTR_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
-    ExprPtr node = MakeExpr(ExprKind::kNot, line);
+    ExprPtr node = MakeExpr(ExprKind::kNot, pos);
     node->children.push_back(std::move(operand));
     return node;
   }
@@ -72,7 +72,7 @@ StatusOr<ExprPtr> Parser::ParseNot() {
 }
 
 StatusOr<ExprPtr> Parser::ParseCompare() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr expr, ParseMath1());
   ExprPtr node;
   while (true) {
@@ -93,24 +93,24 @@ StatusOr<ExprPtr> Parser::ParseCompare() {
     }
     ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParseMath1());
     if (node == nullptr) {
-      node = MakeExpr(ExprKind::kCompare, line);
+      node = MakeExpr(ExprKind::kCompare, pos);
       node->children.push_back(std::move(expr));
     }
     node->ops.push_back(op);
     node->children.push_back(std::move(right));
-    line = Cur().line;
+    pos = Here();
   }
   if (node == nullptr) return expr;
-  node->line = line;
+  node->pos = pos;
   return node;
 }
 
 namespace {
 
-ExprPtr MakeBinary(const std::string& op, ExprPtr left, ExprPtr right, int line) {
+ExprPtr MakeBinary(const std::string& op, ExprPtr left, ExprPtr right, SourcePos pos) {
   auto node = std::make_unique<Expr>();
   node->kind = ExprKind::kBinary;
-  node->line = line;
+  node->pos = pos;
   node->name = op;
   node->children.push_back(std::move(left));
   node->children.push_back(std::move(right));
@@ -120,23 +120,23 @@ ExprPtr MakeBinary(const std::string& op, ExprPtr left, ExprPtr right, int line)
 }  // namespace
 
 StatusOr<ExprPtr> Parser::ParseMath1() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
   while (IsOp("+") || IsOp("-")) {
     std::string op = Cur().text;
     Next();
     ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParseConcat());
-    left = MakeBinary(op, std::move(left), std::move(right), line);
-    line = Cur().line;
+    left = MakeBinary(op, std::move(left), std::move(right), pos);
+    pos = Here();
   }
   return left;
 }
 
 StatusOr<ExprPtr> Parser::ParseConcat() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr first, ParseMath2());
   if (!IsOp("~")) return first;
-  ExprPtr node = MakeExpr(ExprKind::kConcat, line);
+  ExprPtr node = MakeExpr(ExprKind::kConcat, pos);
   node->children.push_back(std::move(first));
   while (SkipOp("~")) {
     ASTR_ASSIGN_OR_RETURN(ExprPtr next, ParseMath2());
@@ -146,25 +146,25 @@ StatusOr<ExprPtr> Parser::ParseConcat() {
 }
 
 StatusOr<ExprPtr> Parser::ParseMath2() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
   while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
     std::string op = Cur().text;
     Next();
     ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParsePow());
-    left = MakeBinary(op, std::move(left), std::move(right), line);
-    line = Cur().line;
+    left = MakeBinary(op, std::move(left), std::move(right), pos);
+    pos = Here();
   }
   return left;
 }
 
 StatusOr<ExprPtr> Parser::ParsePow() {
-  int line = Cur().line;
+  SourcePos pos = Here();
   ASTR_ASSIGN_OR_RETURN(ExprPtr left, ParseUnary());
   while (SkipOp("**")) {
     ASTR_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary());
-    left = MakeBinary("**", std::move(left), std::move(right), line);
-    line = Cur().line;
+    left = MakeBinary("**", std::move(left), std::move(right), pos);
+    pos = Here();
   }
   return left;
 }
@@ -172,13 +172,13 @@ StatusOr<ExprPtr> Parser::ParsePow() {
 StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {
   DepthGuard guard(&depth_);
   if (guard.too_deep()) return Fail("expression nesting too deep");
-  int line = Cur().line;
+  SourcePos pos = Here();
   ExprPtr node;
   if (IsOp("-") || IsOp("+")) {
     ExprKind kind = IsOp("-") ? ExprKind::kNeg : ExprKind::kPos;
     Next();
     ASTR_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
-    node = MakeExpr(kind, line);
+    node = MakeExpr(kind, pos);
     node->children.push_back(std::move(operand));
   } else {
     ASTR_ASSIGN_OR_RETURN(node, ParsePrimary());
@@ -194,29 +194,29 @@ StatusOr<ExprPtr> Parser::ParsePrimary(bool with_namespace) {
   DepthGuard guard(&depth_);
   if (guard.too_deep()) return Fail("expression nesting too deep");
   const Token& tok = Cur();
-  int line = tok.line;
+  SourcePos pos = PosOf(tok);
   switch (tok.type) {
     case TokenType::kName: {
       std::string name = tok.text;
       Next();
       if (name == "true" || name == "false" || name == "True" || name == "False") {
-        ExprPtr c = MakeExpr(ExprKind::kConst, line);
+        ExprPtr c = MakeExpr(ExprKind::kConst, pos);
         c->value = Value::Bool(name == "true" || name == "True");
         return c;
       }
       if (name == "none" || name == "None") {
-        ExprPtr c = MakeExpr(ExprKind::kConst, line);
+        ExprPtr c = MakeExpr(ExprKind::kConst, pos);
         c->value = Value::None();
         return c;
       }
       if (with_namespace && IsOp(".")) {
         Next();
-        ExprPtr ref = MakeExpr(ExprKind::kNsRef, line);
+        ExprPtr ref = MakeExpr(ExprKind::kNsRef, pos);
         ref->name = name;
         ASTR_ASSIGN_OR_RETURN(ref->attr, ExpectName());
         return ref;
       }
-      ExprPtr n = MakeExpr(ExprKind::kName, line);
+      ExprPtr n = MakeExpr(ExprKind::kName, pos);
       n->name = std::move(name);
       return n;
     }
@@ -227,13 +227,13 @@ StatusOr<ExprPtr> Parser::ParsePrimary(bool with_namespace) {
         s += Cur().text;
         Next();
       }
-      ExprPtr c = MakeExpr(ExprKind::kConst, line);
+      ExprPtr c = MakeExpr(ExprKind::kConst, pos);
       c->value = Value::Str(std::move(s));
       return c;
     }
     case TokenType::kInteger:
     case TokenType::kFloat: {
-      ExprPtr c = MakeExpr(ExprKind::kConst, line);
+      ExprPtr c = MakeExpr(ExprKind::kConst, pos);
       c->value = tok.type == TokenType::kInteger ? Value::Int(tok.int_value)
                                                  : Value::Float(tok.float_value);
       Next();
@@ -267,7 +267,7 @@ bool Parser::IsTupleEnd(const std::vector<std::string>& extra_end) const {
 StatusOr<ExprPtr> Parser::ParseTuple(bool simplified, bool with_condexpr,
                                      const std::vector<std::string>& extra_end,
                                      bool explicit_parentheses, bool with_namespace) {
-  int line = Cur().line;
+  SourcePos pos = Here();
   std::vector<ExprPtr> args;
   bool is_tuple = false;
   while (true) {
@@ -282,7 +282,7 @@ StatusOr<ExprPtr> Parser::ParseTuple(bool simplified, bool with_condexpr,
     } else {
       break;
     }
-    line = Cur().line;
+    pos = Here();
   }
   if (!is_tuple) {
     if (!args.empty()) return std::move(args[0]);
@@ -290,13 +290,13 @@ StatusOr<ExprPtr> Parser::ParseTuple(bool simplified, bool with_condexpr,
       return Fail("Expected an expression, got '" + DescribeToken(Cur()) + "'");
     }
   }
-  ExprPtr tuple = MakeExpr(ExprKind::kTuple, line);
+  ExprPtr tuple = MakeExpr(ExprKind::kTuple, pos);
   tuple->children = std::move(args);
   return tuple;
 }
 
 StatusOr<ExprPtr> Parser::ParseList() {
-  ExprPtr list = MakeExpr(ExprKind::kList, Cur().line);
+  ExprPtr list = MakeExpr(ExprKind::kList, Here());
   ASTR_RETURN_IF_ERROR(ExpectOp("["));
   while (!IsOp("]")) {
     if (!list->children.empty()) ASTR_RETURN_IF_ERROR(ExpectOp(","));
@@ -309,7 +309,7 @@ StatusOr<ExprPtr> Parser::ParseList() {
 }
 
 StatusOr<ExprPtr> Parser::ParseDict() {
-  ExprPtr dict = MakeExpr(ExprKind::kDict, Cur().line);
+  ExprPtr dict = MakeExpr(ExprKind::kDict, Here());
   ASTR_RETURN_IF_ERROR(ExpectOp("{"));
   while (!IsOp("}")) {
     if (!dict->children.empty()) ASTR_RETURN_IF_ERROR(ExpectOp(","));
@@ -329,7 +329,7 @@ StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
     if (IsOp(".") || IsOp("[")) {
       ASTR_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
     } else if (IsOp("(")) {
-      ExprPtr call = MakeExpr(ExprKind::kCall, Cur().line);
+      ExprPtr call = MakeExpr(ExprKind::kCall, Here());
       call->children.push_back(std::move(node));
       ASTR_RETURN_IF_ERROR(ParseCallArgs(call.get()));
       node = std::move(call);
@@ -346,7 +346,7 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
     } else if (IsName("is")) {
       ASTR_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
     } else if (IsOp("(")) {
-      ExprPtr call = MakeExpr(ExprKind::kCall, Cur().line);
+      ExprPtr call = MakeExpr(ExprKind::kCall, Here());
       call->children.push_back(std::move(node));
       ASTR_RETURN_IF_ERROR(ParseCallArgs(call.get()));
       node = std::move(call);
@@ -357,19 +357,19 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
 }
 
 StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
-  int line = Cur().line;
+  SourcePos pos = Here();
   if (SkipOp(".")) {
     const Token& attr = Cur();
     if (attr.type == TokenType::kName) {
-      ExprPtr get = MakeExpr(ExprKind::kGetattr, line);
+      ExprPtr get = MakeExpr(ExprKind::kGetattr, pos);
       get->name = attr.text;
       get->children.push_back(std::move(node));
       Next();
       return get;
     }
     if (attr.type != TokenType::kInteger) return Fail("expected name or number");
-    ExprPtr get = MakeExpr(ExprKind::kGetitem, line);
-    ExprPtr index = MakeExpr(ExprKind::kConst, attr.line);
+    ExprPtr get = MakeExpr(ExprKind::kGetitem, pos);
+    ExprPtr index = MakeExpr(ExprKind::kConst, PosOf(attr));
     index->value = Value::Int(attr.int_value);
     Next();
     get->children.push_back(std::move(node));
@@ -384,12 +384,12 @@ StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
     args.push_back(std::move(arg));
   }
   ASTR_RETURN_IF_ERROR(ExpectOp("]"));
-  ExprPtr get = MakeExpr(ExprKind::kGetitem, line);
+  ExprPtr get = MakeExpr(ExprKind::kGetitem, pos);
   get->children.push_back(std::move(node));
   if (args.size() == 1) {
     get->children.push_back(std::move(args[0]));
   } else {
-    ExprPtr tuple = MakeExpr(ExprKind::kTuple, line);
+    ExprPtr tuple = MakeExpr(ExprKind::kTuple, pos);
     tuple->children = std::move(args);
     get->children.push_back(std::move(tuple));
   }
@@ -397,8 +397,8 @@ StatusOr<ExprPtr> Parser::ParseSubscript(ExprPtr node) {
 }
 
 StatusOr<ExprPtr> Parser::ParseSubscribed() {
-  int line = Cur().line;
-  ExprPtr slice = MakeExpr(ExprKind::kSlice, line);
+  SourcePos pos = Here();
+  ExprPtr slice = MakeExpr(ExprKind::kSlice, pos);
   if (SkipOp(":")) {
     slice->children.push_back(nullptr);
   } else {
@@ -464,7 +464,7 @@ Status Parser::ParseCallArgs(Expr* call) {
 StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node, bool start_inline) {
   while (IsOp("|") || start_inline) {
     if (!start_inline) Next();
-    int line = Cur().line;
+    SourcePos pos = Here();
     ASTR_ASSIGN_OR_RETURN(std::string name, ExpectName());
     while (SkipOp(".")) {
       ASTR_ASSIGN_OR_RETURN(std::string part, ExpectName());
@@ -473,7 +473,7 @@ StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node, bool start_inline) {
     if (soft_depth_ == 0 && !IsBuiltinFilter(name)) {
       return Fail("No filter named '" + name + "'.");
     }
-    ExprPtr filter = MakeExpr(ExprKind::kFilter, line);
+    ExprPtr filter = MakeExpr(ExprKind::kFilter, pos);
     filter->name = std::move(name);
     filter->children.push_back(std::move(node));
     if (IsOp("(")) ASTR_RETURN_IF_ERROR(ParseCallArgs(filter.get()));
@@ -484,7 +484,7 @@ StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node, bool start_inline) {
 }
 
 StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
-  int line = Cur().line;
+  SourcePos pos = Here();
   Next();  // 'is'
   bool negated = SkipName("not");
   ASTR_ASSIGN_OR_RETURN(std::string name, ExpectName());
@@ -493,7 +493,7 @@ StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
     name += "." + part;
   }
   if (soft_depth_ == 0 && !IsBuiltinTest(name)) return Fail("No test named '" + name + "'.");
-  ExprPtr test = MakeExpr(ExprKind::kTest, line);
+  ExprPtr test = MakeExpr(ExprKind::kTest, pos);
   test->name = std::move(name);
   test->children.push_back(std::move(node));
   const Token& cur = Cur();
@@ -510,7 +510,7 @@ StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
     test->args.push_back(std::move(arg));
   }
   if (!negated) return test;
-  ExprPtr neg = MakeExpr(ExprKind::kNot, line);
+  ExprPtr neg = MakeExpr(ExprKind::kNot, pos);
   neg->children.push_back(std::move(test));
   return neg;
 }

@@ -78,16 +78,18 @@ class Parser {
     return v;
   }
 
-  ExprPtr MakeExpr(ExprKind kind, int line) {
+  static SourcePos PosOf(const Token& t) { return {t.line, t.column}; }
+  SourcePos Here() const { return PosOf(Cur()); }
+  ExprPtr MakeExpr(ExprKind kind, SourcePos pos) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
-    e->line = line;
+    e->pos = pos;
     return e;
   }
-  StmtPtr MakeStmt(StmtKind kind, int line) {
+  StmtPtr MakeStmt(StmtKind kind, SourcePos pos) {
     auto s = std::make_unique<Stmt>();
     s->kind = kind;
-    s->line = line;
+    s->pos = pos;
     return s;
   }
 
