@@ -68,7 +68,9 @@ class ChatTemplate {
                                            std::string origin);
 
   // Renders the conversation. Render errors (including the template's raise_exception) are
-  // InvalidArgument "<origin>: line N: <message>".
+  // InvalidArgument "<origin>: line N: <message>"; a template that passes its render budget
+  // (time, memory, nesting: jinja::RenderOptions' defaults) is ResourceExhausted
+  // "<origin>: line L, column C: <what> (<limit>)".
   StatusOr<std::string> Render(const ChatInputs& inputs) const;
 
   const std::string& origin() const { return origin_; }

@@ -9,6 +9,7 @@
 #include "common/jinja/builtins.h"
 #include "common/jinja/filter_util.h"
 #include "common/jinja/py_format.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
@@ -71,6 +72,11 @@ Status StableSort(std::vector<std::pair<Value, Value>>* keyed, bool reverse) {
   Status error;
   std::stable_sort(keyed->begin(), keyed->end(), [&](const auto& x, const auto& y) {
     if (!error.ok()) return false;
+    SpendItems(1);
+    if (Status budget = BudgetStatus(); !budget.ok()) {
+      error = budget;
+      return false;
+    }
     StatusOr<bool> lt = reverse ? Less(y.first, x.first, "<") : Less(x.first, y.first, "<");
     if (!lt.ok()) {
       error = lt.status();
@@ -97,7 +103,9 @@ StatusOr<Value> ToJson(Interpreter&, const Value& v, const CallArgs& a) {
     if (p[1]->is_string()) {
       o.indent = p[1]->str();
     } else if (p[1]->is_integral()) {
-      o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, p[1]->int_value())), ' ');
+      const size_t width = static_cast<size_t>(std::max<int64_t>(0, p[1]->int_value()));
+      ASTR_RETURN_IF_ERROR(ReserveBytes(width));
+      o.indent = std::string(width, ' ');
     } else {
       return TypeError("can't multiply sequence by non-int of type '" + TypeName(*p[1]) + "'");
     }
@@ -192,6 +200,7 @@ StatusOr<Value> Center(Interpreter&, const Value& v, const CallArgs& a) {
   int64_t len = static_cast<int64_t>(text::Length(s.str()));
   if (width <= len) return s;
   int64_t pad = width - len;
+  ASTR_RETURN_IF_ERROR(ReserveBytes(s.str().size() + static_cast<size_t>(pad)));
   int64_t left = pad / 2 + (pad & width & 1);
   return SameKind(s, std::string(left, ' ') + s.str() + std::string(pad - left, ' '));
 }
@@ -202,7 +211,9 @@ StatusOr<Value> Replace(Interpreter&, const Value& v, const CallArgs& a) {
     return TypeError("do_replace() missing required positional arguments: 'old' and 'new'");
   }
   int64_t count = p.has(2) && p[2]->is_integral() ? p[2]->int_value() : -1;
-  return Value::Str(text::Replace(ToStr(v), ToStr(*p[0]), ToStr(*p[1]), count));
+  const std::string s = ToStr(v), old_text = ToStr(*p[0]), new_text = ToStr(*p[1]);
+  ASTR_RETURN_IF_ERROR(ReserveBytes(text::ReplacedSize(s, old_text, new_text, count)));
+  return Value::Str(text::Replace(s, old_text, new_text, count));
 }
 
 StatusOr<Value> Indent(Interpreter&, const Value& v, const CallArgs& a) {
@@ -212,7 +223,9 @@ StatusOr<Value> Indent(Interpreter&, const Value& v, const CallArgs& a) {
     if (p[0]->is_string()) {
       indention = p[0]->str();
     } else if (p[0]->is_integral()) {
-      indention = std::string(static_cast<size_t>(std::max<int64_t>(0, p[0]->int_value())), ' ');
+      const size_t width = static_cast<size_t>(std::max<int64_t>(0, p[0]->int_value()));
+      ASTR_RETURN_IF_ERROR(ReserveBytes(width));
+      indention = std::string(width, ' ');
     } else {
       return TypeError("can't multiply sequence by non-int of type '" + TypeName(*p[0]) + "'");
     }
@@ -227,6 +240,9 @@ StatusOr<Value> Indent(Interpreter&, const Value& v, const CallArgs& a) {
     return TypeError("unsupported operand type(s) for +=: '" + TypeName(v) + "' and 'str'");
   }
   std::vector<std::string> lines = text::SplitLines(v.str() + "\n", false);
+  // Every line gets the indentation: refused before building when that will not fit.
+  ASTR_RETURN_IF_ERROR(
+      ReserveBytes(v.str().size() + SaturatingMul(lines.size() + 1, indention.size() + 1)));
   std::string rv;
   if (p.Flag(2, false)) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -454,6 +470,9 @@ StatusOr<Value> StripTags(Interpreter&, const Value& v, const CallArgs&) {
     while ((start = s.find(open)) != std::string::npos) {
       size_t end = s.find(close, start);
       if (end == std::string::npos) break;
+      // Each tag copies the text: many tags in a long text are work to be paid for.
+      SpendBytes(s.size());
+      ASTR_RETURN_IF_ERROR(BudgetStatus());
       s = s.substr(0, start) + s.substr(end + close.size());
     }
   }
@@ -468,8 +487,11 @@ StatusOr<Value> StripTags(Interpreter&, const Value& v, const CallArgs&) {
 }
 
 std::string UrlQuote(const std::string& s, bool for_qs) {
+  SpendText(s.size());
   std::string out;
+  GrowthCheck growth;
   for (unsigned char c : s) {
+    if (!growth.Fits(out.size())) break;  // the render fails; the text is discarded
     if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/')) {
       out += static_cast<char>(c);
     } else if (for_qs && c == ' ') {

@@ -4,6 +4,7 @@
 
 #include "common/jinja/builtins.h"
 #include "common/jinja/filter_util.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja::filters {
@@ -36,6 +37,8 @@ StatusOr<Value> SelectOrReject(Interpreter& interp, const Value& v, const CallAr
   }
   ValueList out;
   for (const Value& item : items) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     Value subject = item;
     if (lookup_attr) {
       ASTR_ASSIGN_OR_RETURN(subject, GetAttribute(interp, item, attribute, nullptr));
@@ -67,6 +70,8 @@ StatusOr<Value> MinOrMax(Interpreter& interp, const Value& v, const CallArgs& a,
   size_t best = 0;
   ASTR_ASSIGN_OR_RETURN(Value best_key, key(items[0]));
   for (size_t i = 1; i < items.size(); ++i) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     ASTR_ASSIGN_OR_RETURN(Value k, key(items[i]));
     // Python's max() asks `item > best`, min() `item < best`.
     ASTR_ASSIGN_OR_RETURN(bool better, Compare(k, best_key, want_max ? ">" : "<"));
@@ -94,6 +99,8 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, const CallArgs& a) {
       }
     }
     for (const Value& item : items) {
+      SpendItems(1);
+      ASTR_RETURN_IF_ERROR(BudgetStatus());
       ASTR_ASSIGN_OR_RETURN(Value r,
                             GetAttribute(interp, item, *attribute,
                                          dflt != nullptr && !dflt->is_none() ? dflt : nullptr));
@@ -106,6 +113,8 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, const CallArgs& a) {
   std::string name = a.positional[0].str();
   CallArgs rest = Rest(a, 1);
   for (const Value& item : items) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     ASTR_ASSIGN_OR_RETURN(Value r, CallFilter(interp, name, item, rest));
     out.push_back(std::move(r));
   }
@@ -135,8 +144,13 @@ StatusOr<Value> Join(Interpreter& interp, const Value& v, const CallArgs& a) {
     if (p.has(1) && !p[1]->is_none()) {
       ASTR_ASSIGN_OR_RETURN(item, GetAttribute(interp, item, *p[1], nullptr));
     }
+    // The text can be far longer than the list (`[s] * 1000` shares one `s`): each piece is
+    // checked against the budget before it is appended.
+    SpendItems(1);
+    std::string piece = ToStr(item);
+    ASTR_RETURN_IF_ERROR(ReserveBytes(out.size() + (i > 0 ? sep.size() : 0) + piece.size()));
     if (i > 0) out += sep;
-    out += ToStr(item);
+    out += piece;
   }
   return Value::Str(std::move(out));
 }
@@ -179,6 +193,10 @@ StatusOr<Value> Unique(Interpreter& interp, const Value& v, const CallArgs& a) {
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
   ValueList seen, out;
   for (const Value& item : items) {
+    // `seen` is searched linearly: n items cost n * n / 2 comparisons.
+    SpendBytes(seen.size() * sizeof(Value));
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     ASTR_ASSIGN_OR_RETURN(Value key, GetAttribute(interp, item, attribute, nullptr));
     if (!case_sensitive) key = IgnoreCase(key);
     ASTR_RETURN_IF_ERROR(CheckHashable(key));
@@ -209,6 +227,8 @@ StatusOr<Value> Sort(Interpreter& interp, const Value& v, const CallArgs& a) {
   }
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : items) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     ValueList key;
     for (const Value& attr : attrs) {
       ASTR_ASSIGN_OR_RETURN(Value k, GetAttribute(interp, item, attr, nullptr));
@@ -284,6 +304,10 @@ StatusOr<Value> Batch(Interpreter&, const Value& v, const CallArgs& a) {
   }
   int64_t n = p[0]->int_value();
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
+  if (p.has(1) && !p[1]->is_none() && n > 0) {
+    // The last batch is padded to `n` items.
+    ASTR_RETURN_IF_ERROR(ReserveBytes(SaturatingMul(static_cast<size_t>(n), sizeof(Value))));
+  }
   ValueList out, tmp;
   for (const Value& item : items) {
     if (static_cast<int64_t>(tmp.size()) == n) {
@@ -307,6 +331,8 @@ StatusOr<Value> SliceFilter(Interpreter&, const Value& v, const CallArgs& a) {
     return ValueError("slices must be a positive integer");
   }
   int64_t slices = p[0]->int_value();
+  // One list per slice, however short the input.
+  ASTR_RETURN_IF_ERROR(ReserveBytes(SaturatingMul(static_cast<size_t>(slices), sizeof(Value))));
   ASTR_ASSIGN_OR_RETURN(ValueList seq, Iterate(v));
   int64_t length = static_cast<int64_t>(seq.size());
   int64_t per = length / slices, extra = length % slices, offset = 0;
@@ -327,6 +353,8 @@ StatusOr<Value> Sum(Interpreter& interp, const Value& v, const CallArgs& a) {
   Value total = p.has(1) ? *p[1] : Value::Int(0);
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
   for (const Value& item : items) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     Value x = item;
     if (p.has(0) && !p[0]->is_none()) {
       ASTR_ASSIGN_OR_RETURN(x, GetAttribute(interp, item, *p[0], nullptr));
@@ -354,6 +382,8 @@ StatusOr<Value> GroupBy(Interpreter& interp, const Value& v, const CallArgs& a) 
   ASTR_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : items) {
+    SpendItems(1);
+    ASTR_RETURN_IF_ERROR(BudgetStatus());
     ASTR_ASSIGN_OR_RETURN(Value k, GetAttribute(interp, item, *p[0], dflt));
     keyed.emplace_back(case_sensitive ? k : IgnoreCase(k), item);
   }

@@ -54,6 +54,7 @@ StatusOr<DictData> DictFromArgs(const CallArgs& args, const std::string& what) {
     } else {
       ASTR_ASSIGN_OR_RETURN(ValueList pairs, Iterate(src));
       for (size_t i = 0; i < pairs.size(); ++i) {
+        ASTR_RETURN_IF_ERROR(BudgetStatus());  // each Set scans the keys so far
         StatusOr<ValueList> kv_or = Iterate(pairs[i]);
         if (!kv_or.ok()) {
           return TypeError("cannot convert dictionary update sequence element #" +
@@ -73,11 +74,19 @@ StatusOr<DictData> DictFromArgs(const CallArgs& args, const std::string& what) {
   return d;
 }
 
-Value MakeNamespace(const DictData& d) {
-  auto o = std::make_shared<ObjectData>();
-  o->type_name = "Namespace";
-  o->module = "jinja2.utils";
-  for (const auto& [k, v] : d.items) o->Set(ToStr(k), v);
+StatusOr<Value> MakeNamespace(const DictData& d) {
+  ObjectData o;
+  o.type_name = "Namespace";
+  o.module = "jinja2.utils";
+  for (const auto& [k, v] : d.items) o.Set(ToStr(k), v);
+  if (const RenderBudget* budget = RenderBudget::Current()) {
+    // Its attributes may change after a container takes it in, so it counts for a fixed depth
+    // they have to stay below (see RenderBudget::namespace_depth).
+    for (const auto& [name, v] : o.attrs) {
+      if (v.depth() >= budget->namespace_depth()) return budget->NamespaceTooDeep(v.depth());
+    }
+    o.depth = budget->namespace_depth();
+  }
   return Value::Object(std::move(o));
 }
 

@@ -1,6 +1,8 @@
 #include "common/jinja/interpreter.h"
 
 #include <algorithm>
+#include <new>
+#include <stdexcept>
 
 #include "common/jinja/builtins.h"
 #include "common/jinja/text.h"
@@ -29,12 +31,12 @@ class Macro : public Callable {
 Value MakeLoop(size_t i, const std::shared_ptr<const ValueList>& items,
                const std::shared_ptr<ValueList>& changed_state,
                const std::shared_ptr<bool>& changed_called) {
-  auto o = std::make_shared<ObjectData>();
-  o->type_name = "LoopContext";
-  o->module = "jinja2.runtime";
+  ObjectData o;
+  o.type_name = "LoopContext";
+  o.module = "jinja2.runtime";
   const int64_t n = static_cast<int64_t>(items->size());
   const int64_t k = static_cast<int64_t>(i);
-  o->attrs = {
+  o.attrs = {
       {"index0", Value::Int(k)},
       {"index", Value::Int(k + 1)},
       {"revindex", Value::Int(n - k)},
@@ -47,13 +49,13 @@ Value MakeLoop(size_t i, const std::shared_ptr<const ValueList>& items,
       {"previtem", k > 0 ? (*items)[i - 1] : Value::UndefinedHint("there is no previous item")},
       {"nextitem", k + 1 < n ? (*items)[i + 1] : Value::UndefinedHint("there is no next item")},
   };
-  o->attrs.emplace_back("cycle",
-                        NativeFunction::Make("cycle", "method", [k](Interpreter&, CallArgs& args) {
-                          if (args.positional.empty())
-                            return StatusOr<Value>(TypeError("no items for cycling given"));
-                          return StatusOr<Value>(args.positional[k % args.positional.size()]);
-                        }));
-  o->attrs.emplace_back(
+  o.attrs.emplace_back("cycle",
+                       NativeFunction::Make("cycle", "method", [k](Interpreter&, CallArgs& args) {
+                         if (args.positional.empty())
+                           return StatusOr<Value>(TypeError("no items for cycling given"));
+                         return StatusOr<Value>(args.positional[k % args.positional.size()]);
+                       }));
+  o.attrs.emplace_back(
       "changed",
       NativeFunction::Make("changed", "method",
                            [changed_state, changed_called](Interpreter&, CallArgs& args) {
@@ -65,19 +67,42 @@ Value MakeLoop(size_t i, const std::shared_ptr<const ValueList>& items,
                              }
                              return StatusOr<Value>(Value::Bool(false));
                            }));
-  o->repr = "<LoopContext " + std::to_string(k + 1) + "/" + std::to_string(n) + ">";
+  o.repr = "<LoopContext " + std::to_string(k + 1) + "/" + std::to_string(n) + ">";
   return Value::Object(std::move(o));
 }
 
-Status WithLine(const Status& s, int line) {
-  return Status(s.code(), "line " + std::to_string(line) + ": " + s.message());
+// Python's exceptions name the line, as jinja2's traceback does; a limit of the render also names
+// the column, to point at the loop or the operation that ran over.
+Status WithPosition(const Status& s, SourcePos pos) {
+  std::string where = "line " + std::to_string(pos.line);
+  if (s.code() == StatusCode::kResourceExhausted) where += ", column " + std::to_string(pos.column);
+  return Status(s.code(), where + ": " + s.message());
 }
 
 }  // namespace
 
-Status StepBudgetExceeded(int64_t max_steps) {
-  return ResourceExhaustedError("template evaluation exceeded " + std::to_string(max_steps) +
-                                " steps");
+Status OutputBuffer::Append(std::string_view text, size_t max_output_bytes) {
+  const size_t needed = text_.size() + text.size();
+  if (needed > max_output_bytes) {
+    return ResourceExhaustedError("rendered output exceeds " + std::to_string(max_output_bytes) +
+                                  " bytes (max_output_bytes)");
+  }
+  if (needed > text_.capacity()) {
+    // Grow as std::string would, charging the new capacity before allocating it.
+    const size_t capacity = std::max(needed, 2 * text_.capacity());
+    ASTR_RETURN_IF_ERROR(budget_->Reserve(capacity - charged_));
+    text_.reserve(capacity);
+    budget_->Charge(text_.capacity() - charged_);
+    charged_ = text_.capacity();
+  }
+  text_.append(text);
+  return OkStatus();
+}
+
+std::string OutputBuffer::Take() {
+  budget_->Release(charged_);
+  charged_ = 0;
+  return std::move(text_);
 }
 
 const Value* Frame::Find(std::string_view name) const {
@@ -103,37 +128,52 @@ Interpreter::Interpreter(const Program& program, InterpreterOptions options)
     : program_(program), options_(options) {}
 
 StatusOr<std::string> Interpreter::Render(const Value& context) {
+  budget_.emplace(options_.max_steps, options_.max_bytes, options_.max_depth);
+  RenderBudget::Scope scope(&*budget_);
+  try {
+    return RenderInScope(context);
+  } catch (const std::bad_alloc&) {
+    // The last line of defence, for an allocation the budget did not foresee; unwinding has
+    // freed what the render built.
+    return ResourceExhaustedError("template render ran out of memory");
+  } catch (const std::length_error&) {
+    return ResourceExhaustedError("template render built a string or list too long");
+  }
+}
+
+StatusOr<std::string> Interpreter::RenderInScope(const Value& context) {
   auto globals = std::make_shared<Frame>(nullptr);
   AddGlobals(globals.get(), options_);
   auto root = std::make_shared<Frame>(globals);
+  // Breaks the frame <-> macro cycles when the render ends, also when an exception unwinds it:
+  // every value it built must be freed while its budget lives.
+  struct FreeFrames {
+    Interpreter* self;
+    Frame* root;
+    ~FreeFrames() {
+      for (const std::weak_ptr<Frame>& weak : self->macro_closures_) {
+        if (FramePtr frame = weak.lock()) frame->Clear();
+      }
+      self->macro_closures_.clear();
+      root->Clear();
+    }
+  } free_frames{this, root.get()};
   if (context.is_dict()) {
     for (const auto& [k, v] : context.dict().items) root->Set(ToStr(k), v);
   }
-  std::string out;
-  error_line_ = 0;
+  OutputBuffer out(&*budget_);
+  error_pos_ = {0, 0};
   const char stack_marker = 0;
   stack_base_ = reinterpret_cast<uintptr_t>(&stack_marker);
   StatusOr<Flow> flow = ExecList(program_.body, root, &out);
-  for (const std::weak_ptr<Frame>& weak : macro_closures_) {
-    if (FramePtr frame = weak.lock()) frame->Clear();
+  if (!flow.ok()) {
+    return WithPosition(flow.status(), error_pos_.line > 0 ? error_pos_ : SourcePos{1, 1});
   }
-  macro_closures_.clear();
-  root->Clear();
-  if (!flow.ok()) return WithLine(flow.status(), error_line_ > 0 ? error_line_ : 1);
-  return out;
-}
-
-Status Interpreter::Append(std::string* out, std::string_view text) {
-  if (out->size() + text.size() > options_.max_output_bytes) {
-    return ResourceExhaustedError("rendered output exceeds " +
-                                  std::to_string(options_.max_output_bytes) + " bytes");
-  }
-  out->append(text);
-  return OkStatus();
+  return out.Take();
 }
 
 StatusOr<Interpreter::Flow> Interpreter::ExecList(const StmtList& body, const FramePtr& frame,
-                                                  std::string* out) {
+                                                  OutputBuffer* out) {
   for (const StmtPtr& stmt : body) {
     ASTR_ASSIGN_OR_RETURN(Flow flow, Exec(*stmt, frame, out));
     if (flow != Flow::kNormal) return flow;
@@ -142,15 +182,16 @@ StatusOr<Interpreter::Flow> Interpreter::ExecList(const StmtList& body, const Fr
 }
 
 StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt, const FramePtr& frame,
-                                              std::string* out) {
-  if (++steps_ > options_.max_steps) return StepBudgetExceeded(options_.max_steps);
-  StatusOr<Flow> r = ExecStmt(stmt, frame, out);
-  if (!r.ok() && error_line_ == 0) error_line_ = stmt.pos.line;
+                                              OutputBuffer* out) {
+  StatusOr<Flow> r = budget_->Step() ? ExecStmt(stmt, frame, out) : budget_->status();
+  // A builtin that ran over the budget marks it exhausted; the statement then fails.
+  if (r.ok() && !budget_->ok()) r = budget_->status();
+  if (!r.ok()) NoteError(stmt.pos);
   return r;
 }
 
 StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& stmt, const FramePtr& frame,
-                                                  std::string* out) {
+                                                  OutputBuffer* out) {
   switch (stmt.kind) {
     case StmtKind::kText:
       ASTR_RETURN_IF_ERROR(Append(out, stmt.text));
@@ -176,9 +217,9 @@ StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& stmt, const FrameP
     }
     case StmtKind::kSetBlock:
     case StmtKind::kFilterBlock: {
-      std::string body;
+      OutputBuffer body(&*budget_);
       ASTR_RETURN_IF_ERROR(ExecList(stmt.body, std::make_shared<Frame>(frame), &body).status());
-      Value v = Value::Str(std::move(body));
+      Value v = Value::Str(body.Take());
       if (stmt.filter != nullptr) {
         filter_inputs_.push_back(v);
         StatusOr<Value> filtered = Eval(*stmt.filter, frame);
@@ -217,7 +258,7 @@ StatusOr<Interpreter::Flow> Interpreter::ExecStmt(const Stmt& stmt, const FrameP
 }
 
 StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& stmt, const FramePtr& frame,
-                                                 std::string* out) {
+                                                 OutputBuffer* out) {
   ASTR_ASSIGN_OR_RETURN(Value iterable, Eval(*stmt.expr, frame));
   ASTR_ASSIGN_OR_RETURN(ValueList all, Iterate(iterable));
   auto items = std::make_shared<ValueList>();
@@ -225,6 +266,7 @@ StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& stmt, const FramePt
     *items = std::move(all);
   } else {
     for (Value& item : all) {
+      if (!budget_->Step()) return budget_->status();
       auto probe = std::make_shared<Frame>(frame);
       ASTR_RETURN_IF_ERROR(Assign(*stmt.target, item, probe));
       ASTR_ASSIGN_OR_RETURN(Value keep, Eval(*stmt.filter, probe));
@@ -238,6 +280,8 @@ StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& stmt, const FramePt
   auto changed_state = std::make_shared<ValueList>();
   auto changed_called = std::make_shared<bool>(false);
   for (size_t i = 0; i < shared->size(); ++i) {
+    // An iteration is a step of its own: a loop with an empty body must run out too.
+    if (!budget_->Step()) return budget_->status();
     auto inner = std::make_shared<Frame>(frame);
     inner->Set("loop", MakeLoop(i, shared, changed_state, changed_called));
     ASTR_RETURN_IF_ERROR(Assign(*stmt.target, (*shared)[i], inner));
@@ -247,7 +291,7 @@ StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& stmt, const FramePt
   return Flow::kNormal;
 }
 
-Status Interpreter::ExecCallBlock(const Stmt& stmt, const FramePtr& frame, std::string* out) {
+Status Interpreter::ExecCallBlock(const Stmt& stmt, const FramePtr& frame, OutputBuffer* out) {
   const Expr& call = *stmt.expr;
   ASTR_ASSIGN_OR_RETURN(Value callee, Eval(*call.children[0], frame));
   ASTR_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(call, frame));
@@ -263,6 +307,9 @@ Status Interpreter::Assign(const Expr& target, const Value& value, const FramePt
       return OkStatus();
     case ExprKind::kNsRef: {
       ASTR_RETURN_IF_ERROR(CheckNamespace(target, frame));
+      if (value.depth() >= budget_->namespace_depth()) {
+        return budget_->NamespaceTooDeep(value.depth());
+      }
       frame->Find(target.name)->object().Set(target.attr, value);
       return OkStatus();
     }
@@ -301,7 +348,7 @@ Status Interpreter::CheckNamespace(const Expr& target, const FramePtr& frame) {
 
 Value Interpreter::MakeMacro(const Stmt& def, const FramePtr& closure, std::string name) {
   macro_closures_.push_back(closure);
-  return Value::Function(std::make_shared<Macro>(&def, closure, std::move(name)));
+  return Value::Function(MakeCharged<Macro>(0, &def, closure, std::move(name)));
 }
 
 StatusOr<Value> Interpreter::InvokeMacro(const Stmt& def, const FramePtr& closure, CallArgs args,
@@ -365,11 +412,11 @@ StatusOr<Value> Interpreter::InvokeMacro(const Stmt& def, const FramePtr& closur
     }
   }
   ++call_depth_;
-  std::string out;
+  OutputBuffer out(&*budget_);
   StatusOr<Flow> flow = ExecList(def.body, frame, &out);
   --call_depth_;
   ASTR_RETURN_IF_ERROR(flow.status());
-  return Value::Str(std::move(out));
+  return Value::Str(out.Take());
 }
 
 StatusOr<Value> Interpreter::CallValue(const Value& fn, CallArgs args) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/jinja/ast.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/value.h"
 #include "common/status.h"
 
@@ -56,8 +57,10 @@ class NativeFunction : public Callable {
     return fn_(interp, args);
   }
   static Value Make(std::string name, std::string type_name, Fn fn) {
-    return Value::Function(
-        std::make_shared<NativeFunction>(std::move(name), std::move(type_name), std::move(fn)));
+    // A guess at what the names and the std::function's captures (a bound `self`) take.
+    constexpr size_t kHeapBytes = 64;
+    return Value::Function(MakeCharged<NativeFunction>(kHeapBytes, std::move(name),
+                                                       std::move(type_name), std::move(fn)));
   }
 
  private:
@@ -66,24 +69,55 @@ class NativeFunction : public Callable {
   Fn fn_;
 };
 
+// Limits of one render (see render_budget.h); exceeding one is a ResourceExhausted error naming the
+// line and column of the template where it happened and the limit.
 struct InterpreterOptions {
   std::optional<int64_t> now_unix_seconds;  // strftime_now()'s clock; nullopt: system clock
-  size_t max_output_bytes = size_t{256} << 20;
+  // Length of the rendered text (and of any macro or {% set %} block body).
+  size_t max_output_bytes = kDefaultMaxOutputBytes;
   int max_call_depth = 200;  // macro recursion (Python's recursion limit ends jinja2 near here)
   // Stack the macro recursion of one render may use. A render runs on the caller's thread, whose
   // stack may be small, and a macro level takes several KB (tens of KB under sanitizers), so
   // recursion also stops here, with the same RecursionError, whatever the depth.
   size_t max_stack_bytes = size_t{512} << 10;
-  // Statements + expressions evaluated per render; bounds templates that would loop for hours.
-  int64_t max_steps = 20'000'000;
+  // Steps per render: statements, expressions, loop iterations, and work in proportion to what
+  // builtins copy or scan (render_budget.h). Bounds the time a render takes.
+  int64_t max_steps = kDefaultMaxSteps;
+  // Bytes that the values the render builds and its output buffers may hold at once.
+  size_t max_bytes = kDefaultMaxBytes;
+  // Nesting of the lists, tuples, dicts and objects the render builds.
+  int max_depth = kDefaultMaxDepth;
+};
+
+// Text a render is producing: its result, or the body of a macro call or a {% set %} /
+// {% filter %} block. Its bytes count against the render's budget while it lives.
+class OutputBuffer {
+ public:
+  explicit OutputBuffer(RenderBudget* budget) : budget_(budget) {}
+  ~OutputBuffer() { budget_->Release(charged_); }
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+  // ResourceExhausted when the text would pass `max_output_bytes` or the budget's bytes.
+  Status Append(std::string_view text, size_t max_output_bytes);
+  // The text; its bytes are no longer counted here (the caller charges what it builds from it).
+  std::string Take();
+
+ private:
+  RenderBudget* budget_;
+  std::string text_;
+  size_t charged_ = 0;  // text_.capacity() as charged to budget_
 };
 
 class Interpreter {
  public:
   Interpreter(const Program& program, InterpreterOptions options);
 
-  // Renders the template with `context` (a dict of variables).
+  // Renders the template with `context` (a dict of variables). Every value and frame the render
+  // builds is freed when it returns.
   StatusOr<std::string> Render(const Value& context);
+  // The budget of the last (or current) render: steps taken, bytes live (0 once Render has
+  // returned) and their peak.
+  const RenderBudget& budget() const { return *budget_; }
 
   // Environment operations used by filters, tests and methods.
   StatusOr<Value> GetAttr(const Value& obj, const std::string& name);
@@ -98,15 +132,22 @@ class Interpreter {
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
-  StatusOr<Flow> ExecList(const StmtList& body, const FramePtr& frame, std::string* out);
-  StatusOr<Flow> Exec(const Stmt& stmt, const FramePtr& frame, std::string* out);
-  StatusOr<Flow> ExecStmt(const Stmt& stmt, const FramePtr& frame, std::string* out);
-  StatusOr<Flow> ExecFor(const Stmt& stmt, const FramePtr& frame, std::string* out);
-  Status ExecCallBlock(const Stmt& stmt, const FramePtr& frame, std::string* out);
+  StatusOr<Flow> ExecList(const StmtList& body, const FramePtr& frame, OutputBuffer* out);
+  StatusOr<Flow> Exec(const Stmt& stmt, const FramePtr& frame, OutputBuffer* out);
+  StatusOr<Flow> ExecStmt(const Stmt& stmt, const FramePtr& frame, OutputBuffer* out);
+  StatusOr<Flow> ExecFor(const Stmt& stmt, const FramePtr& frame, OutputBuffer* out);
+  Status ExecCallBlock(const Stmt& stmt, const FramePtr& frame, OutputBuffer* out);
   Status Assign(const Expr& target, const Value& value, const FramePtr& frame);
   // RuntimeError unless `target` ({% set ns.attr %}) names a namespace.
   Status CheckNamespace(const Expr& target, const FramePtr& frame);
-  Status Append(std::string* out, std::string_view text);
+  Status Append(OutputBuffer* out, std::string_view text) {
+    return out->Append(text, options_.max_output_bytes);
+  }
+  StatusOr<std::string> RenderInScope(const Value& context);
+  // Records `pos` as where the render failed, unless an inner node already did.
+  void NoteError(SourcePos pos) {
+    if (error_pos_.line == 0) error_pos_ = pos;
+  }
 
   StatusOr<Value> Eval(const Expr& expr, const FramePtr& frame);
   StatusOr<Value> EvalExpr(const Expr& expr, const FramePtr& frame);
@@ -121,8 +162,8 @@ class Interpreter {
   const Program& program_;
   InterpreterOptions options_;
   int call_depth_ = 0;
-  int64_t steps_ = 0;
-  int error_line_ = 0;        // line of the innermost node that failed
+  std::optional<RenderBudget> budget_;  // made anew by each Render
+  SourcePos error_pos_{0, 0};           // the innermost node that failed; line 0: none yet
   uintptr_t stack_base_ = 0;  // address of a local of Render(): where this render's stack began
   // Frames captured by macros; Render clears them at the end so that every frame and value of
   // the render is freed (a macro stored in its own frame is a reference cycle).
@@ -138,8 +179,6 @@ std::optional<Value> IndexSequence(const Value& obj, int64_t index);
 // Python slicing obj[start:stop:step] of str, list and tuple (null bounds are None).
 StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& stop,
                            const Value& step);
-// ResourceExhausted: a render ran more than `max_steps` statements and expressions.
-Status StepBudgetExceeded(int64_t max_steps);
 // The template globals: jinja2's range, dict, namespace, cycler, joiner plus transformers'
 // raise_exception and strftime_now.
 void AddGlobals(Frame* frame, const InterpreterOptions& options);

@@ -5,9 +5,10 @@
 namespace astr::jinja {
 
 StatusOr<Value> Interpreter::Eval(const Expr& expr, const FramePtr& frame) {
-  if (++steps_ > options_.max_steps) return StepBudgetExceeded(options_.max_steps);
-  StatusOr<Value> r = EvalExpr(expr, frame);
-  if (!r.ok() && error_line_ == 0) error_line_ = expr.pos.line;
+  StatusOr<Value> r = budget_->Step() ? EvalExpr(expr, frame) : budget_->status();
+  // A builtin that ran over the budget marks it exhausted; the expression then fails.
+  if (r.ok() && !budget_->ok()) r = budget_->status();
+  if (!r.ok()) NoteError(expr.pos);
   return r;
 }
 
@@ -65,7 +66,9 @@ StatusOr<Value> Interpreter::EvalExpr(const Expr& expr, const FramePtr& frame) {
       std::string out;
       for (const ExprPtr& child : expr.children) {
         ASTR_ASSIGN_OR_RETURN(Value v, Eval(*child, frame));
-        out += ToStr(v);
+        std::string piece = ToStr(v);
+        ASTR_RETURN_IF_ERROR(ReserveBytes(out.size() + piece.size()));
+        out += piece;
       }
       return Value::Str(std::move(out));
     }

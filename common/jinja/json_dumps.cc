@@ -2,9 +2,9 @@
 // ensure_ascii and float repr.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "common/jinja/py_format.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
@@ -17,6 +17,9 @@ struct Dumper {
   std::string item_sep;
   std::string key_sep;
   std::string out;
+  // The text can be far longer than the value (`[s] * 1000` shares one `s`; indentation repeats
+  // per level), so it is checked against the budget as it grows.
+  GrowthCheck growth;
 
   Status Fail(const Value& v) {
     return TypeError("Object of type " + TypeName(v) + " is not JSON serializable");
@@ -28,9 +31,11 @@ struct Dumper {
     return FloatRepr(d);
   }
 
-  void NewLine(int level) {
+  Status NewLine(int level) {
+    ASTR_RETURN_IF_ERROR(ReserveBytes(out.size() + level * options.indent->size()));
     out += '\n';
     for (int i = 0; i < level; ++i) out += *options.indent;
+    return OkStatus();
   }
 
   // Dict keys: str as is; numbers, bools and None become strings like json.dumps does.
@@ -57,15 +62,15 @@ struct Dumper {
       return OkStatus();
     }
     out += '[';
-    if (options.indent) NewLine(level + 1);
+    if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level + 1));
     for (size_t i = 0; i < items.size(); ++i) {
       if (i > 0) {
         out += item_sep;
-        if (options.indent) NewLine(level + 1);
+        if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level + 1));
       }
       ASTR_RETURN_IF_ERROR(Dump(items[i], level + 1));
     }
-    if (options.indent) NewLine(level);
+    if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level));
     out += ']';
     return OkStatus();
   }
@@ -90,25 +95,27 @@ struct Dumper {
       ASTR_RETURN_IF_ERROR(error);
     }
     out += '{';
-    if (options.indent) NewLine(level + 1);
+    if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level + 1));
     for (size_t i = 0; i < order.size(); ++i) {
       if (i > 0) {
         out += item_sep;
-        if (options.indent) NewLine(level + 1);
+        if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level + 1));
       }
       ASTR_ASSIGN_OR_RETURN(std::string key, KeyText(order[i]->first));
       out += JsonQuote(key, options.ensure_ascii);
       out += key_sep;
       ASTR_RETURN_IF_ERROR(Dump(order[i]->second, level + 1));
     }
-    if (options.indent) NewLine(level);
+    if (options.indent) ASTR_RETURN_IF_ERROR(NewLine(level));
     out += '}';
     return OkStatus();
   }
 
   Status Dump(const Value& v, int level) {
+    SpendItems(1);
     if (level > kMaxDepth)
       return InvalidArgumentError("RecursionError: maximum recursion depth exceeded");
+    if (!growth.Fits(out.size())) return ReserveBytes(out.size());
     switch (v.kind()) {
       case Value::Kind::kNone:
         out += "null";
@@ -136,16 +143,25 @@ struct Dumper {
   }
 };
 
+// The escape json.dumps writes: backslash, u and four lower-case hex digits; by hand, as
+// snprintf made escaping text of control characters slow.
 void AppendUnicodeEscape(std::string* out, unsigned code) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "\\u%04x", code);
-  *out += buf;
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char escape[6] = {'\\',
+                          'u',
+                          kHex[(code >> 12) & 0xF],
+                          kHex[(code >> 8) & 0xF],
+                          kHex[(code >> 4) & 0xF],
+                          kHex[code & 0xF]};
+  out->append(escape, sizeof(escape));
 }
 
 }  // namespace
 
 std::string JsonQuote(std::string_view s, bool ensure_ascii) {
+  SpendText(s.size());
   std::string out = "\"";
+  GrowthCheck growth;
   auto escape_ascii = [&](char32_t c) -> bool {
     switch (c) {
       case '"':
@@ -179,11 +195,13 @@ std::string JsonQuote(std::string_view s, bool ensure_ascii) {
   };
   if (!ensure_ascii) {
     for (char ch : s) {
+      if (!growth.Fits(out.size())) break;  // the render fails; the text is discarded
       unsigned char b = static_cast<unsigned char>(ch);
       if (b >= 0x80 || !escape_ascii(b)) out += ch;
     }
   } else {
     for (char32_t c : text::Decode(s)) {
+      if (!growth.Fits(out.size())) break;  // the render fails; the text is discarded
       if (c < 0x80) {
         if (c == 0x7F) {
           AppendUnicodeEscape(&out, c);
@@ -204,7 +222,7 @@ std::string JsonQuote(std::string_view s, bool ensure_ascii) {
 }
 
 StatusOr<std::string> JsonDumps(const Value& value, const JsonDumpOptions& options) {
-  Dumper d{options, "", "", ""};
+  Dumper d{options, "", "", "", {}};
   d.item_sep = options.item_separator.value_or(options.indent ? "," : ", ");
   d.key_sep = options.key_separator.value_or(": ");
   ASTR_RETURN_IF_ERROR(d.Dump(value, 0));

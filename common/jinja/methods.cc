@@ -6,6 +6,7 @@
 #include "common/jinja/builtins.h"
 #include "common/jinja/interpreter.h"
 #include "common/jinja/py_format.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
@@ -59,6 +60,7 @@ Value StrList(const std::vector<std::string>& parts) {
 
 // The [start:end] code point window of `s` used by find / count / startswith.
 std::string Window(const std::string& s, const CallArgs& a, size_t first) {
+  SpendBytes(s.size());  // the copy, and the search the caller makes in it
   const Value* start = Arg(a, first);
   const Value* end = Arg(a, first + 1);
   if ((start == nullptr || start->is_none()) && (end == nullptr || end->is_none())) return s;
@@ -138,6 +140,8 @@ StatusOr<Value> StrJustify(const Value& self, CallArgs& a, char align) {
   int64_t len = static_cast<int64_t>(text::Length(self.str()));
   int64_t pad = width->int_value() - len;
   if (pad <= 0) return Value::Str(self.str());
+  ASTR_RETURN_IF_ERROR(
+      ReserveBytes(self.str().size() + SaturatingMul(static_cast<size_t>(pad), fill.size())));
   auto rep = [&](int64_t n) {
     std::string r;
     for (int64_t i = 0; i < n; ++i) r += fill;
@@ -190,6 +194,9 @@ StatusOr<Value> StrJoin(const Value& self, CallArgs& a) {
       return TypeError("sequence item " + std::to_string(i) + ": expected str instance, " +
                        TypeName(items[i]) + " found");
     }
+    // `[s] * 1000` shares one `s`: the text is checked against the budget as it grows.
+    ASTR_RETURN_IF_ERROR(
+        ReserveBytes(out.size() + (i > 0 ? self.str().size() : 0) + items[i].str().size()));
     if (i > 0) out += self.str();
     out += items[i].str();
   }
@@ -242,7 +249,9 @@ StatusOr<Value> CallStrMethod(Interpreter& interp, const Value& self, std::strin
   if (name == "replace") {
     ASTR_ASSIGN_OR_RETURN(const std::string* old_text, RequireStr(Arg(a, 0), name, 0));
     ASTR_ASSIGN_OR_RETURN(const std::string* new_text, RequireStr(Arg(a, 1), name, 1));
-    return Value::Str(text::Replace(s, *old_text, *new_text, IntArg(Arg(a, 2, "count"), -1)));
+    const int64_t count = IntArg(Arg(a, 2, "count"), -1);
+    ASTR_RETURN_IF_ERROR(ReserveBytes(text::ReplacedSize(s, *old_text, *new_text, count)));
+    return Value::Str(text::Replace(s, *old_text, *new_text, count));
   }
   if (name == "splitlines") {
     const Value* keep = Arg(a, 0, "keepends");
@@ -262,6 +271,7 @@ StatusOr<Value> CallStrMethod(Interpreter& interp, const Value& self, std::strin
     int64_t width = IntArg(Arg(a, 0), 0);
     int64_t len = static_cast<int64_t>(text::Length(s));
     if (width <= len) return Value::Str(s);
+    ASTR_RETURN_IF_ERROR(ReserveBytes(s.size() + static_cast<size_t>(width - len)));
     size_t sign = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
     return Value::Str(s.substr(0, sign) + std::string(width - len, '0') + s.substr(sign));
   }

@@ -3,13 +3,11 @@
 
 #include "common/jinja/interpreter.h"
 #include "common/jinja/py_format.h"
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
 namespace {
-
-// Strings and lists built by `*` may not exceed this many bytes / items.
-constexpr int64_t kMaxRepeatBytes = int64_t{256} << 20;
 
 Status Unsupported(std::string_view op, const Value& a, const Value& b) {
   return TypeError("unsupported operand type(s) for " + std::string(op) + ": '" + TypeName(a) +
@@ -32,6 +30,7 @@ StatusOr<Value> Add(const Value& a, const Value& b) {
     return Value::Float(a.number_value() + b.number_value());
   }
   if (a.is_string() && b.is_string()) {
+    ASTR_RETURN_IF_ERROR(ReserveBytes(a.str().size() + b.str().size()));
     if (a.is_markup() == b.is_markup()) {
       std::string s = a.str() + b.str();
       return a.is_markup() ? Value::Markup(std::move(s)) : Value::Str(std::move(s));
@@ -41,6 +40,7 @@ StatusOr<Value> Add(const Value& a, const Value& b) {
                          (b.is_markup() ? b.str() : HtmlEscape(b.str())));
   }
   if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {
+    ASTR_RETURN_IF_ERROR(ReserveBytes((a.items().size() + b.items().size()) * sizeof(Value)));
     ValueList items = a.items();
     items.insert(items.end(), b.items().begin(), b.items().end());
     return a.is_list() ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
@@ -55,19 +55,18 @@ StatusOr<Value> Add(const Value& a, const Value& b) {
 
 StatusOr<Value> Repeat(const Value& seq, int64_t n) {
   if (n < 0) n = 0;
+  // The result may be far larger than the operands: refused before anything is allocated.
   if (seq.is_string()) {
-    if (n > 0 && static_cast<int64_t>(seq.str().size()) > kMaxRepeatBytes / n) {
-      return InvalidArgumentError("MemoryError: repeated string too large");
-    }
+    ASTR_RETURN_IF_ERROR(ReserveBytes(SaturatingMul(seq.str().size(), static_cast<size_t>(n))));
     std::string out;
     out.reserve(seq.str().size() * n);
     for (int64_t i = 0; i < n; ++i) out += seq.str();
     return seq.is_markup() ? Value::Markup(std::move(out)) : Value::Str(std::move(out));
   }
-  if (n > 0 && static_cast<int64_t>(seq.items().size()) > kMaxRepeatBytes / 16 / n) {
-    return InvalidArgumentError("MemoryError: repeated list too large");
-  }
+  ASTR_RETURN_IF_ERROR(
+      ReserveBytes(SaturatingMul(seq.items().size() * sizeof(Value), static_cast<size_t>(n))));
   ValueList out;
+  out.reserve(seq.items().size() * static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
   return seq.is_list() ? Value::List(std::move(out)) : Value::Tuple(std::move(out));
 }
@@ -227,6 +226,7 @@ StatusOr<Value> SliceValue(const Value& obj, const Value& start, const Value& st
   int64_t e = clamp(stop, st > 0 ? n : -1);
   std::vector<int64_t> idx;
   for (int64_t i = b; st > 0 ? i < e : i > e; i += st) idx.push_back(i);
+  SpendText(idx.size());  // the indices and the per-item copy below
   if (obj.is_string()) {
     std::string out;
     for (int64_t i : idx) {

@@ -1,9 +1,11 @@
 // `str % args`, format(value, spec) and str.format with Python's rules.
 #include "common/jinja/py_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
@@ -66,6 +68,11 @@ StatusOr<Spec> ParseSpec(std::string_view spec) {
   }
   if (i < cps.size()) s.type = static_cast<char>(cps[i++]);
   if (i < cps.size()) return ValueError("Invalid format specifier");
+  // The padding (up to 4 bytes a fill character) and the digits are built before anything else
+  // sees their size.
+  ASTR_RETURN_IF_ERROR(
+      ReserveBytes(SaturatingMul(static_cast<size_t>(std::max<int64_t>(s.width, 0)), 4) +
+                   static_cast<size_t>(std::max<int64_t>(s.precision, 0))));
   return s;
 }
 
@@ -372,6 +379,10 @@ StatusOr<PercentSpec> ParsePercentSpec(std::string_view fmt, size_t* i, PercentA
   }
   while (*i < fmt.size() && (fmt[*i] == 'h' || fmt[*i] == 'l' || fmt[*i] == 'L')) ++*i;
   if (*i >= fmt.size()) return ValueError("incomplete format");
+  // `%*d` takes its width (and `%.*f` its precision) from the arguments: refused before the
+  // padding or the digits are built when they would not fit.
+  ASTR_RETURN_IF_ERROR(ReserveBytes(static_cast<size_t>(std::max<int64_t>(ps.spec.width, 0)) +
+                                    static_cast<size_t>(std::max<int64_t>(ps.spec.precision, 0))));
   return ps;
 }
 

@@ -24,6 +24,8 @@ StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context,
   interp_options.now_unix_seconds = options.now_unix_seconds;
   interp_options.max_output_bytes = options.max_output_bytes;
   interp_options.max_steps = options.max_steps;
+  interp_options.max_bytes = options.max_bytes;
+  interp_options.max_depth = options.max_depth;
   Interpreter interp(*program_, interp_options);
   return interp.Render(Value::FromJson(context));
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/jinja/render_budget.h"
 #include "common/status.h"
 
 namespace astr::jinja {
@@ -30,15 +31,24 @@ struct Options {
   bool lstrip_blocks = true;  // strip spaces / tabs before a block tag at the start of a line
 };
 
+// The limits of one render (common/jinja/render_budget.h gives the defaults and why). Passing one
+// fails the render with ResourceExhausted "line L, column C: <what> (<limit's name>)" instead of
+// exhausting the process' time, memory or stack.
 struct RenderOptions {
   // strftime_now()'s clock in seconds since the epoch (local time zone); nullopt reads the
   // system clock.
   std::optional<int64_t> now_unix_seconds;
-  // A render producing more output than this fails instead of exhausting memory.
-  size_t max_output_bytes = size_t{256} << 20;
-  // A render evaluating more statements + expressions than this fails (ResourceExhausted)
-  // instead of running for hours.
-  int64_t max_steps = 20'000'000;
+  // Length of the rendered text.
+  size_t max_output_bytes = kDefaultMaxOutputBytes;
+  // Steps: statements, expressions and loop iterations evaluated, plus work in proportion to what
+  // builtins copy or scan. Bounds the time a render takes (1-2 s at most at the default on a slow
+  // core).
+  int64_t max_steps = kDefaultMaxSteps;
+  // Bytes held at once by the values the render builds (strings, lists, dicts, namespaces, ...)
+  // and by its output text. The context's own values are not counted.
+  size_t max_bytes = kDefaultMaxBytes;
+  // Nesting depth of the containers the render builds.
+  int max_depth = kDefaultMaxDepth;
 };
 
 class Template {
@@ -50,7 +60,8 @@ class Template {
   // `context`: a JSON object of template variables (messages, tools, add_generation_prompt,
   // bos_token, ...). Object key order is kept: Python dicts iterate in insertion order, which
   // `tojson` and `|items` expose. Render errors (an undefined value used, a TypeError,
-  // raise_exception("msg")) are InvalidArgument "line N: <Python exception text>".
+  // raise_exception("msg")) are InvalidArgument "line N: <Python exception text>"; a limit of
+  // `options` passed is ResourceExhausted "line L, column C: ...".
   StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                const RenderOptions& options = {}) const;
   // Same, for a context whose keys are already sorted (nlohmann::json keeps no insertion order).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/jinja/render_budget.h"
+
 namespace astr::jinja::text {
 namespace {
 
@@ -104,6 +106,9 @@ char32_t DecodeAt(std::string_view s, size_t pos, size_t* len) {
 }
 
 std::u32string Decode(std::string_view s) {
+  // Most text work (case mapping, stripping, splitting, slicing non-ASCII text) decodes first:
+  // it is charged here, in proportion to the text, to the render running (if any).
+  SpendText(s.size());
   std::u32string out;
   out.reserve(s.size());
   size_t i = 0;
@@ -134,6 +139,7 @@ void AppendUtf8(std::string* out, char32_t c) {
 }
 
 std::string Encode(std::u32string_view s) {
+  SpendText(s.size());
   std::string out;
   out.reserve(s.size());
   for (char32_t c : s) AppendUtf8(&out, c);
@@ -141,6 +147,7 @@ std::string Encode(std::u32string_view s) {
 }
 
 bool IsAscii(std::string_view s) {
+  SpendBytes(s.size());  // the ASCII fast paths of most text work start here
   for (char c : s) {
     if (static_cast<unsigned char>(c) >= 0x80) return false;
   }
@@ -195,12 +202,28 @@ bool IsAlpha(char32_t c) {
 bool IsDigit(char32_t c) { return c >= '0' && c <= '9'; }
 
 std::string Upper(std::string_view s) {
+  if (IsAscii(s)) {
+    SpendBytes(s.size());
+    std::string out(s);
+    for (char& c : out) {
+      if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+    }
+    return out;
+  }
   std::u32string out;
   for (char32_t c : Decode(s)) AppendUpper(&out, c);
   return Encode(out);
 }
 
 std::string Lower(std::string_view s) {
+  if (IsAscii(s)) {
+    SpendBytes(s.size());
+    std::string out(s);
+    for (char& c : out) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    }
+    return out;
+  }
   std::u32string cps = Decode(s);
   for (char32_t& c : cps) c = SimpleLower(c);
   return Encode(cps);
@@ -246,6 +269,21 @@ std::string SwapCase(std::string_view s) {
 }
 
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right) {
+  if (IsAscii(s) && (chars == nullptr || IsAscii(*chars))) {
+    // Byte offsets are code point offsets; only the stripped ends are looked at.
+    auto strip_char = [&](char c) {
+      return chars == nullptr ? IsSpace(static_cast<unsigned char>(c))
+                              : chars->find(c) != std::string::npos;
+    };
+    size_t begin = 0, end = s.size();
+    if (left) {
+      while (begin < end && strip_char(s[begin])) ++begin;
+    }
+    if (right) {
+      while (end > begin && strip_char(s[end - 1])) --end;
+    }
+    return std::string(s.substr(begin, end - begin));
+  }
   std::u32string cps = Decode(s);
   const std::u32string_view cps_view = cps;
   std::u32string set = chars != nullptr ? Decode(*chars) : std::u32string();
@@ -360,6 +398,18 @@ std::string Replace(std::string_view s, std::string_view old_text, std::string_v
   }
   out.append(s.substr(start));
   return out;
+}
+
+size_t ReplacedSize(std::string_view s, std::string_view old_text, std::string_view new_text,
+                    int64_t count) {
+  SpendBytes(s.size());  // the search, made twice (here and by Replace)
+  int64_t n = Count(s, old_text);
+  if (count >= 0 && count < n) n = count;
+  const size_t k = static_cast<size_t>(n);
+  // k * old_text.size() <= s.size(), so only the insertion can overflow.
+  size_t inserted;
+  if (__builtin_mul_overflow(k, new_text.size(), &inserted)) return SIZE_MAX;
+  return s.size() - k * old_text.size() + inserted;
 }
 
 int64_t Find(std::string_view s, std::string_view sub, bool from_right) {

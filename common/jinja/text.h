@@ -57,6 +57,9 @@ std::vector<std::string> SplitLines(std::string_view s, bool keepends);
 // Python str.replace(old, new, count); count < 0 replaces all.
 std::string Replace(std::string_view s, std::string_view old_text, std::string_view new_text,
                     int64_t count);
+// Length in bytes of Replace(s, old_text, new_text, count), without building it.
+size_t ReplacedSize(std::string_view s, std::string_view old_text, std::string_view new_text,
+                    int64_t count);
 // Python str.find / rfind by code point; -1 when absent.
 int64_t Find(std::string_view s, std::string_view sub, bool from_right);
 // Python str.count(sub).

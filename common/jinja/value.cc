@@ -1,50 +1,50 @@
 #include "common/jinja/value.h"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
+#include <algorithm>
 
+#include "common/jinja/render_budget.h"
 #include "common/jinja/text.h"
 
 namespace astr::jinja {
 namespace {
 
-std::string HexEscape(char32_t c) {
-  char buf[16];
-  if (c < 0x100) {
-    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(c));
-  } else if (c < 0x10000) {
-    std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-  } else {
-    std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(c));
-  }
-  return buf;
+// Heap bytes a string owns beyond its own object (none when the text fits inline).
+size_t HeapBytes(const std::string& s) {
+  const char* self = reinterpret_cast<const char*>(&s);
+  bool inline_text = s.data() >= self && s.data() < self + sizeof(std::string);
+  return inline_text ? 0 : s.capacity() + 1;
 }
 
-std::string JoinRepr(const ValueList& items) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += Repr(items[i]);
-  }
-  return out;
+size_t HeapBytes(const ValueList& items) { return items.capacity() * sizeof(Value); }
+
+size_t HeapBytes(const DictData& d) { return d.items.capacity() * sizeof(std::pair<Value, Value>); }
+
+size_t HeapBytes(const ObjectData& o) {
+  size_t n = HeapBytes(o.type_name) + HeapBytes(o.module) + HeapBytes(o.repr) +
+             o.attrs.capacity() * sizeof(std::pair<std::string, Value>);
+  for (const auto& [name, unused] : o.attrs) n += HeapBytes(name);
+  return n;
 }
 
-std::string DictRepr(const DictData& d) {
-  std::string out = "{";
-  for (size_t i = 0; i < d.items.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += Repr(d.items[i].first) + ": " + Repr(d.items[i].second);
-  }
-  return out + "}";
+size_t HeapBytes(const UndefinedData& u) {
+  return HeapBytes(u.hint) + HeapBytes(u.obj_type_repr) + HeapBytes(u.name);
 }
 
-std::string IteratorRepr(const IteratorData& it) {
-  if (it.type_name.rfind("dict_", 0) == 0) {
-    return it.type_name + "([" + JoinRepr(it.items) + "])";
-  }
-  return "<" + it.type_name + " object>";
+// 1 + the deepest of `items` (a container's depth); refused past the render's limit.
+uint16_t ContainerDepth(int deepest_item) {
+  int depth = std::min(deepest_item + 1, int{UINT16_MAX});
+  if (RenderBudget* budget = RenderBudget::Current()) budget->CheckDepth(depth);
+  return static_cast<uint16_t>(depth);
 }
+
+int DeepestItem(const ValueList& items) {
+  int d = 0;
+  for (const Value& v : items) d = std::max(d, v.depth());
+  return d;
+}
+
+// Work proportional to `items` values compared or copied.
+void SpendValues(size_t items) { SpendBytes(items * sizeof(Value)); }
 
 }  // namespace
 
@@ -61,6 +61,7 @@ Status UndefinedUse(const Value& undefined) {
 }
 
 const Value* DictData::Find(const Value& key) const {
+  SpendValues(items.size());
   for (const auto& [k, v] : items) {
     if (Equals(k, key)) return &v;
   }
@@ -68,6 +69,7 @@ const Value* DictData::Find(const Value& key) const {
 }
 
 void DictData::Set(Value key, Value value) {
+  SpendValues(items.size());
   for (auto& [k, v] : items) {
     if (Equals(k, key)) {
       v = std::move(value);
@@ -137,7 +139,8 @@ Value Value::Float(double d) {
 Value Value::Str(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.data_ = std::make_shared<const std::string>(std::move(s));
+  size_t heap = HeapBytes(s);
+  v.data_ = MakeCharged<const std::string>(heap, std::move(s));
   return v;
 }
 Value Value::Markup(std::string s) {
@@ -148,7 +151,9 @@ Value Value::Markup(std::string s) {
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
-  v.data_ = std::make_shared<const ValueList>(std::move(items));
+  v.depth_ = ContainerDepth(DeepestItem(items));
+  size_t heap = HeapBytes(items);
+  v.data_ = MakeCharged<const ValueList>(heap, std::move(items));
   return v;
 }
 Value Value::Tuple(ValueList items) {
@@ -158,7 +163,9 @@ Value Value::Tuple(ValueList items) {
 }
 Value Value::NamedTuple(std::string type_name, ValueList items, std::vector<std::string> fields) {
   Value v = Tuple(std::move(items));
-  auto extra = std::make_shared<SequenceExtra>();
+  size_t heap = HeapBytes(type_name) + fields.capacity() * sizeof(std::string);
+  for (const std::string& f : fields) heap += HeapBytes(f);
+  auto extra = MakeCharged<SequenceExtra>(heap);
   extra->type_name = std::move(type_name);
   extra->fields = std::move(fields);
   v.extra_ = std::move(extra);
@@ -172,7 +179,7 @@ Value Value::Range(int64_t start, int64_t stop, int64_t step) {
   for (__int128 k = 0; k < count; ++k) items.push_back(Int(static_cast<int64_t>(start + k * step)));
   Value v = List(std::move(items));
   v.kind_ = Kind::kRange;
-  auto extra = std::make_shared<SequenceExtra>();
+  auto extra = MakeCharged<SequenceExtra>(0);
   extra->range[0] = start;
   extra->range[1] = stop;
   extra->range[2] = step;
@@ -182,24 +189,36 @@ Value Value::Range(int64_t start, int64_t stop, int64_t step) {
 Value Value::Dict(DictData dict) {
   Value v;
   v.kind_ = Kind::kDict;
-  v.data_ = std::make_shared<const DictData>(std::move(dict));
+  int deepest = 0;
+  for (const auto& [k, val] : dict.items) deepest = std::max({deepest, k.depth(), val.depth()});
+  v.depth_ = ContainerDepth(deepest);
+  size_t heap = HeapBytes(dict);
+  v.data_ = MakeCharged<const DictData>(heap, std::move(dict));
   return v;
 }
 Value Value::Iterator(std::string type_name, ValueList items, bool reiterable, bool sized) {
-  auto it = std::make_shared<IteratorData>();
+  Value v;
+  v.kind_ = Kind::kIterator;
+  v.depth_ = ContainerDepth(DeepestItem(items));
+  auto it = MakeCharged<IteratorData>(HeapBytes(type_name) + HeapBytes(items));
   it->type_name = std::move(type_name);
   it->items = std::move(items);
   it->reiterable = reiterable;
   it->sized = sized;
-  Value v;
-  v.kind_ = Kind::kIterator;
   v.data_ = std::move(it);
   return v;
 }
-Value Value::Object(std::shared_ptr<ObjectData> object) {
+Value Value::Object(ObjectData object) {
+  if (object.depth == 0) {
+    int deepest = 0;
+    for (const auto& [name, attr] : object.attrs) deepest = std::max(deepest, attr.depth());
+    object.depth = ContainerDepth(deepest);
+  }
   Value v;
   v.kind_ = Kind::kObject;
-  v.data_ = std::move(object);
+  v.depth_ = static_cast<uint16_t>(std::min(object.depth, int{UINT16_MAX}));
+  size_t heap = HeapBytes(object);
+  v.data_ = MakeCharged<ObjectData>(heap, std::move(object));
   return v;
 }
 Value Value::Function(std::shared_ptr<const Callable> fn) {
@@ -208,30 +227,31 @@ Value Value::Function(std::shared_ptr<const Callable> fn) {
   v.data_ = std::move(fn);
   return v;
 }
-Value Value::UndefinedName(std::string name) {
-  auto u = std::make_shared<UndefinedData>();
-  u->name = std::move(name);
+Value Value::Undefined(UndefinedData u) {
+  size_t heap = HeapBytes(u);
   Value v;
-  v.data_ = std::shared_ptr<const UndefinedData>(std::move(u));
+  v.data_ = MakeCharged<const UndefinedData>(heap, std::move(u));
   return v;
+}
+
+Value Value::UndefinedName(std::string name) {
+  UndefinedData u;
+  u.name = std::move(name);
+  return Undefined(std::move(u));
 }
 Value Value::UndefinedAttr(const Value& obj, const Value& name) {
-  auto u = std::make_shared<UndefinedData>();
-  u->has_obj = true;
-  u->obj_type_repr = ObjectTypeRepr(obj);
-  u->name_is_str = name.is_string();
-  u->name = name.is_string() ? name.str() : Repr(name);
-  Value v;
-  v.data_ = std::shared_ptr<const UndefinedData>(std::move(u));
-  return v;
+  UndefinedData u;
+  u.has_obj = true;
+  u.obj_type_repr = ObjectTypeRepr(obj);
+  u.name_is_str = name.is_string();
+  u.name = name.is_string() ? name.str() : Repr(name);
+  return Undefined(std::move(u));
 }
 Value Value::UndefinedHint(std::string hint, bool security) {
-  auto u = std::make_shared<UndefinedData>();
-  u->hint = std::move(hint);
-  u->security = security;
-  Value v;
-  v.data_ = std::shared_ptr<const UndefinedData>(std::move(u));
-  return v;
+  UndefinedData u;
+  u.hint = std::move(hint);
+  u.security = security;
+  return Undefined(std::move(u));
 }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {
@@ -396,6 +416,8 @@ bool Equals(const Value& a, const Value& b) {
     case Value::Kind::kNone:
       return true;
     case Value::Kind::kString:
+      if (a.str().size() != b.str().size()) return false;
+      SpendBytes(a.str().size());
       return a.str() == b.str();
     case Value::Kind::kList:
     case Value::Kind::kTuple:
@@ -403,6 +425,7 @@ bool Equals(const Value& a, const Value& b) {
       const ValueList& x = a.items();
       const ValueList& y = b.items();
       if (x.size() != y.size()) return false;
+      SpendValues(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
         if (!Equals(x[i], y[i])) return false;
       }
@@ -441,7 +464,10 @@ StatusOr<bool> Order(const Value& a, const Value& b, std::string_view op) {
     if (a.is_integral() && b.is_integral()) return ApplyOrder(a.int_value(), b.int_value(), op);
     return ApplyOrder(a.number_value(), b.number_value(), op);
   }
-  if (a.is_string() && b.is_string()) return ApplyOrder(a.str(), b.str(), op);
+  if (a.is_string() && b.is_string()) {
+    SpendBytes(std::min(a.str().size(), b.str().size()));
+    return ApplyOrder(a.str(), b.str(), op);
+  }
   if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {
     const ValueList& x = a.items();
     const ValueList& y = b.items();
@@ -478,6 +504,7 @@ StatusOr<int64_t> Length(const Value& v) {
     case Value::Kind::kUndefined:
       return 0;
     case Value::Kind::kString:
+      SpendBytes(v.str().size());
       return static_cast<int64_t>(text::Length(v.str()));
     case Value::Kind::kList:
     case Value::Kind::kTuple:
@@ -500,10 +527,22 @@ StatusOr<int64_t> Length(const Value& v) {
 }
 
 StatusOr<ValueList> Iterate(const Value& v) {
+  // The copy costs work in proportion to its length (a str yields one value per code point).
+  if (RenderBudget* budget = RenderBudget::Current()) {
+    size_t n = v.is_string()     ? v.str().size()
+               : v.has_items()   ? v.items().size()
+               : v.is_dict()     ? v.dict().items.size()
+               : v.is_iterator() ? v.iterator().items.size()
+                                 : 0;
+    if (!budget->StepBytes(n * sizeof(Value))) return budget->status();
+  }
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return ValueList();
     case Value::Kind::kString: {
+      // One str per code point: a list slot and a small string each, refused before they are
+      // made when they would not fit.
+      ASTR_RETURN_IF_ERROR(ReserveBytes(SaturatingMul(v.str().size(), 2 * sizeof(Value))));
       ValueList out;
       if (text::IsAscii(v.str())) {
         for (char c : v.str()) out.push_back(Value::Str(std::string(1, c)));
@@ -544,10 +583,12 @@ StatusOr<bool> Contains(const Value& haystack, const Value& needle) {
       if (!needle.is_string()) {
         return TypeError("'in <string>' requires string as left operand, not " + TypeName(needle));
       }
+      SpendBytes(haystack.str().size());
       return haystack.str().find(needle.str()) != std::string::npos;
     case Value::Kind::kList:
     case Value::Kind::kTuple:
     case Value::Kind::kRange:
+      SpendValues(haystack.items().size());
       for (const Value& e : haystack.items()) {
         if (Equals(e, needle)) return true;
       }
@@ -571,144 +612,6 @@ StatusOr<bool> Contains(const Value& haystack, const Value& needle) {
     }
     default:
       return TypeError("argument of type '" + TypeName(haystack) + "' is not iterable");
-  }
-}
-
-std::string FloatRepr(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  if (d == 0.0) return std::signbit(d) ? "-0.0" : "0.0";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);  // e.g. "-1.2345e+17"
-  std::string sign;
-  if (sci[0] == '-') {
-    sign = "-";
-    sci.erase(0, 1);
-  }
-  size_t e = sci.find('e');
-  std::string mantissa = sci.substr(0, e);
-  int exponent = std::stoi(sci.substr(e + 1));
-  std::string digits;
-  for (char c : mantissa) {
-    if (c != '.') digits += c;
-  }
-  int decpt = exponent + 1;  // digits before the decimal point
-  if (decpt > 16 || decpt <= -4) {
-    std::string out = sign + digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char ebuf[16];
-    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-    return out + ebuf;
-  }
-  if (decpt <= 0) return sign + "0." + std::string(-decpt, '0') + digits;
-  if (decpt >= static_cast<int>(digits.size())) {
-    return sign + digits + std::string(decpt - digits.size(), '0') + ".0";
-  }
-  return sign + digits.substr(0, decpt) + "." + digits.substr(decpt);
-}
-
-std::string StrRepr(std::string_view s) {
-  bool has_single = s.find('\'') != std::string_view::npos;
-  bool has_double = s.find('"') != std::string_view::npos;
-  char quote = (has_single && !has_double) ? '"' : '\'';
-  std::string out(1, quote);
-  for (char32_t c : text::Decode(s)) {
-    if (c == static_cast<char32_t>(quote) || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (!text::IsPrintable(c)) {
-      out += HexEscape(c);
-    } else {
-      text::AppendUtf8(&out, c);
-    }
-  }
-  out += quote;
-  return out;
-}
-
-std::string HtmlEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string ToStr(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.bool_value() ? "True" : "False";
-    case Value::Kind::kInt:
-      return std::to_string(v.int_value());
-    case Value::Kind::kFloat:
-      return FloatRepr(v.number_value());
-    case Value::Kind::kString:
-      return v.str();
-    default:
-      return Repr(v);
-  }
-}
-
-std::string Repr(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kString:
-      return v.is_markup() ? "Markup(" + StrRepr(v.str()) + ")" : StrRepr(v.str());
-    case Value::Kind::kList:
-      return "[" + JoinRepr(v.items()) + "]";
-    case Value::Kind::kTuple:
-      return "(" + JoinRepr(v.items()) + (v.items().size() == 1 ? ",)" : ")");
-    case Value::Kind::kRange: {
-      const int64_t* r = v.range_params();
-      return "range(" + std::to_string(r[0]) + ", " + std::to_string(r[1]) +
-             (r[2] == 1 ? ")" : ", " + std::to_string(r[2]) + ")");
-    }
-    case Value::Kind::kDict:
-      return DictRepr(v.dict());
-    case Value::Kind::kIterator:
-      return IteratorRepr(v.iterator());
-    case Value::Kind::kObject: {
-      const ObjectData& o = v.object();
-      if (o.type_name != "Namespace") return o.repr;
-      DictData d;
-      for (const auto& [k, val] : o.attrs) d.items.emplace_back(Value::Str(k), val);
-      return "<Namespace " + DictRepr(d) + ">";
-    }
-    case Value::Kind::kCallable:
-      return v.callable().repr();
-    default:
-      return ToStr(v);
   }
 }
 

@@ -48,6 +48,11 @@ struct ObjectData {
   std::string module;     // for error messages: "jinja2.utils", "jinja2.runtime"
   std::vector<std::pair<std::string, Value>> attrs;
   std::string repr;  // str()/repr() when not a namespace
+  // Nesting depth Value::depth() reports. 0: computed from `attrs` when the Value is made. A
+  // namespace, whose attributes change later, gets a fixed depth its attributes must stay below
+  // (RenderBudget::namespace_depth), so that the depth recorded by a container holding it stays
+  // true.
+  int depth = 0;
   const Value* Find(std::string_view name) const;
   void Set(const std::string& name, Value value);
 };
@@ -97,13 +102,15 @@ class Value {
   static Value Range(int64_t start, int64_t stop, int64_t step);
   static Value Dict(DictData dict);
   static Value Iterator(std::string type_name, ValueList items, bool reiterable, bool sized);
-  static Value Object(std::shared_ptr<ObjectData> object);
+  static Value Object(ObjectData object);
   static Value Function(std::shared_ptr<const Callable> fn);
   // Undefined variable `name`.
   static Value UndefinedName(std::string name);
   // Missing attribute / item `name` of `obj`.
   static Value UndefinedAttr(const Value& obj, const Value& name);
   static Value UndefinedHint(std::string hint, bool security = false);
+  // An Undefined explained by `undefined`.
+  static Value Undefined(UndefinedData undefined);
   // Values from JSON keep the key order of objects (Python dicts do).
   static Value FromJson(const nlohmann::ordered_json& j);
 
@@ -152,6 +159,10 @@ class Value {
 
   // Identity for `is sameas` on containers.
   const void* identity() const;
+  // Nesting depth: 0 for scalars, 1 + the deepest element for containers (list, tuple, dict,
+  // iterator, object). Every recursive walk of a value (repr, ==, tojson, destruction) goes this
+  // deep; values a render builds are kept within RenderBudget::max_depth().
+  int depth() const { return depth_; }
 
  private:
   // What a named tuple or a range carries besides its items.
@@ -163,6 +174,7 @@ class Value {
 
   Kind kind_ = Kind::kUndefined;
   bool markup_ = false;
+  uint16_t depth_ = 0;  // saturates; the limits are far below
   std::shared_ptr<const SequenceExtra> extra_;
   std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
                std::shared_ptr<const ValueList>, std::shared_ptr<const DictData>,
