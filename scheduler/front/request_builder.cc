@@ -358,7 +358,12 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
   inputs.add_generation_prompt = !chat.continue_final_message();
   auto rendered = model.chat_template->Render(inputs);
   if (!rendered.ok()) {
-    return Status(rendered.status().code(), field + ": " + rendered.status().message());
+    // A template that runs past its render budget (steps, bytes, nesting) fails the same way
+    // every time for these messages: not a transient shortage a client should retry.
+    const StatusCode code = rendered.status().code() == StatusCode::kResourceExhausted
+                                ? StatusCode::kInvalidArgument
+                                : rendered.status().code();
+    return Status(code, field + ": " + rendered.status().message());
   }
   Prompt p;
   p.rendered = std::move(*rendered);

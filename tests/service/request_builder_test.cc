@@ -548,5 +548,23 @@ TEST_F(ChatRequestTest, TemplateErrorsNameChat) {
   EXPECT_NE(built.status().message().find("roles must alternate"), std::string::npos);
 }
 
+TEST_F(ChatRequestTest, TemplateOverItsBudgetIsInvalidArgumentNamingThePosition) {
+  // Doubles a string 40 times: 2^40 bytes, far past the render's byte budget.
+  auto tmpl = ChatTemplate::FromString(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{{ ns.s }}",
+      {}, "test-template");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  model_.chat_template = std::make_shared<ChatTemplate>(std::move(*tmpl));
+  auto built = Build("chat { messages { role: 'user' content: 'hi' } }");
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(built.status().message().rfind("chat: ", 0), 0u) << built.status().message();
+  EXPECT_NE(built.status().message().find("line 1, column"), std::string::npos)
+      << built.status().message();
+  // Text input on the same model is served.
+  EXPECT_TRUE(Build("text: 'Once upon a time'").ok());
+}
+
 }  // namespace
 }  // namespace astr::front
