@@ -112,7 +112,9 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
   void OnDone() override {
     if (holds_slot_) service_->impl()->peer_limiter().Release(peer_);
     if (limited_) service_->impl()->AddOpenTransportCalls(-1);
+    GenerateGrpcService* service = service_;
     delete this;
+    service->ReactorDone();
   }
 
  private:
@@ -123,6 +125,7 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
         peer_(limited ? context->peer() : std::string()),
         limited_(limited),
         work_(std::move(work)) {
+    service_->ReactorStarted();
     // Only limited calls count as open (stats and model info must not count themselves).
     if (limited_) service_->impl()->AddOpenTransportCalls(1);
   }
@@ -162,12 +165,16 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
  public:
   GenerationCall(GenerateGrpcService* service, grpc::CallbackServerContext* context)
       : service_(service), impl_(service->impl()), context_(context), peer_(context->peer()) {
+    service_->ReactorStarted();
     impl_->AddOpenTransportCalls(1);
   }
 
   // From the method handler: takes a peer slot and queues admission.
   void Start(std::shared_ptr<Derived> self, const grpc::ByteBuffer* request) {
-    self_ = self;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      self_ = self;
+    }
     if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
       impl_->CountPeerLimitRefusal();
       std::lock_guard<std::mutex> lock(mu_);
@@ -195,9 +202,10 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
       context_valid_ = false;
     }
-    std::shared_ptr<Derived> keep = std::move(self_);
+    std::shared_ptr<Derived> keep;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      keep = std::move(self_);
       done_ = true;
       if (call_ != nullptr && !call_closed_) {
         call_->Cancel(Status(StatusCode::kCancelled, "the call ended"));
@@ -207,7 +215,9 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     if (holds_slot_) impl_->peer_limiter().Release(peer_);
     impl_->AddOpenTransportCalls(-1);
     static_cast<Derived*>(this)->OnCallDone();
-    // `keep` may be the last reference: this object is destroyed on return.
+    GenerateGrpcService* service = service_;
+    keep.reset();  // may be the last reference: nothing of `this` is touched after it
+    service->ReactorDone();
   }
 
  protected:
@@ -262,7 +272,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   grpc::CallbackServerContext* const context_;
   const std::string peer_;
   bool holds_slot_ = false;
-  std::shared_ptr<Derived> self_;  // from Start until OnDone
+  std::shared_ptr<Derived> self_;  // mu_: from Start until OnDone
 
   std::mutex mu_;
   std::unique_ptr<GenerateService::Call> call_;  // guarded by mu_; set once admitted
@@ -417,6 +427,12 @@ GenerateGrpcService::GenerateGrpcService(GenerateService* impl)
     : impl_(impl), pool_(impl->front_limits().threads), watchdog_([this] { WatchStalls(); }) {}
 
 GenerateGrpcService::~GenerateGrpcService() {
+  // Server::Shutdown has ended every call; an OnDone may still be returning on a gRPC thread.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (live_reactors_.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

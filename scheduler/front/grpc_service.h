@@ -18,6 +18,7 @@
 
 #include <grpcpp/support/server_callback.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,11 @@ class GenerateGrpcService final : public RawGenerateService {
   GenerateService* impl() const { return impl_; }
   TaskPool* pool() { return &pool_; }
 
+  // Every reactor counts itself from construction to the end of its OnDone, so that destroying
+  // the service after the server waits for reactions still finishing on gRPC's threads.
+  void ReactorStarted() { live_reactors_.fetch_add(1, std::memory_order_relaxed); }
+  void ReactorDone() { live_reactors_.fetch_sub(1, std::memory_order_release); }
+
   // Streams register while open so the watchdog can find stalled writers.
   void RegisterStream(const std::shared_ptr<StreamReactor>& stream);
   void UnregisterStream(const StreamReactor* stream);
@@ -81,6 +87,7 @@ class GenerateGrpcService final : public RawGenerateService {
   bool stop_ = false;  // guarded by mu_
   std::unordered_map<const StreamReactor*, std::weak_ptr<StreamReactor>> streams_;  // mu_
   std::thread watchdog_;
+  std::atomic<int64_t> live_reactors_{0};
 };
 
 }  // namespace astr::front
