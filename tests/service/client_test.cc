@@ -492,6 +492,28 @@ TEST(ClientCliTest, GenerateWithoutSeedLetsTheServerChoose) {
   EXPECT_EQ(seen[0].chat().messages(1).content(), "Say hi");
 }
 
+TEST(ClientCliTest, PlainSpecialTokensAsksTheServerNotToParseThem) {
+  REQUIRE_ASTR_BINARY(astr);
+  FakeServer fake;
+  auto out = testing::RunCommand(astr + " generate --server " + fake.address +
+                                 " --prompt '<s>Hi' --plain-special-tokens --no-stream");
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  out = testing::RunCommand(astr + " generate --server " + fake.address +
+                            " --prompt '<s>Hi' --no-stream");
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  const auto seen = fake.service.requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].text(), "<s>Hi");
+  EXPECT_TRUE(seen[0].has_parse_special_tokens());
+  EXPECT_FALSE(seen[0].parse_special_tokens());
+  EXPECT_FALSE(seen[1].has_parse_special_tokens());  // the server's default: parse them
+  auto usage = testing::RunCommand(astr + " generate --server " + fake.address +
+                                   " --chat Hi --plain-special-tokens 2>&1");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.out.find("--plain-special-tokens needs --prompt"), std::string::npos)
+      << usage.out;
+}
+
 TEST(ClientCliTest, GenerateJsonPrintsOneLinePerMessage) {
   REQUIRE_ASTR_BINARY(astr);
   FakeServer fake;

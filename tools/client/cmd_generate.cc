@@ -16,6 +16,7 @@ constexpr char kProgram[] = "astr generate";
 struct PromptFlags {
   std::string prompt, prompt_ids, chat, system;
   bool no_bos = false;
+  bool plain_special_tokens = false;
 
   void Register(flags::FlagSet* fs) {
     fs->String("prompt", &prompt, "Prompt text, tokenized by the server.");
@@ -25,6 +26,9 @@ struct PromptFlags {
                "if given) plus the generation prompt.");
     fs->String("system", &system, "System message for --chat.");
     fs->Bool("no-bos", &no_bos, "Do not add the tokenizer's special tokens (BOS) to --prompt.");
+    fs->Bool("plain-special-tokens", &plain_special_tokens,
+             "Tokenize special-token text typed in --prompt (e.g. <|im_start|>) as plain text, "
+             "not as control tokens (GenerateRequest.parse_special_tokens = false).");
   }
 
   // Exactly one input; a usage error (exit 2) names what is wrong.
@@ -33,9 +37,13 @@ struct PromptFlags {
       return InvalidArgumentError("give exactly one of --prompt, --prompt-ids or --chat");
     }
     if (!system.empty() && chat.empty()) return InvalidArgumentError("--system needs --chat");
+    if (plain_special_tokens && prompt.empty()) {
+      return InvalidArgumentError("--plain-special-tokens needs --prompt");
+    }
     if (!prompt.empty()) {
       request->set_text(prompt);
       if (no_bos) request->set_add_special_tokens(false);
+      if (plain_special_tokens) request->set_parse_special_tokens(false);
     } else if (!prompt_ids.empty()) {
       ASTR_ASSIGN_OR_RETURN(auto ids, flags::ParseIntList(prompt_ids, "prompt-ids"));
       for (int64_t id : ids) {
