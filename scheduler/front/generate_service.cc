@@ -259,7 +259,7 @@ v1::GetServerStatsResponse GenerateService::Stats() const {
   stats.set_requests_invalid(invalid_.load(kRelaxed));
   stats.set_requests_refused_peer_limit(refused_peer_limit_.load(kRelaxed));
   stats.set_streams_stalled(stalled_.load(kRelaxed));
-  stats.set_open_calls(static_cast<int32_t>(transport_calls_.load(kRelaxed)));
+  stats.set_open_calls(static_cast<int32_t>(peer_limiter_.open()));
   return stats;
 }
 

@@ -73,10 +73,6 @@ class GenerateService {
   void CountInvalid() { invalid_.fetch_add(1, std::memory_order_relaxed); }
   void CountPeerLimitRefusal() { refused_peer_limit_.fetch_add(1, std::memory_order_relaxed); }
   void CountStalled() { stalled_.fetch_add(1, std::memory_order_relaxed); }
-  // Calls a transport holds open (generation and tokenization), for the stats.
-  void AddOpenTransportCalls(int64_t delta) {
-    transport_calls_.fetch_add(delta, std::memory_order_relaxed);
-  }
 
   const ServedModel& model() const { return model_; }
 
@@ -96,7 +92,6 @@ class GenerateService {
   std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler
   std::atomic<int64_t> refused_peer_limit_{0};
   std::atomic<int64_t> stalled_{0};
-  std::atomic<int64_t> transport_calls_{0};
   mutable std::mutex mu_;
   std::map<uint64_t, Call*> open_;  // guarded by mu_; by request key
 };

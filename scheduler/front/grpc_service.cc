@@ -111,7 +111,6 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
 
   void OnDone() override {
     if (holds_slot_) service_->impl()->peer_limiter().Release(peer_);
-    if (limited_) service_->impl()->AddOpenTransportCalls(-1);
     GenerateGrpcService* service = service_;
     delete this;
     service->ReactorDone();
@@ -123,11 +122,8 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
       : service_(service),
         response_(response),
         peer_(limited ? context->peer() : std::string()),
-        limited_(limited),
         work_(std::move(work)) {
     service_->ReactorStarted();
-    // Only limited calls count as open (stats and model info must not count themselves).
-    if (limited_) service_->impl()->AddOpenTransportCalls(1);
   }
 
   // Nothing of `this` is touched after Finish: OnDone may run (and delete it) at once.
@@ -148,7 +144,6 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
   GenerateGrpcService* const service_;
   grpc::ByteBuffer* const response_;
   const std::string peer_;
-  const bool limited_;
   Work work_;
   bool holds_slot_ = false;
 };
@@ -159,14 +154,13 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
 // unary (Generate) and streaming (GenerateStream) reactors. `Derived` provides
 // EmitLocked() (under mu_: send what is ready, or finish) and owns a shared_ptr to itself from
 // Start until OnDone, so that pool tasks and listeners may outlive the gRPC call safely (they
-// find done_ set and do nothing).
+// find finished_ set, or call_ gone, and do nothing).
 template <typename Derived, typename GrpcReactor>
 class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<Derived> {
  public:
   GenerationCall(GenerateGrpcService* service, grpc::CallbackServerContext* context)
       : service_(service), impl_(service->impl()), context_(context), peer_(context->peer()) {
     service_->ReactorStarted();
-    impl_->AddOpenTransportCalls(1);
   }
 
   // From the method handler: takes a peer slot and queues admission.
@@ -206,14 +200,12 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     {
       std::lock_guard<std::mutex> lock(mu_);
       keep = std::move(self_);
-      done_ = true;
       if (call_ != nullptr && !call_closed_) {
         call_->Cancel(Status(StatusCode::kCancelled, "the call ended"));
       }
       call_.reset();  // detaches the listener: no pump is scheduled from now on
     }
     if (holds_slot_) impl_->peer_limiter().Release(peer_);
-    impl_->AddOpenTransportCalls(-1);
     static_cast<Derived*>(this)->OnCallDone();
     GenerateGrpcService* service = service_;
     keep.reset();  // may be the last reference: nothing of `this` is touched after it
@@ -278,7 +270,6 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   std::unique_ptr<GenerateService::Call> call_;  // guarded by mu_; set once admitted
   bool call_closed_ = false;                     // mu_: the scheduler closed the request
   bool finished_ = false;                        // mu_: Finish was called
-  bool done_ = false;                            // mu_: OnDone ran
   bool write_in_flight_ = false;                 // mu_ (streams only)
   std::optional<Status> cancel_why_;             // mu_: cancelled before admission ended
   CallUpdate update_;                            // mu_: scratch

@@ -11,6 +11,7 @@ Status PeerLimiter::Acquire(const std::string& peer) {
                                   std::to_string(max_per_peer_) + ")");
   }
   ++open;
+  ++total_;
   return OkStatus();
 }
 
@@ -18,12 +19,13 @@ void PeerLimiter::Release(const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(peer);
   if (it == open_.end()) return;
+  --total_;
   if (--it->second <= 0) open_.erase(it);
 }
 
-size_t PeerLimiter::peers() const {
+int64_t PeerLimiter::open() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return open_.size();
+  return total_;
 }
 
 }  // namespace astr::front

@@ -26,14 +26,15 @@ class PeerLimiter {
   Status Acquire(const std::string& peer);
   // Gives back a slot Acquire took.
   void Release(const std::string& peer);
-  // Peers holding at least one slot.
-  size_t peers() const;
+  // Slots held, all peers together (the calls open now).
+  int64_t open() const;
 
  private:
   const int64_t max_per_peer_;
   const std::string flag_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, int64_t> open_;  // guarded by mu_; entries are > 0
+  int64_t total_ = 0;                              // guarded by mu_: the sum of open_
 };
 
 }  // namespace astr::front

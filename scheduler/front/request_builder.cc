@@ -114,24 +114,31 @@ Status ValidatePromptIds(const std::vector<int32_t>& ids, const ServedModel& mod
   return OkStatus();
 }
 
-// parse_special_tokens = false cannot be honoured for chat input: the rendering mixes the
-// template's role markers (which must be parsed) with message text, and tokenization cannot tell
-// which is which.
-Status CheckParseSpecialForChat(bool has_flag, bool flag) {
-  if (!has_flag || flag) return OkStatus();
-  return InvalidArgumentError(
-      "parse_special_tokens: false applies to text input only; chat input is rendered by the "
-      "chat template, whose role markers are special tokens, and is always tokenized with "
-      "special-token parsing on");
+// The text or chat input of a GenerateRequest or TokenizeRequest (their fields share names;
+// the caller has checked that one is set). parse_special_tokens = false cannot be honoured for
+// chat input: the rendering mixes the template's role markers (which must be parsed) with message
+// text, and tokenization cannot tell which is which.
+template <typename Request>
+StatusOr<Prompt> TextOrChatPrompt(const ServedModel& model, const Request& r) {
+  const bool parse_special = !r.has_parse_special_tokens() || r.parse_special_tokens();
+  if (r.has_text()) {
+    const bool add_special = !r.has_add_special_tokens() || r.add_special_tokens();
+    return TokenizeText(model, r.text(), add_special, "text", parse_special);
+  }
+  if (!parse_special) {
+    return InvalidArgumentError(
+        "parse_special_tokens: false applies to text input only; chat input is rendered by the "
+        "chat template, whose role markers are special tokens, and is always tokenized with "
+        "special-token parsing on");
+  }
+  return TokenizeChat(model, r.chat(), "chat");
 }
 
 StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const ServedModel& model) {
   switch (r.input_case()) {
-    case v1::GenerateRequest::kText: {
-      const bool add_special = !r.has_add_special_tokens() || r.add_special_tokens();
-      const bool parse_special = !r.has_parse_special_tokens() || r.parse_special_tokens();
-      ASTR_ASSIGN_OR_RETURN(Prompt p,
-                            TokenizeText(model, r.text(), add_special, "text", parse_special));
+    case v1::GenerateRequest::kText:
+    case v1::GenerateRequest::kChat: {
+      ASTR_ASSIGN_OR_RETURN(Prompt p, TextOrChatPrompt(model, r));
       return std::move(p.ids);
     }
     case v1::GenerateRequest::kTokenIds: {
@@ -142,12 +149,6 @@ StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const Serv
             CheckTokenId("token_ids.ids[" + std::to_string(i) + "]", ids[i], model.vocab_size));
       }
       return std::vector<int32_t>(ids.begin(), ids.end());
-    }
-    case v1::GenerateRequest::kChat: {
-      ASTR_RETURN_IF_ERROR(
-          CheckParseSpecialForChat(r.has_parse_special_tokens(), r.parse_special_tokens()));
-      ASTR_ASSIGN_OR_RETURN(Prompt p, TokenizeChat(model, r.chat(), "chat"));
-      return std::move(p.ids);
     }
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
@@ -381,18 +382,10 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
 
 StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model,
                                       const v1::TokenizeRequest& request) {
-  if (request.has_text()) {
-    const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
-    const bool parse_special =
-        !request.has_parse_special_tokens() || request.parse_special_tokens();
-    return TokenizeText(model, request.text(), add_special, "text", parse_special);
+  if (!request.has_text() && !request.has_chat()) {
+    return InvalidArgumentError("input: missing (set text or chat)");
   }
-  if (request.has_chat()) {
-    ASTR_RETURN_IF_ERROR(CheckParseSpecialForChat(request.has_parse_special_tokens(),
-                                                  request.parse_special_tokens()));
-    return TokenizeChat(model, request.chat(), "chat");
-  }
-  return InvalidArgumentError("input: missing (set text or chat)");
+  return TextOrChatPrompt(model, request);
 }
 
 StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
