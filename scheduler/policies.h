@@ -13,7 +13,7 @@
 #include <span>
 
 #include "astr/v1/worker.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/sequence.h"
 

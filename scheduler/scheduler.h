@@ -29,7 +29,7 @@
 
 #include "astr/v1/generate.pb.h"
 #include "astr/v1/worker.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/worker_connection.h"
 
 namespace astr::sched {

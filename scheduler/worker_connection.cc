@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "astr/v1/worker.grpc.pb.h"
-#include "common/service/grpc_status.h"
-#include "common/service/keepalive.h"
+#include "common/grpc/grpc_status.h"
+#include "common/grpc/keepalive.h"
 
 namespace astr::sched {
 namespace {
@@ -30,8 +30,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   // A stopped worker is noticed by its missing ping answers (keepalive.h), during a step too.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, rpc::kWorkerKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, rpc::kWorkerKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long step sends no data
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -139,7 +139,8 @@ class GrpcWorkerConnection final : public WorkerConnection {
     context.set_wait_for_ready(true);
     v1::InfoResponse info;
     grpc::Status status = stub_->Info(&context, v1::InfoRequest(), &info);
-    if (!status.ok()) return FromGrpcStatus(status).WithContext("worker " + address_ + ": Info");
+    if (!status.ok())
+      return rpc::FromGrpcStatus(status).WithContext("worker " + address_ + ": Info");
     return info;
   }
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "astr/v1/worker.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr::sched {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes common/unicode_data.cc: the Unicode tables behind common/unicode.h.
+"""Writes common/text/unicode/data.cc: the Unicode tables behind common/text/unicode/unicode.h.
 
-Usage: python scripts/gen_unicode_data.py [OUTPUT]   (default: common/unicode_data.cc)
+Usage: python scripts/gen_unicode_data.py [OUTPUT]   (default: common/text/unicode/data.cc)
 
 The output is deterministic (same inputs, same bytes) and is committed; run this again only to move
 to another Unicode version.
@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - the message is the point
 EXPECTED_UNICODE = "16.0.0"
 MAX_CP = 0x110000
 
-# Order of astr::unicode::Category in common/unicode.h.
+# Order of astr::unicode::Category in common/text/unicode/unicode.h.
 CATEGORIES = ["Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
               "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs",
               "Co", "Cn"]
@@ -208,7 +208,7 @@ def write_decompositions(w, name, table):
 def main():
     if ud.unidata_version != EXPECTED_UNICODE:
         sys.exit(f"unicodedata2 is Unicode {ud.unidata_version}, expected {EXPECTED_UNICODE}")
-    out_path = sys.argv[1] if len(sys.argv) > 1 else "common/unicode_data.cc"
+    out_path = sys.argv[1] if len(sys.argv) > 1 else "common/text/unicode/data.cc"
     cats = [CAT_INDEX[category(cp)] for cp in range(MAX_CP)]
     fold, lower, kind = case_tables()
     canon, compat, ccc, compose = normalization_tables()
@@ -220,7 +220,7 @@ def main():
     w.line(f"// Unicode {ud.unidata_version} (unicodedata2); case data from Python "
            f"{sys.version_info.major}.{sys.version_info.minor} (see the script).")
     w.line("// clang-format off")
-    w.line('#include "common/unicode_data.h"')
+    w.line('#include "common/text/unicode/data.h"')
     w.line()
     w.line("namespace astr::unicode::internal {")
     w.line()

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "kernels/cuda/paged_decode.h"
 
 namespace astr {
@@ -50,9 +50,9 @@ double PeakGbs() {
 }
 
 int Main(int argc, const char* const* argv) {
-  flags::FlagSet fs("astr-bench-attention",
-                    "Time the paged decode attention kernel on the GPU and print JSON (GB/s of K/V "
-                    "read against the device's memory bandwidth).");
+  FlagSet fs("astr-bench-attention",
+             "Time the paged decode attention kernel on the GPU and print JSON (GB/s of K/V "
+             "read against the device's memory bandwidth).");
   std::string batch_sizes = "1,8,32,64", contexts = "1024,8192,32768";
   int64_t heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, iters = 50;
   double peak_gbs = 0.0;

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "common/flags.h"
-#include "common/model_file.h"
+#include "common/base/flags.h"
+#include "common/model/model_file.h"
 #include "kernels/cpu/cpu_features.h"
-#include "tools/engine_flags.h"
 #include "worker/engine.h"
+#include "worker/engine_flags.h"
 
 namespace astr {
 namespace {
@@ -97,9 +97,9 @@ StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t cont
 }
 
 int Main(int argc, const char* const* argv) {
-  flags::FlagSet fs("astr-bench",
-                    "Prefill tok/s and decode ms/step per batch size of the in-process CPU engine; "
-                    "prints one JSON object.");
+  FlagSet fs("astr-bench",
+             "Prefill tok/s and decode ms/step per batch size of the in-process CPU engine; "
+             "prints one JSON object.");
   std::string model, batch_sizes = "1,4,16,64";
   int64_t prompt_len = 128, decode_context = 32, decode_steps = 16, reps = 3;
   fs.String("model", &model, "Model file or folder.", /*required=*/true);
@@ -108,14 +108,14 @@ int Main(int argc, const char* const* argv) {
   fs.Int("prefill-reps", &reps, "Timed prefill repetitions (median reported).");
   fs.Int("decode-context", &decode_context, "Prompt tokens of each decoding sequence.");
   fs.Int("decode-steps", &decode_steps, "Timed decode steps per batch size.");
-  cli::EngineFlags ef;
+  EngineFlags ef;
   ef.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "astr-bench: %s\n", s.ToString().c_str());
     return 1;
   };
-  auto sizes = flags::ParseIntList(batch_sizes, "batch-sizes");
+  auto sizes = ParseIntList(batch_sizes, "batch-sizes");
   if (!sizes.ok()) return fail(sizes.status());
   for (int64_t b : *sizes) {
     if (b < 1) return fail(InvalidArgumentError("--batch-sizes: each size must be >= 1"));
@@ -124,7 +124,7 @@ int Main(int argc, const char* const* argv) {
     return fail(InvalidArgumentError(
         "--prompt-len, --prefill-reps, --decode-context and --decode-steps must be >= 1"));
   }
-  auto file = ModelFile::Open(model);
+  auto file = model::ModelFile::Open(model);
   if (!file.ok()) return fail(file.status());
   ef.max_running =
       std::max<int64_t>(ef.max_running, *std::max_element(sizes->begin(), sizes->end()));

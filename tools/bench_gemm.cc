@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -32,8 +32,8 @@ double Seconds() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  astr::flags::FlagSet fs("astr-bench-gemm",
-                          "Benchmark the CPU GEMM kernels (bf16 weights) and print JSON.");
+  astr::FlagSet fs("astr-bench-gemm",
+                   "Benchmark the CPU GEMM kernels (bf16 weights) and print JSON.");
   int64_t threads = 2;
   std::string ms_text = "1,4,16,64,128";
   int64_t cache_mb = 600;
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   fs.Double("min-seconds", &min_seconds, "Minimum timed duration per measurement.");
   fs.Bool("f32", &f32, "Also benchmark f32 weights.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
-  auto ms = astr::flags::ParseIntList(ms_text, "m");
+  auto ms = astr::ParseIntList(ms_text, "m");
   if (!ms.ok()) {
     std::fprintf(stderr, "%s\n", ms.status().ToString().c_str());
     return 2;

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
 
@@ -337,11 +337,11 @@ nlohmann::json Summarize(const TimedConnection& timed, const Flags& f) {
 
 int Run(int argc, const char* const* argv) {
   Flags f;
-  flags::FlagSet fs("astr-bench-scheduler",
-                    "Measure the scheduler's overhead per step: N sequences decode together "
-                    "against a worker that computes nothing (astr-worker --backend instant, "
-                    "started here on 127.0.0.1); prints JSON with the loop's time per step "
-                    "(plan, RPC, results) over steady-state steps.");
+  FlagSet fs("astr-bench-scheduler",
+             "Measure the scheduler's overhead per step: N sequences decode together "
+             "against a worker that computes nothing (astr-worker --backend instant, "
+             "started here on 127.0.0.1); prints JSON with the loop's time per step "
+             "(plan, RPC, results) over steady-state steps.");
   fs.String("model", &f.model,
             "Model the instant worker loads for its vocabulary and limits (a .gguf or HF "
             "folder). Required unless --worker or --in-process.");

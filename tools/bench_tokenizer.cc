@@ -14,9 +14,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "common/file_util.h"
-#include "common/flags.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/flags.h"
+#include "common/text/tokenizer/tokenizer.h"
 
 namespace astr {
 namespace {
@@ -55,8 +55,8 @@ int Run(int argc, const char* const* argv) {
   std::string model, file;
   double min_seconds = 2.0;
   int64_t max_tokens = 2048;
-  flags::FlagSet flags("astr-bench-tokenizer",
-                       "Measure tokenizer encode and decode speed on one thread; prints JSON.");
+  FlagSet flags("astr-bench-tokenizer",
+                "Measure tokenizer encode and decode speed on one thread; prints JSON.");
   flags.String("model", &model, "A .gguf file, a Hugging Face model folder, or a tokenizer.json.",
                true);
   flags.String("file", &file,
@@ -80,13 +80,13 @@ int Run(int argc, const char* const* argv) {
     std::fprintf(stderr, "astr-bench-tokenizer: no text (give --file)\n");
     return 1;
   }
-  auto loaded = Tokenizer::Load(model);
+  auto loaded = tok::Tokenizer::Load(model);
   if (!loaded.ok()) {
     std::fprintf(stderr, "astr-bench-tokenizer: %s\n", loaded.status().ToString().c_str());
     return 1;
   }
-  const Tokenizer& tok = **loaded;
-  const EncodeOptions plain{.add_special_tokens = false, .parse_special = false};
+  const tok::Tokenizer& tok = **loaded;
+  const tok::EncodeOptions plain{.add_special_tokens = false, .parse_special = false};
   std::vector<int32_t> ids;
   // First pass on a fresh tokenizer: the word cache starts empty.
   const auto cold_start = std::chrono::steady_clock::now();
@@ -100,7 +100,7 @@ int Run(int argc, const char* const* argv) {
   const double decode_s =
       TimeRepeated(min_seconds, &decode_reps, [&] { decoded = tok.Decode(ids, false); });
   int bounded_reps = 0;
-  BoundedEncoding bounded;
+  tok::BoundedEncoding bounded;
   const double bounded_s = TimeRepeated(min_seconds, &bounded_reps, [&] {
     bounded = tok.EncodeAtMost(text, static_cast<size_t>(std::max<int64_t>(0, max_tokens)), plain);
   });

@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string>
 
-#include "common/chat_template.h"
-#include "common/file_util.h"
-#include "common/flags.h"
+#include "common/base/file_util.h"
+#include "common/base/flags.h"
+#include "common/chat/chat_template.h"
 #include "tools/command.h"
 
 namespace astr {
@@ -18,7 +18,7 @@ using ojson = nlohmann::ordered_json;
 
 // A messages file: a JSON array of messages, or {"messages": [...], "tools": [...], <variable>:
 // <value>, ...} where every other key becomes a template variable.
-Status ReadMessagesFile(const std::string& path, ChatInputs* inputs) {
+Status ReadMessagesFile(const std::string& path, chat::ChatInputs* inputs) {
   ASTR_ASSIGN_OR_RETURN(ojson doc, ReadOrderedJsonFile(path));
   if (doc.is_array()) {
     inputs->messages = std::move(doc);
@@ -50,7 +50,7 @@ Status ReadMessagesFile(const std::string& path, ChatInputs* inputs) {
   return OkStatus();
 }
 
-Status ReadToolsFile(const std::string& path, ChatInputs* inputs) {
+Status ReadToolsFile(const std::string& path, chat::ChatInputs* inputs) {
   ASTR_ASSIGN_OR_RETURN(ojson doc, ReadOrderedJsonFile(path));
   if (doc.is_object() && doc.contains("tools")) doc = doc["tools"];
   if (!doc.is_array()) {
@@ -69,33 +69,32 @@ struct Flags {
   bool add_generation_prompt = false;
 };
 
-StatusOr<ChatTemplate> LoadTemplate(const Flags& f) {
-  if (f.template_file.empty()) return ChatTemplate::Load(f.model, f.template_name);
+StatusOr<chat::ChatTemplate> LoadTemplate(const Flags& f) {
+  if (f.template_file.empty()) return chat::ChatTemplate::Load(f.model, f.template_name);
   ASTR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.template_file));
-  ChatSpecialTokens tokens;
+  tok::ChatSpecialTokens tokens;
   if (f.model.empty()) {
     tokens.bos = "";
     tokens.eos = "";
   } else {
-    ASTR_ASSIGN_OR_RETURN(ChatTemplateSource source, ReadChatTemplateSource(f.model));
+    ASTR_ASSIGN_OR_RETURN(chat::ChatTemplateSource source, chat::ReadChatTemplateSource(f.model));
     tokens = source.tokens;
   }
-  return ChatTemplate::FromString(text, tokens, f.template_file);
+  return chat::ChatTemplate::FromString(text, tokens, f.template_file);
 }
 
 StatusOr<std::string> Run(const Flags& f) {
-  ChatInputs inputs;
+  chat::ChatInputs inputs;
   ASTR_RETURN_IF_ERROR(ReadMessagesFile(f.messages, &inputs));
   if (!f.tools.empty()) ASTR_RETURN_IF_ERROR(ReadToolsFile(f.tools, &inputs));
   if (f.add_generation_prompt) inputs.add_generation_prompt = true;
-  ASTR_ASSIGN_OR_RETURN(ChatTemplate tmpl, LoadTemplate(f));
+  ASTR_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, LoadTemplate(f));
   return tmpl.Render(inputs);
 }
 
 int RunChatTemplate(int argc, const char* const* argv) {
   Flags f;
-  flags::FlagSet fs(argv[0],
-                    "Render a conversation with a model's chat template and print the prompt.");
+  FlagSet fs(argv[0], "Render a conversation with a model's chat template and print the prompt.");
   fs.String("model", &f.model,
             "Model: a Hugging Face folder, its tokenizer_config.json, or a .gguf file. Supplies "
             "the chat template and the special tokens (bos_token, eos_token, ...). May be left out "

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
-#include "common/model_file.h"
-#include "common/safetensors.h"
+#include "common/base/flags.h"
+#include "common/model/model_file.h"
+#include "common/model/safetensors.h"
 #include "tools/command.h"
 
 namespace astr {
@@ -33,65 +33,68 @@ bool IsQkProj(const std::string& canonical) {
 }
 
 Status Convert(const std::string& src, const std::string& out_dir, const std::string& dtype_flag) {
-  ASTR_ASSIGN_OR_RETURN(auto model, ModelFile::Open(src));
-  if (model->format() != ModelFile::Format::kGguf)
+  ASTR_ASSIGN_OR_RETURN(auto model, model::ModelFile::Open(src));
+  if (model->format() != model::ModelFile::Format::kGguf)
     return InvalidArgumentError(src + ": not a GGUF file");
   ASTR_RETURN_IF_ERROR(model->ValidateWeights());
-  const std::vector<WeightSpec> specs = ExpectedWeights(model->config());
+  const std::vector<model::WeightSpec> specs = model::ExpectedWeights(model->config());
   bool all_f32 = true;
-  for (const WeightSpec& w : specs) {
-    ASTR_ASSIGN_OR_RETURN(TensorView t, model->Raw(w.name));
-    all_f32 = all_f32 && t.dtype == DType::kF32;
+  for (const model::WeightSpec& w : specs) {
+    ASTR_ASSIGN_OR_RETURN(model::TensorView t, model->Raw(w.name));
+    all_f32 = all_f32 && t.dtype == model::DType::kF32;
   }
-  ASTR_ASSIGN_OR_RETURN(DType dtype,
-                        ParseDType(dtype_flag.empty() ? (all_f32 ? "f32" : "bf16") : dtype_flag));
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+  ASTR_ASSIGN_OR_RETURN(
+      model::DType dtype,
+      model::ParseDType(dtype_flag.empty() ? (all_f32 ? "f32" : "bf16") : dtype_flag));
+  if (dtype != model::DType::kF32 && dtype != model::DType::kF16 && dtype != model::DType::kBF16) {
     return InvalidArgumentError("--dtype must be f32, f16 or bf16");
   }
-  ModelConfig config = model->config();
-  const bool unpermute = config.rope_layout == RopeLayout::kInterleaved;
-  config.rope_layout = RopeLayout::kHalf;
-  ASTR_ASSIGN_OR_RETURN(std::string config_json, ConfigToHfJson(config));
+  model::ModelConfig config = model->config();
+  const bool unpermute = config.rope_layout == model::RopeLayout::kInterleaved;
+  config.rope_layout = model::RopeLayout::kHalf;
+  ASTR_ASSIGN_OR_RETURN(std::string config_json, model::ConfigToHfJson(config));
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return InvalidArgumentError(out_dir + ": cannot create folder: " + ec.message());
   ASTR_RETURN_IF_ERROR(WriteText(out_dir + "/config.json", config_json));
   ASTR_RETURN_IF_ERROR(
-      WriteText(out_dir + "/generation_config.json", GenerationConfigJson(config)));
+      WriteText(out_dir + "/generation_config.json", model::GenerationConfigJson(config)));
 
-  SafetensorsWriter w;
+  model::SafetensorsWriter w;
   w.SetMetadata("format", "pt");
-  for (const WeightSpec& s : specs) w.AddTensor(HfNameFromCanonical(s.name), s.shape, dtype);
+  for (const model::WeightSpec& s : specs)
+    w.AddTensor(model::HfNameFromCanonical(s.name), s.shape, dtype);
   ASTR_RETURN_IF_ERROR(w.Open(out_dir + "/model.safetensors"));
   // One tensor in memory at a time.
   std::vector<float> f32;
   std::vector<uint8_t> bytes;
-  for (const WeightSpec& s : specs) {
+  for (const model::WeightSpec& s : specs) {
     ASTR_RETURN_IF_ERROR(model->LoadF32(s.name, s.shape, &f32));
     if (unpermute && IsQkProj(s.name)) {
-      f32 = InterleavedToHalfRows(f32, s.shape[0], s.shape[1], config.head_dim);
+      f32 = model::InterleavedToHalfRows(f32, s.shape[0], s.shape[1], config.head_dim);
     }
-    ASTR_ASSIGN_OR_RETURN(uint64_t n, DTypeByteSize(dtype, static_cast<int64_t>(f32.size())));
+    ASTR_ASSIGN_OR_RETURN(uint64_t n,
+                          model::DTypeByteSize(dtype, static_cast<int64_t>(f32.size())));
     bytes.resize(n);
-    QuantizeFromF32(dtype, f32.data(), static_cast<int64_t>(f32.size()), bytes.data());
+    model::QuantizeFromF32(dtype, f32.data(), static_cast<int64_t>(f32.size()), bytes.data());
     ASTR_RETURN_IF_ERROR(w.WriteTensorData(bytes.data(), n));
   }
   ASTR_RETURN_IF_ERROR(w.Close());
   for (const std::string& name : model->TensorNames()) {
-    if (GgufNameFromCanonical(name).empty()) {
+    if (model::GgufNameFromCanonical(name).empty()) {
       std::fprintf(stderr, "astr convert: note: tensor '%s' has no HF counterpart; skipped\n",
                    name.c_str());
     }
   }
   std::printf("wrote %s (%s, %zu tensors, %s)\n", out_dir.c_str(), config.architecture.c_str(),
-              specs.size(), std::string(DTypeName(dtype)).c_str());
+              specs.size(), std::string(model::DTypeName(dtype)).c_str());
   return OkStatus();
 }
 
 int RunConvert(int argc, const char* const* argv) {
   std::string src, out_dir, dtype;
-  flags::FlagSet fs(argv[0], "Convert a GGUF model to a Hugging Face folder (safetensors).");
+  FlagSet fs(argv[0], "Convert a GGUF model to a Hugging Face folder (safetensors).");
   fs.Positional("gguf", &src, "Source .gguf file.");
   fs.Positional("out_dir", &out_dir, "Output folder (created).");
   fs.String("dtype", &dtype,

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/flags.h"
-#include "common/model_file.h"
+#include "common/base/flags.h"
+#include "common/model/model_file.h"
 #include "tools/command.h"
 
 namespace astr {
@@ -14,19 +14,23 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* LayoutName(RopeLayout l) { return l == RopeLayout::kHalf ? "half" : "interleaved"; }
-const char* QkNormName(QkNorm q) {
-  return q == QkNorm::kNone ? "none" : q == QkNorm::kBeforeRope ? "before_rope" : "after_rope";
+const char* LayoutName(model::RopeLayout l) {
+  return l == model::RopeLayout::kHalf ? "half" : "interleaved";
 }
-const char* ScalingName(RopeScaling::Type t) {
-  return t == RopeScaling::Type::kNone     ? "none"
-         : t == RopeScaling::Type::kLinear ? "linear"
-                                           : "llama3";
+const char* QkNormName(model::QkNorm q) {
+  return q == model::QkNorm::kNone         ? "none"
+         : q == model::QkNorm::kBeforeRope ? "before_rope"
+                                           : "after_rope";
+}
+const char* ScalingName(model::RopeScaling::Type t) {
+  return t == model::RopeScaling::Type::kNone     ? "none"
+         : t == model::RopeScaling::Type::kLinear ? "linear"
+                                                  : "llama3";
 }
 
 // `checked`: the weights confirm the config's dims (ModelFile::CheckConfig), so that the parameter
 // count, which walks every layer, is both meaningful and bounded.
-json ConfigJson(const ModelConfig& c, bool checked) {
+json ConfigJson(const model::ModelConfig& c, bool checked) {
   json j = {{"architecture", c.architecture},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},
@@ -52,7 +56,7 @@ json ConfigJson(const ModelConfig& c, bool checked) {
   return j;
 }
 
-json VocabJson(const Vocab& v) {
+json VocabJson(const model::Vocab& v) {
   json first = json::array();
   for (size_t i = 0; i < v.tokens.size() && i < 8; ++i) first.push_back(v.tokens[i]);
   return {{"size", v.tokens.size()}, {"model", v.model},          {"pre", v.pre},
@@ -62,22 +66,22 @@ json VocabJson(const Vocab& v) {
 
 // What the file holds even when its config disagrees with its tensors (the file was opened
 // unchecked): the config as declared, the tensors, and the disagreement as weights_error.
-StatusOr<json> Inspect(const ModelFile& m, bool with_tensors) {
+StatusOr<json> Inspect(const model::ModelFile& m, bool with_tensors) {
   const Status checked = m.CheckConfig();
   json j = {{"path", m.path()},
-            {"format", m.format() == ModelFile::Format::kGguf ? "gguf" : "hf"},
+            {"format", m.format() == model::ModelFile::Format::kGguf ? "gguf" : "hf"},
             {"config", ConfigJson(m.config(), checked.ok())}};
   std::map<std::string, int64_t> dtype_counts;
   json tensors = json::array();
   int64_t stored_params = 0;
   for (const std::string& name : m.TensorNames()) {
-    ASTR_ASSIGN_OR_RETURN(TensorView t, m.Raw(name));
-    ++dtype_counts[std::string(DTypeName(t.dtype))];
+    ASTR_ASSIGN_OR_RETURN(model::TensorView t, m.Raw(name));
+    ++dtype_counts[std::string(model::DTypeName(t.dtype))];
     stored_params += t.num_elements();
     if (with_tensors) {
       tensors.push_back({{"name", name},
                          {"file_name", t.source_name},
-                         {"dtype", DTypeName(t.dtype)},
+                         {"dtype", model::DTypeName(t.dtype)},
                          {"shape", t.shape}});
     }
   }
@@ -128,14 +132,14 @@ void PrintText(const json& j) {
 int RunInspect(int argc, const char* const* argv) {
   std::string path;
   bool as_json = false, with_tensors = false;
-  flags::FlagSet fs(argv[0], "Show a model file's config, tensors and vocabulary.");
+  FlagSet fs(argv[0], "Show a model file's config, tensors and vocabulary.");
   fs.Positional("path", &path, "A .gguf file or a Hugging Face model folder.");
   fs.Bool("json", &as_json, "Print JSON instead of text.");
   fs.Bool("tensors", &with_tensors, "List every tensor (name, dtype, shape).");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   // Unchecked, so that a config the tensors disagree with is shown with the disagreement; a file
   // whose metadata cannot be read at all (or is out of every range) is still an error.
-  auto model = ModelFile::OpenUnchecked(path);
+  auto model = model::ModelFile::OpenUnchecked(path);
   StatusOr<json> j = model.ok() ? Inspect(**model, with_tensors) : StatusOr<json>(model.status());
   if (!j.ok()) {
     std::fprintf(stderr, "astr inspect: %s\n", j.status().ToString().c_str());

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
-#include "common/gguf.h"
-#include "common/model_config.h"
-#include "common/model_file.h"
-#include "common/safetensors.h"
+#include "common/base/flags.h"
+#include "common/model/gguf.h"
+#include "common/model/model_config.h"
+#include "common/model/model_file.h"
+#include "common/model/safetensors.h"
 #include "tools/command.h"
 
 namespace astr {
@@ -54,8 +54,8 @@ struct Options {
   bool tie = false, qk_norm = false, gated = false;
 };
 
-StatusOr<ModelConfig> BuildConfig(const Options& o) {
-  ModelConfig c;
+StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
+  model::ModelConfig c;
   c.architecture = o.arch;
   c.vocab_size = o.vocab;
   c.hidden_size = o.hidden;
@@ -73,14 +73,14 @@ StatusOr<ModelConfig> BuildConfig(const Options& o) {
   if (o.vocab > 2) c.eos_token_ids = {2};
   if (o.arch == "llama" || o.arch == "mistral") {
     // GGUF llama stores q/k in interleaved order; an HF llama folder in half order.
-    c.rope_layout = o.format == "gguf" ? RopeLayout::kInterleaved : RopeLayout::kHalf;
+    c.rope_layout = o.format == "gguf" ? model::RopeLayout::kInterleaved : model::RopeLayout::kHalf;
   } else if (o.arch == "qwen2") {
     c.qkv_bias = true;
   } else if (o.arch == "qwen3") {
-    c.qk_norm = QkNorm::kBeforeRope;
+    c.qk_norm = model::QkNorm::kBeforeRope;
   } else if (o.arch == "autoregressive_lm") {
-    c.rope_layout = RopeLayout::kInterleaved;
-    c.qk_norm = o.qk_norm ? QkNorm::kAfterRope : QkNorm::kNone;
+    c.rope_layout = model::RopeLayout::kInterleaved;
+    c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
     c.gated_attention = o.gated;
   } else {
     return InvalidArgumentError("--arch must be llama, mistral, qwen2, qwen3 or autoregressive_lm");
@@ -94,48 +94,50 @@ StatusOr<ModelConfig> BuildConfig(const Options& o) {
 
 // A minimal SentencePiece-style vocabulary: <unk> <s> </s>, byte tokens when there is room, then
 // distinct placeholder pieces.
-void AddGgufVocab(int64_t n, GgufWriter* w) {
+void AddGgufVocab(int64_t n, model::GgufWriter* w) {
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;
-  auto add = [&](std::string t, float score, TokenType type) {
+  auto add = [&](std::string t, float score, model::TokenType type) {
     tokens.push_back(std::move(t));
     scores.push_back(score);
     types.push_back(static_cast<int32_t>(type));
   };
   const char* specials[] = {"<unk>", "<s>", "</s>"};
-  const TokenType special_types[] = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl};
+  const model::TokenType special_types[] = {model::TokenType::kUnknown, model::TokenType::kControl,
+                                            model::TokenType::kControl};
   for (int i = 0; i < 3 && i < n; ++i) add(specials[i], 0.0f, special_types[i]);
   if (n >= 3 + 256) {
     char buf[8];
     for (int b = 0; b < 256; ++b) {
       std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
-      add(buf, 0.0f, TokenType::kByte);
+      add(buf, 0.0f, model::TokenType::kByte);
     }
   }
   for (int64_t i = static_cast<int64_t>(tokens.size()); i < n; ++i) {
-    add("\xE2\x96\x81t" + std::to_string(i), -static_cast<float>(i), TokenType::kNormal);
+    add("\xE2\x96\x81t" + std::to_string(i), -static_cast<float>(i), model::TokenType::kNormal);
   }
-  w->AddMetadata("tokenizer.ggml.model", GgufValue::String("llama"));
-  w->AddMetadata("tokenizer.ggml.tokens", GgufValue::StringArray(tokens));
-  w->AddMetadata("tokenizer.ggml.scores", GgufValue::F32Array(scores));
-  w->AddMetadata("tokenizer.ggml.token_type", GgufValue::I32Array(types));
-  w->AddMetadata("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
-  if (n > 1) w->AddMetadata("tokenizer.ggml.bos_token_id", GgufValue::U32(1));
-  if (n > 2) w->AddMetadata("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
+  w->AddMetadata("tokenizer.ggml.model", model::GgufValue::String("llama"));
+  w->AddMetadata("tokenizer.ggml.tokens", model::GgufValue::StringArray(tokens));
+  w->AddMetadata("tokenizer.ggml.scores", model::GgufValue::F32Array(scores));
+  w->AddMetadata("tokenizer.ggml.token_type", model::GgufValue::I32Array(types));
+  w->AddMetadata("tokenizer.ggml.unknown_token_id", model::GgufValue::U32(0));
+  if (n > 1) w->AddMetadata("tokenizer.ggml.bos_token_id", model::GgufValue::U32(1));
+  if (n > 2) w->AddMetadata("tokenizer.ggml.eos_token_id", model::GgufValue::U32(2));
 }
 
 // GGUF keeps 1-D tensors in F32 (as llama.cpp does) and falls back to F16 where rows are not whole
 // quantization blocks.
-DType StoredDType(const WeightSpec& w, DType requested, bool gguf) {
-  if (gguf && w.shape.size() == 1) return DType::kF32;
-  if (w.shape.back() % DTypeBlockElements(requested) != 0) return DType::kF16;
+model::DType StoredDType(const model::WeightSpec& w, model::DType requested, bool gguf) {
+  if (gguf && w.shape.size() == 1) return model::DType::kF32;
+  if (w.shape.back() % model::DTypeBlockElements(requested) != 0) return model::DType::kF16;
   return requested;
 }
 
 template <typename Writer>
-Status StreamWeights(const std::vector<WeightSpec>& specs, const std::vector<DType>& dtypes,
-                     uint64_t seed, double init_std, Writer* w) {
+Status StreamWeights(const std::vector<model::WeightSpec>& specs,
+                     const std::vector<model::DType>& dtypes, uint64_t seed, double init_std,
+                     Writer* w) {
   std::vector<float> f32(kChunkElements);
   std::vector<uint8_t> bytes;
   for (size_t t = 0; t < specs.size(); ++t) {
@@ -144,9 +146,9 @@ Status StreamWeights(const std::vector<WeightSpec>& specs, const std::vector<DTy
     for (int64_t first = 0; first < n; first += kChunkElements) {
       const int64_t count = std::min(kChunkElements, n - first);
       FillChunk(specs[t].name, seed, t, first, count, init_std, f32.data());
-      ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, DTypeByteSize(dtypes[t], count));
+      ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, model::DTypeByteSize(dtypes[t], count));
       bytes.resize(nbytes);
-      QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
+      model::QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
       ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
     }
   }
@@ -169,23 +171,24 @@ Status MakeModel(const Options& o) {
     return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3 (not " + o.arch +
                                 "); use --format hf");
   }
-  ASTR_ASSIGN_OR_RETURN(DType dtype,
-                        ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
-  if (!gguf && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+  ASTR_ASSIGN_OR_RETURN(model::DType dtype,
+                        model::ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
+  if (!gguf && dtype != model::DType::kF32 && dtype != model::DType::kF16 &&
+      dtype != model::DType::kBF16) {
     return InvalidArgumentError("--format hf stores f32, f16 or bf16, not " +
-                                std::string(DTypeName(dtype)));
+                                std::string(model::DTypeName(dtype)));
   }
-  ASTR_ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o));
-  const std::vector<WeightSpec> specs = ExpectedWeights(config);
-  std::vector<DType> dtypes;
-  for (const WeightSpec& w : specs) dtypes.push_back(StoredDType(w, dtype, gguf));
+  ASTR_ASSIGN_OR_RETURN(model::ModelConfig config, BuildConfig(o));
+  const std::vector<model::WeightSpec> specs = model::ExpectedWeights(config);
+  std::vector<model::DType> dtypes;
+  for (const model::WeightSpec& w : specs) dtypes.push_back(StoredDType(w, dtype, gguf));
   const uint64_t seed = static_cast<uint64_t>(o.seed);
   if (gguf) {
-    GgufWriter w;
-    ASTR_RETURN_IF_ERROR(AddGgufMetadata(config, &w));
+    model::GgufWriter w;
+    ASTR_RETURN_IF_ERROR(model::AddGgufMetadata(config, &w));
     AddGgufVocab(config.vocab_size, &w);
     for (size_t t = 0; t < specs.size(); ++t) {
-      w.AddTensor(GgufNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+      w.AddTensor(model::GgufNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
     }
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
     return StreamWeights(specs, dtypes, seed, o.init_std, &w);
@@ -193,14 +196,14 @@ Status MakeModel(const Options& o) {
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return InvalidArgumentError(o.out + ": cannot create folder: " + ec.message());
-  ASTR_ASSIGN_OR_RETURN(std::string config_json, ConfigToHfJson(config));
+  ASTR_ASSIGN_OR_RETURN(std::string config_json, model::ConfigToHfJson(config));
   ASTR_RETURN_IF_ERROR(WriteTextFile(o.out + "/config.json", config_json));
   ASTR_RETURN_IF_ERROR(
-      WriteTextFile(o.out + "/generation_config.json", GenerationConfigJson(config)));
-  SafetensorsWriter w;
+      WriteTextFile(o.out + "/generation_config.json", model::GenerationConfigJson(config)));
+  model::SafetensorsWriter w;
   w.SetMetadata("format", "pt");
   for (size_t t = 0; t < specs.size(); ++t) {
-    w.AddTensor(HfNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+    w.AddTensor(model::HfNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
   }
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
   return StreamWeights(specs, dtypes, seed, o.init_std, &w);
@@ -208,7 +211,7 @@ Status MakeModel(const Options& o) {
 
 int RunMakeModel(int argc, const char* const* argv) {
   Options o;
-  flags::FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
+  FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
   fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");

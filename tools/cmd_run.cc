@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/chat_template.h"
-#include "common/flags.h"
-#include "common/model_file.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/base/flags.h"
+#include "common/chat/chat_template.h"
+#include "common/model/model_file.h"
+#include "common/text/tokenizer/tokenizer.h"
 #include "tools/command.h"
-#include "tools/engine_flags.h"
 #include "worker/engine.h"
+#include "worker/engine_flags.h"
 
 namespace astr::cli {
 namespace {
@@ -23,9 +23,9 @@ namespace {
 // or the folder's tokenizer.json). A model without one still runs on --prompt-ids and prints ids.
 class TextCodec {
  public:
-  explicit TextCodec(const ModelFile& file) {
-    auto t = file.vocab() != nullptr ? Tokenizer::FromGgufVocab(*file.vocab(), file.path())
-                                     : Tokenizer::Load(file.path());
+  explicit TextCodec(const model::ModelFile& file) {
+    auto t = file.vocab() != nullptr ? tok::Tokenizer::FromGgufVocab(*file.vocab(), file.path())
+                                     : tok::Tokenizer::Load(file.path());
     if (t.ok()) {
       tokenizer_ = *t;
     } else {
@@ -34,7 +34,7 @@ class TextCodec {
   }
   bool available() const { return tokenizer_ != nullptr; }
   const Status& why_not() const { return why_not_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   std::vector<int32_t> Encode(const std::string& text, bool add_special, bool parse_special) const {
     return tokenizer_->Encode(text,
                               {.add_special_tokens = add_special, .parse_special = parse_special});
@@ -56,7 +56,7 @@ class TextCodec {
   }
 
  private:
-  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
   Status why_not_;
   std::vector<int32_t> prompt_;
   std::string prompt_text_;  // Decode(prompt_), computed once
@@ -66,8 +66,8 @@ class TextCodec {
 // ending with the generation prompt.
 StatusOr<std::string> RenderChat(const std::string& model, const std::string& system,
                                  const std::string& user) {
-  ASTR_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::Load(model));
-  ChatInputs inputs;
+  ASTR_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template, chat::ChatTemplate::Load(model));
+  chat::ChatInputs inputs;
   if (!system.empty()) inputs.messages.push_back({{"role", "system"}, {"content", system}});
   inputs.messages.push_back({{"role", "user"}, {"content", user}});
   inputs.add_generation_prompt = true;
@@ -80,8 +80,7 @@ int Fail(const Status& s) {
 }
 
 int RunCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs("astr run",
-                    "Generate offline (in-process) from a model file on the CPU backend.");
+  FlagSet fs("astr run", "Generate offline (in-process) from a model file on the CPU backend.");
   std::string model, prompt, prompt_ids, chat, system;
   bool json = false, no_bos = false, parse_special = false;
   int n = 1;
@@ -117,7 +116,7 @@ int RunCommand(int argc, const char* const* argv) {
     return 2;
   }
 
-  auto file = ModelFile::Open(model);
+  auto file = model::ModelFile::Open(model);
   if (!file.ok()) return Fail(file.status());
   TextCodec codec(**file);
   if (prompt_ids.empty() && !codec.available()) {
@@ -127,7 +126,7 @@ int RunCommand(int argc, const char* const* argv) {
   }
   std::vector<int32_t> ids;
   if (!prompt_ids.empty()) {
-    auto list = flags::ParseIntList(prompt_ids, "prompt-ids");
+    auto list = ParseIntList(prompt_ids, "prompt-ids");
     if (!list.ok()) return Fail(list.status());
     for (int64_t id : *list) {
       if (id < 0 || id > INT32_MAX) {

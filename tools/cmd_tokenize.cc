@@ -8,11 +8,11 @@
 #include <sstream>
 #include <string>
 
-#include "common/file_util.h"
-#include "common/json_depth.h"
-#include "common/flags.h"
-#include "common/tokenizer/stream_decoder.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/flags.h"
+#include "common/base/json_depth.h"
+#include "common/text/tokenizer/stream_decoder.h"
+#include "common/text/tokenizer/tokenizer.h"
 #include "tools/command.h"
 
 namespace astr {
@@ -46,7 +46,7 @@ Status ForEachJsonLine(const std::string& path, Fn&& line_fn) {
 int RunTokenize(int argc, const char* const* argv) {
   std::string model, text, file, jsonl;
   bool no_add_special = false, parse_special = false, as_json = false;
-  flags::FlagSet fs(argv[0], "Turn text into the model's token ids.");
+  FlagSet fs(argv[0], "Turn text into the model's token ids.");
   fs.String("model", &model, "A .gguf file, a Hugging Face model folder, or a tokenizer.json.",
             true);
   fs.String("text", &text, "The text to tokenize.");
@@ -67,10 +67,10 @@ int RunTokenize(int argc, const char* const* argv) {
     std::fprintf(stderr, "astr tokenize: give exactly one of --text, --file, --jsonl\n");
     return 2;
   }
-  auto tokenizer = Tokenizer::Load(model);
+  auto tokenizer = tok::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail("tokenize", tokenizer.status().ToString());
-  const EncodeOptions options{.add_special_tokens = !no_add_special,
-                              .parse_special = parse_special};
+  const tok::EncodeOptions options{.add_special_tokens = !no_add_special,
+                                   .parse_special = parse_special};
   if (!jsonl.empty()) {
     Status s = ForEachJsonLine(jsonl, [&](const json& j, int number) -> Status {
       if (!j.is_string()) {
@@ -129,11 +129,11 @@ StatusOr<std::vector<int32_t>> IdsFromJson(const json& j) {
 }
 
 // Decodes one sequence: the text, or with --stream the chunks a streaming client would receive.
-json DecodeOne(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, bool skip_special,
+json DecodeOne(const tok::Tokenizer& tokenizer, const std::vector<int32_t>& ids, bool skip_special,
                bool stream) {
   if (!stream) return tokenizer.Decode(ids, skip_special);
   json chunks = json::array();
-  StreamDecoder decoder(tokenizer, skip_special);
+  tok::StreamDecoder decoder(tokenizer, skip_special);
   for (int32_t id : ids) {
     std::string chunk = decoder.Push(id);
     if (!chunk.empty()) chunks.push_back(std::move(chunk));
@@ -145,7 +145,7 @@ json DecodeOne(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, bool
 int RunDetokenize(int argc, const char* const* argv) {
   std::string model, ids_text, jsonl;
   bool keep_special = false, stream = false;
-  flags::FlagSet fs(argv[0], "Turn token ids back into text.");
+  FlagSet fs(argv[0], "Turn token ids back into text.");
   fs.String("model", &model, "A .gguf file, a Hugging Face model folder, or a tokenizer.json.",
             true);
   fs.String("ids", &ids_text, "Comma-separated token ids, e.g. 1,15043,3186.");
@@ -160,7 +160,7 @@ int RunDetokenize(int argc, const char* const* argv) {
     std::fprintf(stderr, "astr detokenize: give exactly one of --ids, --jsonl\n");
     return 2;
   }
-  auto tokenizer = Tokenizer::Load(model);
+  auto tokenizer = tok::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail("detokenize", tokenizer.status().ToString());
   auto print = [](const json& j) {
     std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -179,7 +179,7 @@ int RunDetokenize(int argc, const char* const* argv) {
   }
   std::vector<int32_t> ids;
   if (!ids_text.empty()) {
-    auto parsed = flags::ParseIntList(ids_text, "--ids");
+    auto parsed = ParseIntList(ids_text, "--ids");
     if (!parsed.ok()) {
       std::fprintf(stderr, "astr detokenize: %s\n", parsed.status().message().c_str());
       return 2;

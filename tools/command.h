@@ -1,6 +1,6 @@
 // Subcommands of the `astr` CLI. Each tools/cmd_*.cc registers one with ASTR_REGISTER_COMMAND; its
 // run function gets argv with argv[0] = "astr <name>" and parses its own flags with
-// astr::flags::FlagSet.
+// astr::FlagSet.
 #pragma once
 
 #include <vector>

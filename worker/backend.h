@@ -7,14 +7,16 @@
 #include <span>
 #include <string>
 
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/model_config.h"
 #include "worker/sampler.h"
 #include "worker/step_batch.h"
 
 namespace astr {
 
+namespace model {
 class ModelFile;
+}  // namespace model
 
 struct BackendOptions {
   std::string weight_dtype = "bf16";  // "bf16" or "f32": how projection weights are held
@@ -32,7 +34,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual const ModelConfig& config() const = 0;
+  virtual const model::ModelConfig& config() const = 0;
   virtual int64_t num_pages() const = 0;
   virtual int64_t page_size() const = 0;
   virtual int64_t max_batch_tokens() const = 0;
@@ -56,7 +58,7 @@ class Backend {
 };
 
 // Creates the CPU backend from an opened model file.
-StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const model::ModelFile& file,
                                                     const BackendOptions& options);
 
 }  // namespace astr

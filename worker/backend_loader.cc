@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 
 #ifndef ASTR_HAVE_CUDA_BUILD
 #define ASTR_HAVE_CUDA_BUILD 0
@@ -115,7 +115,7 @@ std::string RequestedBackend(const std::string& flag_value, bool flag_given, std
 
 std::string CudaUnavailableReason() { return Plugin().unavailable; }
 
-StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelFile& file,
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const model::ModelFile& file,
                                                  const BackendOptions& options, BackendKind kind,
                                                  std::string* note) {
   if (note != nullptr) note->clear();

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker/backend.h"
 
 namespace astr {
@@ -38,7 +38,7 @@ std::string CudaUnavailableReason();
 
 // Creates the backend of `kind`. For kAuto, *note (if non-null) gets the reason the CPU backend was
 // chosen ("" when CUDA was).
-StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelFile& file,
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const model::ModelFile& file,
                                                  const BackendOptions& options, BackendKind kind,
                                                  std::string* note = nullptr);
 
@@ -49,7 +49,7 @@ using CudaPluginAbiFn = int (*)();
 // Fills why[0..why_size) and returns 0 if no device is usable; else the device count.
 using CudaPluginProbeFn = int (*)(char* why, int why_size);
 // Creates the backend; on failure returns null and fills error[0..error_size).
-using CudaPluginCreateFn = Backend* (*)(const ModelFile* file, const BackendOptions* options,
+using CudaPluginCreateFn = Backend* (*)(const model::ModelFile* file, const BackendOptions* options,
                                         char* error, int error_size);
 
 }  // namespace astr

@@ -32,7 +32,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
 }
 
 StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
-  const ModelConfig& c = backend_->config();
+  const model::ModelConfig& c = backend_->config();
   if (request.prompt.empty()) return InvalidArgumentError("prompt: must hold at least one token");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     if (request.prompt[i] < 0 || request.prompt[i] >= c.vocab_size) {

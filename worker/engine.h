@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker/backend.h"
 #include "worker/page_allocator.h"
 #include "worker/sampler.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr {
 

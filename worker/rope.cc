@@ -4,15 +4,15 @@
 
 namespace astr {
 
-std::vector<float> RopeInvFreq(const ModelConfig& c) {
+std::vector<float> RopeInvFreq(const model::ModelConfig& c) {
   const int64_t half = c.rope_dim / 2;
   std::vector<float> inv(half);
-  const RopeScaling& s = c.rope_scaling;
+  const model::RopeScaling& s = c.rope_scaling;
   for (int64_t i = 0; i < half; ++i) {
     double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / c.rope_dim);
-    if (s.type == RopeScaling::Type::kLinear) {
+    if (s.type == model::RopeScaling::Type::kLinear) {
       f /= s.factor;
-    } else if (s.type == RopeScaling::Type::kLlama3) {
+    } else if (s.type == model::RopeScaling::Type::kLlama3) {
       // Meta's llama3 scaling: long wavelengths are divided by `factor`, short ones kept, and the
       // band between is interpolated smoothly.
       const double old_len = static_cast<double>(s.original_max_position);

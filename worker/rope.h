@@ -3,11 +3,11 @@
 
 #include <vector>
 
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 
 namespace astr {
 
 // inv_freq[i] for i < rope_dim / 2: theta^(-2i / rope_dim), then the config's rope scaling.
-std::vector<float> RopeInvFreq(const ModelConfig& config);
+std::vector<float> RopeInvFreq(const model::ModelConfig& config);
 
 }  // namespace astr

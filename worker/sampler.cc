@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "worker/philox.h"
+#include "common/base/philox.h"
 
 namespace astr {
 namespace {

@@ -11,7 +11,7 @@
 //   6. divide by temperature; processed logprobs captured (logprobs_mode == kProcessed)
 //   7. top-k, then top-p, then min-p over the candidates sorted by (prob desc, id asc)
 //   8. renormalize, then inverse CDF over that sorted order with the Philox uniform for
-//      (seed, sequence, token_index) — see worker/philox.h for the bit recipe.
+//      (seed, sequence, token_index) — see common/base/philox.h for the bit recipe.
 //
 // Determinism: the chosen token depends only on (logits, params, prompt + generated tokens, seed,
 // sequence, token_index); never on the batch, the order sequences are sampled in, or the scratch.
@@ -27,8 +27,8 @@
 #include <span>
 #include <vector>
 
-#include "common/sampling_limits.h"
-#include "common/status.h"
+#include "common/base/sampling_limits.h"
+#include "common/base/status.h"
 
 namespace astr {
 

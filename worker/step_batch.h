@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker/backend.h"
 #include "worker/sampler.h"
 

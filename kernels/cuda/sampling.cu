@@ -21,8 +21,8 @@
 
 #include <cstdint>
 
+#include "common/base/philox.h"
 #include "kernels/cuda/sampling.h"
-#include "worker/philox.h"
 
 namespace astr::cuda {
 namespace {

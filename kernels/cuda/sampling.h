@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/sampling_limits.h"
+#include "common/base/sampling_limits.h"
 
 namespace astr::cuda {
 

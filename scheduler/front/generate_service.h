@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "astr/v1/generate.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/front/output_processor.h"
 #include "scheduler/front/peer_limiter.h"
 #include "scheduler/front/request_builder.h"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/service/grpc_status.h"
+#include "common/grpc/grpc_status.h"
 #include "scheduler/front/utf8_check.h"
 
 namespace astr::front {
@@ -96,7 +96,7 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
     if (limited) {
       if (Status s = service->impl()->peer_limiter().Acquire(task->peer_); !s.ok()) {
         service->impl()->CountPeerLimitRefusal();
-        task->Finish(ToGrpcStatus(s));
+        task->Finish(rpc::ToGrpcStatus(s));
         return task;
       }
       task->holds_slot_ = true;
@@ -132,13 +132,13 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
     Status s = Parse(raw, &request);
     if (!s.ok()) {
       service_->impl()->CountInvalid();
-      Finish(ToGrpcStatus(s));
+      Finish(rpc::ToGrpcStatus(s));
       return;
     }
     Response response;
     s = work_(request, &response);
     if (s.ok()) Serialize(response, response_);
-    Finish(ToGrpcStatus(s));
+    Finish(rpc::ToGrpcStatus(s));
   }
 
   GenerateGrpcService* const service_;
@@ -172,7 +172,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
       impl_->CountPeerLimitRefusal();
       std::lock_guard<std::mutex> lock(mu_);
-      FinishLocked(ToGrpcStatus(s));
+      FinishLocked(rpc::ToGrpcStatus(s));
       return;
     }
     holds_slot_ = true;
@@ -185,7 +185,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     if (call_ != nullptr) {
       if (!call_closed_) call_->Cancel(why);
       // A write in flight fails (OnWriteDone(false)) and finishes the call there.
-      if (!write_in_flight_) FinishLocked(ToGrpcStatus(why));
+      if (!write_in_flight_) FinishLocked(rpc::ToGrpcStatus(why));
     } else {
       cancel_why_ = std::move(why);  // admission is still running: it ends the call
     }
@@ -221,18 +221,18 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
-      if (cancel_why_) return FinishLocked(ToGrpcStatus(*cancel_why_));
-      if (!parsed.ok()) return FinishLocked(ToGrpcStatus(parsed));
+      if (cancel_why_) return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
+      if (!parsed.ok()) return FinishLocked(rpc::ToGrpcStatus(parsed));
     }
     // The context stays valid: the call cannot finish while admission runs (OnCancel only
     // records cancel_why_ until call_ is set).
     auto call = impl_->Admit(request, DeadlineOf(*context_));
     std::lock_guard<std::mutex> lock(mu_);
-    if (!call.ok()) return FinishLocked(ToGrpcStatus(call.status()));
+    if (!call.ok()) return FinishLocked(rpc::ToGrpcStatus(call.status()));
     call_ = std::move(*call);
     if (cancel_why_) {
       call_->Cancel(*cancel_why_);
-      return FinishLocked(ToGrpcStatus(*cancel_why_));
+      return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
     }
     std::weak_ptr<Derived> weak = this->shared_from_this();
     call_->SetListener([weak] {
@@ -303,7 +303,7 @@ class UnaryGenerate final : public GenerationCall<UnaryGenerate, grpc::ServerUna
       AppendToCompletion(delta, message_.mutable_completions(index));
     }
     if (!update_.closed) return;
-    if (!update_.status.ok()) return FinishLocked(ToGrpcStatus(update_.status));
+    if (!update_.status.ok()) return FinishLocked(rpc::ToGrpcStatus(update_.status));
     FillTotals(*call_, update_, message_.mutable_usage(), message_.mutable_timings());
     Serialize(message_, response_);
     FinishLocked(grpc::Status::OK);
@@ -331,7 +331,7 @@ class StreamReactor final
       const Status why =
           stall_why_.value_or(Status(StatusCode::kCancelled, "the client went away"));
       if (call_ != nullptr && !call_closed_) call_->Cancel(why);
-      return FinishLocked(ToGrpcStatus(why));
+      return FinishLocked(rpc::ToGrpcStatus(why));
     }
     if (call_ != nullptr) EmitLocked();
   }
@@ -349,7 +349,7 @@ class StreamReactor final
       StartWrite(&writing_);
       return;
     }
-    if (final_) FinishLocked(ToGrpcStatus(*final_));
+    if (final_) FinishLocked(rpc::ToGrpcStatus(*final_));
   }
 
   // The watchdog: cancels the call when its pending write is older than `timeout_ns`.

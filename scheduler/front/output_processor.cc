@@ -4,7 +4,7 @@
 
 namespace astr::front {
 
-SampleOutput::SampleOutput(const Tokenizer& tokenizer, const OutputOptions& options,
+SampleOutput::SampleOutput(const tok::Tokenizer& tokenizer, const OutputOptions& options,
                            std::span<const int32_t> prompt)
     : options_(options),
       decoder_(tokenizer, options.skip_special_tokens, prompt),
@@ -65,7 +65,7 @@ SampleDelta SampleOutput::TakeDelta() {
   return out;
 }
 
-OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, const OutputOptions& options,
+OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, const OutputOptions& options,
                                  std::span<const int32_t> prompt, int32_t n) {
   samples_.reserve(n);
   for (int32_t i = 0; i < n; ++i) {

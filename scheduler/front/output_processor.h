@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer/stream_decoder.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/text/tokenizer/stream_decoder.h"
+#include "common/text/tokenizer/tokenizer.h"
 #include "scheduler/front/request_builder.h"
 #include "scheduler/front/stop_matcher.h"
 #include "scheduler/scheduler.h"
@@ -41,7 +41,7 @@ struct SampleDelta {
 
 class SampleOutput {
  public:
-  SampleOutput(const Tokenizer& tokenizer, const OutputOptions& options,
+  SampleOutput(const tok::Tokenizer& tokenizer, const OutputOptions& options,
                std::span<const int32_t> prompt);
 
   // An accepted token (ignored once the sample is done). Returns true when a stop string ended
@@ -63,7 +63,7 @@ class SampleOutput {
   void EndOnStop(const StopMatcher::Match& match);
 
   const OutputOptions& options_;
-  StreamDecoder decoder_;
+  tok::StreamDecoder decoder_;
   StopMatcher matcher_;
   SampleDelta pending_;
   int32_t num_tokens_ = 0;
@@ -74,7 +74,7 @@ class SampleOutput {
 class OutputProcessor {
  public:
   // `options` and `tokenizer` must outlive the processor.
-  OutputProcessor(const Tokenizer& tokenizer, const OutputOptions& options,
+  OutputProcessor(const tok::Tokenizer& tokenizer, const OutputOptions& options,
                   std::span<const int32_t> prompt, int32_t n);
 
   // Applies the events in order. Appends to `stopped` the index of every sample a stop string

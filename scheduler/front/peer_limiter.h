@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr::front {
 

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "common/json_depth.h"
-#include "common/sampling_limits.h"
-#include "common/unicode.h"
+#include "common/base/json_depth.h"
+#include "common/base/sampling_limits.h"
+#include "common/text/unicode/unicode.h"
 
 namespace astr::front {
 namespace {
@@ -172,9 +172,9 @@ Status PromptTooLong(const std::string& field, const ServedModel& model, size_t 
 // Tokenizes `text` up to the context limit; `field` names the input in errors.
 StatusOr<std::vector<int32_t>> EncodeWithinContext(const ServedModel& model,
                                                    const std::string& text,
-                                                   const EncodeOptions& options,
+                                                   const tok::EncodeOptions& options,
                                                    const std::string& field) {
-  BoundedEncoding e = model.tokenizer->EncodeAtMost(text, PromptTokenLimit(model), options);
+  tok::BoundedEncoding e = model.tokenizer->EncodeAtMost(text, PromptTokenLimit(model), options);
   if (e.complete) return std::move(e.ids);
   if (e.from_length) {
     return PromptTooLong(field, model, e.min_tokens,
@@ -342,7 +342,7 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
                                 "); send text or token_ids instead");
   }
   if (chat.messages().empty()) return InvalidArgumentError(field + ".messages: empty");
-  ChatInputs inputs;
+  chat::ChatInputs inputs;
   for (int i = 0; i < chat.messages_size(); ++i) {
     ASTR_ASSIGN_OR_RETURN(auto msg, ChatMessageJson(chat.messages(i), field + ".messages[" +
                                                                           std::to_string(i) + "]"));

@@ -13,19 +13,19 @@
 #include <vector>
 
 #include "astr/v1/generate.pb.h"
-#include "common/chat_template.h"
-#include "common/status.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/base/status.h"
+#include "common/chat/chat_template.h"
+#include "common/text/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::front {
 
 // What the front end knows about the served model. Built once at start; read by every call.
 struct ServedModel {
-  std::shared_ptr<const Tokenizer> tokenizer;  // never null
+  std::shared_ptr<const tok::Tokenizer> tokenizer;  // never null
   // Null when the model has no chat template; chat input is then INVALID_ARGUMENT (a request
   // this server can never serve) and `no_chat_template_reason` says why.
-  std::shared_ptr<const ChatTemplate> chat_template;
+  std::shared_ptr<const chat::ChatTemplate> chat_template;
   std::string no_chat_template_reason;
   int32_t vocab_size = 0;              // rows of the output projection (worker Info)
   int32_t max_context_tokens = 0;      // prompt + generated tokens of one sequence (worker Info)

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "astr/v1/generate.grpc.pb.h"
-#include "common/flags.h"
-#include "common/service/shutdown_signal.h"
+#include "common/base/flags.h"
+#include "common/grpc/shutdown_signal.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
 #include "scheduler/scheduler.h"
@@ -59,7 +59,7 @@ struct Flags {
   int64_t max_message_mb = 64;
 };
 
-void Register(flags::FlagSet* fs, Flags* f) {
+void Register(FlagSet* fs, Flags* f) {
   fs->String("workers", &f->workers,
              "astr-worker addresses, HOST:PORT[,HOST:PORT...]. All must serve the same model "
              "(same content hash); a new request goes to the least-loaded one.",
@@ -193,15 +193,15 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
   const std::string path = flag_path.empty() ? infos[0].model_path() : flag_path;
   const std::string source = flag_path.empty() ? "the first worker's model path" : "--tokenizer";
   front::ServedModel model;
-  auto tokenizer = Tokenizer::Load(path);
+  auto tokenizer = tok::Tokenizer::Load(path);
   if (!tokenizer.ok()) {
     return tokenizer.status().WithContext("tokenizer from " + source + " " + path +
                                           " (set --tokenizer to a copy readable here)");
   }
   model.tokenizer = *tokenizer;
-  auto chat = ChatTemplate::Load(path);
+  auto chat = chat::ChatTemplate::Load(path);
   if (chat.ok()) {
-    model.chat_template = std::make_shared<ChatTemplate>(std::move(*chat));
+    model.chat_template = std::make_shared<chat::ChatTemplate>(std::move(*chat));
   } else {
     model.no_chat_template_reason = chat.status().message();
   }
@@ -348,7 +348,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   // queue full, draining), so load balancers and probes route around this replica.
   HealthUpdater health(server.get(), &service);
 
-  const int sig = WaitForShutdownSignal();
+  const int sig = rpc::WaitForShutdownSignal();
   health.Stop();
   Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
       ": draining (new requests get UNAVAILABLE)");
@@ -362,12 +362,12 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
 }
 
 int Main(int argc, const char* const* argv) {
-  BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
-  flags::FlagSet fs("astr-scheduler",
-                    "Serve the public astr.v1.Generate gRPC API (plus grpc.health.v1 and server "
-                    "reflection) on top of astr-worker processes: validation, admission, "
-                    "continuous batching, detokenization and stop strings. Exits 0 on SIGTERM or "
-                    "SIGINT after draining.");
+  rpc::BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
+  FlagSet fs("astr-scheduler",
+             "Serve the public astr.v1.Generate gRPC API (plus grpc.health.v1 and server "
+             "reflection) on top of astr-worker processes: validation, admission, "
+             "continuous batching, detokenization and stop strings. Exits 0 on SIGTERM or "
+             "SIGINT after draining.");
   Flags f;
   Register(&fs, &f);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "common/unicode.h"
+#include "common/text/unicode/unicode.h"
 
 namespace astr::front {
 namespace {

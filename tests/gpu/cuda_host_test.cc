@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
 #include "worker/backends/cuda/cuda_backend.h"
@@ -114,8 +114,8 @@ TEST(InferenceWorkspace, RegionsHoldTheirArraysWithoutOverlap) {
   EXPECT_EQ(InferenceWorkspace::HostBytes(d), r[10].offset + r[10].bytes);
 }
 
-ModelConfig Llama8B() {
-  ModelConfig c;
+model::ModelConfig Llama8B() {
+  model::ModelConfig c;
   c.vocab_size = 128256;
   c.hidden_size = 4096;
   c.intermediate_size = 14336;
@@ -130,14 +130,14 @@ ModelConfig Llama8B() {
 
 TEST(CudaBackendSizing, KvPagesForBytes) {
   // One page of 16 tokens: 32 layers x 2 (K, V) x 16 x 8 kv heads x 128 dims x 2 bytes = 2 MiB.
-  const ModelConfig c = Llama8B();
+  const model::ModelConfig c = Llama8B();
   EXPECT_EQ(CudaPagesForBytes(c, 16, int64_t{2} << 20), 1);
   EXPECT_EQ(CudaPagesForBytes(c, 16, (int64_t{2} << 20) - 1), 0);
   EXPECT_EQ(CudaPagesForBytes(c, 16, int64_t{10} << 30), 5120);
 }
 
 TEST(CudaBackendSizing, WorkspaceDimsFromTheModelAndOptions) {
-  const ModelConfig c = Llama8B();
+  const model::ModelConfig c = Llama8B();
   BackendOptions o;
   o.page_size = 16;
   o.max_batch_tokens = 2048;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 #include "tests/gpu/op_test.h"
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/engine.h"
@@ -49,8 +49,8 @@ const std::vector<ModelSpec>& Models() {
 
 // Opens the model, generating it first for random specs (once per process, under a name that
 // holds the process id so concurrent runs do not collide).
-StatusOr<std::unique_ptr<ModelFile>> OpenModel(const ModelSpec& spec) {
-  if (spec.make_args.empty()) return ModelFile::Open(SharedPath(spec.shared));
+StatusOr<std::unique_ptr<model::ModelFile>> OpenModel(const ModelSpec& spec) {
+  if (spec.make_args.empty()) return model::ModelFile::Open(SharedPath(spec.shared));
   static std::set<std::string> made;
   const char* tmp = std::getenv("TMPDIR");
   const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/astr-gpu-" +
@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<ModelFile>> OpenModel(const ModelSpec& spec) {
       return InternalError("failed: " + cmd);
     }
   }
-  return ModelFile::Open(path);
+  return model::ModelFile::Open(path);
 }
 
 // The tensor-core kernels serve every model whose head_dim they cover; only stories260K (head_dim

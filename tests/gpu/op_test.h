@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tensor_dtype.h"
+#include "common/model/tensor_dtype.h"
 
 namespace astr::gputest {
 

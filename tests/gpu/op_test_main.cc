@@ -70,12 +70,12 @@ std::string FirstBitDiff(const char* what, const std::vector<uint16_t>& got,
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = F32ToBf16(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) out[i] = model::F32ToBf16(x[i]);
   return out;
 }
 std::vector<float> FromBf16(const std::vector<uint16_t>& x) {
   std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = Bf16ToF32(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) out[i] = model::Bf16ToF32(x[i]);
   return out;
 }
 std::vector<float> RoundBf16(const std::vector<float>& x) { return FromBf16(ToBf16(x)); }

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tensor_dtype.h"
+#include "common/model/tensor_dtype.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
 #include "tests/gpu/op_test.h"
@@ -223,7 +223,7 @@ CaseResult RunAddBias(int t, int cols, int64_t stride) {
   std::vector<float> want_bf16 = want;
   for (int r = 0; r < t; ++r) {
     for (int c = 0; c < cols; ++c) {
-      want_bf16[r * stride + c] = Bf16ToF32(F32ToBf16(want[r * stride + c]));
+      want_bf16[r * stride + c] = model::Bf16ToF32(model::F32ToBf16(want[r * stride + c]));
     }
   }
   DeviceBuffer<uint16_t> d;

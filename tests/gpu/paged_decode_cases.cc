@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tensor_dtype.h"
+#include "common/model/tensor_dtype.h"
 #include "kernels/cuda/paged_decode.h"
 #include "tests/gpu/op_test.h"
 #include "worker/backends/cpu/cpu_attention.h"
@@ -92,7 +92,7 @@ std::string DecodeCase::shape() const {
 uint64_t Draw(std::mt19937_64& rng, uint64_t n) { return rng() % n; }
 // A bf16 value uniform in [-1, 1) (24 random bits, then rounded to bf16).
 uint16_t DrawBf16(std::mt19937_64& rng) {
-  return F32ToBf16(static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f);
+  return model::F32ToBf16(static_cast<float>(rng() >> 40) * 0x1p-23f - 1.0f);
 }
 
 // Host-side inputs of one case. Pools are bf16 bits [num_pages, page_size, kv_heads, head_dim].
@@ -158,7 +158,8 @@ void BuildPools(const DecodeCase& c, std::mt19937_64& rng, Inputs* in) {
   for (int b = 0; b < c.batch(); ++b) {
     uint16_t* row = in->qkv.data() + b * c.qkv_stride();
     for (int i = 0; i < c.qkv_stride(); ++i) row[i] = DrawBf16(rng);
-    for (int i = 0; i < q_elems; ++i) row[i] = F32ToBf16(Bf16ToF32(row[i]) * c.q_scale);
+    for (int i = 0; i < q_elems; ++i)
+      row[i] = model::F32ToBf16(model::Bf16ToF32(row[i]) * c.q_scale);
     if (!c.negative_scores) continue;
     for (int i = 0; i < q_elems; ++i) row[i] |= 0x8000;
     for (int i = 0; i < c.row_floats(); ++i) row[q_elems + i] &= 0x7fff;

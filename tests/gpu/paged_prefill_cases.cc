@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/tensor_dtype.h"
+#include "common/model/tensor_dtype.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/paged_prefill.h"
 #include "tests/gpu/op_test.h"
@@ -74,7 +74,8 @@ uint64_t Fnv1a(const std::string& s) {
 }
 
 float RandomBf16(std::mt19937_64& rng) {
-  return Bf16ToF32(F32ToBf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng)));
+  return model::Bf16ToF32(
+      model::F32ToBf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng)));
 }
 
 // Everything a prefill case uploads, and what the pool must hold after the append.
@@ -117,8 +118,8 @@ PrefillFixture MakeFixture(const PrefillCase& c, uint64_t seed) {
       for (int64_t i = 0; i < slot_elems; ++i) {
         f.k_ref[base + i] = RandomBf16(rng);
         f.v_ref[base + i] = RandomBf16(rng);
-        f.k_init[base + i] = F32ToBf16(f.k_ref[base + i]);
-        f.v_init[base + i] = F32ToBf16(f.v_ref[base + i]);
+        f.k_init[base + i] = model::F32ToBf16(f.k_ref[base + i]);
+        f.v_init[base + i] = model::F32ToBf16(f.v_ref[base + i]);
       }
     }
     const std::vector<int32_t> tokens(e.chunk, 0);  // token ids do not matter here
@@ -140,8 +141,8 @@ PrefillFixture MakeFixture(const PrefillCase& c, uint64_t seed) {
     for (int64_t i = 0; i < slot_elems; ++i) {
       f.k_ref[base + i] = k[i];
       f.v_ref[base + i] = v[i];
-      f.k_want[base + i] = F32ToBf16(k[i]);
-      f.v_want[base + i] = F32ToBf16(v[i]);
+      f.k_want[base + i] = model::F32ToBf16(k[i]);
+      f.v_want[base + i] = model::F32ToBf16(v[i]);
     }
   }
   return f;

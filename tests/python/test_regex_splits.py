@@ -1,9 +1,9 @@
-"""astr's Regex (common/regex.h) against Hugging Face `tokenizers` (Oniguruma) on real pre-tokenizer
+"""astr's Regex (common/text/regex/regex.h) against Hugging Face `tokenizers` (Oniguruma) on real pre-tokenizer
 patterns.
 
 For every pattern below and a varied corpus (tests/python/corpus.py) the pieces of
 `Split(Regex(pattern), "isolated").pre_tokenize_str(text)` are written, as UTF-8 byte offsets, to a
-JSON file that the GoogleTest binary regex_reference_test (tests/unit/regex_reference_test.cc)
+JSON file that the GoogleTest binary regex_reference_test (tests/common/regex_reference_test.cc)
 checks astr's FindAll against; it prints the first mismatches of each pattern.
 """
 

@@ -1,8 +1,8 @@
-"""astr's Unicode normalization and lowercasing (common/unicode.h) against Python.
+"""astr's Unicode normalization and lowercasing (common/text/unicode/unicode.h) against Python.
 
 Texts: the varied corpus (tests/python/corpus.py), every assigned code point in runs of 24, and
 every combining mark after a few bases. Expected values, written to a JSON file that the GoogleTest
-binary unicode_reference_test (tests/unit/unicode_reference_test.cc) checks:
+binary unicode_reference_test (tests/common/unicode_reference_test.cc) checks:
   * NFC / NFD / NFKC / NFKD from `unicodedata2` 16.0, the Unicode version of astr's tables (and of
     the Oniguruma inside `tokenizers`); Python 3.11's own `unicodedata` is 14.0.
   * ToLower from str.lower() and ToLowerChars from per-character str.lower(). Python's case data

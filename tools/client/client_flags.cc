@@ -5,7 +5,7 @@
 
 namespace astr::cli {
 
-void ServerFlags::Register(flags::FlagSet* fs) {
+void ServerFlags::Register(FlagSet* fs) {
   fs->String("server", &server, "Address of astr-scheduler (host:port).");
   fs->Double("connect-timeout-s", &connect_timeout_s,
              "Seconds to wait for the connection before giving up.");
@@ -19,7 +19,7 @@ StatusOr<std::unique_ptr<client::Client>> ServerFlags::Connect() const {
   return client::Client::Connect(server, timeout);
 }
 
-void RequestFlags::Register(flags::FlagSet* fs, bool with_n) {
+void RequestFlags::Register(FlagSet* fs, bool with_n) {
   fs->StringList("stop", &stops,
                  "Stop string (repeatable): the sample ends where its text contains it.");
   if (with_n) fs->Int("n", &n, "Samples to generate for the prompt.");
@@ -31,7 +31,7 @@ void RequestFlags::Register(flags::FlagSet* fs, bool with_n) {
   sampling.Register(fs);
 }
 
-Status RequestFlags::Apply(const flags::FlagSet& fs, v1::GenerateRequest* request) const {
+Status RequestFlags::Apply(const FlagSet& fs, v1::GenerateRequest* request) const {
   ASTR_ASSIGN_OR_RETURN(SamplingParams p, sampling.ToParamsWithoutModel());
   if (timeout_s < 0) return InvalidArgumentError("--timeout-s must be >= 0");
   v1::SamplingParameters* s = request->mutable_sampling();

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "astr/client.h"
-#include "common/flags.h"
-#include "tools/engine_flags.h"
+#include "common/base/flags.h"
+#include "worker/engine_flags.h"
 
 namespace astr::cli {
 
@@ -18,7 +18,7 @@ struct ServerFlags {
   std::string server = "127.0.0.1:50051";
   double connect_timeout_s = 10;
 
-  void Register(flags::FlagSet* fs);
+  void Register(FlagSet* fs);
   // Connects, waiting at most --connect-timeout-s; the error names the address.
   StatusOr<std::unique_ptr<client::Client>> Connect() const;
 };
@@ -37,10 +37,10 @@ struct RequestFlags {
   // Defaults that suit a served model: a longer answer than `astr run`'s 32 tokens.
   RequestFlags() { sampling.max_tokens = 256; }
   // `with_n`: whether --n is offered (chat answers one sample per turn).
-  void Register(flags::FlagSet* fs, bool with_n);
+  void Register(FlagSet* fs, bool with_n);
   // Writes the parameters into `request` (sampling, n, priority, request id). --seed is sent only
   // when given, so that an unseeded request gets a fresh seed from the server.
-  Status Apply(const flags::FlagSet& fs, v1::GenerateRequest* request) const;
+  Status Apply(const FlagSet& fs, v1::GenerateRequest* request) const;
   // The deadline from --timeout-s.
   client::CallOptions CallOptions() const;
 };

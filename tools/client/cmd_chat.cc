@@ -6,7 +6,7 @@
 #include <iostream>
 #include <string>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "tools/client/client_flags.h"
 #include "tools/client/output.h"
 #include "tools/command.h"
@@ -48,12 +48,12 @@ Status Turn(client::Client& client, const client::CallOptions& options,
 }
 
 int ChatCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs(kProgram,
-                    "Chat with a running astr-scheduler: each line read from stdin is a user "
-                    "message; the answer streams to stdout. The conversation so far is sent every "
-                    "turn and rendered with the served model's chat template. '/exit' or the end "
-                    "of input ends the chat, '/reset' starts a new conversation. Works with a "
-                    "pipe too: one message per line.");
+  FlagSet fs(kProgram,
+             "Chat with a running astr-scheduler: each line read from stdin is a user "
+             "message; the answer streams to stdout. The conversation so far is sent every "
+             "turn and rendered with the served model's chat template. '/exit' or the end "
+             "of input ends the chat, '/reset' starts a new conversation. Works with a "
+             "pipe too: one message per line.");
   ServerFlags server;
   server.Register(&fs);
   std::string system;

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "tools/client/client_flags.h"
 #include "tools/client/output.h"
 #include "tools/command.h"
@@ -18,7 +18,7 @@ struct PromptFlags {
   bool no_bos = false;
   bool plain_special_tokens = false;
 
-  void Register(flags::FlagSet* fs) {
+  void Register(FlagSet* fs) {
     fs->String("prompt", &prompt, "Prompt text, tokenized by the server.");
     fs->String("prompt-ids", &prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407.");
     fs->String("chat", &chat,
@@ -45,7 +45,7 @@ struct PromptFlags {
       if (no_bos) request->set_add_special_tokens(false);
       if (plain_special_tokens) request->set_parse_special_tokens(false);
     } else if (!prompt_ids.empty()) {
-      ASTR_ASSIGN_OR_RETURN(auto ids, flags::ParseIntList(prompt_ids, "prompt-ids"));
+      ASTR_ASSIGN_OR_RETURN(auto ids, ParseIntList(prompt_ids, "prompt-ids"));
       for (int64_t id : ids) {
         if (id < 0 || id > INT32_MAX) {
           return InvalidArgumentError("--prompt-ids: token id " + std::to_string(id) +
@@ -115,10 +115,10 @@ int Unary(client::Client& client, const v1::GenerateRequest& request,
 }
 
 int GenerateCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs(kProgram,
-                    "Send one generation request to a running astr-scheduler and stream the text "
-                    "to the terminal as it arrives. The finish reason, token usage and timings go "
-                    "to stderr at the end.");
+  FlagSet fs(kProgram,
+             "Send one generation request to a running astr-scheduler and stream the text "
+             "to the terminal as it arrives. The finish reason, token usage and timings go "
+             "to stderr at the end.");
   ServerFlags server;
   server.Register(&fs);
   PromptFlags prompt;

@@ -6,7 +6,7 @@
 #include <string>
 #include <thread>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "tools/client/client_flags.h"
 #include "tools/command.h"
 
@@ -23,9 +23,9 @@ constexpr auto kCheckTimeout = std::chrono::seconds(2);
 constexpr auto kRetryPause = std::chrono::milliseconds(200);
 
 int HealthCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs(kProgram,
-                    "Ask a server for its grpc.health.v1 status. Prints the status (SERVING, "
-                    "NOT_SERVING, ...) and exits 0 when SERVING, 1 otherwise.");
+  FlagSet fs(kProgram,
+             "Ask a server for its grpc.health.v1 status. Prints the status (SERVING, "
+             "NOT_SERVING, ...) and exits 0 when SERVING, 1 otherwise.");
   std::string server = "127.0.0.1:50051", service;
   double wait_s = 0;
   fs.String("server", &server, "Address of the server (host:port).");

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/flags.h"
+#include "common/base/flags.h"
 #include "tools/client/client_flags.h"
 #include "tools/client/output.h"
 #include "tools/command.h"
@@ -55,9 +55,9 @@ void PrintServerStats(const v1::GetServerStatsResponse& stats) {
 }
 
 int InfoCommand(int argc, const char* const* argv) {
-  flags::FlagSet fs(kProgram,
-                    "Show what a running astr-scheduler serves (model, limits, workers) and its "
-                    "live counters (queue, steps, free KV pages per worker).");
+  FlagSet fs(kProgram,
+             "Show what a running astr-scheduler serves (model, limits, workers) and its "
+             "live counters (queue, steps, free KV pages per worker).");
   ServerFlags server;
   server.Register(&fs);
   bool json = false;

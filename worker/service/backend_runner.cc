@@ -20,7 +20,7 @@ class BackendRunner final : public StepRunner {
 
   std::string name() const override { return backend_->name(); }
   std::string dtype() const override { return dtype_; }
-  const ModelConfig& config() const override { return backend_->config(); }
+  const model::ModelConfig& config() const override { return backend_->config(); }
   const RunnerLimits& limits() const override { return limits_; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,

@@ -51,7 +51,7 @@ StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams&
 
 WorkerExecutor::WorkerExecutor(std::unique_ptr<StepRunner> runner)
     : runner_(std::move(runner)), limits_(runner_->limits()) {
-  const ModelConfig& c = runner_->config();
+  const model::ModelConfig& c = runner_->config();
   vocab_size_ = c.vocab_size;
   const int64_t pool_tokens = limits_.num_pages * limits_.page_size;
   max_context_ = c.max_position > 0 ? c.max_position : pool_tokens;

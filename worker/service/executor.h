@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker/sampler.h"
 #include "worker/service/step_runner.h"
 #include "worker/step_batch.h"

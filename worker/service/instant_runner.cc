@@ -24,12 +24,12 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
 
 class InstantRunner final : public StepRunner {
  public:
-  InstantRunner(ModelConfig config, RunnerLimits limits, std::vector<int32_t> ordinary_ids)
+  InstantRunner(model::ModelConfig config, RunnerLimits limits, std::vector<int32_t> ordinary_ids)
       : config_(std::move(config)), limits_(limits), ordinary_(std::move(ordinary_ids)) {}
 
   std::string name() const override { return "instant"; }
   std::string dtype() const override { return "none"; }
-  const ModelConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   const RunnerLimits& limits() const override { return limits_; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
@@ -56,14 +56,15 @@ class InstantRunner final : public StepRunner {
     return ordinary_[first];  // every ordinary id is a stop id of this sequence: nothing better
   }
 
-  ModelConfig config_;
+  model::ModelConfig config_;
   RunnerLimits limits_;
   std::vector<int32_t> ordinary_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(ModelConfig config, RunnerLimits limits,
+StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(model::ModelConfig config,
+                                                        RunnerLimits limits,
                                                         std::vector<int32_t> ordinary_ids) {
   if (ordinary_ids.empty()) return InvalidArgumentError("instant backend: no ordinary token ids");
   for (int32_t id : ordinary_ids) {

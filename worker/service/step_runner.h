@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/model_config.h"
 #include "worker/backend.h"
 #include "worker/sampler.h"
 #include "worker/step_batch.h"
@@ -58,7 +58,7 @@ class StepRunner {
   virtual std::string name() const = 0;
   // Weight dtype the runner computes with ("bf16", "f32"; "none" when it computes nothing).
   virtual std::string dtype() const = 0;
-  virtual const ModelConfig& config() const = 0;
+  virtual const model::ModelConfig& config() const = 0;
   virtual const RunnerLimits& limits() const = 0;
   // Runs `batch` (already valid for limits()) and draws one token per sample row:
   // samples[i] belongs to batch.sample_rows[i] and its result goes to out[i]. A failure here is an
@@ -73,7 +73,8 @@ std::unique_ptr<StepRunner> MakeBackendRunner(std::unique_ptr<Backend> backend, 
 // The benchmark runner. `ordinary_ids` are the token ids it may return (non-empty, each in
 // [0, config.vocab_size)); per row it picks one from (seq_id, position) and skips the sequence's
 // EOS and stop ids. INVALID_ARGUMENT when `ordinary_ids` is empty or holds an id out of range.
-StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(ModelConfig config, RunnerLimits limits,
+StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(model::ModelConfig config,
+                                                        RunnerLimits limits,
                                                         std::vector<int32_t> ordinary_ids);
 
 }  // namespace astr

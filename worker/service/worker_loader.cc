@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/content_hash.h"
-#include "common/gguf.h"
-#include "common/model_file.h"
-#include "common/tokenizer/tokenizer.h"
+#include "common/model/content_hash.h"
+#include "common/model/gguf.h"
+#include "common/model/model_file.h"
+#include "common/text/tokenizer/tokenizer.h"
 #include "worker/backend_loader.h"
 #include "worker/kv_pool.h"
 
@@ -28,9 +28,9 @@ std::string Format(const char* fmt, double a) {
 }
 
 // The model's tokenizer (GGUF vocabulary or tokenizer.json), or null when it has none.
-std::shared_ptr<const Tokenizer> LoadTokenizer(const ModelFile& file, const Log& log) {
-  auto t = file.vocab() != nullptr ? Tokenizer::FromGgufVocab(*file.vocab(), file.path())
-                                   : Tokenizer::Load(file.path());
+std::shared_ptr<const tok::Tokenizer> LoadTokenizer(const model::ModelFile& file, const Log& log) {
+  auto t = file.vocab() != nullptr ? tok::Tokenizer::FromGgufVocab(*file.vocab(), file.path())
+                                   : tok::Tokenizer::Load(file.path());
   if (t.ok()) return *t;
   log("no tokenizer (" + t.status().message() + "): EOS ids from the model config only");
   return nullptr;
@@ -38,7 +38,7 @@ std::shared_ptr<const Tokenizer> LoadTokenizer(const ModelFile& file, const Log&
 
 // EOS ids as `astr run` finds them: the config's, then the tokenizer's (generation_config.json,
 // GGUF EOS / EOT / EOM).
-std::vector<int32_t> EosIds(const ModelConfig& config, const Tokenizer* tokenizer) {
+std::vector<int32_t> EosIds(const model::ModelConfig& config, const tok::Tokenizer* tokenizer) {
   std::vector<int32_t> ids;
   auto add = [&ids](int64_t id) {
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
@@ -50,7 +50,7 @@ std::vector<int32_t> EosIds(const ModelConfig& config, const Tokenizer* tokenize
   return ids;
 }
 
-std::string ModelName(const ModelFile& file) {
+std::string ModelName(const model::ModelFile& file) {
   if (file.gguf() != nullptr) {
     auto name = file.gguf()->GetString("general.name", "");
     if (name.ok() && !name->empty()) return *name;
@@ -61,7 +61,7 @@ std::string ModelName(const ModelFile& file) {
 }
 
 // Token ids the instant runner may return: not special, not a byte-fallback piece, not BOS or EOS.
-std::vector<int32_t> OrdinaryIds(const ModelConfig& config, const Tokenizer* tokenizer,
+std::vector<int32_t> OrdinaryIds(const model::ModelConfig& config, const tok::Tokenizer* tokenizer,
                                  const std::vector<int32_t>& eos) {
   std::vector<int32_t> ids;
   for (int32_t id = 0; id < config.vocab_size; ++id) {
@@ -76,7 +76,7 @@ std::vector<int32_t> OrdinaryIds(const ModelConfig& config, const Tokenizer* tok
 }
 
 // The limits a CPU backend would have with these options, without allocating its pool.
-StatusOr<RunnerLimits> InstantLimits(const ModelConfig& c, const BackendOptions& o) {
+StatusOr<RunnerLimits> InstantLimits(const model::ModelConfig& c, const BackendOptions& o) {
   if (o.page_size < 1) return InvalidArgumentError("--page-size must be >= 1");
   if (o.max_batch_tokens < 1) return InvalidArgumentError("--max-batch-tokens must be >= 1");
   if (o.max_sample_rows < 1) return InvalidArgumentError("--max-batch must be >= 1");
@@ -96,10 +96,11 @@ StatusOr<RunnerLimits> InstantLimits(const ModelConfig& c, const BackendOptions&
                       .max_sample_rows = o.max_sample_rows};
 }
 
-StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config, const ModelFile& file,
-                                                 const Tokenizer* tokenizer,
+StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config,
+                                                 const model::ModelFile& file,
+                                                 const tok::Tokenizer* tokenizer,
                                                  const std::vector<int32_t>& eos, const Log& log) {
-  const ModelConfig& c = file.config();
+  const model::ModelConfig& c = file.config();
   if (config.backend == "instant") {
     ASTR_RETURN_IF_ERROR(c.Validate());
     ASTR_ASSIGN_OR_RETURN(RunnerLimits limits, InstantLimits(c, config.backend_options));
@@ -119,8 +120,8 @@ StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config, con
   return MakeBackendRunner(std::move(backend), dtype);
 }
 
-void FillModelInfo(const ModelFile& file, const std::string& hash, v1::InfoResponse* info) {
-  const ModelConfig& c = file.config();
+void FillModelInfo(const model::ModelFile& file, const std::string& hash, v1::InfoResponse* info) {
+  const model::ModelConfig& c = file.config();
   info->set_model_path(file.path());
   info->set_model_name(ModelName(file));
   info->set_architecture(c.architecture);
@@ -155,10 +156,10 @@ Status CheckWorkerBackend(const std::string& value, const std::string& source) {
 
 StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
   ASTR_RETURN_IF_ERROR(CheckWorkerBackend(config.backend, "--backend"));
-  ASTR_ASSIGN_OR_RETURN(auto file, ModelFile::Open(config.model_path));
+  ASTR_ASSIGN_OR_RETURN(auto file, model::ModelFile::Open(config.model_path));
   log("model: " + file->Describe());
   const auto hash_start = std::chrono::steady_clock::now();
-  ASTR_ASSIGN_OR_RETURN(std::string hash, ModelContentHash(config.model_path));
+  ASTR_ASSIGN_OR_RETURN(std::string hash, model::ModelContentHash(config.model_path));
   log("content hash " + hash + Format(" (%.2f s)", SecondsSince(hash_start)));
   const auto tokenizer = LoadTokenizer(*file, log);
   const std::vector<int32_t> eos = EosIds(file->config(), tokenizer.get());

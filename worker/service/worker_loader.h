@@ -8,7 +8,7 @@
 #include <string>
 
 #include "astr/v1/worker.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker/backend.h"
 #include "worker/service/executor.h"
 

@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/flags.h"
-#include "common/service/keepalive.h"
-#include "common/service/shutdown_signal.h"
-#include "tools/engine_flags.h"
+#include "common/base/flags.h"
+#include "common/grpc/keepalive.h"
+#include "common/grpc/shutdown_signal.h"
 #include "worker/backend_loader.h"
+#include "worker/engine_flags.h"
 #include "worker/service/worker_loader.h"
 #include "worker/service/worker_service.h"
 
@@ -46,7 +46,7 @@ int Serve(const std::string& listen, LoadedWorker worker) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The scheduler pings every kWorkerKeepaliveTimeMs to notice a stopped worker (keepalive.h).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             kWorkerKeepaliveTimeMs / 2);
+                             rpc::kWorkerKeepaliveTimeMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(&service);
   // A SequenceStart carries a whole prompt: allow long contexts.
@@ -61,7 +61,7 @@ int Serve(const std::string& listen, LoadedWorker worker) {
   std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
   std::fflush(stderr);
 
-  const int sig = WaitForShutdownSignal();
+  const int sig = rpc::WaitForShutdownSignal();
   Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
       ": finishing the current step, then shutting down");
   service.Drain(kStepGrace);
@@ -72,11 +72,11 @@ int Serve(const std::string& listen, LoadedWorker worker) {
 }
 
 int Main(int argc, const char* const* argv) {
-  BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
-  flags::FlagSet fs("astr-worker",
-                    "Serve a model to astr-scheduler: the astr.v1.Worker gRPC service (Info and "
-                    "the step stream), grpc.health.v1 and server reflection. Exits 0 on SIGTERM "
-                    "or SIGINT once the current step has finished.");
+  rpc::BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
+  FlagSet fs("astr-worker",
+             "Serve a model to astr-scheduler: the astr.v1.Worker gRPC service (Info and "
+             "the step stream), grpc.health.v1 and server reflection. Exits 0 on SIGTERM "
+             "or SIGINT once the current step has finished.");
   std::string model, backend;
   std::string listen = "127.0.0.1:50061";
   int64_t max_batch = 256;
@@ -90,7 +90,7 @@ int Main(int argc, const char* const* argv) {
             "(benchmarks only: plans are validated as for cpu but nothing is computed; each "
             "sample is an ordinary token chosen from the sequence id and position). Default: "
             "$ASTR_BACKEND if set, else auto.");
-  cli::EngineFlags engine;
+  EngineFlags engine;
   engine.RegisterBackend(&fs);
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;

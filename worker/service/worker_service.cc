@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "common/service/grpc_status.h"
+#include "common/grpc/grpc_status.h"
 
 namespace astr {
 
@@ -66,7 +66,7 @@ grpc::Status WorkerService::ServeStream(
     }
     const Status status = executor_->Execute(plan, &result);
     if (!status.ok()) {
-      if (status.code() != StatusCode::kInvalidArgument) return ToGrpcStatus(status);
+      if (status.code() != StatusCode::kInvalidArgument) return rpc::ToGrpcStatus(status);
       result.Clear();
       result.set_step_id(plan.step_id());
       result.set_error_code(static_cast<int32_t>(status.code()));

@@ -11,7 +11,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "common/service/grpc_status.h"
+#include "common/grpc/grpc_status.h"
 
 namespace astr::client {
 namespace {
@@ -37,7 +37,7 @@ StatusOr<Response> Unary(const CallOptions& options, Call call) {
   Prepare(options, &ctx);
   Response response;
   const grpc::Status status = call(&ctx, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return rpc::FromGrpcStatus(status);
   return response;
 }
 
@@ -158,7 +158,7 @@ Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCa
     (void)reader->Finish();
     return Status(StatusCode::kCancelled, "stream cancelled by the caller");
   }
-  return FromGrpcStatus(reader->Finish());
+  return rpc::FromGrpcStatus(reader->Finish());
 }
 
 StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
@@ -209,7 +209,7 @@ StatusOr<ServingStatus> Client::Health(const std::string& service, const CallOpt
                     });
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done; });
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return rpc::FromGrpcStatus(status);
   return DecodeHealthCheckResponse(ByteBufferToString(response));
 }
 

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "astr/v1/generate.grpc.pb.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace grpc {
 class Channel;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
@@ -34,7 +34,7 @@ struct Workspace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(ModelConfig config, CpuWeights weights, std::unique_ptr<KvPool> kv, int threads,
+  CpuBackend(model::ModelConfig config, CpuWeights weights, std::unique_ptr<KvPool> kv, int threads,
              const BackendOptions& options)
       : config_(std::move(config)),
         weights_(std::move(weights)),
@@ -43,7 +43,7 @@ class CpuBackend final : public Backend {
         max_tokens_(options.max_batch_tokens),
         max_samples_(options.max_sample_rows),
         inv_freq_(RopeInvFreq(config_)) {
-    const ModelConfig& c = config_;
+    const model::ModelConfig& c = config_;
     const int64_t t = max_tokens_;
     qkv_rows_ = weights_.layers.empty() ? 0 : weights_.layers[0].qkv.n();
     ws_.x.resize(t * c.hidden_size);
@@ -60,7 +60,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
-  const ModelConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   int64_t num_pages() const override { return kv_->num_pages(); }
   int64_t page_size() const override { return kv_->page_size(); }
   int64_t max_batch_tokens() const override { return max_tokens_; }
@@ -72,7 +72,7 @@ class CpuBackend final : public Backend {
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
 
-  ModelConfig config_;
+  model::ModelConfig config_;
   CpuWeights weights_;
   std::unique_ptr<KvPool> kv_;
   cpu::ThreadPool pool_;
@@ -93,7 +93,7 @@ void CpuBackend::QkNormRows(float* base, int64_t t, int64_t heads, const std::ve
 }
 
 void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const CpuLayerWeights& w = weights_.layers[l];
   const int64_t t = batch.num_tokens();
   const int64_t hd = c.head_dim;
@@ -109,8 +109,8 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   float* q = qkv;
   float* k = qkv + q_cols;
   float* v = k + kv_cols;
-  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
-  if (c.qk_norm == QkNorm::kBeforeRope) {
+  const bool interleaved = c.rope_layout == model::RopeLayout::kInterleaved;
+  if (c.qk_norm == model::QkNorm::kBeforeRope) {
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
   }
@@ -118,7 +118,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
             interleaved);
   cpu::Rope(k, qkv_rows_, t, c.num_kv_heads, hd, c.rope_dim, batch.positions.data(),
             inv_freq_.data(), interleaved);
-  if (c.qk_norm == QkNorm::kAfterRope) {
+  if (c.qk_norm == model::QkNorm::kAfterRope) {
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
   }
@@ -152,7 +152,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
 }
 
 Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, kv_->num_pages(), kv_->page_size(), c.vocab_size, max_tokens_));
   const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
@@ -187,9 +187,9 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const ModelFile& file,
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const model::ModelFile& file,
                                                     const BackendOptions& options) {
-  const ModelConfig& c = file.config();
+  const model::ModelConfig& c = file.config();
   ASTR_RETURN_IF_ERROR(c.Validate());
   cpu::WeightType type;
   if (options.weight_dtype == "bf16") {

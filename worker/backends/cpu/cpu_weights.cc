@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -17,14 +17,14 @@ namespace {
 // packs them on the thread pool.
 class WeightLoader {
  public:
-  WeightLoader(const ModelFile& file, cpu::WeightType type, cpu::ThreadPool* pool)
+  WeightLoader(const model::ModelFile& file, cpu::WeightType type, cpu::ThreadPool* pool)
       : file_(file), type_(type), pool_(pool) {}
 
   // The tensor as f32 in `out`. F16 (the common checkpoint dtype) takes the SIMD conversion;
   // everything else, and every error message, goes through ModelFile::LoadF32.
   Status Read(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) {
     auto raw = file_.Raw(name);
-    if (raw.ok() && raw->dtype == DType::kF16 && raw->shape == shape) {
+    if (raw.ok() && raw->dtype == model::DType::kF16 && raw->shape == shape) {
       out->resize(static_cast<size_t>(raw->num_elements()));
       const auto* src = static_cast<const uint16_t*>(raw->data);
       const int64_t n = raw->num_elements();
@@ -62,14 +62,14 @@ class WeightLoader {
   }
 
  private:
-  const ModelFile& file_;
+  const model::ModelFile& file_;
   cpu::WeightType type_;
   cpu::ThreadPool* pool_;
   std::vector<float> one_;
   std::vector<float> stacked_;
 };
 
-Status LoadLayer(WeightLoader& loader, const ModelConfig& c, int64_t i, CpuLayerWeights* w) {
+Status LoadLayer(WeightLoader& loader, const model::ModelConfig& c, int64_t i, CpuLayerWeights* w) {
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
   ASTR_RETURN_IF_ERROR(loader.Vector(p + "attn_norm", c.hidden_size, &w->attn_norm));
@@ -90,7 +90,7 @@ Status LoadLayer(WeightLoader& loader, const ModelConfig& c, int64_t i, CpuLayer
       off += rows;
     }
   }
-  if (c.qk_norm != QkNorm::kNone) {
+  if (c.qk_norm != model::QkNorm::kNone) {
     ASTR_RETURN_IF_ERROR(loader.Vector(p + "q_norm", c.head_dim, &w->q_norm));
     ASTR_RETURN_IF_ERROR(loader.Vector(p + "k_norm", c.head_dim, &w->k_norm));
   }
@@ -140,9 +140,9 @@ size_t CpuWeights::bytes() const {
   return total;
 }
 
-StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
+StatusOr<CpuWeights> LoadCpuWeights(const model::ModelFile& file, cpu::WeightType type,
                                     cpu::ThreadPool* pool, bool progress) {
-  const ModelConfig& c = file.config();
+  const model::ModelConfig& c = file.config();
   WeightLoader loader(file, type, pool);
   CpuWeights w;
   w.type = type;

@@ -5,13 +5,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/model_config.h"
 #include "kernels/cpu/gemm.h"
 
 namespace astr {
 
+namespace model {
 class ModelFile;
+}  // namespace model
 
 struct CpuLayerWeights {
   std::vector<float> attn_norm;  // [hidden]
@@ -40,7 +42,7 @@ struct CpuWeights {
 
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
 // on stderr when `progress`.
-StatusOr<CpuWeights> LoadCpuWeights(const ModelFile& file, cpu::WeightType type,
+StatusOr<CpuWeights> LoadCpuWeights(const model::ModelFile& file, cpu::WeightType type,
                                     cpu::ThreadPool* pool, bool progress);
 
 }  // namespace astr

@@ -7,12 +7,12 @@
 
 namespace astr::cuda {
 
-int64_t CudaPagesForBytes(const ModelConfig& c, int64_t page_size, int64_t bytes) {
+int64_t CudaPagesForBytes(const model::ModelConfig& c, int64_t page_size, int64_t bytes) {
   const int64_t per_page = c.num_layers * 2 * page_size * c.num_kv_heads * c.head_dim * 2;
   return per_page > 0 ? bytes / per_page : 0;
 }
 
-WorkspaceDims WorkspaceDimsFor(const ModelConfig& c, const BackendOptions& options,
+WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions& options,
                                int64_t num_pages, int num_sms) {
   WorkspaceDims d;
   d.max_tokens = options.max_batch_tokens;

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_attention_generic.h"
 #include "kernels/cuda/paged_decode.h"
@@ -18,7 +18,7 @@ namespace {
 
 #define ASTR_LAUNCH(expr, what) ASTR_CUDA_RETURN_IF_ERROR(expr, what)
 
-AttentionDims DimsOf(const ModelConfig& c) {
+AttentionDims DimsOf(const model::ModelConfig& c) {
   AttentionDims d;
   d.num_heads = static_cast<int>(c.num_heads);
   d.num_kv_heads = static_cast<int>(c.num_kv_heads);
@@ -30,9 +30,9 @@ AttentionDims DimsOf(const ModelConfig& c) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelFile& file,
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFile& file,
                                                            const BackendOptions& options) {
-  const ModelConfig& c = file.config();
+  const model::ModelConfig& c = file.config();
   ASTR_RETURN_IF_ERROR(c.Validate());
   if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
   if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
@@ -282,7 +282,7 @@ Status CudaBackend::CopyLogits(const StepBatch& batch, bool decode, float* logit
 
 Status CudaBackend::EnqueueForward(int rows, int entries, int samples, bool decode, int num_tiles,
                                    cudaStream_t s) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const StepMetadata& m = ws_->device();
   const Activations& a = ws_->act();
   const int hidden = static_cast<int>(c.hidden_size);
@@ -310,7 +310,7 @@ Status CudaBackend::EnqueueForward(int rows, int entries, int samples, bool deco
 
 Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, int num_tiles,
                                  const float* next_norm, cudaStream_t s) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[l];
   const StepMetadata& m = ws_->device();
   const Activations& a = ws_->act();
@@ -337,8 +337,8 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
                 "k norm");
     return OkStatus();
   };
-  if (c.qk_norm == QkNorm::kBeforeRope) ASTR_RETURN_IF_ERROR(qk_norm());
-  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  if (c.qk_norm == model::QkNorm::kBeforeRope) ASTR_RETURN_IF_ERROR(qk_norm());
+  const bool interleaved = c.rope_layout == model::RopeLayout::kInterleaved;
   const int rope_dim = static_cast<int>(c.rope_dim);
   ASTR_LAUNCH(LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions,
                          weights_.inv_freq.as<float>(), interleaved, s),
@@ -346,7 +346,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   ASTR_LAUNCH(LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions,
                          weights_.inv_freq.as<float>(), interleaved, s),
               "rope k");
-  if (c.qk_norm == QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
+  if (c.qk_norm == model::QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
 
   PagedKv kv;
   kv.k = kv_.as<bf16>() + (2 * l) * layer_kv_elems_;

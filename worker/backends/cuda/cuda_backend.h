@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 #include "worker/backend.h"
 #include "worker/backends/cuda/cuda_graphs.h"
 #include "worker/backends/cuda/cuda_weights.h"
@@ -25,12 +25,12 @@ namespace astr::cuda {
 
 class CudaBackend final : public Backend {
  public:
-  static StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelFile& file,
+  static StatusOr<std::unique_ptr<CudaBackend>> Create(const model::ModelFile& file,
                                                        const BackendOptions& options);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  const ModelConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   int64_t num_pages() const override { return num_pages_; }
   int64_t page_size() const override { return page_size_; }
   int64_t max_batch_tokens() const override { return ws_->dims().max_tokens; }
@@ -65,7 +65,7 @@ class CudaBackend final : public Backend {
                       const float* next_norm, cudaStream_t s);
   Status CopyLogits(const StepBatch& batch, bool decode, float* logits);
 
-  ModelConfig config_;
+  model::ModelConfig config_;
   AttentionDims dims_;  // the attention shape every layer's kernels get
   int64_t num_pages_ = 0, page_size_ = 0;
   int num_sms_ = 1;
@@ -82,9 +82,9 @@ class CudaBackend final : public Backend {
 };
 
 // Options checked and sizes derived the same way Create does; for host-side tests.
-WorkspaceDims WorkspaceDimsFor(const ModelConfig& c, const BackendOptions& options,
+WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions& options,
                                int64_t num_pages, int num_sms);
 // KV pages that fit in `bytes` of bf16 K and V for this model and page size.
-int64_t CudaPagesForBytes(const ModelConfig& c, int64_t page_size, int64_t bytes);
+int64_t CudaPagesForBytes(const model::ModelConfig& c, int64_t page_size, int64_t bytes);
 
 }  // namespace astr::cuda

@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr::cuda {
 

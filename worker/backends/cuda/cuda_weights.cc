@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/model_file.h"
+#include "common/model/model_file.h"
 #include "kernels/cpu/ops.h"
 #include "worker/rope.h"
 
@@ -20,7 +20,7 @@ StatusOr<DeviceMemory> UploadBytes(const void* data, size_t bytes, const std::st
 
 class Uploader {
  public:
-  explicit Uploader(const ModelFile& file) : file_(file) {}
+  explicit Uploader(const model::ModelFile& file) : file_(file) {}
 
   // f32 vector on the host.
   Status Host(const std::string& name, int64_t n, std::vector<float>* out) {
@@ -49,12 +49,12 @@ class Uploader {
   }
 
  private:
-  const ModelFile& file_;
+  const model::ModelFile& file_;
   std::vector<float> one_;
   std::vector<uint16_t> bf16_;
 };
 
-Status LoadLayer(Uploader& up, const ModelConfig& c, int64_t i, CudaLayerWeights* w) {
+Status LoadLayer(Uploader& up, const model::ModelConfig& c, int64_t i, CudaLayerWeights* w) {
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
   ASTR_ASSIGN_OR_RETURN(w->attn_norm, up.Vector(p + "attn_norm", c.hidden_size));
@@ -78,7 +78,7 @@ Status LoadLayer(Uploader& up, const ModelConfig& c, int64_t i, CudaLayerWeights
     ASTR_ASSIGN_OR_RETURN(w->qkv_bias,
                           UploadBytes(bias.data(), bias.size() * sizeof(float), p + "qkv_bias"));
   }
-  if (c.qk_norm != QkNorm::kNone) {
+  if (c.qk_norm != model::QkNorm::kNone) {
     ASTR_ASSIGN_OR_RETURN(w->q_norm, up.Vector(p + "q_norm", c.head_dim));
     ASTR_ASSIGN_OR_RETURN(w->k_norm, up.Vector(p + "k_norm", c.head_dim));
   }
@@ -102,8 +102,8 @@ size_t CudaWeights::bytes() const {
   return total;
 }
 
-StatusOr<CudaWeights> LoadCudaWeights(const ModelFile& file, bool progress) {
-  const ModelConfig& c = file.config();
+StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progress) {
+  const model::ModelConfig& c = file.config();
   Uploader up(file);
   CudaWeights w;
   const auto start = std::chrono::steady_clock::now();

@@ -4,14 +4,16 @@
 
 #include <vector>
 
-#include "common/model_config.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/model_config.h"
 #include "kernels/cuda/kv_layout.h"
 #include "worker/backends/cuda/device_memory.h"
 
 namespace astr {
+namespace model {
 class ModelFile;
-}
+}  // namespace model
+}  // namespace astr
 
 namespace astr::cuda {
 
@@ -42,6 +44,6 @@ struct CudaWeights {
 };
 
 // Reads, converts (to bf16 on the host) and uploads every weight; progress on stderr when asked.
-StatusOr<CudaWeights> LoadCudaWeights(const ModelFile& file, bool progress);
+StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progress);
 
 }  // namespace astr::cuda

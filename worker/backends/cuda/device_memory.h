@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace astr::cuda {
 

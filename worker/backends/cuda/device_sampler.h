@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cuda/sampling.h"
 #include "worker/backends/cuda/device_memory.h"
 #include "worker/sampler.h"

@@ -12,7 +12,7 @@
 #include <memory>
 #include <tuple>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cuda/kv_layout.h"
 
 namespace astr::cuda {

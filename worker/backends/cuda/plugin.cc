@@ -44,7 +44,8 @@ __attribute__((visibility("default"))) int astr_cuda_plugin_probe(char* why, int
 }
 
 __attribute__((visibility("default"))) astr::Backend* astr_cuda_plugin_create(
-    const astr::ModelFile* file, const astr::BackendOptions* options, char* error, int error_size) {
+    const astr::model::ModelFile* file, const astr::BackendOptions* options, char* error,
+    int error_size) {
   try {
     auto backend = astr::cuda::CudaBackend::Create(*file, *options);
     if (!backend.ok()) {

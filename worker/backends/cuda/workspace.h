@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "kernels/cuda/kv_layout.h"
 #include "kernels/cuda/sampling.h"
 #include "worker/backends/cuda/device_memory.h"

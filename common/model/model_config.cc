@@ -1,0 +1,571 @@
+#include "common/model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/base/file_util.h"
+#include "common/model/gguf.h"
+
+namespace astr::model {
+namespace {
+
+using json = nlohmann::json;
+
+Status Bad(const std::string& key, const std::string& why) {
+  return InvalidArgumentError("config key '" + key + "' " + why);
+}
+
+bool IsHalfLayoutArch(const std::string& arch) {
+  return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3";
+}
+
+// The context length cap of Validate, checked where the file's key is known so that the error
+// names it (`error` turns the reason into a Status naming file and key).
+template <typename ErrorFn>
+Status CheckContextLength(int64_t value, ErrorFn error) {
+  if (value > kMaxContextLength) {
+    return error("= " + std::to_string(value) + " is more than the longest context astr accepts (" +
+                 std::to_string(kMaxContextLength) + " tokens)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status ModelConfig::Validate() const {
+  const std::pair<const char*, int64_t> positive[] = {{"vocab_size", vocab_size},
+                                                      {"hidden_size", hidden_size},
+                                                      {"intermediate_size", intermediate_size},
+                                                      {"num_layers", num_layers},
+                                                      {"num_heads", num_heads},
+                                                      {"num_kv_heads", num_kv_heads},
+                                                      {"head_dim", head_dim},
+                                                      {"rope_dim", rope_dim},
+                                                      {"max_position", max_position}};
+  for (const auto& [key, value] : positive) {
+    if (value <= 0) return Bad(key, "must be positive, got " + std::to_string(value));
+  }
+  if (max_position > kMaxContextLength) {
+    return Bad("max_position", "must be at most " + std::to_string(kMaxContextLength) + ", got " +
+                                   std::to_string(max_position));
+  }
+  if (sliding_window < 0 || sliding_window > kMaxContextLength) {
+    return Bad("sliding_window", "must be in [0, " + std::to_string(kMaxContextLength) + "], got " +
+                                     std::to_string(sliding_window));
+  }
+  if (num_heads % num_kv_heads != 0) {
+    return Bad("num_kv_heads", std::to_string(num_kv_heads) + " does not divide num_heads " +
+                                   std::to_string(num_heads));
+  }
+  if (head_dim % 2 != 0) return Bad("head_dim", "must be even, got " + std::to_string(head_dim));
+  if (rope_dim % 2 != 0 || rope_dim > head_dim) {
+    return Bad("rope_dim", "must be even and <= head_dim, got " + std::to_string(rope_dim));
+  }
+  if (!(rms_norm_eps > 0.0) || !std::isfinite(rms_norm_eps))
+    return Bad("rms_norm_eps", "must be > 0");
+  if (!(rope_theta > 0.0) || !std::isfinite(rope_theta)) return Bad("rope_theta", "must be > 0");
+  if (rope_scaling.type != RopeScaling::Type::kNone &&
+      (!(rope_scaling.factor > 0.0) || !std::isfinite(rope_scaling.factor))) {
+    return Bad("rope_scaling.factor", "must be > 0 and finite");
+  }
+  if (rope_scaling.type == RopeScaling::Type::kLlama3 &&
+      (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
+       rope_scaling.original_max_position <= 0)) {
+    return Bad("rope_scaling",
+               "llama3 needs high_freq_factor > low_freq_factor and "
+               "original_max_position_embeddings > 0");
+  }
+  if (bos_token_id >= vocab_size) {
+    return Bad("bos_token_id", std::to_string(bos_token_id) + " is outside the vocabulary");
+  }
+  for (int64_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= vocab_size) {
+      return Bad("eos_token_id", std::to_string(eos) + " is outside the vocabulary");
+    }
+  }
+  return OkStatus();
+}
+
+int64_t ModelConfig::ParameterCount() const {
+  int64_t total = 0;
+  for (const WeightSpec& w : ExpectedWeights(*this)) {
+    int64_t n = 1;
+    for (int64_t d : w.shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
+  const int64_t q_dim = c.num_heads * c.head_dim;
+  const int64_t kv_dim = c.num_kv_heads * c.head_dim;
+  std::vector<WeightSpec> w;
+  w.push_back({"embed", {c.vocab_size, c.hidden_size}});
+  w.push_back({"final_norm", {c.hidden_size}});
+  if (!c.tie_word_embeddings) w.push_back({"lm_head", {c.vocab_size, c.hidden_size}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    w.push_back({p + "attn_norm", {c.hidden_size}});
+    w.push_back({p + "q_proj", {q_dim, c.hidden_size}});
+    w.push_back({p + "k_proj", {kv_dim, c.hidden_size}});
+    w.push_back({p + "v_proj", {kv_dim, c.hidden_size}});
+    if (c.qkv_bias) {
+      w.push_back({p + "q_bias", {q_dim}});
+      w.push_back({p + "k_bias", {kv_dim}});
+      w.push_back({p + "v_bias", {kv_dim}});
+    }
+    if (c.gated_attention) w.push_back({p + "attn_gate", {q_dim, c.hidden_size}});
+    if (c.qk_norm != QkNorm::kNone) {
+      w.push_back({p + "q_norm", {c.head_dim}});
+      w.push_back({p + "k_norm", {c.head_dim}});
+    }
+    w.push_back({p + "o_proj", {c.hidden_size, q_dim}});
+    w.push_back({p + "mlp_norm", {c.hidden_size}});
+    w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});
+    w.push_back({p + "up_proj", {c.intermediate_size, c.hidden_size}});
+    w.push_back({p + "down_proj", {c.hidden_size, c.intermediate_size}});
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// HF config.json
+
+namespace {
+
+// Typed access to a JSON object whose errors name the file and key.
+class JsonReader {
+ public:
+  JsonReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  Status Error(const std::string& key, const std::string& why) const {
+    return InvalidArgumentError(path_ + ": key '" + key + "' " + why);
+  }
+  bool Has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+  StatusOr<int64_t> Int(const std::string& key) const {
+    if (!Has(key)) return Error(key, "is missing");
+    if (!j_[key].is_number_integer())
+      return Error(key, "must be an integer, got " + j_[key].dump());
+    return j_[key].get<int64_t>();
+  }
+  StatusOr<int64_t> Int(const std::string& key, int64_t dflt) const {
+    return Has(key) ? Int(key) : StatusOr<int64_t>(dflt);
+  }
+  StatusOr<double> Number(const std::string& key, double dflt) const {
+    if (!Has(key)) return dflt;
+    if (!j_[key].is_number()) return Error(key, "must be a number, got " + j_[key].dump());
+    return j_[key].get<double>();
+  }
+  StatusOr<bool> Bool(const std::string& key, bool dflt) const {
+    if (!Has(key)) return dflt;
+    if (!j_[key].is_boolean()) return Error(key, "must be true or false, got " + j_[key].dump());
+    return j_[key].get<bool>();
+  }
+  StatusOr<std::string> String(const std::string& key, const std::string& dflt) const {
+    if (!Has(key)) return dflt;
+    if (!j_[key].is_string()) return Error(key, "must be a string, got " + j_[key].dump());
+    return j_[key].get<std::string>();
+  }
+  // An int or a list of ints (eos_token_id).
+  Status IntList(const std::string& key, std::vector<int64_t>* out) const {
+    if (!Has(key)) return OkStatus();
+    const json& v = j_[key];
+    if (v.is_number_integer()) {
+      out->push_back(v.get<int64_t>());
+      return OkStatus();
+    }
+    if (!v.is_array()) return Error(key, "must be an integer or a list of integers");
+    for (const json& e : v) {
+      if (!e.is_number_integer()) return Error(key, "must be an integer or a list of integers");
+      out->push_back(e.get<int64_t>());
+    }
+    return OkStatus();
+  }
+  const json& raw() const { return j_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+StatusOr<json> ParseJsonFile(const std::string& path) {
+  ASTR_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
+  if (!j.is_object()) return InvalidArgumentError(path + ": not a JSON object");
+  return j;
+}
+
+Status ReadHfRopeScaling(const JsonReader& r, ModelConfig* c) {
+  if (!r.Has("rope_scaling")) return OkStatus();
+  const json& rs = r.raw()["rope_scaling"];
+  if (!rs.is_object()) return r.Error("rope_scaling", "must be an object or null");
+  JsonReader s(rs, r.path() + ": rope_scaling");
+  ASTR_ASSIGN_OR_RETURN(std::string type, s.String("rope_type", ""));
+  if (type.empty()) {
+    ASTR_ASSIGN_OR_RETURN(type, s.String("type", "default"));
+  }
+  if (type == "default") return OkStatus();
+  ASTR_ASSIGN_OR_RETURN(c->rope_scaling.factor, s.Number("factor", 1.0));
+  if (type == "linear") {
+    c->rope_scaling.type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    c->rope_scaling.type = RopeScaling::Type::kLlama3;
+    ASTR_ASSIGN_OR_RETURN(c->rope_scaling.low_freq_factor, s.Number("low_freq_factor", 1.0));
+    ASTR_ASSIGN_OR_RETURN(c->rope_scaling.high_freq_factor, s.Number("high_freq_factor", 4.0));
+    ASTR_ASSIGN_OR_RETURN(c->rope_scaling.original_max_position,
+                          s.Int("original_max_position_embeddings", 8192));
+  } else {
+    return UnimplementedError(r.path() + ": key 'rope_scaling' type '" + type +
+                              "' is not supported (supported: linear, llama3)");
+  }
+  return OkStatus();
+}
+
+Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
+  const std::string& a = c->architecture;
+  if (a == "qwen2") c->qkv_bias = true;
+  if (a == "qwen3") c->qk_norm = QkNorm::kBeforeRope;
+  if (a == "autoregressive_lm") {
+    c->rope_layout = RopeLayout::kInterleaved;
+    ASTR_ASSIGN_OR_RETURN(bool qk_norm, r.Bool("qk_norm", false));
+    if (qk_norm) c->qk_norm = QkNorm::kAfterRope;
+    ASTR_ASSIGN_OR_RETURN(c->gated_attention, r.Bool("gated_attention", false));
+  }
+  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and
+  // then only from layer max_window_layers on, which we do not implement.
+  const json& sw = r.raw().contains("sliding_window") ? r.raw()["sliding_window"] : json();
+  if (!sw.is_null()) {
+    bool use = true;
+    if (a == "qwen2" || a == "qwen3") {
+      ASTR_ASSIGN_OR_RETURN(use, r.Bool("use_sliding_window", false));
+      if (use) {
+        return UnimplementedError(r.path() + ": key 'use_sliding_window' true is not supported");
+      }
+    }
+    if (use) {
+      ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
+      if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
+      ASTR_RETURN_IF_ERROR(CheckContextLength(c->sliding_window, [&](const std::string& why) {
+        return r.Error("sliding_window", why);
+      }));
+    }
+  }
+  // Biases we have no weights for would silently change the model: refuse them.
+  if (a != "qwen2") {
+    ASTR_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
+    if (attention_bias)
+      return UnimplementedError(r.path() + ": key 'attention_bias' true is not supported");
+  }
+  ASTR_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
+  if (mlp_bias) return UnimplementedError(r.path() + ": key 'mlp_bias' true is not supported");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
+  ASTR_ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
+  JsonReader r(j, path);
+  ModelConfig c;
+  ASTR_ASSIGN_OR_RETURN(c.architecture, r.String("model_type", ""));
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" &&
+      c.architecture != "qwen3" && c.architecture != "autoregressive_lm") {
+    return UnimplementedError(
+        path + ": model_type '" + c.architecture +
+        "' is not supported (llama, mistral, qwen2, qwen3, autoregressive_lm)");
+  }
+  ASTR_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
+  ASTR_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
+  ASTR_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size"));
+  ASTR_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers"));
+  ASTR_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads"));
+  ASTR_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", c.num_heads));
+  if (c.num_heads <= 0) return r.Error("num_attention_heads", "must be positive");
+  ASTR_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", c.hidden_size / c.num_heads));
+  ASTR_ASSIGN_OR_RETURN(double partial, r.Number("partial_rotary_factor", 1.0));
+  if (!(partial > 0.0 && partial <= 1.0)) {
+    return r.Error("partial_rotary_factor", "must be in (0, 1], got " + std::to_string(partial));
+  }
+  c.rope_dim = static_cast<int64_t>(std::llround(static_cast<double>(c.head_dim) * partial));
+  ASTR_ASSIGN_OR_RETURN(c.max_position, r.Int("max_position_embeddings", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+    return r.Error("max_position_embeddings", why);
+  }));
+  ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps", 1e-6));
+  ASTR_ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta", 10000.0));
+  ASTR_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+  ASTR_ASSIGN_OR_RETURN(c.bos_token_id, r.Int("bos_token_id", -1));
+  ASTR_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
+  ASTR_RETURN_IF_ERROR(ReadHfRopeScaling(r, &c));
+  ASTR_RETURN_IF_ERROR(ReadHfArchitecture(r, &c));
+
+  // generation_config.json holds the ids generation actually stops on (e.g. Llama 3 instruct's
+  // <|eot_id|>), so its eos list is merged in.
+  const auto gen_path = std::filesystem::path(path).parent_path() / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    ASTR_ASSIGN_OR_RETURN(json g, ParseJsonFile(gen_path.string()));
+    JsonReader gr(g, gen_path.string());
+    std::vector<int64_t> eos;
+    ASTR_RETURN_IF_ERROR(gr.IntList("eos_token_id", &eos));
+    for (int64_t id : eos) {
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
+        c.eos_token_ids.push_back(id);
+      }
+    }
+    if (c.bos_token_id < 0) {
+      ASTR_ASSIGN_OR_RETURN(c.bos_token_id, gr.Int("bos_token_id", -1));
+    }
+  }
+  Status valid = c.Validate();
+  if (!valid.ok()) return valid.WithContext(path);
+  return c;
+}
+
+StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
+  const bool interleaved = c.architecture == "autoregressive_lm";
+  if (!interleaved && !IsHalfLayoutArch(c.architecture)) {
+    return InvalidArgumentError("no HF model_type for architecture '" + c.architecture + "'");
+  }
+  if ((c.rope_layout == RopeLayout::kInterleaved) != interleaved) {
+    return InvalidArgumentError("HF " + c.architecture + " folders use " +
+                                (interleaved ? "interleaved" : "half") +
+                                " RoPE order; permute q/k rows first");
+  }
+  json j = {{"model_type", c.architecture},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads},
+            {"num_key_value_heads", c.num_kv_heads},
+            {"head_dim", c.head_dim},
+            {"max_position_embeddings", c.max_position},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", "silu"},
+            {"torch_dtype", "bfloat16"}};
+  if (c.rope_dim != c.head_dim) {
+    j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / static_cast<double>(c.head_dim);
+  }
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+  if (c.architecture == "qwen2") j["use_sliding_window"] = false;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (interleaved) {
+    j["qk_norm"] = c.qk_norm != QkNorm::kNone;
+    j["gated_attention"] = c.gated_attention;
+  } else if (c.qk_norm == QkNorm::kAfterRope || c.gated_attention ||
+             (c.qk_norm == QkNorm::kBeforeRope) != (c.architecture == "qwen3") ||
+             c.qkv_bias != (c.architecture == "qwen2")) {
+    return InvalidArgumentError("config features do not match HF model_type " + c.architecture);
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+  } else if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string GenerationConfigJson(const ModelConfig& c) {
+  json j = json::object();
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace astr::model
+
+// ---------------------------------------------------------------------------------------------------
+// GGUF metadata
+
+namespace astr::model {
+namespace {
+
+// llama.cpp's converter stores llama3 rope scaling as per-frequency divisors (rope_freqs.weight),
+// not as keys. Accept it when it matches the scaling every Llama 3.x release uses, with the factor
+// read from the tensor; anything else would run with the wrong frequencies, so it is an error.
+Status ReadGgufRopeFreqs(const GgufFile& g, const GgufTensor& t, ModelConfig* c) {
+  std::vector<float> divisors;
+  ASTR_RETURN_IF_ERROR(g.ReadF32(t, &divisors));
+  const std::string err = g.path() + ": tensor 'rope_freqs.weight' ";
+  if (divisors.empty() || static_cast<int64_t>(divisors.size()) != c->rope_dim / 2) {
+    return InvalidArgumentError(
+        err + "has " + std::to_string(divisors.size()) +
+        " entries, expected rope_dim/2 = " + std::to_string(c->rope_dim / 2));
+  }
+  RopeScaling s;
+  s.type = RopeScaling::Type::kLlama3;
+  s.factor = *std::max_element(divisors.begin(), divisors.end());
+  const double low_wavelen = s.original_max_position / s.low_freq_factor;
+  const double high_wavelen = s.original_max_position / s.high_freq_factor;
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    const double freq =
+        std::pow(c->rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c->rope_dim));
+    const double wavelen = 2.0 * M_PI / freq;
+    double expected = 1.0;
+    if (wavelen > low_wavelen) {
+      expected = s.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      expected = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+    }
+    if (std::fabs(expected - divisors[i]) > 1e-3 * expected) {
+      return UnimplementedError(err +
+                                "is not llama3 scaling with low 1, high 4, original 8192; "
+                                "custom rope frequency factors are not supported");
+    }
+  }
+  c->rope_scaling = s;
+  return OkStatus();
+}
+
+// Reads "{arch}.rest", falling back to "llama.rest" for architectures that reuse the llama keys.
+class GgufKeys {
+ public:
+  GgufKeys(const GgufFile& g, std::string arch) : g_(g), arch_(std::move(arch)) {}
+  std::string Key(const std::string& rest) const { return GgufConfigKey(g_, arch_, rest); }
+  StatusOr<int64_t> Int(const std::string& rest) const { return g_.GetInt(Key(rest)); }
+  StatusOr<int64_t> Int(const std::string& rest, int64_t d) const {
+    return g_.GetInt(Key(rest), d);
+  }
+  StatusOr<double> Float(const std::string& rest, double d) const {
+    return g_.GetFloat(Key(rest), d);
+  }
+
+ private:
+  const GgufFile& g_;
+  std::string arch_;
+};
+
+Status ReadGgufRopeScaling(const GgufFile& g, const GgufKeys& k, ModelConfig* c) {
+  ASTR_ASSIGN_OR_RETURN(std::string type, g.GetString(k.Key("rope.scaling.type"), "none"));
+  if (type == "linear") {
+    c->rope_scaling.type = RopeScaling::Type::kLinear;
+    ASTR_ASSIGN_OR_RETURN(c->rope_scaling.factor, k.Float("rope.scaling.factor", 1.0));
+  } else if (type != "none") {
+    return UnimplementedError(g.path() + ": key '" + k.Key("rope.scaling.type") + "' value '" +
+                              type + "' is not supported (none, linear)");
+  }
+  if (const GgufTensor* t = g.FindTensor("rope_freqs.weight")) {
+    if (c->rope_scaling.type != RopeScaling::Type::kNone) {
+      return UnimplementedError(g.path() + ": both rope scaling keys and rope_freqs.weight");
+    }
+    ASTR_RETURN_IF_ERROR(ReadGgufRopeFreqs(g, *t, c));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string GgufConfigKey(const GgufFile& g, const std::string& arch, const std::string& rest) {
+  const std::string k = arch + "." + rest;
+  return g.Find(k) == nullptr && g.Find("llama." + rest) != nullptr ? "llama." + rest : k;
+}
+
+StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
+  ASTR_ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
+  ModelConfig c;
+  if (arch == "llama" || arch == "mistral") {
+    c.architecture = arch;
+    c.rope_layout = RopeLayout::kInterleaved;
+  } else if (arch == "qwen2" || arch == "qwen3") {
+    c.architecture = arch;
+    c.rope_layout = RopeLayout::kHalf;
+    c.qkv_bias = arch == "qwen2";
+    if (arch == "qwen3") c.qk_norm = QkNorm::kBeforeRope;
+  } else {
+    return UnimplementedError(g.path() + ": general.architecture '" + arch +
+                              "' is not supported (llama, mistral, qwen2, qwen3)");
+  }
+  GgufKeys k(g, arch);
+  ASTR_ASSIGN_OR_RETURN(c.hidden_size, k.Int("embedding_length"));
+  ASTR_ASSIGN_OR_RETURN(c.num_layers, k.Int("block_count"));
+  ASTR_ASSIGN_OR_RETURN(c.intermediate_size, k.Int("feed_forward_length"));
+  ASTR_ASSIGN_OR_RETURN(c.num_heads, k.Int("attention.head_count"));
+  ASTR_ASSIGN_OR_RETURN(c.num_kv_heads, k.Int("attention.head_count_kv", c.num_heads));
+  if (c.num_heads <= 0) {
+    return InvalidArgumentError(g.path() + ": key '" + k.Key("attention.head_count") +
+                                "' must be positive");
+  }
+  ASTR_ASSIGN_OR_RETURN(c.head_dim, k.Int("attention.key_length", c.hidden_size / c.num_heads));
+  ASTR_ASSIGN_OR_RETURN(c.rope_dim, k.Int("rope.dimension_count", c.head_dim));
+  ASTR_ASSIGN_OR_RETURN(c.rope_theta, k.Float("rope.freq_base", 10000.0));
+  ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, k.Float("attention.layer_norm_rms_epsilon", 1e-5));
+  ASTR_ASSIGN_OR_RETURN(c.max_position, k.Int("context_length", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+    return InvalidArgumentError(g.path() + ": key '" + k.Key("context_length") + "' " + why);
+  }));
+  ASTR_RETURN_IF_ERROR(ReadGgufRopeScaling(g, k, &c));
+  ASTR_ASSIGN_OR_RETURN(
+      c.rope_scaling.original_max_position,
+      k.Int("rope.scaling.original_context_length", c.rope_scaling.original_max_position));
+
+  const GgufTensor* embd = g.FindTensor("token_embd.weight");
+  if (embd == nullptr) return NotFoundError(g.path() + ": missing tensor 'token_embd.weight'");
+  if (embd->shape.size() != 2) {
+    return InvalidArgumentError(g.path() + ": tensor 'token_embd.weight' must be 2-D");
+  }
+  c.vocab_size = embd->shape[0];
+  c.tie_word_embeddings = g.FindTensor("output.weight") == nullptr;
+  ASTR_ASSIGN_OR_RETURN(c.bos_token_id, g.GetInt("tokenizer.ggml.bos_token_id", -1));
+  ASTR_ASSIGN_OR_RETURN(int64_t eos, g.GetInt("tokenizer.ggml.eos_token_id", -1));
+  if (eos >= 0 && eos != 0xFFFFFFFF) c.eos_token_ids.push_back(eos);
+  if (c.bos_token_id == 0xFFFFFFFF) c.bos_token_id = -1;  // llama.cpp's "unset"
+  Status valid = c.Validate();
+  if (!valid.ok()) return valid.WithContext(g.path());
+  return c;
+}
+
+Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
+  const std::string& a = c.architecture;
+  const bool want_interleaved = a == "llama";
+  if (a != "llama" && a != "qwen2" && a != "qwen3") {
+    return InvalidArgumentError("GGUF output supports architectures llama, qwen2, qwen3, not '" +
+                                a + "'");
+  }
+  if ((c.rope_layout == RopeLayout::kInterleaved) != want_interleaved) {
+    return InvalidArgumentError("GGUF " + a + " stores q/k rows in " +
+                                (want_interleaved ? "interleaved" : "half") + " RoPE order");
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    return UnimplementedError("writing llama3 rope scaling to GGUF is not supported");
+  }
+  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
+  w->AddMetadata("general.architecture", GgufValue::String(a));
+  w->AddMetadata("general.name", GgufValue::String(a));
+  w->AddMetadata(a + ".context_length", u32(c.max_position));
+  w->AddMetadata(a + ".embedding_length", u32(c.hidden_size));
+  w->AddMetadata(a + ".block_count", u32(c.num_layers));
+  w->AddMetadata(a + ".feed_forward_length", u32(c.intermediate_size));
+  w->AddMetadata(a + ".attention.head_count", u32(c.num_heads));
+  w->AddMetadata(a + ".attention.head_count_kv", u32(c.num_kv_heads));
+  w->AddMetadata(a + ".attention.key_length", u32(c.head_dim));
+  w->AddMetadata(a + ".attention.value_length", u32(c.head_dim));
+  w->AddMetadata(a + ".rope.dimension_count", u32(c.rope_dim));
+  w->AddMetadata(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(c.rope_theta)));
+  w->AddMetadata(a + ".attention.layer_norm_rms_epsilon",
+                 GgufValue::F32(static_cast<float>(c.rms_norm_eps)));
+  w->AddMetadata(a + ".vocab_size", u32(c.vocab_size));
+  if (c.rope_scaling.type == RopeScaling::Type::kLinear) {
+    w->AddMetadata(a + ".rope.scaling.type", GgufValue::String("linear"));
+    w->AddMetadata(a + ".rope.scaling.factor",
+                   GgufValue::F32(static_cast<float>(c.rope_scaling.factor)));
+  }
+  return OkStatus();
+}
+
+}  // namespace astr::model

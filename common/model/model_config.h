@@ -1,0 +1,138 @@
+// One internal description of a LLaMA-family decoder, whatever file it came from
+// (HF config.json of llama / mistral / qwen2 / qwen3 / AstrAI `autoregressive_lm`, or GGUF
+// metadata).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace astr::model {
+
+// The longest context (max_position_embeddings / {arch}.context_length) and sliding window a model
+// may declare. No tensor confirms these values, and they bound what clients may ask for (prompt +
+// max_tokens, penalty_window) and travel as int32 in the worker's Info, so they are capped: 2^24
+// is 1.6x the longest context of any released model (Llama 4 Scout, 10M tokens).
+inline constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+
+class GgufFile;
+class GgufWriter;
+
+// How RoPE pairs the dimensions of a head.
+enum class RopeLayout {
+  kHalf,         // HF rotate_half (GPT-NeoX): dim i pairs with i + rot_dim/2.
+  kInterleaved,  // GGUF llama / AstrAI: dim 2i pairs with 2i+1.
+};
+
+// Where the per-head RMSNorm of q and k (if any) is applied.
+enum class QkNorm {
+  kNone,
+  kBeforeRope,  // Qwen3
+  kAfterRope,   // AstrAI
+};
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // llama3 only.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "autoregressive_lm"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rope_dim = 0;  // rotated dims per head (== head_dim unless partial rotary)
+  int64_t max_position = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeLayout rope_layout = RopeLayout::kHalf;
+  RopeScaling rope_scaling;
+  bool qkv_bias = false;  // Qwen2: bias on q, k, v projections
+  QkNorm qk_norm = QkNorm::kNone;
+  bool gated_attention =
+      false;  // AstrAI: o_proj input is attn * sigmoid(gate), gate from `attn_gate`
+  bool tie_word_embeddings = false;
+  // Mistral-style sliding window: a query at position i sees keys j with i - W < j <= i; 0 = none.
+  int64_t sliding_window = 0;
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  // Checks dims are positive and consistent (heads divide, head_dim even, ...) and max_position /
+  // sliding_window at most kMaxContextLength; names the bad key. Whether the dims agree with the
+  // weights is ModelFile's check (CheckConfig).
+  Status Validate() const;
+  // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config
+  // whose dims the weights confirm (ModelFile::Open checks them), never on one straight from a
+  // file.
+  int64_t ParameterCount() const;
+};
+
+// Canonical weight names (what the model asks a ModelFile for) and their shapes, outermost dim
+// first (torch order: a projection is [out_features, in_features]).
+//   embed                [vocab, hidden]
+//   final_norm           [hidden]
+//   lm_head              [vocab, hidden]    (absent when tie_word_embeddings)
+//   layers.{i}.attn_norm [hidden]
+//   layers.{i}.q_proj    [heads*head_dim, hidden]     q_bias [heads*head_dim]      (qkv_bias)
+//   layers.{i}.k_proj    [kv_heads*head_dim, hidden]  k_bias [kv_heads*head_dim]   (qkv_bias)
+//   layers.{i}.v_proj    [kv_heads*head_dim, hidden]  v_bias [kv_heads*head_dim]   (qkv_bias)
+//   layers.{i}.attn_gate [heads*head_dim, hidden]     (gated_attention)
+//   layers.{i}.q_norm    [head_dim]   layers.{i}.k_norm [head_dim]                 (qk_norm !=
+//   kNone) layers.{i}.o_proj    [hidden, heads*head_dim] layers.{i}.mlp_norm  [hidden]
+//   layers.{i}.gate_proj [intermediate, hidden]  up_proj [intermediate, hidden]
+//   layers.{i}.down_proj [hidden, intermediate]
+// q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
+// num_layers: as ParameterCount, build it only for a config the weights confirm.
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
+
+// Reads a Hugging Face config.json (`path` is the file). Supported model_type values:
+//   llama, mistral   RopeLayout::kHalf
+//   qwen2            + qkv_bias
+//   qwen3            + qk_norm kBeforeRope, head_dim key
+//   autoregressive_lm (AstrAI): the llama keys plus
+//                      "qk_norm": bool            -> QkNorm::kAfterRope when true
+//                      "gated_attention": bool    -> gated_attention (weights self_attn.gate_proj)
+//                    and RopeLayout::kInterleaved (weights are stored in interleaved q/k order).
+// rope_scaling {rope_type|type: linear|llama3|default, factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings} is read; other scaling types are an error. eos_token_id may be
+// an int or a list; generation_config.json next to config.json adds its bos / eos ids. Errors name
+// the file and the key. The dims are not yet checked against any weights: see ModelFile::Open.
+StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path);
+
+// Reads GGUF metadata of general.architecture llama (also mistral), qwen2, qwen3. GGUF llama stores
+// q/k rows permuted for interleaved RoPE (llama.cpp's converter), so llama -> kInterleaved; qwen2/3
+// use NEOX order -> kHalf. vocab_size comes from token_embd.weight; tie_word_embeddings is true
+// when output.weight is absent. A rope_freqs.weight tensor is accepted when it equals the llama3
+// scaling of the Llama 3.x releases (low 1, high 4, original 8192), else it is an error. The
+// other dims are not yet checked against the tensors: see ModelFile::Open.
+StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& gguf);
+// The key ConfigFromGguf reads for `rest` (e.g. "block_count"): "{arch}.rest", or "llama.rest" when
+// only that one is present (architectures that reuse the llama keys). For errors about the value.
+std::string GgufConfigKey(const GgufFile& gguf, const std::string& arch, const std::string& rest);
+
+// HF config.json text for `config` (model_type = architecture). HF llama / mistral / qwen2 / qwen3
+// folders mean RopeLayout::kHalf and autoregressive_lm kInterleaved; a config whose layout differs
+// is an error (convert the q/k rows first).
+StatusOr<std::string> ConfigToHfJson(const ModelConfig& config);
+// generation_config.json text (bos / eos ids).
+std::string GenerationConfigJson(const ModelConfig& config);
+// Adds the {arch}.* and general.architecture keys of `config` (llama with kInterleaved, qwen2 /
+// qwen3 with kHalf; linear rope scaling only). Tokenizer keys are the caller's.
+Status AddGgufMetadata(const ModelConfig& config, GgufWriter* writer);
+
+}  // namespace astr::model

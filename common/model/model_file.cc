@@ -1,0 +1,354 @@
+#include "common/model/model_file.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "common/model/gguf.h"
+#include "common/model/safetensors.h"
+
+namespace astr::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Per-layer names: canonical suffix, GGUF suffix (after "blk.N."), HF suffix (after
+// "model.layers.N.").
+struct LayerName {
+  const char* canonical;
+  const char* gguf;
+  const char* hf;
+};
+constexpr LayerName kLayerNames[] = {
+    {"attn_norm", "attn_norm.weight", "input_layernorm.weight"},
+    {"q_proj", "attn_q.weight", "self_attn.q_proj.weight"},
+    {"k_proj", "attn_k.weight", "self_attn.k_proj.weight"},
+    {"v_proj", "attn_v.weight", "self_attn.v_proj.weight"},
+    {"q_bias", "attn_q.bias", "self_attn.q_proj.bias"},
+    {"k_bias", "attn_k.bias", "self_attn.k_proj.bias"},
+    {"v_bias", "attn_v.bias", "self_attn.v_proj.bias"},
+    {"o_proj", "attn_output.weight", "self_attn.o_proj.weight"},
+    {"q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_gate", "attn_gate.weight", "self_attn.gate_proj.weight"},
+    {"mlp_norm", "ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"gate_proj", "ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
+    {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
+};
+struct GlobalName {
+  const char* canonical;
+  const char* gguf;
+  const char* hf;
+};
+constexpr GlobalName kGlobalNames[] = {
+    {"embed", "token_embd.weight", "model.embed_tokens.weight"},
+    {"final_norm", "output_norm.weight", "model.norm.weight"},
+    {"lm_head", "output.weight", "lm_head.weight"},
+};
+
+// Splits "<prefix><digits>.<rest>"; returns false if `name` does not have that form.
+bool SplitLayer(const std::string& name, const std::string& prefix, std::string* layer,
+                std::string* rest) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size()) return false;
+  *layer = name.substr(prefix.size(), dot - prefix.size());
+  if (layer->find_first_not_of("0123456789") != std::string::npos) return false;
+  *rest = name.substr(dot + 1);
+  return true;
+}
+
+enum class Side { kCanonical, kGguf, kHf };
+const char* Pick(const LayerName& n, Side s) {
+  return s == Side::kCanonical ? n.canonical : s == Side::kGguf ? n.gguf : n.hf;
+}
+const char* Pick(const GlobalName& n, Side s) {
+  return s == Side::kCanonical ? n.canonical : s == Side::kGguf ? n.gguf : n.hf;
+}
+const char* LayerPrefix(Side s) {
+  return s == Side::kCanonical ? "layers." : s == Side::kGguf ? "blk." : "model.layers.";
+}
+
+std::string MapName(const std::string& name, Side from, Side to) {
+  for (const GlobalName& g : kGlobalNames) {
+    if (name == Pick(g, from)) return Pick(g, to);
+  }
+  std::string layer, rest;
+  if (!SplitLayer(name, LayerPrefix(from), &layer, &rest)) return "";
+  for (const LayerName& l : kLayerNames) {
+    if (rest == Pick(l, from)) return LayerPrefix(to) + layer + "." + Pick(l, to);
+  }
+  return "";
+}
+
+std::vector<float> PermuteRows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                               int64_t head_dim, bool to_half) {
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = r / head_dim, j = r % head_dim;
+    // Interleaved row j = 2i + s  <->  half row s * half + i.
+    const int64_t half_row = h * head_dim + (j % 2) * half + j / 2;
+    const int64_t src = to_half ? r : half_row;
+    const int64_t dst = to_half ? half_row : r;
+    std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CanonicalFromGgufName(const std::string& n) {
+  return MapName(n, Side::kGguf, Side::kCanonical);
+}
+std::string CanonicalFromHfName(const std::string& n) {
+  return MapName(n, Side::kHf, Side::kCanonical);
+}
+std::string GgufNameFromCanonical(const std::string& n) {
+  return MapName(n, Side::kCanonical, Side::kGguf);
+}
+std::string HfNameFromCanonical(const std::string& n) {
+  return MapName(n, Side::kCanonical, Side::kHf);
+}
+
+std::vector<float> InterleavedToHalfRows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                         int64_t head_dim) {
+  return PermuteRows(w, rows, cols, head_dim, /*to_half=*/true);
+}
+std::vector<float> HalfToInterleavedRows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                         int64_t head_dim) {
+  return PermuteRows(w, rows, cols, head_dim, /*to_half=*/false);
+}
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t TensorView::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+ModelFile::~ModelFile() = default;
+
+StatusOr<std::unique_ptr<ModelFile>> ModelFile::Open(const std::string& path) {
+  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<ModelFile> m, OpenUnchecked(path));
+  ASTR_RETURN_IF_ERROR(m->CheckConfig());
+  return m;
+}
+
+StatusOr<std::unique_ptr<ModelFile>> ModelFile::OpenUnchecked(const std::string& path) {
+  std::unique_ptr<ModelFile> m(new ModelFile());
+  m->path_ = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    m->format_ = Format::kHf;
+    ASTR_RETURN_IF_ERROR(m->OpenHf());
+  } else if (fs::exists(path, ec)) {
+    m->format_ = Format::kGguf;
+    ASTR_RETURN_IF_ERROR(m->OpenGguf());
+  } else {
+    return NotFoundError(path + ": no such model file or folder");
+  }
+  return m;
+}
+
+void ModelFile::AddTensor(TensorView view) {
+  order_.push_back(view.name);
+  tensors_[view.name] = std::move(view);
+}
+
+void ModelFile::NoteLayer(const std::string& canonical) {
+  std::string layer, rest;
+  if (!SplitLayer(canonical, LayerPrefix(Side::kCanonical), &layer, &rest)) return;
+  // "blk.07.*" maps to "layers.07.*", which no loader asks for: only the plain spelling counts.
+  if (layer.size() > 18 || (layer.size() > 1 && layer[0] == '0')) return;
+  layers_.insert(std::stoll(layer));
+}
+
+Status ModelFile::OpenGguf() {
+  ASTR_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path_));
+  ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
+  for (const GgufTensor& t : gguf_->tensors()) {
+    std::string canonical = CanonicalFromGgufName(t.name);
+    NoteLayer(canonical);
+    AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, t.shape, t.data,
+                         t.bytes});
+  }
+  return ReadGgufVocab();
+}
+
+Status ModelFile::OpenHf() {
+  const std::string config_path = (fs::path(path_) / "config.json").string();
+  if (!fs::exists(config_path))
+    return NotFoundError(path_ + ": no config.json in the model folder");
+  ASTR_ASSIGN_OR_RETURN(config_, ConfigFromHfJson(config_path));
+  ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
+  for (const auto& [name, t] : safetensors_->tensors()) {
+    std::string canonical = CanonicalFromHfName(name);
+    NoteLayer(canonical);
+    const std::string key = canonical.empty() ? name : canonical;
+    auto dtype = safetensors_->ReadableDType(t);
+    if (!dtype.ok()) {
+      if (!canonical.empty()) unreadable_[key] = dtype.status();
+      continue;  // unmapped extras of other dtypes (e.g. rotary inv_freq buffers) are ignored
+    }
+    AddTensor(TensorView{key, name, *dtype, t.shape, t.data, t.bytes});
+  }
+  return OkStatus();
+}
+
+Status ModelFile::ReadGgufVocab() {
+  ASTR_ASSIGN_OR_RETURN(vocab_, ReadVocab(*gguf_));
+  return OkStatus();
+}
+
+bool ModelFile::Has(const std::string& canonical) const {
+  return tensors_.count(canonical) > 0 || unreadable_.count(canonical) > 0;
+}
+
+StatusOr<TensorView> ModelFile::Raw(const std::string& canonical) const {
+  if (auto it = unreadable_.find(canonical); it != unreadable_.end()) return it->second;
+  auto it = tensors_.find(canonical);
+  if (it == tensors_.end()) {
+    const std::string file_name = format_ == Format::kGguf ? GgufNameFromCanonical(canonical)
+                                                           : HfNameFromCanonical(canonical);
+    return NotFoundError(path_ + ": missing tensor '" + canonical + "'" +
+                         (file_name.empty() ? "" : " (" + file_name + ")"));
+  }
+  return it->second;
+}
+
+Status ModelFile::LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
+                          std::vector<float>* out) const {
+  ASTR_ASSIGN_OR_RETURN(TensorView t, Raw(canonical));
+  if (t.shape != expected_shape) {
+    return InvalidArgumentError(path_ + ": tensor '" + canonical + "' (" + t.source_name +
+                                ") has shape " + ShapeToString(t.shape) + ", expected " +
+                                ShapeToString(expected_shape));
+  }
+  out->resize(static_cast<size_t>(t.num_elements()));
+  DequantizeToF32(t.dtype, t.data, t.num_elements(), out->data());
+  return OkStatus();
+}
+
+std::vector<std::string> ModelFile::TensorNames() const { return order_; }
+
+std::string ModelFile::ConfigSource() const {
+  return format_ == Format::kGguf ? path_ : (fs::path(path_) / "config.json").string();
+}
+
+Status ModelFile::CheckLayerCount() const {
+  const bool gguf = format_ == Format::kGguf;
+  const std::string prefix = LayerPrefix(gguf ? Side::kGguf : Side::kHf);
+  const int64_t n = config_.num_layers;
+  const std::string what =
+      ConfigSource() + ": " +
+      (gguf ? GgufConfigKey(*gguf_, config_.architecture, "block_count") : "num_hidden_layers") +
+      " = " + std::to_string(n) + " but ";
+  const int64_t held = static_cast<int64_t>(layers_.size());
+  if (held == 0) return InvalidArgumentError(what + "the weights hold no layer (" + prefix + "*)");
+  const int64_t last = *layers_.rbegin();
+  if (last == held - 1) {  // layers 0 .. held-1, all there
+    if (held == n) return OkStatus();
+    return InvalidArgumentError(what + "the weights hold " + std::to_string(held) + " layers (" +
+                                prefix + "0 .. " + prefix + std::to_string(last) + ")");
+  }
+  int64_t missing = 0;
+  for (int64_t i : layers_) {
+    if (i != missing) break;
+    ++missing;
+  }
+  if (missing < n) {
+    return InvalidArgumentError(what + "there is no tensor " + prefix + std::to_string(missing) +
+                                ".* (the weights hold " + std::to_string(held) + " layers, up to " +
+                                prefix + std::to_string(last) + ")");
+  }
+  return InvalidArgumentError(what + "the weights also hold layer " + prefix +
+                              std::to_string(last) + ".*");
+}
+
+Status ModelFile::CheckConfig() const {
+  ASTR_RETURN_IF_ERROR(CheckLayerCount());
+  const ModelConfig& c = config_;
+  const bool gguf = format_ == Format::kGguf;
+  // "key = value" as the file spells the key.
+  auto field = [&](const char* hf_key, const char* gguf_rest, int64_t value) {
+    return (gguf ? GgufConfigKey(*gguf_, c.architecture, gguf_rest) : std::string(hf_key)) + " = " +
+           std::to_string(value);
+  };
+  auto disagree = [&](const std::string& what, const TensorView& t, const std::string& part) {
+    return InvalidArgumentError(ConfigSource() + ": " + what + " but " + t.source_name +
+                                " has shape " + ShapeToString(t.shape) + " (" + part + ")");
+  };
+  auto matrix = [&](const std::string& canonical) -> StatusOr<TensorView> {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, Raw(canonical));
+    if (t.shape.size() != 2) {
+      return InvalidArgumentError(path_ + ": tensor '" + canonical + "' (" + t.source_name +
+                                  ") has shape " + ShapeToString(t.shape) + ", expected 2-D");
+    }
+    return t;
+  };
+  ASTR_ASSIGN_OR_RETURN(TensorView embed, matrix("embed"));
+  if (embed.shape[0] != c.vocab_size) {  // never for GGUF, which takes vocab_size from these rows
+    return disagree("vocab_size = " + std::to_string(c.vocab_size), embed,
+                    std::to_string(embed.shape[0]) + " token rows");
+  }
+  if (embed.shape[1] != c.hidden_size) {
+    return disagree(field("hidden_size", "embedding_length", c.hidden_size), embed,
+                    std::to_string(embed.shape[1]) + " columns");
+  }
+  // Heads and head_dim show only as their product, the rows of the q and k projections.
+  std::string head_dim = field("head_dim", "attention.key_length", c.head_dim);
+  if (c.head_dim == c.hidden_size / c.num_heads) head_dim += " (= hidden size / heads)";
+  struct Heads {
+    const char* tensor;
+    int64_t count;
+    std::string field;
+  };
+  const Heads heads[] = {{"layers.0.q_proj", c.num_heads,
+                          field("num_attention_heads", "attention.head_count", c.num_heads)},
+                         {"layers.0.k_proj", c.num_kv_heads,
+                          field("num_key_value_heads", "attention.head_count_kv", c.num_kv_heads)}};
+  for (const Heads& h : heads) {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, matrix(h.tensor));
+    int64_t rows = 0;
+    if (__builtin_mul_overflow(h.count, c.head_dim, &rows) || rows != t.shape[0]) {
+      return disagree(h.field + " x " + head_dim, t, std::to_string(t.shape[0]) + " rows");
+    }
+  }
+  ASTR_ASSIGN_OR_RETURN(TensorView gate, matrix("layers.0.gate_proj"));
+  if (gate.shape[0] != c.intermediate_size) {
+    return disagree(field("intermediate_size", "feed_forward_length", c.intermediate_size), gate,
+                    std::to_string(gate.shape[0]) + " rows");
+  }
+  return OkStatus();
+}
+
+Status ModelFile::ValidateWeights() const {
+  ASTR_RETURN_IF_ERROR(CheckConfig());
+  for (const WeightSpec& w : ExpectedWeights(config_)) {
+    ASTR_ASSIGN_OR_RETURN(TensorView t, Raw(w.name));
+    if (t.shape != w.shape) {
+      return InvalidArgumentError(path_ + ": tensor '" + w.name + "' (" + t.source_name +
+                                  ") has shape " + ShapeToString(t.shape) + ", expected " +
+                                  ShapeToString(w.shape));
+    }
+  }
+  return OkStatus();
+}
+
+std::string ModelFile::Describe() const {
+  const ModelConfig& c = config_;
+  std::ostringstream os;
+  os << (format_ == Format::kGguf ? "GGUF " : "HF ") << c.architecture << ": " << c.num_layers
+     << " layers, hidden " << c.hidden_size << ", " << c.num_heads << " heads (" << c.num_kv_heads
+     << " kv) x " << c.head_dim << ", ffn " << c.intermediate_size << ", vocab " << c.vocab_size
+     << ", " << c.ParameterCount() << " params, " << tensors_.size() << " tensors";
+  return os.str();
+}
+
+}  // namespace astr::model

@@ -1,0 +1,120 @@
+// A model's weights and config, opened from a GGUF file or a Hugging Face folder (config.json +
+// model.safetensors or a sharded model.safetensors.index.json). Tensors are memory-mapped and
+// exposed under canonical names (see ExpectedWeights in model_config.h) whatever file they came
+// from.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/model/model_config.h"
+#include "common/model/tensor_dtype.h"
+#include "common/model/vocab.h"
+
+namespace astr::model {
+
+class GgufFile;
+class SafetensorsFile;
+
+struct TensorView {
+  std::string name;         // canonical name (the file's own name for tensors we do not map)
+  std::string source_name;  // name in the file
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // torch order, outermost first
+  const void* data = nullptr;  // into the mapping; valid while the ModelFile lives
+  uint64_t bytes = 0;
+  int64_t num_elements() const;
+};
+
+// Name mapping between the canonical names and the file formats; "" when a name has no counterpart.
+std::string CanonicalFromGgufName(const std::string& gguf_name);
+std::string CanonicalFromHfName(const std::string& hf_name);
+std::string GgufNameFromCanonical(const std::string& canonical);
+std::string HfNameFromCanonical(const std::string& canonical);
+
+// Undoes llama.cpp's q/k permutation: within each head of `head_dim` rows, row 2i goes to i and row
+// 2i+1 to i + head_dim/2 (interleaved RoPE order -> HF rotate_half order). `w` is [rows, cols].
+std::vector<float> InterleavedToHalfRows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                         int64_t head_dim);
+// The inverse (HF order -> interleaved), as llama.cpp's converter does.
+std::vector<float> HalfToInterleavedRows(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                         int64_t head_dim);
+
+class ModelFile {
+ public:
+  enum class Format { kGguf, kHf };
+
+  // `path`: a .gguf file or a folder with config.json and safetensors weights. The config is
+  // checked against the tensors (CheckConfig) before Open returns, so that nothing is ever sized
+  // from a value that the weights do not confirm.
+  static StatusOr<std::unique_ptr<ModelFile>> Open(const std::string& path);
+  // The same without CheckConfig, for tools that show what a broken file holds (astr inspect):
+  // config() may then hold any value the file declares, so nothing may be sized or looped over
+  // from it (ExpectedWeights, ParameterCount, Describe) until CheckConfig() has passed.
+  static StatusOr<std::unique_ptr<ModelFile>> OpenUnchecked(const std::string& path);
+  ~ModelFile();
+
+  const std::string& path() const { return path_; }
+  Format format() const { return format_; }
+  const ModelConfig& config() const { return config_; }
+  // Non-null for GGUF files with tokenizer.ggml.* keys.
+  const Vocab* vocab() const { return vocab_.get(); }
+  // The underlying GGUF file (null for HF folders), for metadata the config does not carry.
+  const GgufFile* gguf() const { return gguf_.get(); }
+
+  bool Has(const std::string& canonical) const;
+  // Dequantizes / converts the tensor to f32. A missing tensor or a shape other than
+  // `expected_shape` (torch order) is an error naming the file, the tensor and both shapes.
+  Status LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
+                 std::vector<float>* out) const;
+  // The stored bytes as they are (for inspect / convert).
+  StatusOr<TensorView> Raw(const std::string& canonical) const;
+  // Canonical names of all tensors (file names for unmapped ones), in file order for GGUF and
+  // sorted by file name for HF.
+  std::vector<std::string> TensorNames() const;
+  // The config's sizes agree with the tensors that exist: num_layers with the layer tensors
+  // (layers 0 .. num_layers-1 present, none beyond), vocab_size and hidden_size with embed's shape,
+  // num_heads x head_dim with layers.0.q_proj's rows, num_kv_heads x head_dim with
+  // layers.0.k_proj's, intermediate_size with layers.0.gate_proj's. The error names the file, its
+  // key, the value and the tensor it disagrees with. Cheap: it reads no tensor data.
+  Status CheckConfig() const;
+  // CheckConfig, then: every tensor of ExpectedWeights(config()) exists with the right shape and a
+  // readable dtype; the error names the first one that does not.
+  Status ValidateWeights() const;
+  // One line: format, architecture, dims, parameter count.
+  std::string Describe() const;
+
+ private:
+  ModelFile() = default;
+  Status OpenGguf();
+  Status OpenHf();
+  Status ReadGgufVocab();
+  void AddTensor(TensorView view);
+  // Records the layer index of a mapped tensor's canonical name ("layers.N.*").
+  void NoteLayer(const std::string& canonical);
+  Status CheckLayerCount() const;
+  // Where the config came from, for errors: the .gguf file or the folder's config.json.
+  std::string ConfigSource() const;
+
+  std::string path_;
+  Format format_ = Format::kGguf;
+  ModelConfig config_;
+  std::unique_ptr<Vocab> vocab_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsFile> safetensors_;
+  std::map<std::string, TensorView> tensors_;
+  std::vector<std::string> order_;
+  // Tensors we map but cannot read (e.g. an I32 safetensors tensor), with the reason.
+  std::map<std::string, Status> unreadable_;
+  // Layer indices that mapped tensors (readable or not) belong to.
+  std::set<int64_t> layers_;
+};
+
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace astr::model

@@ -1,0 +1,193 @@
+#include "common/model/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/model/gguf.h"
+#include "tests/support/test_util.h"
+
+namespace astr {
+namespace {
+
+bool Contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+std::string WriteConfig(const std::string& json, const std::string& gen = "") {
+  const std::string dir = testing::TempDir("cfg");
+  std::ofstream(dir + "/config.json") << json;
+  if (!gen.empty()) std::ofstream(dir + "/generation_config.json") << gen;
+  return dir + "/config.json";
+}
+
+constexpr const char* kLlama = R"({"model_type":"llama","vocab_size":32000,"hidden_size":2048,
+  "intermediate_size":5632,"num_hidden_layers":22,"num_attention_heads":32,"num_key_value_heads":4,
+  "max_position_embeddings":2048,"rms_norm_eps":1e-5,"rope_theta":10000.0,"bos_token_id":1,
+  "eos_token_id":2,"tie_word_embeddings":false})";
+
+TEST(ModelConfigTest, HfLlama) {
+  auto c = model::ConfigFromHfJson(WriteConfig(kLlama));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->rope_dim, 64);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->rope_layout, model::RopeLayout::kHalf);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2}));
+  EXPECT_FALSE(c->qkv_bias);
+  // TinyLlama-1.1B: 1,100,048,384 parameters.
+  EXPECT_EQ(c->ParameterCount(), 1100048384);
+}
+
+TEST(ModelConfigTest, HfLlama3ScalingAndEosListAndGenerationConfig) {
+  auto c = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"llama","vocab_size":128256,"hidden_size":2048,"intermediate_size":8192,
+      "num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":64,
+      "rope_theta":500000.0,"tie_word_embeddings":true,"bos_token_id":128000,
+      "eos_token_id":[128001,128008],"max_position_embeddings":131072,
+      "rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
+      "original_max_position_embeddings":8192,"rope_type":"llama3"}})",
+      R"({"eos_token_id":[128001,128009]})"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position, 8192);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c->rope_theta, 500000.0);
+}
+
+TEST(ModelConfigTest, HfQwenAndAstrAi) {
+  auto q2 = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"qwen2","vocab_size":1000,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+      "rope_scaling":{"type":"linear","factor":2.0}})"));
+  ASSERT_TRUE(q2.ok()) << q2.status().ToString();
+  EXPECT_TRUE(q2->qkv_bias);
+  EXPECT_EQ(q2->rope_scaling.type, model::RopeScaling::Type::kLinear);
+  auto q3 = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"qwen3","vocab_size":1000,"hidden_size":64,"intermediate_size":128,
+      "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32})"));
+  ASSERT_TRUE(q3.ok()) << q3.status().ToString();
+  EXPECT_EQ(q3->qk_norm, model::QkNorm::kBeforeRope);
+  EXPECT_EQ(q3->head_dim, 32);
+  EXPECT_FALSE(q3->qkv_bias);
+  auto a = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"autoregressive_lm","vocab_size":1000,"hidden_size":64,
+      "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+      "qk_norm":true,"gated_attention":true})"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->rope_layout, model::RopeLayout::kInterleaved);
+  EXPECT_EQ(a->qk_norm, model::QkNorm::kAfterRope);
+  EXPECT_TRUE(a->gated_attention);
+  EXPECT_EQ(a->num_kv_heads, 4);
+}
+
+TEST(ModelConfigTest, HfErrorsNameFileAndKey) {
+  auto missing = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"llama","vocab_size":10})"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(Contains(missing.status().message(), "config.json"));
+  EXPECT_TRUE(Contains(missing.status().message(), "'hidden_size'")) << missing.status().message();
+  auto arch = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"gpt2"})"));
+  EXPECT_TRUE(Contains(arch.status().message(), "gpt2"));
+  auto type = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"llama","vocab_size":"x"})"));
+  EXPECT_TRUE(Contains(type.status().message(), "'vocab_size'"));
+  auto json = model::ConfigFromHfJson(WriteConfig("{not json"));
+  EXPECT_TRUE(Contains(json.status().message(), "config.json"));
+  auto heads = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3})"));
+  EXPECT_TRUE(Contains(heads.status().message(), "num_kv_heads")) << heads.status().message();
+  auto scaling = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":1,"num_attention_heads":4,"rope_scaling":{"rope_type":"yarn"}})"));
+  EXPECT_TRUE(Contains(scaling.status().message(), "yarn"));
+}
+
+TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {
+  model::ModelConfig c;
+  c.architecture = "qwen2";
+  c.vocab_size = 100, c.hidden_size = 16, c.intermediate_size = 32, c.num_layers = 1;
+  c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 4, c.rope_dim = 4, c.max_position = 64;
+  c.qkv_bias = true, c.tie_word_embeddings = true, c.bos_token_id = 1, c.eos_token_ids = {2, 3};
+  ASSERT_TRUE(c.Validate().ok());
+  auto w = model::ExpectedWeights(c);
+  // embed, final_norm, and 12 per layer (no lm_head, biases on).
+  ASSERT_EQ(w.size(), 14u);
+  EXPECT_EQ(w[3].name, "layers.0.q_proj");
+  EXPECT_EQ(w[3].shape, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(w[5].shape, (std::vector<int64_t>{8, 16}));  // v_proj
+  // 100*16 + 16 + (16 + 256 + 128 + 128 + 16 + 8 + 8 + 256 + 16 + 3*512)
+  EXPECT_EQ(c.ParameterCount(), 1600 + 16 + 16 + 256 + 256 + 256 + 32 + 16 + 1536);
+  auto text = model::ConfigToHfJson(c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto back = model::ConfigFromHfJson(WriteConfig(*text));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ParameterCount(), c.ParameterCount());
+  EXPECT_EQ(back->eos_token_ids, c.eos_token_ids);
+  EXPECT_TRUE(back->qkv_bias && back->tie_word_embeddings);
+}
+
+TEST(ModelConfigTest, GgufStories260K) {
+  ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
+  auto g = model::GgufFile::Open(path);
+  ASSERT_TRUE(g.ok());
+  auto c = model::ConfigFromGguf(**g);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->hidden_size, 64);
+  EXPECT_EQ(c->num_layers, 5);
+  EXPECT_EQ(c->intermediate_size, 172);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->rope_dim, 8);
+  EXPECT_EQ(c->vocab_size, 512);
+  EXPECT_EQ(c->max_position, 2048);
+  EXPECT_EQ(c->rope_theta, 10000.0);
+  EXPECT_NEAR(c->rms_norm_eps, 1e-5, 1e-12);
+  EXPECT_EQ(c->rope_layout, model::RopeLayout::kInterleaved);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2}));
+  EXPECT_EQ(c->ParameterCount(), 292800);
+}
+
+TEST(ModelConfigTest, GgufUnsupportedArchitectureAndMetadataRoundTrip) {
+  const std::string dir = testing::TempDir("cfg_gguf");
+  ASSERT_TRUE(model::WriteGgufFile(dir + "/gpt.gguf",
+                                   {{"general.architecture", model::GgufValue::String("gpt2")}}, {})
+                  .ok());
+  auto g = model::GgufFile::Open(dir + "/gpt.gguf");
+  ASSERT_TRUE(g.ok());
+  auto c = model::ConfigFromGguf(**g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "gpt2") && Contains(c.status().message(), "gpt.gguf"));
+
+  model::ModelConfig m;
+  m.architecture = "qwen3";
+  m.vocab_size = 64, m.hidden_size = 32, m.intermediate_size = 48, m.num_layers = 1;
+  m.num_heads = 4, m.num_kv_heads = 1, m.head_dim = 16, m.rope_dim = 16, m.max_position = 128;
+  m.qk_norm = model::QkNorm::kBeforeRope, m.rope_theta = 1e6, m.tie_word_embeddings = true;
+  model::GgufWriter w;
+  ASSERT_TRUE(model::AddGgufMetadata(m, &w).ok());
+  w.AddTensor("token_embd.weight", {64, 32}, model::DType::kF32);
+  ASSERT_TRUE(w.Open(dir + "/q3.gguf").ok());
+  std::vector<float> zeros(64 * 32);
+  ASSERT_TRUE(w.WriteTensorData(zeros.data(), zeros.size() * 4).ok());
+  ASSERT_TRUE(w.Close().ok());
+  auto g3 = model::GgufFile::Open(dir + "/q3.gguf");
+  ASSERT_TRUE(g3.ok());
+  auto c3 = model::ConfigFromGguf(**g3);
+  ASSERT_TRUE(c3.ok()) << c3.status().ToString();
+  EXPECT_EQ(c3->head_dim, 16);  // key_length, not hidden / heads
+  EXPECT_EQ(c3->qk_norm, model::QkNorm::kBeforeRope);
+  EXPECT_EQ(c3->rope_layout, model::RopeLayout::kHalf);
+  EXPECT_TRUE(c3->tie_word_embeddings);
+  EXPECT_EQ(c3->rope_theta, 1e6);
+  EXPECT_EQ(c3->ParameterCount(), m.ParameterCount());
+}
+
+}  // namespace
+}  // namespace astr

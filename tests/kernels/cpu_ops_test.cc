@@ -1,0 +1,213 @@
+// Tests of the ops in kernels/cpu/ops.h on every ISA path, against double references computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "tests/support/test_util.h"
+
+namespace astr::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  return testing::RandomFloats(n, seed, lo, hi);
+}
+
+const std::vector<int64_t> kDims = {1, 7, 8, 15, 16, 17, 33, 64, 100, 2048};
+
+TEST(CpuOpsTest, RmsNormAndAddRmsNorm) {
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t dim : kDims) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " dim=" + std::to_string(dim));
+      const int64_t rows = 3, ldx = dim + 2, ldy = dim + 1, ldd = dim + 3;
+      const float eps = 1e-5f;
+      std::vector<float> x = Random(rows * ldx, 1), w = Random(dim, 2), d = Random(rows * ldd, 3);
+      std::vector<float> y(rows * ldy, 0);
+      RmsNormIsa(isa, x.data(), ldx, w.data(), eps, rows, dim, y.data(), ldy);
+      std::vector<float> x2 = x, y2(rows * ldy, 0);
+      AddRmsNormIsa(isa, x2.data(), ldx, d.data(), ldd, w.data(), eps, rows, dim, y2.data(), ldy);
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0, ss2 = 0;
+        for (int64_t i = 0; i < dim; ++i) {
+          const double s = static_cast<double>(x[r * ldx + i]) + d[r * ldd + i];
+          ss += static_cast<double>(x[r * ldx + i]) * x[r * ldx + i];
+          ss2 += s * s;
+        }
+        const double inv = 1 / std::sqrt(ss / dim + eps), inv2 = 1 / std::sqrt(ss2 / dim + eps);
+        for (int64_t i = 0; i < dim; ++i) {
+          const double ref = x[r * ldx + i] * inv * w[i];
+          EXPECT_NEAR(y[r * ldy + i], ref, 1e-5 * std::fabs(ref) + 1e-6);
+          const double sum = static_cast<double>(x[r * ldx + i]) + d[r * ldd + i];
+          EXPECT_NEAR(x2[r * ldx + i], sum, 1e-6 * std::fabs(sum) + 1e-7);
+          const double ref2 = sum * inv2 * w[i];
+          EXPECT_NEAR(y2[r * ldy + i], ref2, 1e-5 * std::fabs(ref2) + 1e-6);
+        }
+      }
+      // In place (y aliases x).
+      std::vector<float> xi = x;
+      RmsNormIsa(isa, xi.data(), ldx, w.data(), eps, rows, dim, xi.data(), ldx);
+      for (int64_t i = 0; i < dim; ++i) EXPECT_EQ(xi[i], y[i]);
+    }
+  }
+}
+
+void RopeReference(std::vector<double>* x, int64_t ldx, int64_t tokens, int64_t heads,
+                   int64_t head_dim, int64_t rot_dim, const std::vector<int32_t>& pos,
+                   const std::vector<float>& inv_freq, bool interleaved) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double* xh = x->data() + t * ldx + h * head_dim;
+      for (int64_t i = 0; i < rot_dim / 2; ++i) {
+        const double angle = static_cast<double>(pos[t]) * inv_freq[i];
+        const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + rot_dim / 2;
+        const double xa = xh[a], xb = xh[b];
+        xh[a] = xa * std::cos(angle) - xb * std::sin(angle);
+        xh[b] = xb * std::cos(angle) + xa * std::sin(angle);
+      }
+    }
+  }
+}
+
+TEST(CpuOpsTest, RopeBothLayoutsIncludingLargePositions) {
+  struct Shape {
+    int64_t heads, head_dim, rot_dim;
+  };
+  for (Isa isa : AvailableIsas()) {
+    for (Shape s : {Shape{4, 64, 64}, Shape{2, 128, 64}, Shape{3, 80, 80}, Shape{1, 600, 600}}) {
+      for (bool interleaved : {false, true}) {
+        SCOPED_TRACE(std::string(IsaName(isa)) + " head_dim=" + std::to_string(s.head_dim) +
+                     " rot_dim=" + std::to_string(s.rot_dim) + (interleaved ? " gptj" : " neox"));
+        const int64_t tokens = 5, ldx = s.heads * s.head_dim + 4;
+        const std::vector<int32_t> pos = {0, 1, 17, 4095, 100000};
+        std::vector<float> inv_freq(s.rot_dim / 2);
+        for (int64_t i = 0; i < s.rot_dim / 2; ++i) {
+          inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / s.rot_dim));
+        }
+        std::vector<float> x = Random(tokens * ldx, 7);
+        std::vector<double> ref(x.begin(), x.end());
+        RopeIsa(isa, x.data(), ldx, tokens, s.heads, s.head_dim, s.rot_dim, pos.data(),
+                inv_freq.data(), interleaved);
+        RopeReference(&ref, ldx, tokens, s.heads, s.head_dim, s.rot_dim, pos, inv_freq,
+                      interleaved);
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_NEAR(x[i], ref[i], 1e-6 * 2 + 1e-6 * std::fabs(ref[i])) << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuOpsTest, SiluMul) {
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t f : kDims) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " f=" + std::to_string(f));
+      const int64_t tokens = 2, ldo = f + 3;
+      std::vector<float> gu = Random(tokens * 2 * f, 9, -20.0f, 20.0f);
+      if (f >= 4) gu[0] = -100.0f, gu[1] = 100.0f, gu[2] = 0.0f, gu[3] = -88.0f;
+      std::vector<float> out(tokens * ldo, 0);
+      SiluMulIsa(isa, gu.data(), tokens, f, out.data(), ldo);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < f; ++i) {
+          const double g = gu[t * 2 * f + i], u = gu[t * 2 * f + f + i];
+          const double ref = g / (1 + std::exp(-g)) * u;
+          ASSERT_NEAR(out[t * ldo + i], ref, 3e-6 * std::fabs(ref) + 1e-30) << "g=" << g;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuOpsTest, VectorOps) {
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t n : kDims) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " n=" + std::to_string(n));
+      const std::vector<float> a = Random(n, 11), b = Random(n, 12);
+      double dot = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i)
+        dot += static_cast<double>(a[i]) * b[i], mag += std::fabs(a[i] * b[i]);
+      EXPECT_NEAR(DotIsa(isa, a.data(), b.data(), n), dot, 1e-6 * mag + 1e-7);
+      std::vector<float> y = b;
+      AxpyIsa(isa, 0.75f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], b[i] + 0.75 * a[i], 1e-6);
+      y = b;
+      ScaleIsa(isa, y.data(), -1.5f, n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], b[i] * -1.5f);
+      y = b;
+      AddInPlaceIsa(isa, y.data(), a.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], b[i] + a[i]);
+    }
+  }
+}
+
+TEST(CpuOpsTest, Conversions) {
+  std::vector<float> x = Random(37, 13, -1e5f, 1e5f);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            1e-40f /*subnormal*/,
+                            3.0e38f /*rounds to inf*/,
+                            1.00390625f /*tie: to even (1.0)*/,
+                            1.01171875f /*tie: to even (1.015625)*/};
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  const int64_t n = x.size();
+  for (Isa isa : AvailableIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    std::vector<uint16_t> bf(n);
+    F32ToBf16Isa(isa, x.data(), bf.data(), n);
+    std::vector<float> back(n);
+    Bf16ToF32Isa(isa, bf.data(), back.data(), n);
+    for (int64_t i = 0; i + 1 < n; ++i) {
+      // Reference RNE: the nearest bf16 by value, ties to an even mantissa.
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      const uint32_t down = bits & 0xFFFF0000u, up = down + 0x10000u;
+      float fd, fu;
+      std::memcpy(&fd, &down, 4);
+      std::memcpy(&fu, &up, 4);
+      const double dd = std::fabs(static_cast<double>(x[i]) - fd);
+      const double du = std::fabs(static_cast<double>(fu) - x[i]);
+      const uint32_t want = (dd < du || (dd == du && ((down >> 16) & 1) == 0)) ? down : up;
+      if (std::isinf(x[i])) {
+        EXPECT_EQ(static_cast<uint32_t>(bf[i]) << 16, bits) << i;
+      } else {
+        EXPECT_EQ(static_cast<uint32_t>(bf[i]) << 16, want) << "x=" << x[i];
+      }
+      uint32_t bb;
+      std::memcpy(&bb, &back[i], 4);
+      EXPECT_EQ(bb, static_cast<uint32_t>(bf[i]) << 16);
+    }
+    EXPECT_TRUE(std::isnan(back[n - 1]));
+
+    // f16: every finite, infinite and NaN encoding against an exact decode.
+    std::vector<uint16_t> h(65536);
+    for (int i = 0; i < 65536; ++i) h[i] = static_cast<uint16_t>(i);
+    std::vector<float> f(65536);
+    F16ToF32Isa(isa, h.data(), f.data(), 65536);
+    for (int i = 0; i < 65536; ++i) {
+      const int e = (i >> 10) & 31, m = i & 1023;
+      const double sign = (i & 0x8000) ? -1 : 1;
+      if (e == 31) {
+        if (m == 0) {
+          ASSERT_EQ(f[i], sign * std::numeric_limits<float>::infinity()) << i;
+        } else {
+          ASSERT_TRUE(std::isnan(f[i])) << i;
+        }
+        continue;
+      }
+      const double ref = sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+      ASSERT_EQ(f[i], ref) << "h=" << i;
+      ASSERT_EQ(std::signbit(f[i]), sign < 0) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace astr::cpu

@@ -1,0 +1,325 @@
+// BatchPlanner as iteration tables (CONVENTIONS #10): the real planner and block manager at toy
+// sizes, a FakeWorker that checks every plan, and the expected plan of every step written by hand.
+//
+// A step is summarized as its entries in batch order, "A0@3+1*" = sample 0 of request A feeds
+// positions [3, 3+1) and samples (*), then "+[..]" the sequences started and "-[..]" released.
+#include "scheduler/batch_planner.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "tests/scheduler/fake_worker.h"
+
+namespace astr::sched {
+namespace {
+
+using testing::FakeToken;
+using testing::FakeWorker;
+using testing::FakeWorkerConfig;
+
+class PlannerHarness {
+ public:
+  PlannerHarness(StepLimits limits, int64_t num_pages, int32_t page_size)
+      : queues_(num_pages, page_size),
+        planner_(limits),
+        worker_(Config(limits, num_pages, page_size)) {}
+
+  ~PlannerHarness() {
+    // Sequences hold pages of queues_.blocks: drop them first.
+    queues_.running.clear();
+    queues_.waiting.clear();
+    requests_.clear();
+  }
+
+  RequestState* Add(const std::string& label, int prompt_len, int max_tokens, uint64_t seed,
+                    int priority = 0, int n = 1) {
+    auto r = std::make_unique<RequestState>();
+    r->key = next_key_++;
+    r->req.prompt.resize(prompt_len);
+    for (int i = 0; i < prompt_len; ++i) r->req.prompt[i] = 100 + i;
+    r->req.sampling.set_seed(seed);
+    r->req.max_tokens = max_tokens;
+    r->req.priority = priority;
+    r->req.n = n;
+    r->open_samples = n;
+    for (int i = 0; i < n; ++i) {
+      auto seq = std::make_unique<Sequence>();
+      seq->request = r.get();
+      seq->sample_index = i;
+      seq->worker = 0;
+      labels_[seq.get()] = label + std::to_string(i);
+      queues_.Enqueue(seq.get());
+      r->samples.push_back(std::move(seq));
+    }
+    requests_.push_back(std::move(r));
+    return requests_.back().get();
+  }
+
+  // Plans one step, runs it on the fake worker, applies the tokens like the loop does (a sample
+  // ends at max_tokens) and returns the step's summary.
+  std::string Step() {
+    planner_.Plan(&queues_, ++step_, Clock::now(), &plan_, &outcome_);
+    for (Sequence* seq : queues_.running) ids_[seq->seq_id] = labels_[seq];
+    v1::StepResult result = worker_.Execute(plan_);
+    EXPECT_EQ(result.error_code(), 0) << result.error_message();
+    EXPECT_EQ(result.samples_size(), static_cast<int>(outcome_.sampling.size()));
+    for (size_t i = 0;
+         i < outcome_.sampling.size() && i < static_cast<size_t>(result.samples_size()); ++i) {
+      Sequence* seq = outcome_.sampling[i];
+      EXPECT_EQ(result.samples(static_cast<int>(i)).seq_id(), seq->seq_id);
+      --seq->in_flight;
+      seq->generated.push_back(result.samples(static_cast<int>(i)).token_id());
+      if (static_cast<int32_t>(seq->generated.size()) == seq->request->req.max_tokens) {
+        queues_.Remove(seq);
+        seq->state = Sequence::State::kDone;
+      }
+    }
+    return Summary();
+  }
+
+  bool Done() const {
+    for (const auto& r : requests_) {
+      for (const auto& s : r->samples) {
+        if (s->state != Sequence::State::kDone) return false;
+      }
+    }
+    return queues_.release.empty();
+  }
+
+  // The tokens a request's sample must have produced, computed from the fake's formula alone.
+  static std::vector<int32_t> Expected(const RequestState& r, int sample) {
+    std::vector<int32_t> out;
+    const int prompt = static_cast<int>(r.req.prompt.size());
+    for (int k = 0; k < r.req.max_tokens; ++k) {
+      out.push_back(FakeToken(sample, prompt + k, r.req.sampling.seed(), kVocab));
+    }
+    return out;
+  }
+
+  WorkerQueues& queues() { return queues_; }
+  const v1::StepPlan& plan() const { return plan_; }
+  const PlanOutcome& outcome() const { return outcome_; }
+  FakeWorker& worker() { return worker_; }
+
+  static constexpr int32_t kVocab = 1000;
+
+ private:
+  static FakeWorkerConfig Config(StepLimits limits, int64_t num_pages, int32_t page_size) {
+    FakeWorkerConfig c;
+    c.num_pages = num_pages;
+    c.page_size = page_size;
+    c.max_batch = static_cast<int32_t>(limits.max_sequences);
+    c.max_batch_tokens = static_cast<int32_t>(limits.max_tokens);
+    c.vocab_size = kVocab;
+    return c;
+  }
+
+  std::string Summary() {
+    std::string s;
+    for (const v1::StepEntry& e : plan_.entries()) {
+      if (!s.empty()) s += ' ';
+      s += ids_[e.seq_id()] + "@" + std::to_string(e.start_position()) + "+" +
+           std::to_string(e.num_tokens()) + (e.sample() ? "*" : "");
+    }
+    auto list = [&](const char* tag, const auto& ids) {
+      if (ids.empty()) return;
+      if (!s.empty()) s += ' ';
+      s += tag;
+      s += '[';
+      for (int i = 0; i < ids.size(); ++i) s += (i ? " " : "") + ids_[ids[i]];
+      s += ']';
+    };
+    std::vector<uint64_t> started;
+    for (const v1::SequenceStart& st : plan_.start()) started.push_back(st.seq_id());
+    list("+", started);
+    list("-", plan_.release());
+    return s;
+  }
+
+  WorkerQueues queues_;
+  BatchPlanner planner_;
+  FakeWorker worker_;
+  v1::StepPlan plan_;
+  PlanOutcome outcome_;
+  uint64_t step_ = 0;
+  uint64_t next_key_ = 1;
+  std::vector<std::unique_ptr<RequestState>> requests_;
+  std::map<const Sequence*, std::string> labels_;
+  std::map<uint64_t, std::string> ids_;
+};
+
+void ExpectTable(PlannerHarness* h, const std::vector<std::string>& table) {
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(h->Step(), table[i]) << "step " << i + 1;
+  }
+  EXPECT_TRUE(h->Done());
+  EXPECT_TRUE(h->worker().violations().empty()) << h->worker().violations().front();
+  EXPECT_EQ(h->queues().blocks.num_free(), h->queues().blocks.num_pages());
+}
+
+TEST(BatchPlannerTest, TokenBudgetChunksPromptsAndDecodeRowsGoFirst) {
+  PlannerHarness h({.max_tokens = 8, .max_sequences = 4, .prefill_chunk = 4}, 16, 4);
+  RequestState* a = h.Add("A", 3, 4, 1);
+  RequestState* b = h.Add("B", 9, 2, 2);
+  RequestState* c = h.Add("C", 2, 2, 3);
+  ExpectTable(&h, {
+                      // Admission fills the budget of 8: A's prompt, a 4-token chunk of B, 1 of C.
+                      "A0@0+3* B0@0+4 C0@0+1 +[A0 B0 C0]",
+                      // A decodes first; the prefills share the rest (B capped by the chunk).
+                      "A0@3+1* B0@4+4 C0@1+1*",
+                      // Decode rows (A, C) before B's final chunk, whatever the queue order.
+                      "A0@4+1* C0@2+1* B0@8+1*",
+                      "A0@5+1* B0@9+1* -[C0]",
+                      "-[A0 B0]",
+                  });
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+  EXPECT_EQ(c->samples[0]->generated, PlannerHarness::Expected(*c, 0));
+}
+
+TEST(BatchPlannerTest, DecodeRowsBeyondTheBudgetWait) {
+  PlannerHarness h({.max_tokens = 2, .max_sequences = 4, .prefill_chunk = 2}, 16, 4);
+  h.Add("A", 1, 3, 1);
+  h.Add("B", 1, 3, 2);
+  h.Add("C", 1, 2, 3);
+  ExpectTable(&h, {
+                      "A0@0+1* B0@0+1* +[A0 B0]",
+                      "A0@1+1* B0@1+1*",
+                      "A0@2+1* B0@2+1*",  // both reach max_tokens = 3
+                      "C0@0+1* +[C0] -[A0 B0]",
+                      "C0@1+1*",
+                      "-[C0]",
+                  });
+}
+
+TEST(BatchPlannerTest, HigherPriorityIsAdmittedFirst) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 1, .prefill_chunk = 16}, 16, 4);
+  h.Add("L", 2, 2, 1, /*priority=*/0);
+  h.Add("H", 2, 1, 2, /*priority=*/5);
+  h.Add("M", 2, 1, 3, /*priority=*/1);
+  ExpectTable(&h, {
+                      "H0@0+2* +[H0]",
+                      "M0@0+2* +[M0] -[H0]",
+                      "L0@0+2* +[L0] -[M0]",
+                      "L0@2+1*",
+                      "-[L0]",
+                  });
+}
+
+TEST(BatchPlannerTest, SequenceCapLimitsRunningSequences) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 2, .prefill_chunk = 16}, 16, 4);
+  h.Add("A", 2, 2, 1, 0, /*n=*/3);
+  ExpectTable(&h, {
+                      "A0@0+2* A1@0+2* +[A0 A1]",
+                      "A0@2+1* A1@2+1*",
+                      "A2@0+2* +[A2] -[A0 A1]",
+                      "A2@2+1*",
+                      "-[A2]",
+                  });
+}
+
+TEST(BatchPlannerTest, PreemptsTheNewestWhenPagesRunOutAndRestartsIt) {
+  // 4 pages of 2 tokens; A and B each grow to 3 pages.
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 4, 2);
+  RequestState* a = h.Add("A", 3, 4, 11);
+  RequestState* b = h.Add("B", 3, 4, 12);
+  EXPECT_EQ(h.Step(), "A0@0+3* B0@0+3* +[A0 B0]");
+  EXPECT_EQ(h.Step(), "A0@3+1* B0@3+1*");
+  // A needs a third page: B (newest) is preempted and released in the same plan.
+  EXPECT_EQ(h.Step(), "A0@4+1* -[B0]");
+  EXPECT_EQ(h.outcome().num_preempted, 1);
+  EXPECT_EQ(b->preemptions, 1);
+  // B's restart (prompt + 2 generated = 5 tokens, 3 pages) does not fit beside A yet.
+  EXPECT_EQ(h.Step(), "A0@5+1*");
+  EXPECT_EQ(h.Step(), "B0@0+5* +[B0] -[A0]");
+  ASSERT_EQ(h.plan().start_size(), 1);
+  EXPECT_EQ(h.plan().start(0).tokens_size(), 5);
+  EXPECT_EQ(h.plan().start(0).num_prompt_tokens(), 3);
+  EXPECT_EQ(h.Step(), "B0@5+1*");
+  EXPECT_EQ(h.Step(), "-[B0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_TRUE(h.worker().violations().empty());
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+  EXPECT_EQ(h.queues().blocks.num_free(), 4);
+}
+
+TEST(BatchPlannerTest, LowerPriorityIsPreemptedBeforeNewerHigherPriority) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 4, 2);
+  h.Add("L", 3, 3, 1, /*priority=*/0);
+  h.Add("H", 3, 3, 2, /*priority=*/1);
+  EXPECT_EQ(h.Step(), "H0@0+3* L0@0+3* +[H0 L0]");
+  EXPECT_EQ(h.Step(), "H0@3+1* L0@3+1*");
+  // H needs a page: L goes although it arrived first.
+  EXPECT_EQ(h.Step(), "H0@4+1* -[L0]");
+  EXPECT_EQ(h.Step(), "L0@0+5* +[L0] -[H0]");
+  EXPECT_EQ(h.Step(), "-[L0]");
+  EXPECT_TRUE(h.Done());
+}
+
+TEST(BatchPlannerTest, PrefillChunkShrinksToFreePagesThenTheNewestYields) {
+  // 5 pages of 2 tokens; B's 8-token prompt goes in chunks of at most 4.
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 4}, 5, 2);
+  h.Add("A", 2, 3, 1);
+  RequestState* b = h.Add("B", 8, 1, 2);
+  EXPECT_EQ(h.Step(), "A0@0+2* B0@0+4 +[A0 B0]");  // A: page 0, B: pages 1-2
+  // A takes page 3 for its decode row; one page is left, so B's chunk shrinks to 2 tokens.
+  EXPECT_EQ(h.Step(), "A0@2+1* B0@4+2");
+  EXPECT_EQ(h.outcome().num_preempted, 0);
+  // No page left for B's next chunk: B, the newest, gives its pages back.
+  EXPECT_EQ(h.Step(), "A0@3+1* -[B0]");
+  EXPECT_EQ(b->preemptions, 1);
+  EXPECT_EQ(h.Step(), "B0@0+4 +[B0] -[A0]");
+  EXPECT_EQ(h.Step(), "B0@4+4*");
+  EXPECT_EQ(h.Step(), "-[B0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_TRUE(h.worker().violations().empty());
+  EXPECT_EQ(h.queues().blocks.num_free(), 5);
+}
+
+// Many requests of random sizes and priorities on a pool far too small to hold them together:
+// every plan passes the fake's checks, every request gets exactly the tokens of its formula, and
+// the pool is whole at the end.
+TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
+  int64_t preemptions = 0;
+  for (uint32_t trial = 0; trial < 20; ++trial) {
+    std::mt19937 rng(trial);
+    const int32_t page_size = 1 + static_cast<int32_t>(rng() % 4);
+    const int64_t num_pages = 24 / page_size + static_cast<int64_t>(rng() % 8);
+    PlannerHarness h({.max_tokens = 1 + static_cast<int64_t>(rng() % 12),
+                      .max_sequences = 1 + static_cast<int64_t>(rng() % 6),
+                      .prefill_chunk = 1 + static_cast<int64_t>(rng() % 8)},
+                     num_pages, page_size);
+    std::vector<RequestState*> requests;
+    for (int r = 0; r < 12; ++r) {
+      const int prompt = 1 + static_cast<int>(rng() % 10);
+      const int max_tokens = 1 + static_cast<int>(rng() % 12);
+      requests.push_back(h.Add(std::string(1, static_cast<char>('a' + r)), prompt, max_tokens,
+                               1000 + r, static_cast<int>(rng() % 3),
+                               1 + static_cast<int>(rng() % 2)));
+    }
+    int steps = 0;
+    while (!h.Done() && steps < 2000) {
+      h.Step();
+      ++steps;
+    }
+    ASSERT_TRUE(h.Done()) << "trial " << trial << " did not finish in 2000 steps";
+    const auto violations = h.worker().violations();
+    ASSERT_TRUE(violations.empty()) << "trial " << trial << ": " << violations.front();
+    for (RequestState* r : requests) {
+      preemptions += r->preemptions;
+      for (int i = 0; i < r->req.n; ++i) {
+        EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
+            << "trial " << trial << " request " << r->key << " sample " << i;
+      }
+    }
+    EXPECT_EQ(h.queues().blocks.num_free(), num_pages) << "trial " << trial;
+  }
+  EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
+}
+
+}  // namespace
+}  // namespace astr::sched

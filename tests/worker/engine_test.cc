@@ -1,0 +1,212 @@
+// The offline engine: continuous batching with preemption, seeded sampling independent of the
+// batch, stop conditions, request validation, and every KV page returned.
+#include "worker/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/model/model_file.h"
+#include "tests/support/test_util.h"
+#include "worker/backend.h"
+
+namespace astr {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::SharedFile("models/stories260K.gguf");
+    if (path_.empty()) GTEST_SKIP() << "shared test data missing: models/stories260K.gguf";
+    auto f = model::ModelFile::Open(path_);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    file_ = std::move(*f);
+  }
+
+  std::unique_ptr<Engine> MakeEngine(int64_t num_pages, int64_t page_size = 4,
+                                     int64_t max_batch_tokens = 256) {
+    BackendOptions o;
+    o.weight_dtype = "f32";
+    o.threads = 2;
+    o.page_size = page_size;
+    o.num_pages = num_pages;
+    o.max_batch_tokens = max_batch_tokens;
+    o.max_sample_rows = 16;
+    auto b = CreateCpuBackend(*file_, o);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    EngineOptions e;
+    e.max_running = 16;
+    e.prefill_chunk = 32;
+    return std::make_unique<Engine>(std::move(*b), e);
+  }
+
+  static std::vector<int32_t> Prompt(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> p = {1};
+    for (int64_t i = 1; i < n; ++i) p.push_back(static_cast<int32_t>(3 + rng() % 500));
+    return p;
+  }
+
+  static GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.params.temperature = 0;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    return r;
+  }
+
+  std::string path_;
+  std::unique_ptr<model::ModelFile> file_;
+};
+
+TEST_F(EngineTest, PreemptionKeepsGreedyOutputAndReturnsPages) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(Greedy(Prompt(10 + 9 * i, i), 24));
+  auto big = MakeEngine(1024);
+  for (const auto& r : reqs) ASSERT_TRUE(big->Submit(r).ok());
+  auto expected = big->RunToCompletion();
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  EXPECT_EQ(big->free_pages(), big->total_pages());
+
+  // 40 pages of 4 tokens: 160 slots, far less than the ~600 the 8 sequences need together.
+  auto small = MakeEngine(40);
+  for (const auto& r : reqs) ASSERT_TRUE(small->Submit(r).ok());
+  auto got = small->RunToCompletion();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  int64_t preemptions = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ((*got)[i].tokens, (*expected)[i].tokens) << "request " << i;
+    EXPECT_EQ((*got)[i].finish, FinishReason::kLength);
+    preemptions += (*got)[i].preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "the small pool should have forced preemption";
+  EXPECT_EQ(small->free_pages(), small->total_pages());
+}
+
+TEST_F(EngineTest, SeededSamplingIndependentOfBatch) {
+  GenerationRequest target;
+  target.prompt = Prompt(12, 77);
+  target.params.temperature = 0.9f;
+  target.params.top_p = 0.95f;
+  target.params.seed = 1234;
+  target.params.max_tokens = 20;
+  target.params.ignore_eos = true;
+
+  auto alone = MakeEngine(512);
+  ASSERT_TRUE(alone->Submit(target).ok());
+  auto a = alone->RunToCompletion();
+  ASSERT_TRUE(a.ok());
+
+  auto crowded = MakeEngine(512);
+  std::vector<GenerationRequest> others;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest o = target;
+    o.prompt = Prompt(3 + 11 * i, 200 + i);
+    o.params.seed = 99 + i;
+    others.push_back(o);
+  }
+  ASSERT_TRUE(crowded->Submit(others[0]).ok());
+  ASSERT_TRUE(crowded->Submit(others[1]).ok());
+  std::vector<GenerationResult> done;
+  ASSERT_TRUE(crowded->Step(&done).ok());  // the target joins mid-way
+  ASSERT_TRUE(crowded->Submit(target).ok());
+  for (int i = 2; i < 5; ++i) ASSERT_TRUE(crowded->Submit(others[i]).ok());
+  auto c = crowded->RunToCompletion();
+  ASSERT_TRUE(c.ok());
+  const GenerationResult* found = nullptr;
+  for (const auto& r : *c) {
+    if (r.prompt == target.prompt) found = &r;
+  }
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->tokens, (*a)[0].tokens);
+}
+
+TEST_F(EngineTest, SamplesOfOneRequestDifferAndReproduce) {
+  auto run = [&]() {
+    auto e = MakeEngine(512);
+    for (uint64_t s = 0; s < 4; ++s) {
+      GenerationRequest r;
+      r.prompt = Prompt(6, 5);
+      r.params.temperature = 1.0f;
+      r.params.seed = 7;
+      r.params.max_tokens = 16;
+      r.params.ignore_eos = true;
+      r.sample_index = s;
+      EXPECT_TRUE(e->Submit(r).ok());
+    }
+    auto out = e->RunToCompletion();
+    EXPECT_TRUE(out.ok());
+    return *out;
+  };
+  auto first = run(), second = run();
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].tokens, second[i].tokens);
+  EXPECT_NE(first[0].tokens, first[1].tokens);
+  EXPECT_NE(first[1].tokens, first[2].tokens);
+}
+
+TEST_F(EngineTest, StopConditions) {
+  auto e = MakeEngine(512);
+  // The golden continuation of "Once upon a time" starts 432 383 286 ...: stop on 286.
+  GenerationRequest stop_id = Greedy({1, 403, 407, 261, 378}, 32);
+  stop_id.params.stop_token_ids = {286};
+  GenerationRequest callback = Greedy({1, 403, 407, 261, 378}, 32);
+  callback.stop_check = [](const std::vector<int32_t>& gen) { return gen.size() == 5; };
+  GenerationRequest length = Greedy({1, 403, 407, 261, 378}, 3);
+  ASSERT_TRUE(e->Submit(stop_id).ok());
+  ASSERT_TRUE(e->Submit(callback).ok());
+  ASSERT_TRUE(e->Submit(length).ok());
+  auto out = e->RunToCompletion();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].tokens, (std::vector<int32_t>{432, 383, 286}));
+  EXPECT_EQ((*out)[0].finish, FinishReason::kStop);
+  EXPECT_EQ((*out)[1].tokens.size(), 5u);
+  EXPECT_EQ((*out)[1].finish, FinishReason::kStop);
+  EXPECT_EQ((*out)[2].tokens, (std::vector<int32_t>{432, 383, 286}));
+  EXPECT_EQ((*out)[2].finish, FinishReason::kLength);
+  EXPECT_EQ(e->free_pages(), e->total_pages());
+}
+
+TEST_F(EngineTest, EosEndsUnlessIgnored) {
+  auto e = MakeEngine(512);
+  // Bias EOS (id 2) up so the model emits it at once.
+  GenerationRequest eos = Greedy({1, 403}, 10);
+  eos.params.ignore_eos = false;
+  eos.params.eos_token_ids = {2};
+  eos.params.logit_bias[2] = 100.0f;
+  GenerationRequest ignored = eos;
+  ignored.params.ignore_eos = true;
+  ASSERT_TRUE(e->Submit(eos).ok());
+  ASSERT_TRUE(e->Submit(ignored).ok());
+  auto out = e->RunToCompletion();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].tokens, std::vector<int32_t>{2});
+  EXPECT_EQ((*out)[0].finish, FinishReason::kEos);
+  EXPECT_EQ((*out)[1].tokens.size(), 10u);
+  EXPECT_EQ((*out)[1].finish, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, InvalidRequestsNameTheField) {
+  auto e = MakeEngine(64);
+  GenerationRequest empty = Greedy({}, 4);
+  auto s = e->Submit(empty);
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("prompt"), std::string::npos);
+
+  GenerationRequest bad_id = Greedy({1, 512}, 4);
+  s = e->Submit(bad_id);
+  EXPECT_NE(s.status().message().find("prompt[1]"), std::string::npos) << s.status().message();
+
+  GenerationRequest too_long = Greedy({1, 2, 3}, 100000);
+  s = e->Submit(too_long);
+  EXPECT_NE(s.status().message().find("max_tokens"), std::string::npos) << s.status().message();
+
+  GenerationRequest bad_top_p = Greedy({1, 2, 3}, 4);
+  bad_top_p.params.top_p = 0;
+  s = e->Submit(bad_top_p);
+  EXPECT_NE(s.status().message().find("top_p"), std::string::npos) << s.status().message();
+  EXPECT_TRUE(e->Idle());
+}
+
+}  // namespace
+}  // namespace astr
