@@ -205,12 +205,16 @@ TEST_P(SchedulerCoreTest, PreemptionOnASmallPoolKeepsEveryOutputAndFreesEveryPag
   FakeWorkerConfig small;
   small.num_pages = 10;  // 40 tokens; 12 requests want up to 29 each
   auto fake = std::make_shared<FakeWorker>(small);
+  // Gated until every request is queued: otherwise an instant worker may finish the first
+  // requests before the later ones arrive, and the pool never runs short (no preemption).
+  fake->SetGated(true);
   auto s = Make({}, {fake});
   ASSERT_TRUE(s);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 12; ++i) {
     channels.push_back(MustSubmit(s.get(), MakeRequest(6 + i % 4, 20, 200 + i)));
   }
+  fake->SetGated(false);
   int32_t preemptions = 0;
   for (int i = 0; i < 12; ++i) {
     Outcome out = Collect(channels[i].get());
