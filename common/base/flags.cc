@@ -118,6 +118,11 @@ Status FlagSet::Parse(int argc, const char* const* argv) {
       help_requested_ = true;
       return OkStatus();
     }
+    // A one-letter flag also takes one dash, as glog's -v does: "-v 2", "-v=2".
+    if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' && (arg.size() == 2 || arg[2] == '=') &&
+        Find(arg.substr(1, 1)) != nullptr) {
+      arg = "-" + arg;
+    }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
       Flag* pos = nullptr;
       for (size_t k = 0, seen = 0; k < flags_.size(); ++k) {

@@ -34,7 +34,8 @@ class FlagSet {
   void Positional(const std::string& name, std::string* dst, std::string help,
                   bool required = true);
 
-  // Parses argv[1..argc). `--flag value` and `--flag=value` are both accepted.
+  // Parses argv[1..argc). `--flag value` and `--flag=value` are both accepted; a one-letter flag
+  // also takes one dash (`-v 2`, `-v=2`).
   Status Parse(int argc, const char* const* argv);
   // Parse(); on --help prints Help() to stdout and returns 0; on an error prints it with a hint to
   // stderr and returns 2; returns -1 when the caller should go on.
