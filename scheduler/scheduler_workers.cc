@@ -1,9 +1,9 @@
 // The loop's worker pool: routing sequences to workers, and what happens when a worker's step
 // stream breaks (reconnect, or mark down and move its sequences elsewhere).
-#include <cstdio>
 #include <string>
 #include <thread>
 
+#include "common/base/logging.h"
 #include "scheduler/scheduler_loop.h"
 
 namespace astr::sched {
@@ -54,9 +54,8 @@ void SchedulerLoop::Unplace(Sequence* seq) {
 
 void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now) {
   const int64_t running = static_cast<int64_t>(w->queues.running.size());
-  std::fprintf(stderr,
-               "astr-scheduler: worker %s: %s; reconnecting (%lld running sequences restart)\n",
-               w->conn->address().c_str(), why.message().c_str(), static_cast<long long>(running));
+  LOG(WARNING) << "worker " << w->conn->address() << ": " << why.message() << "; reconnecting ("
+               << running << " running sequences restart)";
   w->receive_due = false;
   w->results_received = w->plans_sent;  // whatever was in flight is lost
   // Count the break once for every request that was running here; those past the limit end.
@@ -123,27 +122,24 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       if (info.content_hash() != w->info.content_hash() ||
           info.num_pages() != w->info.num_pages() || info.page_size() != w->info.page_size()) {
         // Another model or pool answers at that address: never route to it again.
-        std::fprintf(stderr,
-                     "astr-scheduler: worker %s came back with a different model or KV pool "
-                     "(hash %s, %lld pages of %d); keeping it down\n",
-                     w->conn->address().c_str(), info.content_hash().c_str(),
-                     static_cast<long long>(info.num_pages()), info.page_size());
+        LOG(ERROR) << "worker " << w->conn->address()
+                   << " came back with a different model or KV pool (hash " << info.content_hash()
+                   << ", " << info.num_pages() << " pages of " << info.page_size()
+                   << "); keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
         if (w->health == WorkerSlot::Health::kReconnecting) MoveSequencesAway(w, now);
         w->health = WorkerSlot::Health::kDown;
         w->broken_since = Clock::time_point::max();  // no further attempts
         continue;
       }
-      std::fprintf(stderr, "astr-scheduler: worker %s: step stream reconnected\n",
-                   w->conn->address().c_str());
+      LOG(INFO) << "worker " << w->conn->address() << ": step stream reconnected";
       w->health = WorkerSlot::Health::kUp;
       continue;
     }
     if (w->health == WorkerSlot::Health::kReconnecting &&
         now - w->broken_since >= std::chrono::milliseconds(options_.worker_down_after_ms)) {
-      std::fprintf(stderr, "astr-scheduler: worker %s: unreachable for %lld ms, marked down\n",
-                   w->conn->address().c_str(),
-                   static_cast<long long>(options_.worker_down_after_ms));
+      LOG(WARNING) << "worker " << w->conn->address() << ": unreachable for "
+                   << options_.worker_down_after_ms << " ms, marked down";
       w->health = WorkerSlot::Health::kDown;  // the reconnector keeps trying
       MoveSequencesAway(w, now);
     }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/base/logging.h"
 #include "tools/command.h"
 
 namespace astr::cli {
@@ -30,6 +31,11 @@ void PrintUsage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The commands print their results and errors themselves (plain text); what the libraries log
+  // shows from WARNING up, so a command's output is only what it prints.
+  astr::LogOptions log;
+  log.level = "warning";
+  (void)astr::InitLogging(argv[0], log);
   if (argc < 2) {
     PrintUsage(stderr);
     return 2;

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <sstream>
 
+#include "common/base/logging.h"
 #include "worker/backend_loader.h"
 
 namespace astr {
@@ -182,7 +182,7 @@ StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const model::Model
   // On a machine with no NVIDIA driver the CPU is the expected choice: say nothing. With a driver,
   // not using it is worth a line.
   if (created.ok() && !note.empty() && NvidiaDriverPresent()) {
-    std::fprintf(stderr, "astr: not using CUDA: %s; running on the CPU backend\n", note.c_str());
+    LOG(WARNING) << "not using CUDA: " << note << "; running on the CPU backend";
   }
   return created;
 }

@@ -3,9 +3,10 @@
 #include <cpuid.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "common/base/logging.h"
 
 namespace astr::cpu {
 namespace {
@@ -56,13 +57,12 @@ Isa ChooseActive() {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (std::strcmp(env, IsaName(isa)) != 0) continue;
     if (isa <= detected) return isa;
-    std::fprintf(stderr, "astr: ASTR_CPU_ISA=%s is not supported by this CPU; using %s\n", env,
-                 IsaName(detected));
+    LOG(WARNING) << "ASTR_CPU_ISA=" << env << " is not supported by this CPU; using "
+                 << IsaName(detected);
     return detected;
   }
-  std::fprintf(stderr,
-               "astr: unknown ASTR_CPU_ISA=%s (want scalar|avx2|avx512|avx512bf16); using %s\n",
-               env, IsaName(detected));
+  LOG(WARNING) << "unknown ASTR_CPU_ISA=" << env << " (want scalar|avx2|avx512|avx512bf16); using "
+               << IsaName(detected);
   return detected;
 }
 

@@ -23,7 +23,7 @@ Isa DetectIsa();
 // Every path this CPU can run, kScalar first, in increasing order.
 std::vector<Isa> AvailableIsas();
 // The path the kernels use: DetectIsa(), or $ASTR_CPU_ISA=scalar|avx2|avx512|avx512bf16 when set.
-// An unknown name, or one the CPU cannot run, is reported on stderr and detection is used instead.
+// An unknown name, or one the CPU cannot run, is logged as a warning and detection is used instead.
 // Read once.
 Isa ActiveIsa();
 

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -13,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
 #include "scheduler/front/utf8_check.h"
 
@@ -364,9 +364,8 @@ class StreamReactor final
                               " ms (--stream-stall-timeout-s): stream cancelled");
       if (call_ != nullptr && !call_closed_) call_->Cancel(*stall_why_);
       impl_->CountStalled();
-      std::fprintf(stderr, "astr-scheduler: request %s from %s: %s\n",
-                   call_ ? call_->request_id().c_str() : "?", peer_.c_str(),
-                   stall_why_->message().c_str());
+      LOG(WARNING) << "request " << (call_ ? call_->request_id() : std::string("?")) << " from "
+                   << peer_ << ": " << stall_why_->message();
     }
     // The pending write then fails (OnWriteDone(false)) and finishes the call.
     std::lock_guard<std::recursive_mutex> context_lock(context_mu_);

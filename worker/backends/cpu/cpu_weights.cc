@@ -1,11 +1,10 @@
 #include "worker/backends/cpu/cpu_weights.h"
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
 #include <cstring>
+#include <iomanip>
 
+#include "common/base/logging.h"
 #include "common/model/model_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -101,18 +100,12 @@ Status LoadLayer(WeightLoader& loader, const model::ModelConfig& c, int64_t i, C
   return loader.Stacked({{p + "down_proj", c.hidden_size}}, c.intermediate_size, &w->down);
 }
 
-// On a terminal: one line rewritten per layer; in a log: a line at each quarter.
+// A line at each quarter.
 void ReportProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_point start) {
-  static const bool tty = isatty(fileno(stderr)) != 0;
+  if ((done * 4) / total == ((done - 1) * 4) / total) return;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (tty) {
-    std::fprintf(stderr, "\rastr: loading weights: layer %lld/%lld (%.1f s)%s",
-                 static_cast<long long>(done), static_cast<long long>(total), s,
-                 done == total ? "\n" : "");
-  } else if ((done * 4) / total != ((done - 1) * 4) / total) {
-    std::fprintf(stderr, "astr: loading weights: layer %lld/%lld (%.1f s)\n",
-                 static_cast<long long>(done), static_cast<long long>(total), s);
-  }
+  LOG(INFO) << "loading weights: layer " << done << "/" << total << " (" << std::fixed
+            << std::setprecision(1) << s << " s)";
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ struct CpuWeights {
 };
 
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
-// on stderr when `progress`.
+// (LOG(INFO)) when `progress`.
 StatusOr<CpuWeights> LoadCpuWeights(const model::ModelFile& file, cpu::WeightType type,
                                     cpu::ThreadPool* pool, bool progress);
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
 
+#include "common/base/logging.h"
 #include "common/model/model_file.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_attention_generic.h"
@@ -61,8 +61,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
                                   std::to_string(c.head_dim) + ": " + reason);
     }
     b->generic_attention_ = true;
-    std::fprintf(stderr, "astr: CUDA backend: %s; using the generic (slow) attention kernel\n",
-                 reason.c_str());
+    LOG(WARNING) << "CUDA backend: " << reason << "; using the generic (slow) attention kernel";
   }
   b->config_ = c;
   b->dims_ = dims;

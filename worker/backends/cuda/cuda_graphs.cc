@@ -1,9 +1,9 @@
 #include "worker/backends/cuda/cuda_graphs.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
+#include "common/base/logging.h"
 #include "worker/backends/cuda/device_memory.h"
 
 namespace astr::cuda {
@@ -57,8 +57,8 @@ Status CudaGraphContext::Run(int bucket, cudaStream_t stream,
   auto eager_from_now = [&](const std::string& why) {
     (void)cudaGetLastError();  // do not let the failed call surface in a later launch
     failed_[index] = 1;
-    std::fprintf(stderr, "astr: no CUDA graph for decode batch %d (%s); running it eagerly\n",
-                 bucket, why.c_str());
+    LOG(WARNING) << "no CUDA graph for decode batch " << bucket << " (" << why
+                 << "); running it eagerly";
     return OkStatus();
   };
   // Relaxed: the kernel launchers may call cudaFuncSetAttribute (not stream-ordered) while being

@@ -1,9 +1,10 @@
 #include "worker/backends/cuda/cuda_weights.h"
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
+#include <iomanip>
 
+#include "common/base/logging.h"
 #include "common/model/model_file.h"
 #include "kernels/cpu/ops.h"
 #include "worker/rope.h"
@@ -123,8 +124,8 @@ StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progres
     if (progress) {
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::fprintf(stderr, "astr: loading weights to the GPU: layer %lld/%lld (%.1f s)\n",
-                   static_cast<long long>(i + 1), static_cast<long long>(c.num_layers), s);
+      LOG(INFO) << "loading weights to the GPU: layer " << i + 1 << "/" << c.num_layers << " ("
+                << std::fixed << std::setprecision(1) << s << " s)";
     }
   }
   return w;

@@ -43,7 +43,7 @@ struct CudaWeights {
   size_t bytes() const;
 };
 
-// Reads, converts (to bf16 on the host) and uploads every weight; progress on stderr when asked.
+// Reads, converts (to bf16 on the host) and uploads every weight; logs progress (INFO) when asked.
 StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progress);
 
 }  // namespace astr::cuda
