@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/base/flags.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
 
@@ -183,13 +184,12 @@ class WorkerProcess {
     char line[4096];
     while (std::fgets(line, sizeof(line), err_) != nullptr) {
       std::fprintf(stderr, "[worker] %s", line);
-      std::string s(line);
+      // The worker logs "listening on HOST:PORT" (after a log prefix, or inside a JSON line).
+      const std::string s(line);
       const std::string tag = "listening on ";
-      if (s.rfind(tag, 0) == 0) {
-        std::string address = s.substr(tag.size());
-        while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) {
-          address.pop_back();
-        }
+      if (const size_t at = s.find(tag); at != std::string::npos) {
+        const size_t begin = at + tag.size();
+        const std::string address = s.substr(begin, s.find_first_of(" \t\r\n\"", begin) - begin);
         forwarder_ = std::thread([this] {
           char buf[4096];
           while (std::fgets(buf, sizeof(buf), err_) != nullptr) {
@@ -258,7 +258,7 @@ void RunRounds(sched::Scheduler* scheduler, const TimedConnection& timed, const 
       r.max_tokens = max_tokens;
       auto ch = scheduler->Submit(std::move(r));
       if (!ch.ok()) {
-        std::fprintf(stderr, "astr-bench-scheduler: %s\n", ch.status().ToString().c_str());
+        LOG(ERROR) << ch.status().ToString();
         return;
       }
       channels.push_back(*ch);
@@ -361,6 +361,7 @@ int Run(int argc, const char* const* argv) {
          "Tokens per request (capped by the context); finished rounds are resubmitted.");
   fs.Int("page-size", &f.page_size, "KV page size given to the started worker.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  (void)InitLogging(argv[0], LogOptions());
   if (f.worker_bin.empty()) f.worker_bin = DefaultWorkerBin();
   if (f.sequences < 1 || f.steps < 1 || f.warmup < 0 || f.prompt_tokens < 1 ||
       f.prompt_tokens > 512 || f.max_tokens < 2 || f.page_size < 1) {
@@ -390,14 +391,14 @@ int Run(int argc, const char* const* argv) {
                                     std::to_string(f.sequences), "--max-batch-tokens",
                                     std::to_string(std::max<int64_t>(f.sequences * 16, 2048))});
       if (!started.ok()) {
-        std::fprintf(stderr, "astr-bench-scheduler: %s\n", started.status().ToString().c_str());
+        LOG(ERROR) << started.status().ToString();
         return 1;
       }
       address = *started;
     }
     auto connected = sched::ConnectWorker(address, std::chrono::seconds(60));
     if (!connected.ok()) {
-      std::fprintf(stderr, "astr-bench-scheduler: %s\n", connected.status().ToString().c_str());
+      LOG(ERROR) << connected.status().ToString();
       return 1;
     }
     conn = std::move(*connected);
@@ -419,7 +420,7 @@ int Run(int argc, const char* const* argv) {
   workers.push_back(std::move(timed));
   auto scheduler = sched::Scheduler::Create(options, std::move(workers));
   if (!scheduler.ok()) {
-    std::fprintf(stderr, "astr-bench-scheduler: %s\n", scheduler.status().ToString().c_str());
+    LOG(ERROR) << scheduler.status().ToString();
     return 1;
   }
   RunRounds(scheduler->get(), *timed_ptr, f, max_tokens);

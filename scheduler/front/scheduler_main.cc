@@ -19,6 +19,8 @@
 
 #include "astr/v1/generate.grpc.pb.h"
 #include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/grpc/grpc_logging.h"
 #include "common/grpc/shutdown_signal.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
@@ -37,11 +39,6 @@ constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 
 // The floor of --max-calls-per-peer 0 (automatic).
 constexpr int64_t kMinAutoCallsPerPeer = 64;
-
-void Log(const std::string& line) {
-  std::fprintf(stderr, "astr-scheduler: %s\n", line.c_str());
-  std::fflush(stderr);
-}
 
 struct Flags {
   std::string workers;
@@ -66,8 +63,7 @@ void Register(FlagSet* fs, Flags* f) {
              /*required=*/true);
   fs->String("listen", &f->listen,
              "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
-             "printed to stderr as a line 'listening on HOST:PORT' once every worker is "
-             "connected.");
+             "logged (INFO) as 'listening on HOST:PORT' once every worker is connected.");
   fs->String("tokenizer", &f->tokenizer,
              "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
              "here. Default: the model path the first worker reports.");
@@ -172,10 +168,10 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
     auto conn = sched::ConnectWorker(address, timeout, step_timeout);
     if (!conn.ok()) return conn.status().WithContext("--workers");
     const v1::InfoResponse& info = (*conn)->info();
-    Log("worker " + address + ": " + info.model_name() + " (" + info.architecture() + ", hash " +
-        info.content_hash() + "), backend " + info.backend() + ", " +
-        std::to_string(info.num_pages()) + " pages of " + std::to_string(info.page_size()) +
-        " tokens, max batch " + std::to_string(info.max_batch()));
+    LOG(INFO) << "worker " << address << ": " << info.model_name() << " (" << info.architecture()
+              << ", hash " << info.content_hash() << "), backend " << info.backend() << ", "
+              << info.num_pages() << " pages of " << info.page_size() << " tokens, max batch "
+              << info.max_batch();
     if (!workers.empty() && info.content_hash() != workers[0]->info().content_hash()) {
       return FailedPreconditionError(
           "--workers must all serve the same model: " + workers[0]->address() + " serves " +
@@ -216,13 +212,13 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
     auto& eos = model.eos_token_ids;
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   }
-  Log("tokenizer " + path + ": " + model.tokenizer->Describe() + "; chat template: " +
-      (model.chat_template ? model.chat_template->origin()
-                           : "none (" + model.no_chat_template_reason + ")"));
+  LOG(INFO) << "tokenizer " << path << ": " << model.tokenizer->Describe() << "; chat template: "
+            << (model.chat_template ? model.chat_template->origin()
+                                    : "none (" + model.no_chat_template_reason + ")");
   if (model.tokenizer->vocab_size() > model.vocab_size) {
-    Log("warning: the tokenizer has " + std::to_string(model.tokenizer->vocab_size()) +
-        " ids but the model only " + std::to_string(model.vocab_size) +
-        "; prompts using the extra ids are refused");
+    LOG(WARNING) << "the tokenizer has " << model.tokenizer->vocab_size()
+                 << " ids but the model only " << model.vocab_size
+                 << "; prompts using the extra ids are refused";
   }
   return model;
 }
@@ -254,8 +250,8 @@ class HealthUpdater {
         server_->GetHealthCheckService()->SetServingStatus(v1::Generate::service_full_name(),
                                                            serving);
         server_->GetHealthCheckService()->SetServingStatus(serving);
-        Log(serving ? "health: SERVING"
-                    : "health: NOT_SERVING (" + stats.not_accepting_reason() + ")");
+        LOG(INFO) << (serving ? "health: SERVING"
+                              : "health: NOT_SERVING (" + stats.not_accepting_reason() + ")");
       }
     } while (!cv_.wait_for(lock, kHealthInterval, [this] { return stop_; }));
   }
@@ -282,19 +278,19 @@ void Drain(sched::Scheduler* scheduler, front::GenerateService* service,
     const auto now = Clock::now();
     const v1::GetServerStatsResponse stats = scheduler->Stats();
     if (now >= deadline) {
-      Log("drain timeout (" + std::to_string(timeout.count()) + " s): aborting " +
-          std::to_string(stats.waiting_requests() + stats.running_requests()) + " requests");
+      LOG(WARNING) << "drain timeout (" << timeout.count() << " s): aborting "
+                   << stats.waiting_requests() + stats.running_requests() << " requests";
       service->CancelAll(UnavailableError("the server is shutting down: drain timeout passed"));
       return;
     }
     if (now >= next_log) {
-      Log("draining: " + std::to_string(stats.running_requests()) + " running, " +
-          std::to_string(stats.waiting_requests()) + " waiting");
+      LOG(INFO) << "draining: " << stats.running_requests() << " running, "
+                << stats.waiting_requests() << " waiting";
       next_log = now + std::chrono::seconds(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  Log("drained: no request left");
+  LOG(INFO) << "drained: no request left";
 }
 
 int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::ServedModel model,
@@ -313,8 +309,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     // connection's ordinary bursts fail.
     front_limits.max_calls_per_peer = std::max<int64_t>(kMinAutoCallsPerPeer, running / 2);
   }
-  Log("at most " + std::to_string(front_limits.max_calls_per_peer) +
-      " open calls per client connection (--max-calls-per-peer)");
+  LOG(INFO) << "at most " << front_limits.max_calls_per_peer
+            << " open calls per client connection (--max-calls-per-peer)";
   front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
   front_limits.threads = static_cast<int>(f.front_threads);
   front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits,
@@ -333,7 +329,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   builder.SetMaxReceiveMessageSize(static_cast<int>(f.max_message_mb << 20));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log("--listen: cannot listen on " + f.listen + " (address in use, or not a local address)");
+    LOG(ERROR) << "--listen: cannot listen on " << f.listen
+               << " (address in use, or not a local address)";
     return 1;
   }
   // Every worker is connected: serving. Both the server ("") and the service by name answer.
@@ -341,8 +338,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   server->GetHealthCheckService()->SetServingStatus(true);
   const std::string host = f.listen.substr(0, f.listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
-  std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
-  std::fflush(stderr);
+  LOG(INFO) << "listening on " << host << ":" << port;
 
   // Health follows admission: NOT_SERVING while no new request would be admitted (no worker up,
   // queue full, draining), so load balancers and probes route around this replica.
@@ -350,14 +346,14 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
 
   const int sig = rpc::WaitForShutdownSignal();
   health.Stop();
-  Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-      ": draining (new requests get UNAVAILABLE)");
+  LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+            << ": draining (new requests get UNAVAILABLE)";
   server->GetHealthCheckService()->SetServingStatus(false);
   Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
   scheduler.reset();
-  Log("stopped");
+  LOG(INFO) << "stopped";
   return 0;
 }
 
@@ -370,11 +366,16 @@ int Main(int argc, const char* const* argv) {
              "SIGINT after draining.");
   Flags f;
   Register(&fs, &f);
+  LogOptions log;
+  log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
-  if (Status s = Validate(f); !s.ok()) {
-    std::fprintf(stderr, "astr-scheduler: %s\n", s.message().c_str());
+  Status valid = Validate(f);
+  if (valid.ok()) valid = InitLogging(argv[0], log);
+  if (!valid.ok()) {
+    std::fprintf(stderr, "astr-scheduler: %s\n", valid.message().c_str());
     return 2;
   }
+  rpc::ForwardGrpcLogs();
   std::vector<std::string> addresses = SplitAddresses(f.workers);
   if (addresses.empty()) {
     std::fprintf(stderr, "astr-scheduler: --workers: no address given\n");
@@ -384,19 +385,19 @@ int Main(int argc, const char* const* argv) {
   auto workers = ConnectAll(addresses, std::chrono::seconds(f.connect_timeout_s),
                             std::chrono::milliseconds(f.step_timeout_ms));
   if (!workers.ok()) {
-    Log(workers.status().ToString());
+    LOG(ERROR) << workers.status().ToString();
     return 1;
   }
   std::vector<v1::InfoResponse> infos;
   for (const auto& w : *workers) infos.push_back(w->info());
   auto model = LoadServedModel(f.tokenizer, infos);
   if (!model.ok()) {
-    Log(model.status().ToString());
+    LOG(ERROR) << model.status().ToString();
     return 1;
   }
   auto scheduler = sched::Scheduler::Create(f.sched, std::move(*workers));
   if (!scheduler.ok()) {
-    Log(scheduler.status().ToString());
+    LOG(ERROR) << scheduler.status().ToString();
     return 1;
   }
   return Serve(f, std::move(*scheduler), std::move(*model), std::move(addresses));

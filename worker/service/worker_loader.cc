@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/base/logging.h"
 #include "common/model/content_hash.h"
 #include "common/model/gguf.h"
 #include "common/model/model_file.h"
@@ -14,8 +15,6 @@
 
 namespace astr {
 namespace {
-
-using Log = std::function<void(const std::string&)>;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -28,11 +27,12 @@ std::string Format(const char* fmt, double a) {
 }
 
 // The model's tokenizer (GGUF vocabulary or tokenizer.json), or null when it has none.
-std::shared_ptr<const tok::Tokenizer> LoadTokenizer(const model::ModelFile& file, const Log& log) {
+std::shared_ptr<const tok::Tokenizer> LoadTokenizer(const model::ModelFile& file) {
   auto t = file.vocab() != nullptr ? tok::Tokenizer::FromGgufVocab(*file.vocab(), file.path())
                                    : tok::Tokenizer::Load(file.path());
   if (t.ok()) return *t;
-  log("no tokenizer (" + t.status().message() + "): EOS ids from the model config only");
+  LOG(WARNING) << "no tokenizer (" << t.status().message()
+               << "): EOS ids from the model config only";
   return nullptr;
 }
 
@@ -99,22 +99,22 @@ StatusOr<RunnerLimits> InstantLimits(const model::ModelConfig& c, const BackendO
 StatusOr<std::unique_ptr<StepRunner>> MakeRunner(const WorkerConfig& config,
                                                  const model::ModelFile& file,
                                                  const tok::Tokenizer* tokenizer,
-                                                 const std::vector<int32_t>& eos, const Log& log) {
+                                                 const std::vector<int32_t>& eos) {
   const model::ModelConfig& c = file.config();
   if (config.backend == "instant") {
     ASTR_RETURN_IF_ERROR(c.Validate());
     ASTR_ASSIGN_OR_RETURN(RunnerLimits limits, InstantLimits(c, config.backend_options));
-    log("instant backend: no weights loaded, no KV pool allocated (benchmarks only)");
+    LOG(INFO) << "instant backend: no weights loaded, no KV pool allocated (benchmarks only)";
     return MakeInstantRunner(c, limits, OrdinaryIds(c, tokenizer, eos));
   }
   const auto start = std::chrono::steady_clock::now();
   ASTR_ASSIGN_OR_RETURN(BackendKind kind, ParseBackendKind(config.backend, "--backend"));
   std::string note;
-  log("loading weights (" + std::string(BackendKindName(kind)) + " backend)");
+  LOG(INFO) << "loading weights (" << BackendKindName(kind) << " backend)";
   ASTR_ASSIGN_OR_RETURN(auto backend, CreateBackend(file, config.backend_options, kind, &note));
-  if (!note.empty()) log("not using CUDA: " + note + "; running on the CPU backend");
-  log(Format("weights loaded in %.2f s", SecondsSince(start)) + " (" + backend->name() +
-      " backend)");
+  if (!note.empty()) LOG(INFO) << "not using CUDA: " << note << "; running on the CPU backend";
+  LOG(INFO) << Format("weights loaded in %.2f s", SecondsSince(start)) << " (" << backend->name()
+            << " backend)";
   // The CUDA backend holds bf16 weights whatever --dtype says (--dtype is the CPU backend's).
   const std::string dtype = backend->name() == "cpu" ? config.backend_options.weight_dtype : "bf16";
   return MakeBackendRunner(std::move(backend), dtype);
@@ -154,16 +154,16 @@ Status CheckWorkerBackend(const std::string& value, const std::string& source) {
   return InvalidArgumentError(source + ": '" + value + "' is not one of " + kWorkerBackends);
 }
 
-StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
+StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config) {
   ASTR_RETURN_IF_ERROR(CheckWorkerBackend(config.backend, "--backend"));
   ASTR_ASSIGN_OR_RETURN(auto file, model::ModelFile::Open(config.model_path));
-  log("model: " + file->Describe());
+  LOG(INFO) << "model: " << file->Describe();
   const auto hash_start = std::chrono::steady_clock::now();
   ASTR_ASSIGN_OR_RETURN(std::string hash, model::ModelContentHash(config.model_path));
-  log("content hash " + hash + Format(" (%.2f s)", SecondsSince(hash_start)));
-  const auto tokenizer = LoadTokenizer(*file, log);
+  LOG(INFO) << "content hash " << hash << Format(" (%.2f s)", SecondsSince(hash_start));
+  const auto tokenizer = LoadTokenizer(*file);
   const std::vector<int32_t> eos = EosIds(file->config(), tokenizer.get());
-  ASTR_ASSIGN_OR_RETURN(auto runner, MakeRunner(config, *file, tokenizer.get(), eos, log));
+  ASTR_ASSIGN_OR_RETURN(auto runner, MakeRunner(config, *file, tokenizer.get(), eos));
 
   LoadedWorker worker;
   worker.executor = std::make_unique<WorkerExecutor>(std::move(runner));
@@ -171,10 +171,9 @@ StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config, const Log& log) {
   FillPoolInfo(*worker.executor, &worker.info);
   for (int32_t id : eos) worker.info.add_eos_token_ids(id);
   const RunnerLimits& l = worker.executor->runner().limits();
-  log("KV pool: " + std::to_string(l.num_pages) + " pages of " + std::to_string(l.page_size) +
-      " tokens (" + std::to_string(l.num_pages * l.page_size) + " token slots); max batch " +
-      std::to_string(l.max_sample_rows) + " sequences / " + std::to_string(l.max_batch_tokens) +
-      " tokens");
+  LOG(INFO) << "KV pool: " << l.num_pages << " pages of " << l.page_size << " tokens ("
+            << l.num_pages * l.page_size << " token slots); max batch " << l.max_sample_rows
+            << " sequences / " << l.max_batch_tokens << " tokens";
   return worker;
 }
 

@@ -3,7 +3,6 @@
 // cpu; neither for instant), and describe the result as the static part of InfoResponse.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,9 +27,8 @@ struct LoadedWorker {
   std::unique_ptr<WorkerExecutor> executor;
 };
 
-// `log` receives one line per stage (open, hash, weights, pool). Errors name the flag or file.
-StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config,
-                                  const std::function<void(const std::string&)>& log);
+// Logs one INFO line per stage (open, hash, weights, pool). Errors name the flag or file.
+StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config);
 
 // The backends LoadWorker knows, for --help and error messages.
 inline constexpr const char* kWorkerBackends = "auto, cpu, cuda or instant";

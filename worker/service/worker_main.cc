@@ -11,6 +11,8 @@
 #include <string>
 
 #include "common/base/flags.h"
+#include "common/base/logging.h"
+#include "common/grpc/grpc_logging.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/shutdown_signal.h"
 #include "worker/backend_loader.h"
@@ -26,8 +28,6 @@ namespace {
 // unary calls remain; kShutdownGrace bounds how long they may hold the server.
 constexpr auto kStepGrace = std::chrono::seconds(60);
 constexpr auto kShutdownGrace = std::chrono::milliseconds(200);
-
-void Log(const std::string& line) { std::fprintf(stderr, "astr-worker: %s\n", line.c_str()); }
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "astr-worker: %s\n", message.c_str());
@@ -53,21 +53,21 @@ int Serve(const std::string& listen, LoadedWorker worker) {
   builder.SetMaxReceiveMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log("--listen: cannot listen on " + listen + " (address in use, or not a local address)");
+    LOG(ERROR) << "--listen: cannot listen on " << listen
+               << " (address in use, or not a local address)";
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
-  std::fprintf(stderr, "listening on %s:%d\n", host.c_str(), port);
-  std::fflush(stderr);
+  LOG(INFO) << "listening on " << host << ":" << port;
 
   const int sig = rpc::WaitForShutdownSignal();
-  Log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-      ": finishing the current step, then shutting down");
+  LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+            << ": finishing the current step, then shutting down";
   service.Drain(kStepGrace);
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
-  Log("stopped");
+  LOG(INFO) << "stopped";
   return 0;
 }
 
@@ -83,7 +83,7 @@ int Main(int argc, const char* const* argv) {
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
-            "printed to stderr as a line 'listening on HOST:PORT' once the model is loaded.");
+            "logged (INFO) as 'listening on HOST:PORT' once the model is loaded.");
   fs.String("backend", &backend,
             "auto (CUDA where a usable GPU and the CUDA plugin exist, else cpu; the log says "
             "why CUDA was not used), cpu, cuda (an error if it cannot run), or instant "
@@ -93,7 +93,11 @@ int Main(int argc, const char* const* argv) {
   EngineFlags engine;
   engine.RegisterBackend(&fs);
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
+  LogOptions log;
+  log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (Status s = InitLogging(argv[0], log); !s.ok()) return UsageError(s.message());
+  rpc::ForwardGrpcLogs();
 
   std::string backend_source;
   const std::string backend_name = RequestedBackend(backend, fs.WasSet("backend"), &backend_source);
@@ -106,9 +110,9 @@ int Main(int argc, const char* const* argv) {
 
   WorkerConfig config{
       .model_path = model, .backend = backend_name, .backend_options = engine.BackendOpts()};
-  auto worker = LoadWorker(config, Log);
+  auto worker = LoadWorker(config);
   if (!worker.ok()) {
-    Log(worker.status().ToString());
+    LOG(ERROR) << worker.status().ToString();
     return 1;
   }
   return Serve(listen, std::move(*worker));
