@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/base/flags.h"
+#include "common/base/logging.h"
 #include "kernels/cuda/paged_decode.h"
 
 namespace astr {
@@ -33,13 +34,13 @@ std::vector<int> ParseList(const std::string& text) {
   return out;
 }
 
-#define CHECK_CUDA(expr)                                                                     \
-  do {                                                                                       \
-    cudaError_t e_ = (expr);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "astr-bench-attention: %s: %s\n", #expr, cudaGetErrorString(e_)); \
-      return 1;                                                                              \
-    }                                                                                        \
+#define CHECK_CUDA(expr)                                     \
+  do {                                                       \
+    cudaError_t e_ = (expr);                                 \
+    if (e_ != cudaSuccess) {                                 \
+      LOG(ERROR) << #expr << ": " << cudaGetErrorString(e_); \
+      return 1;                                              \
+    }                                                        \
   } while (0)
 
 double PeakGbs() {
@@ -65,9 +66,10 @@ int Main(int argc, const char* const* argv) {
   fs.Int("iters", &iters, "Timed launches per point (after 5 warm-up launches).");
   fs.Double("peak-gbs", &peak_gbs, "Memory bandwidth in GB/s; 0 = from the device attributes.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  (void)InitLogging(argv[0], LogOptions());
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "astr-bench-attention: no usable GPU\n");
+    LOG(ERROR) << "no usable GPU";
     return 1;
   }
   cudaDeviceProp prop{};

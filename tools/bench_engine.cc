@@ -7,12 +7,13 @@
 // time of --decode-steps steps (greedy sampling included) gives ms/step and aggregate tok/s.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "common/base/flags.h"
+#include "common/base/logging.h"
 #include "common/model/model_file.h"
 #include "kernels/cpu/cpu_features.h"
 #include "worker/engine.h"
@@ -111,8 +112,9 @@ int Main(int argc, const char* const* argv) {
   EngineFlags ef;
   ef.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  (void)InitLogging(argv[0], LogOptions());
   auto fail = [](const Status& s) {
-    std::fprintf(stderr, "astr-bench: %s\n", s.ToString().c_str());
+    LOG(ERROR) << s.ToString();
     return 1;
   };
   auto sizes = ParseIntList(batch_sizes, "batch-sizes");
@@ -153,8 +155,8 @@ int Main(int argc, const char* const* argv) {
     auto r = BenchDecode(engine, b, decode_context, decode_steps);
     if (!r.ok()) return fail(r.status());
     decode.push_back(*r);
-    std::fprintf(stderr, "astr-bench: batch %lld: %.2f ms/step\n", static_cast<long long>(b),
-                 (*r)["ms_per_step"].get<double>());
+    LOG(INFO) << "batch " << b << ": " << std::fixed << std::setprecision(2)
+              << (*r)["ms_per_step"].get<double>() << " ms/step";
   }
   out["decode"] = decode;
   out["free_pages_after"] = engine.free_pages();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/base/flags.h"
+#include "common/base/logging.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   fs.Double("min-seconds", &min_seconds, "Minimum timed duration per measurement.");
   fs.Bool("f32", &f32, "Also benchmark f32 weights.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  (void)astr::InitLogging(argv[0], astr::LogOptions());
   auto ms = astr::ParseIntList(ms_text, "m");
   if (!ms.ok()) {
     std::fprintf(stderr, "%s\n", ms.status().ToString().c_str());

@@ -16,6 +16,7 @@
 
 #include "common/base/file_util.h"
 #include "common/base/flags.h"
+#include "common/base/logging.h"
 #include "common/text/tokenizer/tokenizer.h"
 
 namespace astr {
@@ -65,13 +66,14 @@ int Run(int argc, const char* const* argv) {
   flags.Int("max-tokens", &max_tokens,
             "Also time encoding with this limit (a context), which stops once it is passed.");
   if (int rc = flags.ParseOrExit(argc, argv); rc >= 0) return rc;
+  (void)InitLogging(argv[0], LogOptions());
   std::string text;
   if (file.empty()) {
     text = DefaultText();
   } else {
     auto content = ReadFileToString(file);
     if (!content.ok()) {
-      std::fprintf(stderr, "astr-bench-tokenizer: %s\n", content.status().ToString().c_str());
+      LOG(ERROR) << content.status().ToString();
       return 1;
     }
     text = std::move(*content);
@@ -82,7 +84,7 @@ int Run(int argc, const char* const* argv) {
   }
   auto loaded = tok::Tokenizer::Load(model);
   if (!loaded.ok()) {
-    std::fprintf(stderr, "astr-bench-tokenizer: %s\n", loaded.status().ToString().c_str());
+    LOG(ERROR) << loaded.status().ToString();
     return 1;
   }
   const tok::Tokenizer& tok = **loaded;
