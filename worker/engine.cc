@@ -41,7 +41,7 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
                                   " outside the vocabulary of " + std::to_string(c.vocab_size));
     }
   }
-  ASTR_RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
+  ASTR_RETURN_IF_ERROR(ValidateSamplingParams(request.params, c.vocab_size));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (c.max_position > 0 && total > c.max_position) {
     return InvalidArgumentError("max_tokens: prompt (" + std::to_string(request.prompt.size()) +

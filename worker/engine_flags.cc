@@ -48,7 +48,7 @@ StatusOr<SamplingParams> SamplingFlags::ToParams(const model::ModelFile& file) c
   const model::ModelConfig& c = file.config();
   ASTR_ASSIGN_OR_RETURN(SamplingParams p, ToParamsWithoutModel());
   for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
-  ASTR_RETURN_IF_ERROR(p.Validate(c.vocab_size));
+  ASTR_RETURN_IF_ERROR(ValidateSamplingParams(p, c.vocab_size));
   return p;
 }
 

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <string>
 #include <utility>
 
 #include "common/base/philox.h"
@@ -17,27 +15,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
-Status FieldError(const std::string& field, const std::string& what) {
-  return InvalidArgumentError(field + " " + what);
-}
-
-Status CheckIds(const char* field, const std::vector<int32_t>& ids, int64_t vocab_size) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      return FieldError(std::string(field) + "[" + std::to_string(i) + "]",
-                        "must be a token id in [0, " + std::to_string(vocab_size) + "), got " +
-                            std::to_string(ids[i]));
-    }
-  }
-  return OkStatus();
-}
-
 size_t NextPow2(size_t n) {
   size_t p = 1;
   while (p < n) p <<= 1;
@@ -45,62 +22,6 @@ size_t NextPow2(size_t n) {
 }
 
 }  // namespace
-
-Status SamplingParams::Validate(int64_t vocab_size) const {
-  if (vocab_size <= 0) return FieldError("vocab_size", "must be > 0");
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
-    return FieldError("temperature", "must be a finite number >= 0, got " + Num(temperature));
-  }
-  if (top_k < 0) return FieldError("top_k", "must be >= 0 (0 = off), got " + Num(top_k));
-  if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    return FieldError("top_p", "must be in (0, 1], got " + Num(top_p));
-  }
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
-    return FieldError("min_p", "must be in [0, 1], got " + Num(min_p));
-  }
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
-    return FieldError("repetition_penalty",
-                      "must be a finite number > 0, got " + Num(repetition_penalty));
-  }
-  const std::string penalty_range = "[" + Num(-kMaxPenalty) + ", " + Num(kMaxPenalty) + "], got ";
-  if (!(frequency_penalty >= -kMaxPenalty && frequency_penalty <= kMaxPenalty)) {
-    return FieldError("frequency_penalty", "must be in " + penalty_range + Num(frequency_penalty));
-  }
-  if (!(presence_penalty >= -kMaxPenalty && presence_penalty <= kMaxPenalty)) {
-    return FieldError("presence_penalty", "must be in " + penalty_range + Num(presence_penalty));
-  }
-  if (penalty_window < 0) {
-    return FieldError("penalty_window",
-                      "must be >= 0 (0 = whole context), got " + Num(penalty_window));
-  }
-  for (const auto& [id, bias] : logit_bias) {
-    const std::string field = "logit_bias[" + std::to_string(id) + "]";
-    if (id < 0 || id >= vocab_size) {
-      return FieldError(field, "is not a token id in [0, " + std::to_string(vocab_size) + ")");
-    }
-    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
-      return FieldError(field, "must be in [" + Num(-kMaxLogitBias) + ", " + Num(kMaxLogitBias) +
-                                   "], got " + Num(bias));
-    }
-  }
-  ASTR_RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, vocab_size));
-  ASTR_RETURN_IF_ERROR(CheckIds("eos_token_ids", eos_token_ids, vocab_size));
-  if (max_tokens < 1) return FieldError("max_tokens", "must be >= 1, got " + Num(max_tokens));
-  if (min_tokens < 0) return FieldError("min_tokens", "must be >= 0, got " + Num(min_tokens));
-  if (min_tokens > max_tokens) {
-    return FieldError("min_tokens",
-                      "(" + Num(min_tokens) + ") must be <= max_tokens (" + Num(max_tokens) + ")");
-  }
-  if (logprobs < 0 || logprobs > kMaxLogprobs) {
-    return FieldError("logprobs",
-                      "must be in [0, " + std::to_string(kMaxLogprobs) + "], got " + Num(logprobs));
-  }
-  if (logprobs_mode != LogprobsMode::kRaw && logprobs_mode != LogprobsMode::kProcessed) {
-    return FieldError("logprobs_mode", "is not a known mode: " +
-                                           std::to_string(static_cast<int32_t>(logprobs_mode)));
-  }
-  return OkStatus();
-}
 
 // ---------------------------------------------------------------------------------------------
 // TokenCounts

@@ -23,51 +23,13 @@
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <vector>
 
-#include "common/base/sampling_limits.h"
+#include "common/base/sampling_params.h"
 #include "common/base/status.h"
 
 namespace astr {
-
-// Temperatures below this are greedy.
-inline constexpr float kGreedyTemperature = 1e-5f;
-
-enum class LogprobsMode : int32_t {
-  // log_softmax of the model's raw logits, before any sampling parameter touched them.
-  kRaw = 0,
-  // log_softmax over the whole vocabulary after logit_bias, min_tokens masking, penalties and
-  // temperature (temperature 0 counts as 1), before top-k / top-p / min-p filtering.
-  kProcessed = 1,
-};
-
-struct SamplingParams {
-  float temperature = 1.0f;             // 0 = greedy
-  int32_t top_k = 0;                    // 0 = off; >= vocab is also off
-  float top_p = 1.0f;                   // (0, 1]; 1 = off
-  float min_p = 0.0f;                   // [0, 1]; 0 = off
-  float repetition_penalty = 1.0f;      // > 0; 1 = off (HF semantics, prompt + generated)
-  float frequency_penalty = 0.0f;       // [-2, 2] (OpenAI semantics, generated only)
-  float presence_penalty = 0.0f;        // [-2, 2] (OpenAI semantics, generated only)
-  int32_t penalty_window = 0;           // 0 = whole context; else only the last W context tokens
-  std::map<int32_t, float> logit_bias;  // token id -> additive bias in [-100, 100]
-  uint64_t seed = 0;
-  std::vector<int32_t> stop_token_ids;
-  std::vector<int32_t> eos_token_ids;  // from the model
-  bool ignore_eos = false;             // EOS neither stops nor is masked by min_tokens
-  int32_t min_tokens = 0;              // stop ids masked to -inf until this many generated
-  int32_t max_tokens = 16;             // >= 1
-  // Compute the chosen token's logprob. Implied by logprobs > 0. Off by default so that greedy
-  // decoding stays a single pass over the logits.
-  bool return_logprob = false;
-  int32_t logprobs = 0;  // top-n alternatives to return, 0..kMaxLogprobs
-  LogprobsMode logprobs_mode = LogprobsMode::kRaw;
-
-  // INVALID_ARGUMENT naming the first bad field, e.g. "top_p must be in (0, 1], got 0".
-  Status Validate(int64_t vocab_size) const;
-};
 
 // Occurrence counts of token ids in a sequence's penalty window: an open-addressing hash table
 // (power-of-two capacity, linear probing) sized at construction, so Add/Remove allocate nothing in
@@ -107,8 +69,8 @@ class TokenCounts {
 // the prompt and Append()ing every token generated so far: the RNG counters follow.
 class SequenceSampler {
  public:
-  // `params` must have passed Validate(vocab_size). `sequence` is the sample index within its
-  // request; it keys the RNG stream together with params.seed.
+  // `params` must have passed ValidateSamplingParams(params, vocab_size). `sequence` is the sample
+  // index within its request; it keys the RNG stream together with params.seed.
   SequenceSampler(SamplingParams params, uint64_t sequence, std::span<const int32_t> prompt);
 
   // Records a generated token: penalty counts, window and the token index of the next draw.
@@ -150,11 +112,6 @@ struct SamplerScratch {
   std::vector<int64_t> bucket_begin;   // per weight bucket: first position in `order`
   std::vector<int64_t> bucket_end;     // per weight bucket: one past the last position
   std::vector<uint8_t> bucket_sorted;  // per weight bucket: sorted this draw
-};
-
-struct TokenLogprob {
-  int32_t id = 0;
-  float logprob = 0.0f;
 };
 
 struct SampleResult {

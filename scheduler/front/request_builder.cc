@@ -1,38 +1,19 @@
 #include "scheduler/front/request_builder.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/base/json_depth.h"
-#include "common/base/sampling_limits.h"
+#include "common/base/sampling_params.h"
+#include "common/grpc/sampling_proto.h"
 #include "common/text/unicode/unicode.h"
 
 namespace astr::front {
 namespace {
 
-// Shortest text that reads back as `v` ("0", "1.5", "nan", "inf").
-std::string Num(float v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
-
 Status Invalid(const std::string& field, const std::string& what) {
   return InvalidArgumentError(field + " " + what);
-}
-
-// `field` must lie in [lo, hi] (open ends when lo_open / hi_open); NaN never does.
-template <typename T>
-Status CheckRange(const std::string& field, T v, T lo, T hi, bool lo_open, bool hi_open) {
-  const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (ok) return OkStatus();
-  return Invalid(field, std::string("must be in ") + (lo_open ? "(" : "[") + Num(lo) + ", " +
-                            Num(hi) + (hi_open ? ")" : "]") + ", got " + Num(v));
 }
 
 Status CheckUtf8(const std::string& field, const std::string& s) {
@@ -193,9 +174,7 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
                                 " (prompt + generated), leaving no room to generate");
   }
   if (!s.has_max_tokens()) return static_cast<int32_t>(ctx - prompt_len);
-  if (s.max_tokens() < 1) {
-    return Invalid("sampling.max_tokens", "must be >= 1, got " + std::to_string(s.max_tokens()));
-  }
+  // max_tokens < 1 is left to ValidateSamplingParams, which names it.
   if (prompt_len + s.max_tokens() > ctx) {
     return InvalidArgumentError("sampling.max_tokens: prompt (" + std::to_string(prompt_len) +
                                 " tokens) + max_tokens (" + std::to_string(s.max_tokens()) +
@@ -205,57 +184,49 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
   return s.max_tokens();
 }
 
-// The numeric sampling parameters, copied into `out` once valid.
-Status ResolveNumbers(const v1::SamplingParameters& s, v1::WorkerSamplingParams* out) {
-  const float temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
-    return Invalid("sampling.temperature", "must be >= 0 and finite, got " + Num(temperature));
-  }
-  if (s.top_k() < 0) {
-    return Invalid("sampling.top_k", "must be >= 0 (0 = off), got " + std::to_string(s.top_k()));
-  }
-  const float top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  ASTR_RETURN_IF_ERROR(CheckRange("sampling.top_p", top_p, 0.0f, 1.0f, true, false));
-  ASTR_RETURN_IF_ERROR(CheckRange("sampling.min_p", s.min_p(), 0.0f, 1.0f, false, false));
-  const float rep = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
-  if (!(rep > 0.0f) || !std::isfinite(rep)) {
-    return Invalid("sampling.repetition_penalty", "must be > 0 and finite, got " + Num(rep));
-  }
-  ASTR_RETURN_IF_ERROR(CheckRange("sampling.frequency_penalty", s.frequency_penalty(), -kMaxPenalty,
-                                  kMaxPenalty, false, false));
-  ASTR_RETURN_IF_ERROR(CheckRange("sampling.presence_penalty", s.presence_penalty(), -kMaxPenalty,
-                                  kMaxPenalty, false, false));
-  if (s.penalty_window() < 0) {
-    return Invalid("sampling.penalty_window",
-                   "must be >= 0 (0 = whole context), got " + std::to_string(s.penalty_window()));
-  }
-  out->set_temperature(temperature);
-  out->set_top_k(s.top_k());
-  out->set_top_p(top_p);
-  out->set_min_p(s.min_p());
-  out->set_repetition_penalty(rep);
-  out->set_frequency_penalty(s.frequency_penalty());
-  out->set_presence_penalty(s.presence_penalty());
-  out->set_penalty_window(s.penalty_window());
-  return OkStatus();
+// The request's sampling parameters with the defaults applied (temperature, top_p and
+// repetition_penalty 1 when unset) and the model's EOS ids, not yet validated.
+SamplingParams SamplingParamsOf(const v1::SamplingParameters& s, int32_t max_tokens,
+                                const ServedModel& model, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+  p.top_k = s.top_k();
+  p.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+  p.min_p = s.min_p();
+  p.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  p.frequency_penalty = s.frequency_penalty();
+  p.presence_penalty = s.presence_penalty();
+  p.penalty_window = s.penalty_window();
+  p.logit_bias.insert(s.logit_bias().begin(), s.logit_bias().end());
+  p.seed = seed;
+  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  p.eos_token_ids = model.eos_token_ids;
+  p.ignore_eos = s.ignore_eos();
+  p.min_tokens = s.min_tokens();
+  p.max_tokens = max_tokens;
+  p.return_logprob = s.return_logprobs() || s.top_logprobs() > 0;
+  p.logprobs = s.top_logprobs();
+  p.logprobs_mode = rpc::LogprobsModeFromProto(s.logprobs_mode());
+  return p;
 }
 
-Status ResolveLogitBias(const v1::SamplingParameters& s, int32_t vocab_size,
-                        v1::WorkerSamplingParams* out) {
-  // Sorted, so that the first bad entry reported does not depend on the map's order.
-  std::vector<std::pair<int32_t, float>> bias(s.logit_bias().begin(), s.logit_bias().end());
-  std::sort(bias.begin(), bias.end());
-  for (const auto& [id, value] : bias) {
-    ASTR_RETURN_IF_ERROR(CheckTokenId("sampling.logit_bias: key", id, vocab_size));
-    ASTR_RETURN_IF_ERROR(CheckRange("sampling.logit_bias[" + std::to_string(id) + "]", value,
-                                    -kMaxLogitBias, kMaxLogitBias, false, false));
-    (*out->mutable_logit_bias())[id] = value;
+// Each id once, in first-seen order: the list goes into every (re)start of every sample on the
+// worker stream and is scanned for every token, so repeats (a client may send millions in one
+// message) would cost without meaning anything. The ids are valid token ids.
+void DropRepeatedIds(std::vector<int32_t>* ids, int32_t vocab_size) {
+  if (ids->empty()) return;
+  std::vector<bool> seen(static_cast<size_t>(vocab_size), false);
+  size_t kept = 0;
+  for (int32_t id : *ids) {
+    if (seen[id]) continue;
+    seen[id] = true;
+    (*ids)[kept++] = id;
   }
-  return OkStatus();
+  ids->resize(kept);
 }
 
-Status ResolveStops(const v1::SamplingParameters& s, const RequestLimits& limits,
-                    int32_t vocab_size, v1::WorkerSamplingParams* out, OutputOptions* output) {
+Status ResolveStopStrings(const v1::SamplingParameters& s, const RequestLimits& limits,
+                          OutputOptions* output) {
   if (s.stop_size() > limits.max_stop_strings) {
     return InvalidArgumentError("sampling.stop: " + std::to_string(s.stop_size()) +
                                 " stop strings, more than the limit of " +
@@ -273,39 +244,6 @@ Status ResolveStops(const v1::SamplingParameters& s, const RequestLimits& limits
     ASTR_RETURN_IF_ERROR(CheckUtf8(field, stop));
     output->stop.push_back(stop);
   }
-  // Each id once, in first-seen order: the list goes into every (re)start of every sample on the
-  // worker stream and is scanned for every token, so repeats (a client may send millions in one
-  // message) would cost without meaning anything.
-  std::vector<bool> seen;
-  for (int i = 0; i < s.stop_token_ids_size(); ++i) {
-    const int32_t id = s.stop_token_ids(i);
-    ASTR_RETURN_IF_ERROR(
-        CheckTokenId("sampling.stop_token_ids[" + std::to_string(i) + "]", id, vocab_size));
-    if (seen.empty()) seen.resize(static_cast<size_t>(vocab_size), false);
-    if (seen[id]) continue;
-    seen[id] = true;
-    out->add_stop_token_ids(id);
-  }
-  return OkStatus();
-}
-
-Status ResolveLogprobs(const v1::SamplingParameters& s, const RequestLimits& limits,
-                       v1::WorkerSamplingParams* out, OutputOptions* output) {
-  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxLogprobs) {
-    return Invalid("sampling.top_logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) +
-                                                "], got " + std::to_string(s.top_logprobs()));
-  }
-  if (!v1::LogprobsMode_IsValid(s.logprobs_mode())) {
-    return InvalidArgumentError("sampling.logprobs_mode: unknown value " +
-                                std::to_string(s.logprobs_mode()));
-  }
-  const bool want = s.return_logprobs() || s.top_logprobs() > 0;
-  out->set_return_logprob(want);
-  out->set_top_logprobs(s.top_logprobs());
-  out->set_logprobs_mode(s.logprobs_mode() == v1::LOGPROBS_MODE_UNSPECIFIED ? v1::LOGPROBS_MODE_RAW
-                                                                            : s.logprobs_mode());
-  output->return_logprobs = want;
-  output->top_logprobs = s.top_logprobs();
   return OkStatus();
 }
 
@@ -400,25 +338,16 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
 
   const v1::SamplingParameters& s = request.sampling();
   BuiltRequest out;
-  v1::WorkerSamplingParams& wp = out.sched.sampling;
   ASTR_ASSIGN_OR_RETURN(const int32_t max_tokens,
                         ResolveMaxTokens(s, static_cast<int64_t>(prompt.size()), model));
-  ASTR_RETURN_IF_ERROR(ResolveNumbers(s, &wp));
-  ASTR_RETURN_IF_ERROR(ResolveLogitBias(s, model.vocab_size, &wp));
-  ASTR_RETURN_IF_ERROR(ResolveStops(s, limits, model.vocab_size, &wp, &out.output));
-  if (s.min_tokens() < 0 || s.min_tokens() > max_tokens) {
-    return Invalid("sampling.min_tokens",
-                   "must be in [0, max_tokens=" + std::to_string(max_tokens) + "], got " +
-                       std::to_string(s.min_tokens()));
-  }
-  ASTR_RETURN_IF_ERROR(ResolveLogprobs(s, limits, &wp, &out.output));
-
   out.seed = s.has_seed() ? s.seed() : drawn_seed;
-  wp.set_seed(out.seed);
-  wp.set_ignore_eos(s.ignore_eos());
-  wp.set_min_tokens(s.min_tokens());
-  for (int32_t id : model.eos_token_ids) wp.add_eos_token_ids(id);
-
+  SamplingParams params = SamplingParamsOf(s, max_tokens, model, out.seed);
+  ASTR_RETURN_IF_ERROR(ValidateSamplingParams(params, model.vocab_size, "sampling."));
+  ASTR_RETURN_IF_ERROR(ResolveStopStrings(s, limits, &out.output));
+  DropRepeatedIds(&params.stop_token_ids, model.vocab_size);
+  rpc::ToWorkerProto(params, &out.sched.sampling);
+  out.output.return_logprobs = params.return_logprob;
+  out.output.top_logprobs = params.logprobs;
   out.output.include_stop_str_in_output = s.include_stop_str_in_output();
   out.output.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
   out.output.min_tokens = s.min_tokens();

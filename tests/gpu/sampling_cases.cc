@@ -189,7 +189,7 @@ CaseResult RunSampling(const SamplingCase& c) {
     float* x = logits.data() + r * row_len;
     FillLogits(c.logits, c.seed, r, c.vocab, x);
     const RowSpec spec = c.spec(r, x);
-    const Status valid = spec.params.Validate(c.vocab);
+    const Status valid = ValidateSamplingParams(spec.params, c.vocab);
     if (!valid.ok()) return Fail("row " + std::to_string(r) + ": " + valid.ToString());
     SequenceSampler state(spec.params, spec.sequence, spec.prompt);
     for (int32_t t : spec.generated) state.Append(t);

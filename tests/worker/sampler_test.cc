@@ -38,7 +38,7 @@ std::vector<double> ToDouble(const std::vector<float>& x) { return {x.begin(), x
 // Frequencies of `n` draws: one sequence, token index 0..n-1.
 std::vector<int> Draw(const std::vector<float>& logits, const SamplingParams& params, int n,
                       uint64_t sequence = 0) {
-  EXPECT_TRUE(params.Validate(static_cast<int64_t>(logits.size())).ok());
+  EXPECT_TRUE(ValidateSamplingParams(params, static_cast<int64_t>(logits.size())).ok());
   SequenceSampler state(params, sequence, {});
   SamplerScratch scratch;
   std::vector<int> counts(logits.size(), 0);
@@ -86,12 +86,14 @@ std::vector<float> RandomLogits(int64_t vocab, uint32_t seed, float scale = 3.0f
 // Validate
 
 void ExpectInvalid(const SamplingParams& p, const std::string& field, int64_t vocab = 100) {
-  const Status s = p.Validate(vocab);
+  const Status s = ValidateSamplingParams(p, vocab);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << field;
   EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
 }
 
-TEST(SamplingParamsTest, DefaultsAreValid) { EXPECT_TRUE(SamplingParams{}.Validate(100).ok()); }
+TEST(SamplingParamsTest, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}, 100).ok());
+}
 
 TEST(SamplingParamsTest, ErrorsNameTheField) {
   SamplingParams p;
@@ -130,7 +132,7 @@ TEST(SamplingParamsTest, ErrorsNameTheField) {
   ExpectInvalid(p, "penalty_window");
   p = {};
   p.logit_bias[100] = 1.0f;
-  ExpectInvalid(p, "logit_bias[100]");
+  ExpectInvalid(p, "logit_bias: key = 100");
   p = {};
   p.logit_bias[3] = 101.0f;
   ExpectInvalid(p, "logit_bias[3]");
@@ -164,7 +166,7 @@ TEST(SamplingParamsTest, ErrorsNameTheField) {
   p.top_p = 1.0f;
   p.min_p = 1.0f;
   p.logprobs = 20;
-  EXPECT_TRUE(p.Validate(100).ok());
+  EXPECT_TRUE(ValidateSamplingParams(p, 100).ok());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ TEST(SamplerTest, SameSeedSequenceAndIndexGiveSameTokenWhateverTheBatch) {
   p.top_p = 0.95f;
   p.seed = 1234;
   p.repetition_penalty = 1.1f;
-  ASSERT_TRUE(p.Validate(vocab).ok());
+  ASSERT_TRUE(ValidateSamplingParams(p, vocab).ok());
   const std::vector<int32_t> prompt = {5, 6, 7};
 
   // Run `order` (a permutation of sequence ids, re-shuffled per step when shuffle is set), with

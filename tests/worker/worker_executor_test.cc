@@ -487,7 +487,7 @@ std::vector<BadPlan> BadPlans() {
       {"top_logprobs 21", [=](P p) { start7(p)->mutable_params()->set_top_logprobs(21); },
        "start[0].params: top_logprobs"},
       {"logit bias id", [=](P p) { (*start7(p)->mutable_params()->mutable_logit_bias())[600] = 1; },
-       "start[0].params: logit_bias[600]"},
+       "start[0].params: logit_bias: key = 600"},
       {"unknown logprobs mode",
        [=](P p) {
          start7(p)->mutable_params()->set_logprobs_mode(static_cast<v1::LogprobsMode>(7));

@@ -4,48 +4,14 @@
 #include <chrono>
 #include <span>
 
+#include "common/grpc/sampling_proto.h"
+
 namespace astr {
 
 StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
                                                  int64_t vocab_size) {
-  SamplingParams s;
-  s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  s.top_p = p.top_p();
-  s.min_p = p.min_p();
-  s.repetition_penalty = p.repetition_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  s.presence_penalty = p.presence_penalty();
-  s.penalty_window = p.penalty_window();
-  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
-  s.seed = p.seed();
-  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
-  s.eos_token_ids.assign(p.eos_token_ids().begin(), p.eos_token_ids().end());
-  s.ignore_eos = p.ignore_eos();
-  s.min_tokens = p.min_tokens();
-  // max_tokens stays with the scheduler. The sampler reads it only as a size hint for its penalty
-  // counts (which grow when outrun) and to check min_tokens <= max_tokens, so it is set to the
-  // smallest value both accept.
-  s.max_tokens = std::max<int32_t>(1, p.min_tokens());
-  s.return_logprob = p.return_logprob();
-  if (p.top_logprobs() < 0 || p.top_logprobs() > kMaxLogprobs) {
-    return InvalidArgumentError("top_logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
-                                "], got " + std::to_string(p.top_logprobs()));
-  }
-  s.logprobs = p.top_logprobs();
-  switch (p.logprobs_mode()) {
-    case v1::LOGPROBS_MODE_UNSPECIFIED:
-    case v1::LOGPROBS_MODE_RAW:
-      s.logprobs_mode = LogprobsMode::kRaw;
-      break;
-    case v1::LOGPROBS_MODE_PROCESSED:
-      s.logprobs_mode = LogprobsMode::kProcessed;
-      break;
-    default:
-      return InvalidArgumentError("logprobs_mode is not a known mode: " +
-                                  std::to_string(static_cast<int>(p.logprobs_mode())));
-  }
-  ASTR_RETURN_IF_ERROR(s.Validate(vocab_size));
+  SamplingParams s = rpc::FromWorkerProto(p);
+  ASTR_RETURN_IF_ERROR(ValidateSamplingParams(s, vocab_size));
   return s;
 }
 
