@@ -29,6 +29,7 @@
 
 #include "astr/v1/generate.pb.h"
 #include "astr/v1/worker.pb.h"
+#include "common/base/sampling_params.h"
 #include "common/base/status.h"
 #include "scheduler/worker_connection.h"
 
@@ -48,12 +49,6 @@ struct SchedRequest {
   std::optional<Clock::time_point> deadline;  // aborted with DEADLINE_EXCEEDED when passed
 };
 
-// One alternative of a top-logprobs list.
-struct TopEntry {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-};
-
 // Something that happened to one sample of a request.
 struct SampleEvent {
   enum class Kind { kToken, kFinished };
@@ -62,7 +57,7 @@ struct SampleEvent {
   // kToken: an accepted generated token.
   int32_t token_id = 0;
   float logprob = 0.0f;
-  std::vector<TopEntry> top;  // empty unless top_logprobs > 0
+  std::vector<TokenLogprob> top;  // empty unless top_logprobs > 0
   int64_t weight_version = 0;
   // kFinished: why the sample ended (after its last kToken). Not sent for a sample the front
   // finished itself with FinishSample.

@@ -31,13 +31,13 @@ void FillTimings(const sched::RequestTimings& t, v1::Timings* out) {
   out->set_preemptions(t.preemptions);
 }
 
-void FillTop(const std::vector<std::vector<sched::TopEntry>>& top,
+void FillTop(const std::vector<std::vector<TokenLogprob>>& top,
              google::protobuf::RepeatedPtrField<v1::TopLogprobs>* out) {
   for (const auto& position : top) {
     v1::TopLogprobs* entry = out->Add();
-    for (const sched::TopEntry& e : position) {
+    for (const TokenLogprob& e : position) {
       v1::TokenLogprob* lp = entry->add_entries();
-      lp->set_token_id(e.token_id);
+      lp->set_token_id(e.id);
       lp->set_logprob(e.logprob);
     }
   }

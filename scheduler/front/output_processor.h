@@ -27,9 +27,9 @@ namespace astr::front {
 struct SampleDelta {
   std::string text;
   std::vector<int32_t> token_ids;
-  std::vector<float> logprobs;                    // when requested, one per token
-  std::vector<std::vector<sched::TopEntry>> top;  // when top_logprobs > 0, one per token
-  int64_t weight_version = 0;                     // of the last token in this delta
+  std::vector<float> logprobs;                 // when requested, one per token
+  std::vector<std::vector<TokenLogprob>> top;  // when top_logprobs > 0, one per token
+  int64_t weight_version = 0;                  // of the last token in this delta
   // Set on the sample's last delta.
   bool finished = false;
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;

@@ -262,7 +262,7 @@ TEST_F(OutputProcessorTest, StopTokenIdAndLogprobs) {
   EXPECT_EQ(d.logprobs, (std::vector<float>{-0.5f, -2.0f}));
   ASSERT_EQ(d.top.size(), 2u);
   ASSERT_EQ(d.top[0].size(), 1u);
-  EXPECT_EQ(d.top[0][0].token_id, 432);
+  EXPECT_EQ(d.top[0][0].id, 432);
   EXPECT_TRUE(d.top[1].empty());
   EXPECT_EQ(d.weight_version, 3);
   EXPECT_TRUE(d.finished);
