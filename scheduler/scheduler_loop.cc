@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <span>
+
+#include "common/base/finish_rule.h"
 
 namespace astr::sched {
 namespace {
@@ -12,8 +15,25 @@ int64_t Nanos(Clock::duration d) {
   return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 
-bool Contains(const google::protobuf::RepeatedField<int32_t>& ids, int32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
+std::span<const int32_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) {
+  return {ids.data(), static_cast<size_t>(ids.size())};
+}
+
+// The finish rule's reason on the wire.
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kAbort:
+      return v1::FINISH_REASON_ABORT;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 // Reconnecting workers and stuck plans are polled this often while nothing else wakes the loop.
@@ -278,26 +298,19 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
   e.top.clear();
   for (const v1::TokenLogprob& t : token.top()) e.top.push_back({t.token_id(), t.logprob()});
 
-  // The worker masks stop ids and EOS while fewer than min_tokens were generated before this
-  // token; the loop applies the same rule, so a stop id can end the sample only past min_tokens.
+  // The finish rule the worker's sampler masking and the offline engine share (min_tokens).
   const v1::WorkerSamplingParams& p = r->req.sampling;
-  const int32_t generated = static_cast<int32_t>(seq->generated.size());
-  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
-  int32_t stop_token_id = -1;
-  if (generated > p.min_tokens()) {
-    if (!p.ignore_eos() && Contains(p.eos_token_ids(), id)) {
-      reason = v1::FINISH_REASON_EOS;
-    } else if (Contains(p.stop_token_ids(), id)) {
-      reason = v1::FINISH_REASON_STOP;
-      stop_token_id = id;
-    }
+  const StopConditions stop{.eos_token_ids = Ids(p.eos_token_ids()),
+                            .stop_token_ids = Ids(p.stop_token_ids()),
+                            .ignore_eos = p.ignore_eos(),
+                            .min_tokens = p.min_tokens(),
+                            .max_tokens = r->req.max_tokens,
+                            .max_context_tokens = max_context_tokens_};
+  const FinishDecision d =
+      DecideFinish(stop, id, static_cast<int64_t>(seq->generated.size()), seq->num_tokens());
+  if (d.reason != FinishReason::kNone) {
+    FinishSequence(seq, ToProto(d.reason), d.stop_token_id, now);
   }
-  if (reason == v1::FINISH_REASON_UNSPECIFIED &&
-      (generated >= r->req.max_tokens ||
-       (max_context_tokens_ > 0 && seq->num_tokens() >= max_context_tokens_))) {
-    reason = v1::FINISH_REASON_LENGTH;
-  }
-  if (reason != v1::FINISH_REASON_UNSPECIFIED) FinishSequence(seq, reason, stop_token_id, now);
 }
 
 void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32_t stop_token_id,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/base/finish_rule.h"
 #include "scheduler/block_manager.h"
 #include "scheduler/scheduler.h"
 
@@ -76,8 +77,9 @@ inline int32_t Sequence::num_prompt_tokens() const {
 
 inline bool Sequence::CanSample(int32_t max_context_tokens) const {
   const int32_t ahead = static_cast<int32_t>(generated.size()) + in_flight;
-  if (ahead >= request->req.max_tokens) return false;
-  return max_context_tokens <= 0 || num_prompt_tokens() + ahead < max_context_tokens;
+  const StopConditions length{.max_tokens = request->req.max_tokens,
+                              .max_context_tokens = max_context_tokens};
+  return !ReachedLength(length, ahead, num_prompt_tokens() + ahead);
 }
 
 }  // namespace astr::sched

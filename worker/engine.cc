@@ -6,22 +6,6 @@
 
 namespace astr {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kAbort:
-      return "abort";
-  }
-  return "none";
-}
-
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
     : backend_(std::move(backend)),
       options_(options),
@@ -169,19 +153,17 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
     const SamplingParams& p = seq->sampler->params();
     if (p.return_logprob || p.logprobs > 0) seq->result.logprobs.push_back(r.logprob);
     if (p.logprobs > 0) seq->result.top.emplace_back(r.top.begin(), r.top.begin() + r.num_top);
-    const bool is_eos = !p.ignore_eos && std::find(p.eos_token_ids.begin(), p.eos_token_ids.end(),
-                                                   r.token) != p.eos_token_ids.end();
-    FinishReason reason = FinishReason::kNone;
-    if (is_eos) {
-      reason = FinishReason::kEos;
-    } else if (seq->sampler->IsStopToken(r.token)) {
+    // The shared rule (EOS, stop ids past min_tokens, length); a stop string ends it before
+    // the length does.
+    const int64_t generated = seq->sampler->num_generated();
+    FinishReason reason = DecideFinish(StopConditionsOf(p), r.token, generated,
+                                       static_cast<int64_t>(seq->tokens.size()))
+                              .reason;
+    if ((reason == FinishReason::kNone || reason == FinishReason::kLength) &&
+        seq->request.stop_check &&
+        seq->request.stop_check(std::vector<int32_t>(
+            seq->tokens.begin() + seq->result.prompt.size(), seq->tokens.end()))) {
       reason = FinishReason::kStop;
-    } else if (seq->request.stop_check &&
-               seq->request.stop_check(std::vector<int32_t>(
-                   seq->tokens.begin() + seq->result.prompt.size(), seq->tokens.end()))) {
-      reason = FinishReason::kStop;
-    } else if (seq->sampler->num_generated() >= p.max_tokens) {
-      reason = FinishReason::kLength;
     }
     if (reason != FinishReason::kNone) {
       seq->result.finish = reason;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/base/finish_rule.h"
 #include "common/base/status.h"
 #include "worker/backend.h"
 #include "worker/page_allocator.h"
@@ -31,9 +32,6 @@ struct GenerationRequest {
   // sequence with FinishReason::kStop (used for stop strings).
   std::function<bool(const std::vector<int32_t>&)> stop_check;
 };
-
-enum class FinishReason { kNone, kLength, kStop, kEos, kAbort };
-const char* FinishReasonName(FinishReason reason);
 
 struct GenerationResult {
   int64_t id = 0;

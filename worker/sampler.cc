@@ -139,14 +139,7 @@ void SequenceSampler::Append(int32_t token) {
 }
 
 bool SequenceSampler::IsStopToken(int32_t token) const {
-  for (int32_t id : params_.stop_token_ids) {
-    if (id == token) return true;
-  }
-  if (params_.ignore_eos) return false;
-  for (int32_t id : params_.eos_token_ids) {
-    if (id == token) return true;
-  }
-  return false;
+  return astr::IsStopToken(StopConditionsOf(params_), token);
 }
 
 // ---------------------------------------------------------------------------------------------

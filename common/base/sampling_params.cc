@@ -48,6 +48,15 @@ class FieldErrors {
 
 }  // namespace
 
+StopConditions StopConditionsOf(const SamplingParams& p, int64_t max_context_tokens) {
+  return {.eos_token_ids = p.eos_token_ids,
+          .stop_token_ids = p.stop_token_ids,
+          .ignore_eos = p.ignore_eos,
+          .min_tokens = p.min_tokens,
+          .max_tokens = p.max_tokens,
+          .max_context_tokens = max_context_tokens};
+}
+
 std::string FormatNumber(float v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/finish_rule.h"
 #include "common/base/sampling_limits.h"
 #include "common/base/status.h"
 
@@ -59,6 +60,9 @@ struct TokenLogprob {
 // must lie in [0, vocab_size).
 Status ValidateSamplingParams(const SamplingParams& params, int64_t vocab_size,
                               std::string_view field_prefix = "");
+
+// The finish rule's view of `params` (spans into its vectors; `params` must outlive it).
+StopConditions StopConditionsOf(const SamplingParams& params, int64_t max_context_tokens = 0);
 
 // The shortest text that reads back as `v` ("0", "1.5", "-2", "nan", "inf"), for error messages.
 std::string FormatNumber(float v);
