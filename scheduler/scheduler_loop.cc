@@ -6,14 +6,11 @@
 #include <functional>
 #include <span>
 
+#include "common/base/clock.h"
 #include "common/base/finish_rule.h"
 
 namespace astr::sched {
 namespace {
-
-int64_t Nanos(Clock::duration d) {
-  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
-}
 
 std::span<const int32_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) {
   return {ids.data(), static_cast<size_t>(ids.size())};

@@ -2,16 +2,9 @@
 
 #include <chrono>
 
+#include "common/base/clock.h"
+
 namespace astr {
-namespace {
-
-int64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-      .count();
-}
-
-}  // namespace
 
 StepSampling::StepSampling(const Backend& backend) {
   if (!backend.samples_on_device()) {

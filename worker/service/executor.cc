@@ -4,6 +4,7 @@
 #include <chrono>
 #include <span>
 
+#include "common/base/clock.h"
 #include "common/grpc/sampling_proto.h"
 
 namespace astr {

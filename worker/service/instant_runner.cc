@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/base/clock.h"
 #include "worker/service/step_runner.h"
 
 namespace astr {

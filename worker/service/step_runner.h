@@ -44,13 +44,6 @@ struct RunTimings {
   int64_t sample_ns = 0;
 };
 
-// Nanoseconds from `start` to now, for the timings the worker reports.
-inline int64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-      .count();
-}
-
 class StepRunner {
  public:
   virtual ~StepRunner() = default;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/base/clock.h"
 #include "common/grpc/grpc_status.h"
 
 namespace astr {
