@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/base/flags.h"
+#include "common/base/token_ids.h"
 #include "common/chat/chat_template.h"
 #include "common/model/model_file.h"
 #include "common/text/tokenizer/tokenizer.h"
@@ -148,10 +149,7 @@ int RunCommand(int argc, const char* const* argv) {
   if (!params.ok()) return Fail(params.status());
   if (json) params->return_logprob = true;
   if (codec.available()) {  // the tokenizer's EOS ids (generation_config.json) end generation too
-    for (int32_t id : codec.tokenizer().eos_ids()) {
-      auto& eos = params->eos_token_ids;
-      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-    }
+    MergeTokenIds(&params->eos_token_ids, codec.tokenizer().eos_ids());
   }
 
   auto backend = engine_flags.CreateBackend(**file);

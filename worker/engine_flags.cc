@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/base/logging.h"
+#include "common/base/token_ids.h"
 #include "worker/backend_loader.h"
 
 namespace astr {
@@ -47,7 +48,7 @@ Status CheckInt32(const char* flag, int64_t v) {
 StatusOr<SamplingParams> SamplingFlags::ToParams(const model::ModelFile& file) const {
   const model::ModelConfig& c = file.config();
   ASTR_ASSIGN_OR_RETURN(SamplingParams p, ToParamsWithoutModel());
-  for (int64_t id : c.eos_token_ids) p.eos_token_ids.push_back(static_cast<int32_t>(id));
+  MergeTokenIds(&p.eos_token_ids, c.eos_token_ids);
   ASTR_RETURN_IF_ERROR(ValidateSamplingParams(p, c.vocab_size));
   return p;
 }

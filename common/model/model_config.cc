@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/base/file_util.h"
+#include "common/base/token_ids.h"
 #include "common/model/gguf.h"
 
 namespace astr::model {
@@ -311,11 +312,7 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
     JsonReader gr(g, gen_path.string());
     std::vector<int64_t> eos;
     ASTR_RETURN_IF_ERROR(gr.IntList("eos_token_id", &eos));
-    for (int64_t id : eos) {
-      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
-        c.eos_token_ids.push_back(id);
-      }
-    }
+    MergeTokenIds(&c.eos_token_ids, eos);
     if (c.bos_token_id < 0) {
       ASTR_ASSIGN_OR_RETURN(c.bos_token_id, gr.Int("bos_token_id", -1));
     }

@@ -20,6 +20,7 @@
 #include "astr/v1/generate.grpc.pb.h"
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/base/token_ids.h"
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/shutdown_signal.h"
 #include "scheduler/front/generate_service.h"
@@ -208,10 +209,7 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
   }
   // The tokenizer's EOS ids (generation_config.json) and those the model file names.
   model.eos_token_ids = model.tokenizer->eos_ids();
-  for (int32_t id : infos[0].eos_token_ids()) {
-    auto& eos = model.eos_token_ids;
-    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  }
+  MergeTokenIds(&model.eos_token_ids, infos[0].eos_token_ids());
   LOG(INFO) << "tokenizer " << path << ": " << model.tokenizer->Describe() << "; chat template: "
             << (model.chat_template ? model.chat_template->origin()
                                     : "none (" + model.no_chat_template_reason + ")");

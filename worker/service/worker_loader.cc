@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/base/logging.h"
+#include "common/base/token_ids.h"
 #include "common/model/content_hash.h"
 #include "common/model/gguf.h"
 #include "common/model/model_file.h"
@@ -40,13 +41,8 @@ std::shared_ptr<const tok::Tokenizer> LoadTokenizer(const model::ModelFile& file
 // GGUF EOS / EOT / EOM).
 std::vector<int32_t> EosIds(const model::ModelConfig& config, const tok::Tokenizer* tokenizer) {
   std::vector<int32_t> ids;
-  auto add = [&ids](int64_t id) {
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(static_cast<int32_t>(id));
-  };
-  for (int64_t id : config.eos_token_ids) add(id);
-  if (tokenizer != nullptr) {
-    for (int32_t id : tokenizer->eos_ids()) add(id);
-  }
+  MergeTokenIds(&ids, config.eos_token_ids);
+  if (tokenizer != nullptr) MergeTokenIds(&ids, tokenizer->eos_ids());
   return ids;
 }
 

@@ -8,6 +8,7 @@
 // are matched in text whether or not special tokens are parsed.
 #include <string_view>
 
+#include "common/base/token_ids.h"
 #include "common/model/vocab.h"
 #include "common/text/tokenizer/tokenizer_builder.h"
 
@@ -196,9 +197,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGgufVocab(const model:
   b.set_bos_id(static_cast<int32_t>(vocab.bos_id));
   std::vector<int32_t> eos;
   for (int64_t id : {vocab.eos_id, vocab.eot_id, vocab.eom_id}) {
-    if (id >= 0 && std::find(eos.begin(), eos.end(), id) == eos.end()) {
-      eos.push_back(static_cast<int32_t>(id));
-    }
+    if (id >= 0) AddTokenId(&eos, id);
   }
   b.set_eos_ids(std::move(eos));
   return b.Build(source);
