@@ -120,7 +120,9 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return UnavailableError("the scheduler is shutting down");
-    if (Status s = admission_.Admit(queue_, state->req); !s.ok()) {
+    QueueCounters queue = queue_;
+    queue.draining = draining_.load();
+    if (Status s = admission_.Admit(queue, state->req); !s.ok()) {
       stat_refused_.fetch_add(1, std::memory_order_relaxed);
       return s;
     }
@@ -169,9 +171,9 @@ void SchedulerLoop::FinishSample(uint64_t key, int32_t index) {
 }
 
 void SchedulerLoop::StartDrain() {
+  // Under mu_, so that a Submit that takes the lock after this returns is refused.
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.draining = true;
-  stat_draining_.store(true, std::memory_order_relaxed);
+  draining_.store(true);
 }
 
 v1::GetServerStatsResponse SchedulerLoop::Stats() const {
@@ -184,7 +186,7 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   stats.set_requests_refused(stat_refused_.load(kRelaxed));
   stats.set_requests_finished(stat_finished_.load(kRelaxed));
   stats.set_preemptions(stat_preemptions_.load(kRelaxed));
-  stats.set_draining(stat_draining_.load(kRelaxed));
+  stats.set_draining(draining_.load(kRelaxed));
   bool any_up = false;
   for (const auto& w : workers_) any_up = any_up || w->stat_up.load(kRelaxed);
   std::string refusing;
@@ -233,6 +235,7 @@ StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request
 void Scheduler::Cancel(uint64_t key, Status why) { loop_->Cancel(key, std::move(why)); }
 void Scheduler::FinishSample(uint64_t key, int32_t index) { loop_->FinishSample(key, index); }
 void Scheduler::StartDrain() { loop_->StartDrain(); }
+bool Scheduler::draining() const { return loop_->draining(); }
 bool Scheduler::Idle() const { return loop_->Idle(); }
 v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
 std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }

@@ -165,6 +165,8 @@ class Scheduler {
   void FinishSample(uint64_t key, int32_t index);
   // Refuses new requests from now on; running and queued ones go on.
   void StartDrain();
+  // Whether StartDrain was called: the process's one draining flag, which the front asks too.
+  bool draining() const;
   // True when every submitted request has been closed and its close delivered to its channel.
   bool Idle() const;
 

@@ -79,6 +79,7 @@ class SchedulerLoop {
   void Cancel(uint64_t key, Status why);
   void FinishSample(uint64_t key, int32_t index);
   void StartDrain();
+  bool draining() const { return draining_.load(); }
   bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
   v1::GetServerStatsResponse Stats() const;
   std::vector<v1::InfoResponse> WorkerInfos() const;
@@ -138,7 +139,7 @@ class SchedulerLoop {
   std::vector<Command> commands_;
   // Admission's view, under mu_: a request counts from Submit until its first sequence starts (or
   // it ends unscheduled); the loop updates it in the same iteration.
-  QueueCounters queue_;
+  QueueCounters queue_;         // `draining` unused: each Submit reads draining_
   bool loop_sleeping_ = false;  // under mu_: only then does a command need a notify
   bool stop_ = false;
   uint64_t next_key_ = 1;
@@ -151,8 +152,9 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_refused_{0};
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
-  std::atomic<bool> stat_draining_{false};
   std::atomic<bool> stop_reconnecting_{false};
+  // The process's one draining flag: the admission policy, the stats and the front read it.
+  std::atomic<bool> draining_{false};
 
   // Loop-owned. Workers are declared before requests: sequences' page allocations point into
   // the workers' block managers, so requests must be destroyed first.

@@ -136,8 +136,6 @@ GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
 
 GenerateService::~GenerateService() = default;
 
-void GenerateService::StartDrain() { draining_.store(true); }
-
 void GenerateService::CancelAll(const Status& why) {
   std::vector<uint64_t> keys;
   {
@@ -163,7 +161,7 @@ void GenerateService::CountError(const Status& s) {
 
 StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
     const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline) {
-  if (draining_.load()) {
+  if (scheduler_->draining()) {
     refused_front_.fetch_add(1, std::memory_order_relaxed);
     return UnavailableError("draining: the server is shutting down and admits no new requests");
   }

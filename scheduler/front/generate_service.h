@@ -49,7 +49,7 @@ class GenerateService {
   ~GenerateService();
 
   // Validates, tokenizes and submits a generation request. Errors are counted (invalid or
-  // refused) and returned; UNAVAILABLE while draining.
+  // refused) and returned; UNAVAILABLE while the scheduler drains (Scheduler::StartDrain).
   StatusOr<std::unique_ptr<Call>> Admit(const v1::GenerateRequest& request,
                                         std::optional<sched::Clock::time_point> deadline);
 
@@ -59,8 +59,6 @@ class GenerateService {
   // The scheduler's counters plus the front's.
   v1::GetServerStatsResponse Stats() const;
 
-  // From now on Admit answers UNAVAILABLE; calls already admitted go on.
-  void StartDrain();
   // Aborts every admitted request still open (drain timeout); their calls end with `why`.
   void CancelAll(const Status& why);
   // Admitted calls not yet destroyed.
@@ -87,7 +85,6 @@ class GenerateService {
   const FrontLimits front_limits_;
   const std::vector<std::string> worker_addresses_;
   PeerLimiter peer_limiter_;
-  std::atomic<bool> draining_{false};
   std::atomic<int64_t> invalid_{0};
   std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler
   std::atomic<int64_t> refused_peer_limit_{0};

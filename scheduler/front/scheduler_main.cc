@@ -268,8 +268,7 @@ class HealthUpdater {
 // after `timeout`.
 void Drain(sched::Scheduler* scheduler, front::GenerateService* service,
            std::chrono::seconds timeout) {
-  service->StartDrain();
-  scheduler->StartDrain();
+  scheduler->StartDrain();  // the front asks the scheduler, so new calls are refused from here
   const auto deadline = Clock::now() + timeout;
   auto next_log = Clock::now();
   while (!scheduler->Idle()) {

@@ -403,7 +403,7 @@ TEST_F(GenerateServiceTest, ClientCancelMidStreamReleases) {
 }
 
 TEST_F(GenerateServiceTest, DrainRefusesNewRequests) {
-  service_->StartDrain();
+  scheduler_->StartDrain();
   v1::GenerateResponse resp;
   grpc::ClientContext ctx;
   grpc::Status s = stub_->Generate(&ctx, Request(4, 1), &resp);
@@ -533,7 +533,6 @@ TEST_F(GenerateServiceTest, StatsCountInvalidRequests) {
   EXPECT_EQ(stats.requests_refused(), 0);
   EXPECT_TRUE(stats.accepting_requests());
   EXPECT_EQ(stats.not_accepting_reason(), "");
-  service_->StartDrain();
   scheduler_->StartDrain();
   grpc::ClientContext dctx;
   EXPECT_EQ(stub_->Generate(&dctx, Request(4, 1), &resp).error_code(),
