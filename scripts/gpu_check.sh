@@ -9,7 +9,7 @@
 # Environment: ASTR_CUDA_ARCH (default native), ASTR_GPU_BUILD_DIR (default build-gpu),
 # ASTR_GPU_CMAKE_ARGS (extra configure arguments), ASTR_SHARED_DIR.
 #
-# Missing nlohmann_json / GoogleTest / shared models are taken from .cache/deps
+# Missing nlohmann_json / xxhash.h / GoogleTest / shared models are taken from .cache/deps
 # (scripts/stage_deps.sh). Budget: under 8 minutes on an H100/H200-class machine.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/test_util.h"
@@ -48,6 +49,38 @@ TEST(ContentHashTest, MatchesXxh64Vectors) {
   long_input += "xyz";
   EXPECT_EQ(model::ContentHashHex(HashOf(long_input)), "e146cb31b65bc21a");
   EXPECT_EQ(model::ContentHashHex(model::ContentHash64("abc", 3, 1)), "bea9ca8199328908");
+}
+
+// XXH3-64 values from the independent python `xxhash` package (4.1.0, which bundles xxHash 0.8.4;
+// scripts/requirements.txt), e.g. `xxhash.xxh3_64_hexdigest(b"abc", seed=1)`. Pattern(n) is
+// `bytes((i * 7 + 3) & 0xFF for i in range(n))`; the lengths reach each of XXH3's code paths
+// (0, 1-3, 4-8, 9-16, 17-128, 129-240 and the striped loop past 240 and past a 1024-byte block).
+std::vector<uint8_t> Pattern(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 7 + 3) & 0xFF);
+  return v;
+}
+
+TEST(ContentHashTest, Xxh3MatchesReferenceVectors) {
+  auto hex3 = [](const std::string& s, uint64_t seed = 0) {
+    return model::ContentHashHex(model::ContentHash3_64(s.data(), s.size(), seed));
+  };
+  EXPECT_EQ(hex3(""), "2d06800538d394c2");
+  EXPECT_EQ(hex3("a"), "e6c632b61e964e1f");
+  EXPECT_EQ(hex3("abc"), "78af5f94892f3950");
+  EXPECT_EQ(hex3("Nobody inspects the spammish repetition"), "6cb00603b5cc47e9");
+  EXPECT_EQ(hex3("abc", 1), "6b4467b443c76228");
+  const std::pair<size_t, const char*> kPatternVectors[] = {
+      {3, "a9088dda485b481c"},    {8, "60539db630471163"},      {16, "b8c859b0f030b585"},
+      {128, "67425a03650261bf"},  {240, "64556dc6b462a6cf"},    {241, "8beadd3a8874fe17"},
+      {1027, "867678b37d5d5b1c"}, {100000, "0c056f6fcc340974"},
+  };
+  for (const auto& [n, expected] : kPatternVectors) {
+    const auto data = Pattern(n);
+    EXPECT_EQ(model::ContentHashHex(model::ContentHash3_64(data.data(), data.size())), expected)
+        << "size " << n;
+  }
+  EXPECT_EQ(model::ContentHash3_64(nullptr, 0), model::ContentHash3_64("", 0));
 }
 
 TEST(ContentHashTest, HexIsSixteenZeroPaddedDigits) {
@@ -114,6 +147,11 @@ class FolderHashTest : public ::testing::Test {
   }
   std::string dir_;
 };
+
+// The published format-1 folder hash, computed in Python from the recipe in content_hash.h:
+// XXH64 over b"".join(name + b"\0" + struct.pack("<QQ", len(data), xxhash.xxh64_intdigest(data)))
+// for config.json and then the shards in name order. A change of the recipe must fail here.
+TEST_F(FolderHashTest, MatchesThePublishedFormat) { EXPECT_EQ(Hash(), "239f052ab50c5194"); }
 
 TEST_F(FolderHashTest, StableAndIgnoresOtherFiles) {
   const std::string base = Hash();
