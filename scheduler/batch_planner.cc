@@ -213,7 +213,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const int32_t tokens = static_cast<int32_t>(
         std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used}));
     if (blocks.PagesFor(tokens) > blocks.num_free()) break;
-    if (seq->pages.manager() != &blocks) seq->pages = blocks.NewAllocation();
+    if (seq->pages.pool() != &blocks) seq->pages = blocks.NewList();
     const bool ok = seq->pages.GrowTo(blocks.PagesFor(tokens));
     assert(ok);
     (void)ok;

@@ -4,33 +4,6 @@
 
 namespace astr::sched {
 
-PageAllocation& PageAllocation::operator=(PageAllocation&& other) noexcept {
-  if (this != &other) {
-    Release();
-    owner_ = other.owner_;
-    pages_ = std::move(other.pages_);
-    other.pages_.clear();
-  }
-  return *this;
-}
-
-bool PageAllocation::GrowTo(int64_t count) {
-  if (count <= size()) return true;
-  assert(owner_ != nullptr);
-  return owner_->Take(count - size(), &pages_);
-}
-
-void PageAllocation::AppendShared(int32_t page) {
-  assert(owner_ != nullptr);
-  owner_->AddRef(page);
-  pages_.push_back(page);
-}
-
-void PageAllocation::Release() {
-  if (owner_ != nullptr && !pages_.empty()) owner_->Unref(pages_);
-  pages_.clear();  // keeps the capacity: a preempted sequence regrows without allocating
-}
-
 BlockManager::BlockManager(int64_t num_pages, int32_t page_size)
     : num_pages_(num_pages), page_size_(page_size), refcount_(num_pages, 0) {
   free_.reserve(num_pages);

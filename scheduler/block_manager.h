@@ -11,42 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "common/base/page_list.h"
+
 namespace astr::sched {
-
-class BlockManager;
-
-// The pages of one sequence, in sequence order. RAII: destroying it (or Release()) drops one
-// reference on each page; a page whose count reaches zero is free again.
-class PageAllocation {
- public:
-  PageAllocation() = default;
-  PageAllocation(const PageAllocation&) = delete;
-  PageAllocation& operator=(const PageAllocation&) = delete;
-  PageAllocation(PageAllocation&& other) noexcept { *this = std::move(other); }
-  PageAllocation& operator=(PageAllocation&& other) noexcept;
-  ~PageAllocation() { Release(); }
-
-  const std::vector<int32_t>& pages() const { return pages_; }
-  int64_t size() const { return static_cast<int64_t>(pages_.size()); }
-  // The pool it draws from (nullptr when default-constructed).
-  const BlockManager* manager() const { return owner_; }
-
-  // Grows to `count` pages with fresh (unshared) pages; false and unchanged when the pool has too
-  // few free pages. Must be bound (BlockManager::NewAllocation).
-  bool GrowTo(int64_t count);
-  // Appends a page another allocation already holds, taking one more reference on it (the prefix
-  // cache's way of sharing a full page).
-  void AppendShared(int32_t page);
-  // Drops every page. The allocation stays bound to its manager and may grow again.
-  void Release();
-
- private:
-  friend class BlockManager;
-  explicit PageAllocation(BlockManager* owner) : owner_(owner) {}
-
-  BlockManager* owner_ = nullptr;
-  std::vector<int32_t> pages_;
-};
 
 class BlockManager {
  public:
@@ -64,12 +31,13 @@ class BlockManager {
   // References on `page` (0 = free).
   int32_t refcount(int32_t page) const { return refcount_[page]; }
 
-  // An empty allocation bound to this pool. Every allocation must be destroyed (or released)
-  // before the manager.
-  PageAllocation NewAllocation() { return PageAllocation(this); }
+  // An empty page list bound to this pool. Every list must be destroyed (or released) before the
+  // manager. Destroying a list (or Release()) drops one reference on each of its pages; a page
+  // whose count reaches zero is free again.
+  PageList<BlockManager> NewList() { return PageList<BlockManager>(this); }
 
  private:
-  friend class PageAllocation;
+  friend class PageList<BlockManager>;
   bool Take(int64_t count, std::vector<int32_t>* out);
   void AddRef(int32_t page);
   void Unref(std::span<const int32_t> pages);

@@ -76,7 +76,7 @@ class Engine {
     int64_t computed = 0;         // tokens whose K/V are in the pool
     bool planned = false;         // already an entry of the step being planned
     bool preempted = false;       // moved back to waiting during the step being planned
-    PageList pages;
+    PageList<PageAllocator> pages;
     GenerationResult result;
   };
   // Plans the step into batch_; returns the sequence of each batch entry.

@@ -2,26 +2,6 @@
 
 namespace astr {
 
-PageList& PageList::operator=(PageList&& other) noexcept {
-  if (this != &other) {
-    Release();
-    owner_ = other.owner_;
-    pages_ = std::move(other.pages_);
-    other.pages_.clear();
-  }
-  return *this;
-}
-
-bool PageList::GrowTo(int64_t count) {
-  if (count <= size()) return true;
-  return owner_->Take(count - size(), &pages_);
-}
-
-void PageList::Release() {
-  if (owner_ != nullptr && !pages_.empty()) owner_->Give(pages_);
-  pages_.clear();
-}
-
 PageAllocator::PageAllocator(int64_t num_pages) : num_pages_(num_pages) {
   free_.reserve(num_pages);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
@@ -36,7 +16,7 @@ bool PageAllocator::Take(int64_t count, std::vector<int32_t>* out) {
   return true;
 }
 
-void PageAllocator::Give(const std::vector<int32_t>& pages) {
+void PageAllocator::Unref(std::span<const int32_t> pages) {
   for (auto it = pages.rbegin(); it != pages.rend(); ++it) free_.push_back(*it);
 }
 

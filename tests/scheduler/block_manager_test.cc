@@ -1,4 +1,4 @@
-// BlockManager / PageAllocation: allocation order, all-or-nothing growth, RAII return, reference
+// BlockManager and its PageLists: allocation order, all-or-nothing growth, RAII return, reference
 // counts, exhaustion.
 #include "scheduler/block_manager.h"
 
@@ -16,10 +16,10 @@ TEST(BlockManagerTest, FreshPoolHandsOutLowestIdsFirst) {
   EXPECT_EQ(blocks.num_pages(), 8);
   EXPECT_EQ(blocks.page_size(), 4);
   EXPECT_EQ(blocks.capacity_tokens(), 32);
-  PageAllocation a = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(3));
   EXPECT_EQ(a.pages(), (Pages{0, 1, 2}));
-  PageAllocation b = blocks.NewAllocation();
+  PageList<BlockManager> b = blocks.NewList();
   ASSERT_TRUE(b.GrowTo(2));
   EXPECT_EQ(b.pages(), (Pages{3, 4}));
   EXPECT_EQ(blocks.num_free(), 3);
@@ -38,7 +38,7 @@ TEST(BlockManagerTest, PagesForRoundsUp) {
 
 TEST(BlockManagerTest, GrowthIsAllOrNothingAndIncremental) {
   BlockManager blocks(4, 16);
-  PageAllocation a = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(1));
   EXPECT_FALSE(a.GrowTo(5));  // needs 4 more, 3 free
   EXPECT_EQ(a.pages(), (Pages{0}));
@@ -52,7 +52,7 @@ TEST(BlockManagerTest, GrowthIsAllOrNothingAndIncremental) {
 TEST(BlockManagerTest, DestroyingAnAllocationReturnsItsPages) {
   BlockManager blocks(6, 2);
   {
-    PageAllocation a = blocks.NewAllocation();
+    PageList<BlockManager> a = blocks.NewList();
     ASSERT_TRUE(a.GrowTo(4));
     EXPECT_EQ(blocks.num_free(), 2);
   }
@@ -62,24 +62,24 @@ TEST(BlockManagerTest, DestroyingAnAllocationReturnsItsPages) {
 
 TEST(BlockManagerTest, ReleaseKeepsTheBindingAndRegrowsTheSameIds) {
   BlockManager blocks(6, 2);
-  PageAllocation a = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(3));
   a.Release();
   EXPECT_EQ(a.size(), 0);
   EXPECT_EQ(blocks.num_free(), 6);
-  EXPECT_EQ(a.manager(), &blocks);
+  EXPECT_EQ(a.pool(), &blocks);
   ASSERT_TRUE(a.GrowTo(3));
   EXPECT_EQ(a.pages(), (Pages{0, 1, 2}));
 }
 
 TEST(BlockManagerTest, MovedAllocationReturnsPagesOnce) {
   BlockManager blocks(4, 4);
-  PageAllocation a = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(2));
-  PageAllocation b = std::move(a);
+  PageList<BlockManager> b = std::move(a);
   EXPECT_EQ(b.pages(), (Pages{0, 1}));
   EXPECT_EQ(blocks.num_free(), 2);
-  PageAllocation c = blocks.NewAllocation();
+  PageList<BlockManager> c = blocks.NewList();
   ASSERT_TRUE(c.GrowTo(1));
   c = std::move(b);  // c's own page 2 is returned first
   EXPECT_EQ(blocks.num_free(), 2);
@@ -90,9 +90,9 @@ TEST(BlockManagerTest, MovedAllocationReturnsPagesOnce) {
 
 TEST(BlockManagerTest, SharedPageIsFreedByItsLastHolder) {
   BlockManager blocks(4, 4);
-  PageAllocation a = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(2));
-  PageAllocation b = blocks.NewAllocation();
+  PageList<BlockManager> b = blocks.NewList();
   b.AppendShared(a.pages()[0]);  // a prefix-cache hit on a's first page
   ASSERT_TRUE(b.GrowTo(2));
   EXPECT_EQ(b.pages(), (Pages{0, 2}));
@@ -108,8 +108,8 @@ TEST(BlockManagerTest, SharedPageIsFreedByItsLastHolder) {
 
 TEST(BlockManagerTest, ExhaustionThenReuse) {
   BlockManager blocks(3, 1);
-  PageAllocation a = blocks.NewAllocation();
-  PageAllocation b = blocks.NewAllocation();
+  PageList<BlockManager> a = blocks.NewList();
+  PageList<BlockManager> b = blocks.NewList();
   ASSERT_TRUE(a.GrowTo(2));
   ASSERT_TRUE(b.GrowTo(1));
   EXPECT_EQ(blocks.num_free(), 0);
