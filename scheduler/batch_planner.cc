@@ -149,19 +149,19 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
 bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, PlanOutcome* out,
                                  uint64_t step_id) {
   Sequence* seq = q->running[i];
-  BlockManager& blocks = q->blocks;
+  PagePool& pool = q->pool;
   seq->step_pages_before = seq->pages.size();
-  int64_t grow = blocks.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
-  if (grow > blocks.num_free() && seq->prefilling()) {
+  int64_t grow = pool.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
+  if (grow > pool.num_free() && seq->prefilling()) {
     // A prefill chunk shrinks to the pages it can get before anyone is preempted for it.
     const int64_t fit =
-        (seq->pages.size() + blocks.num_free()) * blocks.page_size() - seq->num_computed;
+        (seq->pages.size() + pool.num_free()) * pool.page_size() - seq->num_computed;
     if (fit >= 1) {
       *tokens = static_cast<int32_t>(std::min<int64_t>(*tokens, fit));
-      grow = blocks.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
+      grow = pool.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
     }
   }
-  while (grow > blocks.num_free()) {
+  while (grow > pool.num_free()) {
     std::span<Sequence* const> candidates(q->running.data() + i, q->running.size() - i);
     const size_t victim = i + preemption_.PickVictim(candidates);
     q->running[victim]->preempted_at_step = step_id;
@@ -200,7 +200,7 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
 
 void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
                          v1::StepPlan* plan, PlanOutcome* out) {
-  BlockManager& blocks = q->blocks;
+  PagePool& pool = q->pool;
   size_t taken = 0;  // admitted from the front of the queue; erased once at the end
   while (taken < q->waiting.size() &&
          static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
@@ -212,9 +212,9 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const int32_t known = seq->num_tokens();
     const int32_t tokens = static_cast<int32_t>(
         std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used}));
-    if (blocks.PagesFor(tokens) > blocks.num_free()) break;
-    if (seq->pages.pool() != &blocks) seq->pages = blocks.NewList();
-    const bool ok = seq->pages.GrowTo(blocks.PagesFor(tokens));
+    if (pool.PagesFor(tokens) > pool.num_free()) break;
+    if (seq->pages.pool() != &pool) seq->pages = pool.NewList();
+    const bool ok = seq->pages.GrowTo(pool.PagesFor(tokens));
     assert(ok);
     (void)ok;
     seq->seq_id = next_seq_id_++;

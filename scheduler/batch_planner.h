@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
-#include "scheduler/block_manager.h"
+#include "scheduler/page_pool.h"
 #include "scheduler/policies.h"
 #include "scheduler/sequence.h"
 
@@ -25,9 +25,9 @@ namespace astr::sched {
 
 // One worker's sequences as the planner sees them. Owned by the loop thread.
 struct WorkerQueues {
-  WorkerQueues(int64_t num_pages, int32_t page_size) : blocks(num_pages, page_size) {}
+  WorkerQueues(int64_t num_pages, int32_t page_size) : pool(num_pages, page_size) {}
 
-  BlockManager blocks;
+  PagePool pool;
   std::vector<Sequence*> running;  // live on the worker, in QueueOrder
   std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
   std::vector<uint64_t> release;   // worker ids to release with the next plan

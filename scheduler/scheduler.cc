@@ -65,7 +65,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
     infos_.push_back(conn->info());
     workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), limits));
     const WorkerSlot& w = *workers_.back();
-    max_pool_tokens_ = std::max(max_pool_tokens_, w.queues.blocks.capacity_tokens());
+    max_pool_tokens_ = std::max(max_pool_tokens_, w.queues.pool.capacity_tokens());
     const int32_t context = w.info.max_context_tokens();
     if (context > 0 && (max_context_tokens_ == 0 || context < max_context_tokens_)) {
       max_context_tokens_ = context;

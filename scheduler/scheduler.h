@@ -1,4 +1,4 @@
-// The scheduler core: one loop thread owns the request queue, every worker's block manager and
+// The scheduler core: one loop thread owns the request queue, every worker's page pool and
 // every running sequence; other threads talk to it only through Submit / Cancel / FinishSample
 // (commands it drains at the top of each iteration) and read results from RequestChannels.
 //

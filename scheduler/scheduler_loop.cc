@@ -366,7 +366,7 @@ void SchedulerLoop::PublishStats() {
   stat_running_.store(open - num_waiting_requests_, std::memory_order_relaxed);
   for (auto& w : workers_) {
     w->stat_up.store(w->health == WorkerSlot::Health::kUp, std::memory_order_relaxed);
-    w->stat_free_pages.store(w->queues.blocks.num_free(), std::memory_order_relaxed);
+    w->stat_free_pages.store(w->queues.pool.num_free(), std::memory_order_relaxed);
     w->stat_running.store(static_cast<int32_t>(w->queues.running.size()),
                           std::memory_order_relaxed);
   }

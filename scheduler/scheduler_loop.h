@@ -157,7 +157,7 @@ class SchedulerLoop {
   std::atomic<bool> draining_{false};
 
   // Loop-owned. Workers are declared before requests: sequences' page allocations point into
-  // the workers' block managers, so requests must be destroyed first.
+  // the workers' page pools, so requests must be destroyed first.
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
   std::vector<v1::InfoResponse> infos_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;

@@ -30,7 +30,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
     loads_.clear();
     for (const auto& w : workers_) {
       loads_.push_back(WorkerLoad{w->health == accept, w->queues.num_sequences(), w->placed_tokens,
-                                  w->queues.blocks.capacity_tokens()});
+                                  w->queues.pool.capacity_tokens()});
     }
     chosen = router_.Pick(loads_, footprint);
     if (chosen >= 0) break;

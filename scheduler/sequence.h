@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/base/finish_rule.h"
-#include "scheduler/block_manager.h"
+#include "scheduler/page_pool.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::sched {
@@ -28,7 +28,7 @@ struct Sequence {
 
   // While running on a worker:
   uint64_t seq_id = 0;  // id on the worker's step stream, fresh for every (re)start; 0 = not live
-  PageList<BlockManager> pages;
+  PageList<PagePool> pages;
   int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
   int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)
   // Sampling entries sent whose tokens have not come back yet (0 or 1 without overlap; up to 2

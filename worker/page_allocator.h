@@ -1,5 +1,5 @@
 // Page ids of a KV pool handed out to sequences (the in-process counterpart of the scheduler's
-// block manager, used by the offline engine). Its PageLists are RAII: destroying one returns its
+// page pool, used by the offline engine). Its PageLists are RAII: destroying one returns its
 // pages.
 #pragma once
 

@@ -1,4 +1,4 @@
-// BatchPlanner as iteration tables (CONVENTIONS #10): the real planner and block manager at toy
+// BatchPlanner as iteration tables (CONVENTIONS #10): the real planner and page pool at toy
 // sizes, a FakeWorker that checks every plan, and the expected plan of every step written by hand.
 //
 // A step is summarized as its entries in batch order, "A0@3+1*" = sample 0 of request A feeds
@@ -28,7 +28,7 @@ class PlannerHarness {
         worker_(Config(limits, num_pages, page_size)) {}
 
   ~PlannerHarness() {
-    // Sequences hold pages of queues_.blocks: drop them first.
+    // Sequences hold pages of queues_.pool: drop them first.
     queues_.running.clear();
     queues_.waiting.clear();
     requests_.clear();
@@ -157,7 +157,7 @@ void ExpectTable(PlannerHarness* h, const std::vector<std::string>& table) {
   }
   EXPECT_TRUE(h->Done());
   EXPECT_TRUE(h->worker().violations().empty()) << h->worker().violations().front();
-  EXPECT_EQ(h->queues().blocks.num_free(), h->queues().blocks.num_pages());
+  EXPECT_EQ(h->queues().pool.num_free(), h->queues().pool.num_pages());
 }
 
 TEST(BatchPlannerTest, TokenBudgetChunksPromptsAndDecodeRowsGoFirst) {
@@ -244,7 +244,7 @@ TEST(BatchPlannerTest, PreemptsTheNewestWhenPagesRunOutAndRestartsIt) {
   EXPECT_TRUE(h.worker().violations().empty());
   EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
   EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
-  EXPECT_EQ(h.queues().blocks.num_free(), 4);
+  EXPECT_EQ(h.queues().pool.num_free(), 4);
 }
 
 TEST(BatchPlannerTest, LowerPriorityIsPreemptedBeforeNewerHigherPriority) {
@@ -277,7 +277,7 @@ TEST(BatchPlannerTest, PrefillChunkShrinksToFreePagesThenTheNewestYields) {
   EXPECT_EQ(h.Step(), "-[B0]");
   EXPECT_TRUE(h.Done());
   EXPECT_TRUE(h.worker().violations().empty());
-  EXPECT_EQ(h.queues().blocks.num_free(), 5);
+  EXPECT_EQ(h.queues().pool.num_free(), 5);
 }
 
 // Many requests of random sizes and priorities on a pool far too small to hold them together:
@@ -316,7 +316,7 @@ TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
             << "trial " << trial << " request " << r->key << " sample " << i;
       }
     }
-    EXPECT_EQ(h.queues().blocks.num_free(), num_pages) << "trial " << trial;
+    EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
   }
   EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
 }

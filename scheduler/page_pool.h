@@ -15,11 +15,11 @@
 
 namespace astr::sched {
 
-class BlockManager {
+class PagePool {
  public:
-  BlockManager(int64_t num_pages, int32_t page_size);
-  BlockManager(const BlockManager&) = delete;
-  BlockManager& operator=(const BlockManager&) = delete;
+  PagePool(int64_t num_pages, int32_t page_size);
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
 
   int64_t num_pages() const { return num_pages_; }
   int32_t page_size() const { return page_size_; }
@@ -32,12 +32,12 @@ class BlockManager {
   int32_t refcount(int32_t page) const { return refcount_[page]; }
 
   // An empty page list bound to this pool. Every list must be destroyed (or released) before the
-  // manager. Destroying a list (or Release()) drops one reference on each of its pages; a page
+  // pool. Destroying a list (or Release()) drops one reference on each of its pages; a page
   // whose count reaches zero is free again.
-  PageList<BlockManager> NewList() { return PageList<BlockManager>(this); }
+  PageList<PagePool> NewList() { return PageList<PagePool>(this); }
 
  private:
-  friend class PageList<BlockManager>;
+  friend class PageList<PagePool>;
   bool Take(int64_t count, std::vector<int32_t>* out);
   void AddRef(int32_t page);
   void Unref(std::span<const int32_t> pages);

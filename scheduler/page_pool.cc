@@ -1,16 +1,16 @@
-#include "scheduler/block_manager.h"
+#include "scheduler/page_pool.h"
 
 #include <cassert>
 
 namespace astr::sched {
 
-BlockManager::BlockManager(int64_t num_pages, int32_t page_size)
+PagePool::PagePool(int64_t num_pages, int32_t page_size)
     : num_pages_(num_pages), page_size_(page_size), refcount_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 
-bool BlockManager::Take(int64_t count, std::vector<int32_t>* out) {
+bool PagePool::Take(int64_t count, std::vector<int32_t>* out) {
   if (count > num_free()) return false;
   for (int64_t i = 0; i < count; ++i) {
     const int32_t page = free_.back();
@@ -21,13 +21,13 @@ bool BlockManager::Take(int64_t count, std::vector<int32_t>* out) {
   return true;
 }
 
-void BlockManager::AddRef(int32_t page) {
+void PagePool::AddRef(int32_t page) {
   // Only a held page can be shared; a free page is handed out by Take.
   assert(page >= 0 && page < num_pages_ && refcount_[page] > 0);
   ++refcount_[page];
 }
 
-void BlockManager::Unref(std::span<const int32_t> pages) {
+void PagePool::Unref(std::span<const int32_t> pages) {
   // Reverse order so that a sequence's first page ends on top of the stack: releasing and
   // regrowing one sequence gives it the same ids back.
   for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
