@@ -57,7 +57,7 @@ bool Engine::PreemptNewest(const Sequence* keep) {
     Sequence* victim = it->get();
     if (victim == keep || victim->planned) continue;
     victim->pages.Release();
-    victim->computed = 0;
+    victim->num_computed = 0;
     victim->result.preemptions++;
     victim->preempted = true;
     waiting_.push_front(std::move(*it));
@@ -87,10 +87,10 @@ std::vector<Engine::Sequence*> Engine::Plan() {
     for (size_t i = 0; i < order.size() && budget > 0; ++i) {
       Sequence* seq = order[i];
       if (seq->preempted) continue;
-      const int64_t pending = static_cast<int64_t>(seq->tokens.size()) - seq->computed;
+      const int64_t pending = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
       if ((pass == 0) != (pending == 1)) continue;
       const int64_t n = std::min({pending, budget, options_.prefill_chunk});
-      const int64_t need_pages = (seq->computed + n + page_size - 1) / page_size;
+      const int64_t need_pages = (seq->num_computed + n + page_size - 1) / page_size;
       bool no_pages = false;
       while (!seq->pages.GrowTo(need_pages)) {
         if (!PreemptNewest(seq)) {
@@ -99,8 +99,9 @@ std::vector<Engine::Sequence*> Engine::Plan() {
         }
       }
       if (no_pages) break;  // nothing else can be freed this step
-      batch_.Append(seq->tokens.data() + seq->computed, n, seq->computed, seq->pages.pages().data(),
-                    page_size, seq->computed + n == static_cast<int64_t>(seq->tokens.size()));
+      batch_.Append(seq->tokens.data() + seq->num_computed, n, seq->num_computed,
+                    seq->pages.pages().data(), page_size,
+                    seq->num_computed + n == static_cast<int64_t>(seq->tokens.size()));
       seq->planned = true;
       entries.push_back(seq);
       budget -= n;
@@ -127,7 +128,7 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
   step_samplers_.clear();
   for (size_t e = 0; e < entries.size(); ++e) {
     const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
-    if (entries[e]->computed + n == static_cast<int64_t>(entries[e]->tokens.size())) {
+    if (entries[e]->num_computed + n == static_cast<int64_t>(entries[e]->tokens.size())) {
       step_samplers_.push_back(entries[e]->sampler.get());
     }
   }
@@ -145,8 +146,9 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
   for (size_t e = 0; e < entries.size(); ++e) {
     Sequence* seq = entries[e];
     const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
-    seq->computed += n;
-    if (seq->computed != static_cast<int64_t>(seq->tokens.size())) continue;  // mid-prompt chunk
+    seq->num_computed += n;
+    if (seq->num_computed != static_cast<int64_t>(seq->tokens.size()))
+      continue;  // mid-prompt chunk
     const SampleResult& r = step_results_[sample_index++];
     seq->sampler->Append(r.token);
     seq->tokens.push_back(r.token);

@@ -73,7 +73,7 @@ class Engine {
     GenerationRequest request;
     std::unique_ptr<SequenceSampler> sampler;
     std::vector<int32_t> tokens;  // prompt + generated
-    int64_t computed = 0;         // tokens whose K/V are in the pool
+    int64_t num_computed = 0;     // tokens whose K/V are in the pool
     bool planned = false;         // already an entry of the step being planned
     bool preempted = false;       // moved back to waiting during the step being planned
     PageList<PageAllocator> pages;

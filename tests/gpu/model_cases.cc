@@ -159,14 +159,14 @@ CaseResult GreedyMatches(const ModelSpec& spec, bool device_sampling) {
 struct Driver {
   int64_t page_size = 16;
   std::vector<std::vector<int32_t>> tokens;
-  std::vector<int64_t> computed;
+  std::vector<int64_t> num_computed;
   struct Feed {
     size_t seq;
     int64_t chunk;  // tokens to feed (clipped to what is left)
   };
   void Add(std::vector<int32_t> prompt) {
     tokens.push_back(std::move(prompt));
-    computed.push_back(0);
+    num_computed.push_back(0);
   }
   // The step; *sampled gets the sequences of its sample rows, in row order.
   StepBatch Step(const std::vector<Feed>& feeds, std::vector<size_t>* sampled) {
@@ -175,12 +175,12 @@ struct Driver {
     for (const Feed& f : feeds) {
       std::vector<int32_t> pages(32);
       for (int j = 0; j < 32; ++j) pages[j] = static_cast<int32_t>(f.seq * 32 + j);
-      const int64_t left = static_cast<int64_t>(tokens[f.seq].size()) - computed[f.seq];
+      const int64_t left = static_cast<int64_t>(tokens[f.seq].size()) - num_computed[f.seq];
       const int64_t n = std::min(f.chunk, left);
       const bool last = n == left;
-      b.Append(tokens[f.seq].data() + computed[f.seq], n, computed[f.seq], pages.data(), page_size,
-               last);
-      computed[f.seq] += n;
+      b.Append(tokens[f.seq].data() + num_computed[f.seq], n, num_computed[f.seq], pages.data(),
+               page_size, last);
+      num_computed[f.seq] += n;
       if (last) sampled->push_back(f.seq);
     }
     return b;
@@ -189,7 +189,7 @@ struct Driver {
   StepBatch Next(std::vector<size_t>* sampled) {
     std::vector<Feed> feeds;
     for (size_t i = 0; i < tokens.size(); ++i) {
-      if (computed[i] < static_cast<int64_t>(tokens[i].size())) feeds.push_back({i, 1 << 20});
+      if (num_computed[i] < static_cast<int64_t>(tokens[i].size())) feeds.push_back({i, 1 << 20});
     }
     return Step(feeds, sampled);
   }

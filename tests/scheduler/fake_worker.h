@@ -213,7 +213,7 @@ class FakeWorker {
     uint64_t seed = 0;
     uint64_t sample_index = 0;
     std::vector<int32_t> tokens;  // prompt + generated (the last one not fed yet once decoding)
-    int32_t computed = 0;
+    int32_t num_computed = 0;
     std::vector<int32_t> pages;
     bool decoding = false;  // sampled since its start: entries feed the token sampled last
   };
@@ -269,13 +269,13 @@ class FakeWorker {
       }
       Seq& seq = it->second;
       const int32_t known = static_cast<int32_t>(seq.tokens.size());
-      if (e.start_position() != seq.computed || e.num_tokens() < 1 ||
+      if (e.start_position() != seq.num_computed || e.num_tokens() < 1 ||
           e.start_position() + e.num_tokens() > known) {
         Violation(plan, "seq " + std::to_string(e.seq_id()) + " feeds [" +
                             std::to_string(e.start_position()) + ", +" +
                             std::to_string(e.num_tokens()) + ") with " +
-                            std::to_string(seq.computed) + " computed of " + std::to_string(known) +
-                            " known");
+                            std::to_string(seq.num_computed) + " computed of " +
+                            std::to_string(known) + " known");
       }
       if (e.sample() != (e.start_position() + e.num_tokens() == known)) {
         Violation(plan, "seq " + std::to_string(e.seq_id()) + " sample flag wrong");
@@ -297,7 +297,7 @@ class FakeWorker {
   void RunEntries(const v1::StepPlan& plan, v1::StepResult* result) {
     for (const v1::StepEntry& e : plan.entries()) {
       Seq& seq = live_.at(e.seq_id());
-      seq.computed = e.start_position() + e.num_tokens();
+      seq.num_computed = e.start_position() + e.num_tokens();
       if (!e.sample()) continue;
       const int64_t position = static_cast<int64_t>(seq.tokens.size());
       const int32_t token = FakeToken(seq.sample_index, position, seq.seed, config_.vocab_size);

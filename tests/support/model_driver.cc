@@ -16,7 +16,7 @@ Status DriveGreedy(Backend& backend, std::vector<DrivenSequence>& seqs, uint32_t
   struct State {
     std::vector<int32_t> tokens;
     std::vector<int32_t> pages;
-    int64_t computed = 0;
+    int64_t num_computed = 0;
     bool done = false;
   };
   std::vector<State> st(seqs.size());
@@ -33,15 +33,15 @@ Status DriveGreedy(Backend& backend, std::vector<DrivenSequence>& seqs, uint32_t
       pending = true;
       if (seqs[i].join_step > step) continue;
       const int64_t n =
-          std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, seqs[i].chunk);
-      const int64_t need = (s.computed + n + page_size - 1) / page_size;
+          std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.num_computed, seqs[i].chunk);
+      const int64_t need = (s.num_computed + n + page_size - 1) / page_size;
       while (static_cast<int64_t>(s.pages.size()) < need) {
         if (free_pages.empty()) return ResourceExhaustedError("test pool too small");
         s.pages.push_back(free_pages.back());
         free_pages.pop_back();
       }
-      batch.Append(s.tokens.data() + s.computed, n, s.computed, s.pages.data(), page_size,
-                   s.computed + n == static_cast<int64_t>(s.tokens.size()));
+      batch.Append(s.tokens.data() + s.num_computed, n, s.num_computed, s.pages.data(), page_size,
+                   s.num_computed + n == static_cast<int64_t>(s.tokens.size()));
       entries.push_back(i);
     }
     if (!pending) return OkStatus();
@@ -51,8 +51,8 @@ Status DriveGreedy(Backend& backend, std::vector<DrivenSequence>& seqs, uint32_t
     for (size_t e = 0; e < entries.size(); ++e) {
       const size_t i = entries[e];
       State& s = st[i];
-      s.computed += batch.qo_indptr[e + 1] - batch.qo_indptr[e];
-      if (s.computed != static_cast<int64_t>(s.tokens.size())) continue;
+      s.num_computed += batch.qo_indptr[e + 1] - batch.qo_indptr[e];
+      if (s.num_computed != static_cast<int64_t>(s.tokens.size())) continue;
       const float* l = logits.data() + row++ * vocab;
       seqs[i].logits.emplace_back(l, l + vocab);
       const int32_t tok = static_cast<int32_t>(std::max_element(l, l + vocab) - l);

@@ -76,7 +76,7 @@ struct TestSeq {
   uint64_t sample_index = 0;
   std::vector<int32_t> tokens;  // every known token
   int64_t num_prompt = 0;
-  int64_t computed = 0;
+  int64_t num_computed = 0;
   std::vector<int32_t> pages;
   bool started = false;
 
@@ -100,7 +100,7 @@ void AddStart(v1::StepPlan* plan, TestSeq* s) {
   start->set_sample_index(s->sample_index);
   for (int32_t t : s->tokens) start->add_tokens(t);
   start->set_num_prompt_tokens(static_cast<int32_t>(s->num_prompt));
-  start->set_num_cached_tokens(static_cast<int32_t>(s->computed));
+  start->set_num_cached_tokens(static_cast<int32_t>(s->num_computed));
   for (int32_t p : s->pages) start->add_pages(p);
   s->started = true;
 }
@@ -108,19 +108,19 @@ void AddStart(v1::StepPlan* plan, TestSeq* s) {
 // Feeds up to `n` pending tokens of `s`, taking the pages they need; samples iff it reaches the
 // end.
 void AddEntry(v1::StepPlan* plan, TestSeq* s, int64_t n, PagePool* pool) {
-  const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->computed;
+  const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
   n = std::min(n, pending);
   v1::StepEntry* e = plan->add_entries();
   e->set_seq_id(s->id);
-  e->set_start_position(static_cast<int32_t>(s->computed));
+  e->set_start_position(static_cast<int32_t>(s->num_computed));
   e->set_num_tokens(static_cast<int32_t>(n));
-  const int64_t need = (s->computed + n + kPageSize - 1) / kPageSize;
+  const int64_t need = (s->num_computed + n + kPageSize - 1) / kPageSize;
   while (static_cast<int64_t>(s->pages.size()) < need) {
     s->pages.push_back(pool->Take());
     e->add_new_pages(s->pages.back());
   }
-  s->computed += n;
-  e->set_sample(s->computed == static_cast<int64_t>(s->tokens.size()));
+  s->num_computed += n;
+  e->set_sample(s->num_computed == static_cast<int64_t>(s->tokens.size()));
 }
 
 void ExpectOk(WorkerExecutor& ex, const v1::StepPlan& plan, v1::StepResult* result) {
@@ -301,7 +301,7 @@ TEST_F(WorkerExecutorTest, RestartWithCachedPagesInTheSamePlan) {
     ExpectOk(*ex, plan, &result);
     Accept(result, {&s});
   }
-  ASSERT_EQ(s.computed, 12);  // 13 known tokens; the last sampled one is not fed yet
+  ASSERT_EQ(s.num_computed, 12);  // 13 known tokens; the last sampled one is not fed yet
   v1::StepPlan plan;
   plan.set_step_id(step_id_++);
   plan.add_release(s.id);
@@ -330,7 +330,7 @@ TEST_F(WorkerExecutorTest, SharedPrefixPageIsCountedOnceAndReused) {
 
   TestSeq b(2, kPrompt, GreedyParams());
   b.pages = {a.pages[0]};
-  b.computed = 4;  // positions 0..3 already sit in page 0
+  b.num_computed = 4;  // positions 0..3 already sit in page 0
   plan.Clear();
   plan.set_step_id(step_id_++);
   AddStart(&plan, &b);
@@ -592,7 +592,7 @@ TEST_F(WorkerExecutorTest, EntriesStopAtTheContextEnd) {
   auto ex = MakeExecutor();
   TestSeq s(1, std::vector<int32_t>(kContext, 1), GreedyParams());
   for (int64_t i = 0; i < kContext / kPageSize; ++i) s.pages.push_back(pool_.Take());
-  s.computed = kContext - 1;  // as if cached: only the last position is computed here
+  s.num_computed = kContext - 1;  // as if cached: only the last position is computed here
   v1::StepPlan plan;
   plan.set_step_id(step_id_++);
   AddStart(&plan, &s);

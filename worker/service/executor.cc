@@ -43,7 +43,7 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   Sequence& seq = live_[start.seq_id()];
   seq.context.assign(start.tokens().begin(), start.tokens().end());
   seq.num_prompt_tokens = start.num_prompt_tokens();
-  seq.computed = start.num_cached_tokens();
+  seq.num_computed = start.num_cached_tokens();
   seq.pages.clear();
   seq.pages.reserve(start.pages_size());
   for (int32_t page : start.pages()) AddPage(&seq, page);
@@ -77,7 +77,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
     const int64_t begin = entry.start_position();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
                   limits_.page_size, entry.sample());
-    seq->computed = begin + entry.num_tokens();
+    seq->num_computed = begin + entry.num_tokens();
     if (entry.sample()) {
       samples_.push_back({.seq_id = entry.seq_id(),
                           .position = static_cast<int64_t>(seq->context.size()),

@@ -56,7 +56,7 @@ class WorkerExecutor {
   struct Sequence {
     std::vector<int32_t> context;  // prompt + generated, every token known
     int64_t num_prompt_tokens = 0;
-    int64_t computed = 0;        // leading tokens whose K/V are in the pool
+    int64_t num_computed = 0;    // leading tokens whose K/V are in the pool
     std::vector<int32_t> pages;  // in sequence order
     std::unique_ptr<SequenceSampler> sampler;
     uint64_t listed_in_plan = 0;  // validation scratch: serial of the last plan listing it
@@ -64,7 +64,7 @@ class WorkerExecutor {
   // What validation needs to know of a sequence an entry refers to, live or started in the plan.
   struct SeqView {
     int64_t known_tokens = 0;
-    int64_t computed = 0;
+    int64_t num_computed = 0;
     int64_t num_pages = 0;
   };
 

@@ -83,9 +83,9 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
   auto span = [&] {
     return "positions [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
   };
-  if (begin != seq.computed) {
+  if (begin != seq.num_computed) {
     return bad("start_position", std::to_string(begin) + ", but " + name() + " has " +
-                                     std::to_string(seq.computed) + " tokens computed");
+                                     std::to_string(seq.num_computed) + " tokens computed");
   }
   if (entry.num_tokens() < 1) {
     return bad("num_tokens", "must be >= 1, got " + std::to_string(entry.num_tokens()));
@@ -156,13 +156,13 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
       const v1::SequenceStart& s = plan.start(started->second);
       listed_before = std::exchange(start_listed_[started->second], 1) != 0;
       view = {.known_tokens = s.tokens_size(),
-              .computed = s.num_cached_tokens(),
+              .num_computed = s.num_cached_tokens(),
               .num_pages = s.pages_size()};
     } else if (auto live = live_.find(id); live != live_.end() && !plan_released_.contains(id)) {
       Sequence& s = live->second;
       listed_before = std::exchange(s.listed_in_plan, plan_serial_) == plan_serial_;
       view = {.known_tokens = static_cast<int64_t>(s.context.size()),
-              .computed = s.computed,
+              .num_computed = s.num_computed,
               .num_pages = static_cast<int64_t>(s.pages.size())};
     } else {
       return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) + " is not live");
