@@ -40,7 +40,7 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
             {"num_kv_heads", c.num_kv_heads},
             {"head_dim", c.head_dim},
             {"rope_dim", c.rope_dim},
-            {"max_position", c.max_position},
+            {"max_context_tokens", c.max_context_tokens},
             {"rms_norm_eps", c.rms_norm_eps},
             {"rope_theta", c.rope_theta},
             {"rope_layout", LayoutName(c.rope_layout)},

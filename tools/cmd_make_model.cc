@@ -49,7 +49,7 @@ void FillChunk(const std::string& name, uint64_t seed, uint64_t tensor_index, in
 struct Options {
   std::string arch = "llama", out, format = "gguf", dtype;
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
-  int64_t seed = 0, max_position = 2048;
+  int64_t seed = 0, max_context_tokens = 2048;
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
   bool tie = false, qk_norm = false, gated = false;
 };
@@ -65,7 +65,7 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
   c.num_kv_heads = o.kv_heads;
   c.head_dim = o.head_dim > 0 ? o.head_dim : (o.heads > 0 ? o.hidden / o.heads : 0);
   c.rope_dim = c.head_dim;
-  c.max_position = o.max_position;
+  c.max_context_tokens = o.max_context_tokens;
   c.rms_norm_eps = o.rms_eps;
   c.rope_theta = o.rope_theta;
   c.tie_word_embeddings = o.tie;
@@ -224,7 +224,8 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.Int("head-dim", &o.head_dim, "Head dim (0: hidden / heads).");
   fs.Int("ffn", &o.ffn, "MLP intermediate size.");
   fs.Int("vocab", &o.vocab, "Vocabulary size.");
-  fs.Int("max-position", &o.max_position, "Context length (max_position_embeddings).");
+  fs.Int("max-context-tokens", &o.max_context_tokens,
+         "Context length in tokens (max_position_embeddings).");
   fs.Int("seed", &o.seed, "Random seed; the same seed gives the same weights.");
   fs.Double("rope-theta", &o.rope_theta, "RoPE base frequency.");
   fs.Double("init-std", &o.init_std,

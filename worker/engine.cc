@@ -27,11 +27,11 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   }
   ASTR_RETURN_IF_ERROR(ValidateSamplingParams(request.params, c.vocab_size));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
-  if (c.max_position > 0 && total > c.max_position) {
+  if (c.max_context_tokens > 0 && total > c.max_context_tokens) {
     return InvalidArgumentError("max_tokens: prompt (" + std::to_string(request.prompt.size()) +
                                 ") + max_tokens (" + std::to_string(request.params.max_tokens) +
                                 ") exceeds the model's context of " +
-                                std::to_string(c.max_position));
+                                std::to_string(c.max_context_tokens));
   }
   const int64_t capacity = backend_->num_pages() * backend_->page_size();
   if (total > capacity) {

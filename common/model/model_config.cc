@@ -27,10 +27,10 @@ bool IsHalfLayoutArch(const std::string& arch) {
 // The context length cap of Validate, checked where the file's key is known so that the error
 // names it (`error` turns the reason into a Status naming file and key).
 template <typename ErrorFn>
-Status CheckContextLength(int64_t value, ErrorFn error) {
-  if (value > kMaxContextLength) {
+Status CheckContextTokens(int64_t value, ErrorFn error) {
+  if (value > kMaxContextTokens) {
     return error("= " + std::to_string(value) + " is more than the longest context astr accepts (" +
-                 std::to_string(kMaxContextLength) + " tokens)");
+                 std::to_string(kMaxContextTokens) + " tokens)");
   }
   return OkStatus();
 }
@@ -46,16 +46,16 @@ Status ModelConfig::Validate() const {
                                                       {"num_kv_heads", num_kv_heads},
                                                       {"head_dim", head_dim},
                                                       {"rope_dim", rope_dim},
-                                                      {"max_position", max_position}};
+                                                      {"max_context_tokens", max_context_tokens}};
   for (const auto& [key, value] : positive) {
     if (value <= 0) return Bad(key, "must be positive, got " + std::to_string(value));
   }
-  if (max_position > kMaxContextLength) {
-    return Bad("max_position", "must be at most " + std::to_string(kMaxContextLength) + ", got " +
-                                   std::to_string(max_position));
+  if (max_context_tokens > kMaxContextTokens) {
+    return Bad("max_context_tokens", "must be at most " + std::to_string(kMaxContextTokens) +
+                                         ", got " + std::to_string(max_context_tokens));
   }
-  if (sliding_window < 0 || sliding_window > kMaxContextLength) {
-    return Bad("sliding_window", "must be in [0, " + std::to_string(kMaxContextLength) + "], got " +
+  if (sliding_window < 0 || sliding_window > kMaxContextTokens) {
+    return Bad("sliding_window", "must be in [0, " + std::to_string(kMaxContextTokens) + "], got " +
                                      std::to_string(sliding_window));
   }
   if (num_heads % num_kv_heads != 0) {
@@ -250,7 +250,7 @@ Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
     if (use) {
       ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
       if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
-      ASTR_RETURN_IF_ERROR(CheckContextLength(c->sliding_window, [&](const std::string& why) {
+      ASTR_RETURN_IF_ERROR(CheckContextTokens(c->sliding_window, [&](const std::string& why) {
         return r.Error("sliding_window", why);
       }));
     }
@@ -292,8 +292,8 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
     return r.Error("partial_rotary_factor", "must be in (0, 1], got " + std::to_string(partial));
   }
   c.rope_dim = static_cast<int64_t>(std::llround(static_cast<double>(c.head_dim) * partial));
-  ASTR_ASSIGN_OR_RETURN(c.max_position, r.Int("max_position_embeddings", 2048));
-  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+  ASTR_ASSIGN_OR_RETURN(c.max_context_tokens, r.Int("max_position_embeddings", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextTokens(c.max_context_tokens, [&](const std::string& why) {
     return r.Error("max_position_embeddings", why);
   }));
   ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps", 1e-6));
@@ -340,7 +340,7 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
             {"num_attention_heads", c.num_heads},
             {"num_key_value_heads", c.num_kv_heads},
             {"head_dim", c.head_dim},
-            {"max_position_embeddings", c.max_position},
+            {"max_position_embeddings", c.max_context_tokens},
             {"rms_norm_eps", c.rms_norm_eps},
             {"rope_theta", c.rope_theta},
             {"tie_word_embeddings", c.tie_word_embeddings},
@@ -502,8 +502,8 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ASTR_ASSIGN_OR_RETURN(c.rope_dim, k.Int("rope.dimension_count", c.head_dim));
   ASTR_ASSIGN_OR_RETURN(c.rope_theta, k.Float("rope.freq_base", 10000.0));
   ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, k.Float("attention.layer_norm_rms_epsilon", 1e-5));
-  ASTR_ASSIGN_OR_RETURN(c.max_position, k.Int("context_length", 2048));
-  ASTR_RETURN_IF_ERROR(CheckContextLength(c.max_position, [&](const std::string& why) {
+  ASTR_ASSIGN_OR_RETURN(c.max_context_tokens, k.Int("context_length", 2048));
+  ASTR_RETURN_IF_ERROR(CheckContextTokens(c.max_context_tokens, [&](const std::string& why) {
     return InvalidArgumentError(g.path() + ": key '" + k.Key("context_length") + "' " + why);
   }));
   ASTR_RETURN_IF_ERROR(ReadGgufRopeScaling(g, k, &c));
@@ -544,7 +544,7 @@ Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
   auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
   w->AddMetadata("general.architecture", GgufValue::String(a));
   w->AddMetadata("general.name", GgufValue::String(a));
-  w->AddMetadata(a + ".context_length", u32(c.max_position));
+  w->AddMetadata(a + ".context_length", u32(c.max_context_tokens));
   w->AddMetadata(a + ".embedding_length", u32(c.hidden_size));
   w->AddMetadata(a + ".block_count", u32(c.num_layers));
   w->AddMetadata(a + ".feed_forward_length", u32(c.intermediate_size));

@@ -15,7 +15,7 @@ namespace astr::model {
 // may declare. No tensor confirms these values, and they bound what clients may ask for (prompt +
 // max_tokens, penalty_window) and travel as int32 in the worker's Info, so they are capped: 2^24
 // is 1.6x the longest context of any released model (Llama 4 Scout, 10M tokens).
-inline constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+inline constexpr int64_t kMaxContextTokens = int64_t{1} << 24;
 
 class GgufFile;
 class GgufWriter;
@@ -53,7 +53,8 @@ struct ModelConfig {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   int64_t rope_dim = 0;  // rotated dims per head (== head_dim unless partial rotary)
-  int64_t max_position = 0;
+  int64_t max_context_tokens =
+      0;  // context length: max_position_embeddings / {arch}.context_length
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeLayout rope_layout = RopeLayout::kHalf;
@@ -68,9 +69,9 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
-  // Checks dims are positive and consistent (heads divide, head_dim even, ...) and max_position /
-  // sliding_window at most kMaxContextLength; names the bad key. Whether the dims agree with the
-  // weights is ModelFile's check (CheckConfig).
+  // Checks dims are positive and consistent (heads divide, head_dim even, ...) and
+  // max_context_tokens / sliding_window at most kMaxContextTokens; names the bad key. Whether the
+  // dims agree with the weights is ModelFile's check (CheckConfig).
   Status Validate() const;
   // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config
   // whose dims the weights confirm (ModelFile::Open checks them), never on one straight from a

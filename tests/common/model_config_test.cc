@@ -109,7 +109,7 @@ TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {
   model::ModelConfig c;
   c.architecture = "qwen2";
   c.vocab_size = 100, c.hidden_size = 16, c.intermediate_size = 32, c.num_layers = 1;
-  c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 4, c.rope_dim = 4, c.max_position = 64;
+  c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 4, c.rope_dim = 4, c.max_context_tokens = 64;
   c.qkv_bias = true, c.tie_word_embeddings = true, c.bos_token_id = 1, c.eos_token_ids = {2, 3};
   ASSERT_TRUE(c.Validate().ok());
   auto w = model::ExpectedWeights(c);
@@ -144,7 +144,7 @@ TEST(ModelConfigTest, GgufStories260K) {
   EXPECT_EQ(c->head_dim, 8);
   EXPECT_EQ(c->rope_dim, 8);
   EXPECT_EQ(c->vocab_size, 512);
-  EXPECT_EQ(c->max_position, 2048);
+  EXPECT_EQ(c->max_context_tokens, 2048);
   EXPECT_EQ(c->rope_theta, 10000.0);
   EXPECT_NEAR(c->rms_norm_eps, 1e-5, 1e-12);
   EXPECT_EQ(c->rope_layout, model::RopeLayout::kInterleaved);
@@ -168,7 +168,7 @@ TEST(ModelConfigTest, GgufUnsupportedArchitectureAndMetadataRoundTrip) {
   model::ModelConfig m;
   m.architecture = "qwen3";
   m.vocab_size = 64, m.hidden_size = 32, m.intermediate_size = 48, m.num_layers = 1;
-  m.num_heads = 4, m.num_kv_heads = 1, m.head_dim = 16, m.rope_dim = 16, m.max_position = 128;
+  m.num_heads = 4, m.num_kv_heads = 1, m.head_dim = 16, m.rope_dim = 16, m.max_context_tokens = 128;
   m.qk_norm = model::QkNorm::kBeforeRope, m.rope_theta = 1e6, m.tie_word_embeddings = true;
   model::GgufWriter w;
   ASSERT_TRUE(model::AddGgufMetadata(m, &w).ok());

@@ -152,7 +152,7 @@ class HfCheckTest : public ::testing::Test {
     model::ModelConfig c;
     c.architecture = "llama";
     c.vocab_size = 32, c.hidden_size = 16, c.intermediate_size = 24, c.num_layers = 2;
-    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 4, c.rope_dim = 4, c.max_position = 64;
+    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 4, c.rope_dim = 4, c.max_context_tokens = 64;
     c.bos_token_id = 1, c.eos_token_ids = {2};
     auto text = model::ConfigToHfJson(c);
     ASSERT_TRUE(text.ok()) << text.status().ToString();

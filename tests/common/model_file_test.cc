@@ -90,7 +90,7 @@ TEST(ModelFileTest, TinyRandomF16) {
   EXPECT_EQ(f.config().hidden_size, 8);
   EXPECT_EQ(f.config().num_heads, 2);
   EXPECT_EQ(f.config().rope_dim, 4);
-  EXPECT_EQ(f.config().max_position, 4096);
+  EXPECT_EQ(f.config().max_context_tokens, 4096);
   EXPECT_EQ(f.config().ParameterCount(), 513048);
   EXPECT_TRUE(f.ValidateWeights().ok()) << f.ValidateWeights().ToString();
   EXPECT_EQ(f.Raw("layers.0.q_proj")->dtype, model::DType::kF16);
@@ -225,7 +225,7 @@ TEST(ModelFileGgufTest, QuantizedGgufAndUnsupportedArchitecture) {
   model::ModelConfig c;
   c.architecture = "llama";
   c.vocab_size = 8, c.hidden_size = 32, c.intermediate_size = 32, c.num_layers = 1;
-  c.num_heads = 2, c.num_kv_heads = 2, c.head_dim = 16, c.rope_dim = 16, c.max_position = 64;
+  c.num_heads = 2, c.num_kv_heads = 2, c.head_dim = 16, c.rope_dim = 16, c.max_context_tokens = 64;
   c.rope_layout = model::RopeLayout::kInterleaved, c.tie_word_embeddings = true;
   model::GgufWriter w;
   ASSERT_TRUE(model::AddGgufMetadata(c, &w).ok());

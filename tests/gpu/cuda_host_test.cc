@@ -124,7 +124,7 @@ model::ModelConfig Llama8B() {
   c.num_kv_heads = 8;
   c.head_dim = 128;
   c.rope_dim = 128;
-  c.max_position = 8192;
+  c.max_context_tokens = 8192;
   return c;
 }
 

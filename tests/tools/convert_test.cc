@@ -47,7 +47,7 @@ TEST(ConvertTest, Stories260KToHfFolder) {
   EXPECT_EQ(b.num_kv_heads, a.num_kv_heads);
   EXPECT_EQ(b.head_dim, a.head_dim);
   EXPECT_EQ(b.vocab_size, a.vocab_size);
-  EXPECT_EQ(b.max_position, a.max_position);
+  EXPECT_EQ(b.max_context_tokens, a.max_context_tokens);
   EXPECT_FLOAT_EQ(static_cast<float>(b.rms_norm_eps), static_cast<float>(a.rms_norm_eps));
   EXPECT_EQ(b.bos_token_id, 1);
   EXPECT_EQ(b.eos_token_ids, a.eos_token_ids);

@@ -29,7 +29,7 @@ class FailingRunner final : public StepRunner {
  public:
   explicit FailingRunner(bool throws) : throws_(throws) {
     config_.vocab_size = 8;
-    config_.max_position = 64;
+    config_.max_context_tokens = 64;
   }
   std::string name() const override { return "test"; }
   std::string dtype() const override { return "none"; }

@@ -21,7 +21,7 @@ WorkerExecutor::WorkerExecutor(std::unique_ptr<StepRunner> runner)
   const model::ModelConfig& c = runner_->config();
   vocab_size_ = c.vocab_size;
   const int64_t pool_tokens = limits_.num_pages * limits_.page_size;
-  max_context_ = c.max_position > 0 ? c.max_position : pool_tokens;
+  max_context_tokens_ = c.max_context_tokens > 0 ? c.max_context_tokens : pool_tokens;
   page_refs_.assign(static_cast<size_t>(limits_.num_pages), 0);
   sample_out_.resize(static_cast<size_t>(limits_.max_sample_rows));
 }
@@ -49,9 +49,9 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   for (int32_t page : start.pages()) AddPage(&seq, page);
   // Validated already; the conversion cannot fail here.
   SamplingParams params = *SamplingParamsFromProto(start.params(), vocab_size_);
-  // A sequence never holds more than max_context_ tokens, so a longer window is the whole context;
-  // the sampler sizes its window buffer by this number, which comes from the client.
-  if (params.penalty_window >= max_context_) params.penalty_window = 0;
+  // A sequence never holds more than max_context_tokens_ tokens, so a longer window is the whole
+  // context; the sampler sizes its window buffer by this number, which comes from the client.
+  if (params.penalty_window >= max_context_tokens_) params.penalty_window = 0;
   const std::span<const int32_t> prompt(seq.context.data(), seq.num_prompt_tokens);
   seq.sampler = std::make_unique<SequenceSampler>(std::move(params), start.sample_index(), prompt);
   // A restarted sequence (after preemption or a move) continues its RNG counter and penalty

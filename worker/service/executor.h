@@ -50,7 +50,7 @@ class WorkerExecutor {
   Counters counters() const;
   const StepRunner& runner() const { return *runner_; }
   // Most positions one sequence may use: the model's context, else what the pool holds.
-  int64_t max_context() const { return max_context_; }
+  int64_t max_context_tokens() const { return max_context_tokens_; }
 
  private:
   struct Sequence {
@@ -84,7 +84,7 @@ class WorkerExecutor {
   std::unique_ptr<StepRunner> runner_;
   RunnerLimits limits_;
   int64_t vocab_size_ = 0;
-  int64_t max_context_ = 0;
+  int64_t max_context_tokens_ = 0;
   std::unordered_map<uint64_t, Sequence> live_;
   std::vector<uint32_t> page_refs_;  // [num_pages] live sequences holding each page
   int64_t pages_in_use_ = 0;

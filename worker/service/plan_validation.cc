@@ -37,9 +37,10 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
   const std::string where = At("start", index);
   const int64_t n = start.tokens_size();
   if (n == 0) return InvalidArgumentError(where + ".tokens: must hold at least one token");
-  if (n > max_context_) {
+  if (n > max_context_tokens_) {
     return InvalidArgumentError(where + ".tokens: " + std::to_string(n) +
-                                " tokens exceed the context of " + std::to_string(max_context_));
+                                " tokens exceed the context of " +
+                                std::to_string(max_context_tokens_));
   }
   for (int j = 0; j < n; ++j) {
     const int32_t id = start.tokens(j);
@@ -94,9 +95,9 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
     return bad("num_tokens", span() + " go past the " + std::to_string(seq.known_tokens) +
                                  " tokens known for " + name());
   }
-  if (end > max_context_) {
-    return bad("num_tokens",
-               span() + " go past the context of " + std::to_string(max_context_) + " tokens");
+  if (end > max_context_tokens_) {
+    return bad("num_tokens", span() + " go past the context of " +
+                                 std::to_string(max_context_tokens_) + " tokens");
   }
   ASTR_RETURN_IF_ERROR(ValidatePages(entry.new_pages(), "entries", index, "new_pages"));
   const int64_t pages = seq.num_pages + entry.new_pages_size();

@@ -133,7 +133,7 @@ void FillModelInfo(const model::ModelFile& file, const std::string& hash, v1::In
 void FillPoolInfo(const WorkerExecutor& executor, v1::InfoResponse* info) {
   const StepRunner& runner = executor.runner();
   const RunnerLimits& l = runner.limits();
-  info->set_max_context_tokens(static_cast<int32_t>(executor.max_context()));
+  info->set_max_context_tokens(static_cast<int32_t>(executor.max_context_tokens()));
   info->set_dtype(runner.dtype());
   info->set_backend(runner.name());
   info->set_num_pages(l.num_pages);

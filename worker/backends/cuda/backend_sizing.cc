@@ -18,8 +18,9 @@ WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions
   d.max_tokens = options.max_batch_tokens;
   // Every entry feeds at least one row, so a step never has more entries than rows.
   d.max_batch = std::min(options.max_sample_rows, options.max_batch_tokens);
-  const int64_t seq_pages =
-      c.max_position > 0 ? (c.max_position + options.page_size - 1) / options.page_size : num_pages;
+  const int64_t seq_pages = c.max_context_tokens > 0
+                                ? (c.max_context_tokens + options.page_size - 1) / options.page_size
+                                : num_pages;
   d.max_kv_pages = d.max_batch * std::min(num_pages, seq_pages);
   d.hidden = c.hidden_size;
   d.q_cols = c.num_heads * c.head_dim;
