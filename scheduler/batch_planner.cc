@@ -15,7 +15,7 @@ void InsertSorted(std::vector<Sequence*>* list, Sequence* seq) {
 
 // Forgets a sequence's place on the worker: not live, no pages, nothing computed.
 void ResetPlacement(Sequence* seq) {
-  seq->seq_id = 0;
+  seq->live_id = 0;
   seq->pages.Release();
   seq->num_computed = 0;
   seq->num_start_tokens = 0;
@@ -34,7 +34,7 @@ void WorkerQueues::Remove(Sequence* seq) {
   if (seq->state == Sequence::State::kRunning) {
     auto it = std::find(running.begin(), running.end(), seq);
     if (it != running.end()) running.erase(it);
-    release.push_back(seq->seq_id);
+    release.push_back(seq->live_id);
     ResetPlacement(seq);
   } else if (seq->state == Sequence::State::kWaiting) {
     auto it = std::find(waiting.begin(), waiting.end(), seq);
@@ -45,7 +45,7 @@ void WorkerQueues::Remove(Sequence* seq) {
 void WorkerQueues::Requeue(size_t index) {
   Sequence* seq = running[index];
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
-  release.push_back(seq->seq_id);
+  release.push_back(seq->live_id);
   ResetPlacement(seq);
   ++seq->request->preemptions;
   Enqueue(seq);
@@ -64,7 +64,7 @@ void WorkerQueues::ResetStream() {
 void PlanOutcome::Clear() {
   step_id = 0;
   sampling.clear();
-  sampling_ids.clear();
+  sampling_live_ids.clear();
   num_tokens = 0;
   num_started = 0;
   num_preempted = 0;
@@ -179,7 +179,7 @@ bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, Pla
 
 void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out) {
   v1::StepEntry* entry = plan->add_entries();
-  entry->set_seq_id(seq->seq_id);
+  entry->set_live_id(seq->live_id);
   entry->set_start_position(seq->num_computed);
   entry->set_num_tokens(seq->step_tokens);
   const std::vector<int32_t>& pages = seq->pages.pages();
@@ -192,7 +192,7 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   entry->set_sample(sample);
   if (sample) {
     out->sampling.push_back(seq);
-    out->sampling_ids.push_back(seq->seq_id);
+    out->sampling_live_ids.push_back(seq->live_id);
     ++seq->in_flight;
   }
   out->num_tokens += seq->step_tokens;
@@ -217,7 +217,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const bool ok = seq->pages.GrowTo(pool.PagesFor(tokens));
     assert(ok);
     (void)ok;
-    seq->seq_id = next_seq_id_++;
+    seq->live_id = next_live_id_++;
     seq->num_start_tokens = known;
     seq->num_computed = 0;
     seq->state = Sequence::State::kRunning;
@@ -245,7 +245,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
 void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
   const SchedRequest& req = seq->request->req;
   v1::SequenceStart* start = plan->add_start();
-  start->set_seq_id(seq->seq_id);
+  start->set_live_id(seq->live_id);
   *start->mutable_params() = req.sampling;
   start->set_sample_index(static_cast<uint64_t>(seq->sample_index));
   auto* ids = start->mutable_tokens();

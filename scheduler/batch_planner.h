@@ -9,8 +9,8 @@
 //      sequence cap and the free pages allow (their whole first chunk must fit in free pages).
 // Pages are granted to running sequences in queue order. When a running sequence needs a page and
 // none is free, the preemption policy picks a victim among the sequences not yet granted this
-// step (itself included): its pages are freed, its id is released in this very plan, and it goes
-// back to its place in the waiting queue, to restart later from prompt + generated tokens.
+// step (itself included): its pages are freed, its live id is released in this very plan, and it
+// goes back to its place in the waiting queue, to restart later from prompt + generated tokens.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct WorkerQueues {
   PagePool pool;
   std::vector<Sequence*> running;  // live on the worker, in QueueOrder
   std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
-  std::vector<uint64_t> release;   // worker ids to release with the next plan
+  std::vector<uint64_t> release;   // live ids to release with the next plan
 
   // Inserts a sequence that is not live into the waiting queue at its place.
   void Enqueue(Sequence* seq);
@@ -49,10 +49,10 @@ struct WorkerQueues {
 // What Plan did, besides the plan itself. Reused across steps (Clear keeps the capacity).
 struct PlanOutcome {
   uint64_t step_id = 0;
-  std::vector<Sequence*> sampling;     // sequences whose entry samples, in entry order
-  std::vector<uint64_t> sampling_ids;  // their seq ids in this plan (a later preemption or
-                                       // finish changes Sequence::seq_id: the token is stale)
-  int64_t num_tokens = 0;              // rows in the step
+  std::vector<Sequence*> sampling;          // sequences whose entry samples, in entry order
+  std::vector<uint64_t> sampling_live_ids;  // their live ids in this plan (a later preemption or
+                                            // finish changes Sequence::live_id: the token is stale)
+  int64_t num_tokens = 0;                   // rows in the step
   int32_t num_started = 0;
   int32_t num_preempted = 0;
   int32_t requests_started = 0;       // requests whose first sequence started
@@ -86,7 +86,7 @@ class BatchPlanner {
   StepLimits limits_;
   QueueOrder order_;
   PreemptionPolicy preemption_;
-  uint64_t next_seq_id_ = 1;
+  uint64_t next_live_id_ = 1;
 };
 
 }  // namespace astr::sched

@@ -256,7 +256,7 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
   bool consistent =
       result.step_id() == out.step_id && result.samples_size() == static_cast<int>(sampling.size());
   for (size_t i = 0; consistent && i < sampling.size(); ++i) {
-    consistent = result.samples(static_cast<int>(i)).seq_id() == out.sampling_ids[i];
+    consistent = result.samples(static_cast<int>(i)).live_id() == out.sampling_live_ids[i];
   }
   if (!consistent) {
     return UnavailableError("answered step " + std::to_string(out.step_id) + " with step " +
@@ -268,7 +268,8 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
     Sequence* seq = sampling[i];
     // A sequence finished, cancelled or preempted since this plan went out: its token is dropped
     // (a restart recomputes it, with the same RNG counter).
-    if (seq->seq_id != out.sampling_ids[i] || seq->state != Sequence::State::kRunning) continue;
+    if (seq->live_id != out.sampling_live_ids[i] || seq->state != Sequence::State::kRunning)
+      continue;
     --seq->in_flight;
     AcceptToken(seq, result.samples(static_cast<int>(i)), result.weight_version(), now);
   }
@@ -322,8 +323,8 @@ void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32
   EndSample(seq, now);
 }
 
-// A sample ends (finished, or FinishSample): its pages are free now and its id is released with
-// the worker's next plan. The request closes with its last sample.
+// A sample ends (finished, or FinishSample): its pages are free now and its live id is released
+// with the worker's next plan. The request closes with its last sample.
 void SchedulerLoop::EndSample(Sequence* seq, Clock::time_point now) {
   Unplace(seq);
   seq->state = Sequence::State::kDone;

@@ -26,8 +26,10 @@ struct Sequence {
   // prompt + generated, so it continues the same RNG stream.
   std::vector<int32_t> generated;
 
-  // While running on a worker:
-  uint64_t seq_id = 0;  // id on the worker's step stream, fresh for every (re)start; 0 = not live
+  // While running on a worker. A sequence is known across restarts, preemptions and moves by
+  // (request->key, sample_index); its live id names one start on one worker: a fresh one on every
+  // (re)start, on the worker's step stream (SequenceStart.live_id), 0 = not live.
+  uint64_t live_id = 0;
   PageList<PagePool> pages;
   int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
   int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)

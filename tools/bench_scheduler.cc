@@ -139,8 +139,8 @@ class InProcessWorker final : public sched::WorkerConnection {
     for (const v1::StepEntry& e : plan.entries()) {
       if (!e.sample()) continue;
       v1::SampledToken* t = result.add_samples();
-      t->set_seq_id(e.seq_id());
-      t->set_token_id(3 + static_cast<int32_t>((e.seq_id() * 31 + e.start_position()) % 900));
+      t->set_live_id(e.live_id());
+      t->set_token_id(3 + static_cast<int32_t>((e.live_id() * 31 + e.start_position()) % 900));
     }
     return OkStatus();
   }

@@ -46,11 +46,11 @@ def greedy_params():
     return wpb.WorkerSamplingParams(temperature=0.0, top_p=1.0, repetition_penalty=1.0, eos_token_ids=[2])
 
 
-def start_plan(seq_id, pages, tokens=PROMPT):
+def start_plan(live_id, pages, tokens=PROMPT):
     return wpb.StepPlan(
-        start=[wpb.SequenceStart(seq_id=seq_id, params=greedy_params(), tokens=tokens,
+        start=[wpb.SequenceStart(live_id=live_id, params=greedy_params(), tokens=tokens,
                                  num_prompt_tokens=len(tokens), pages=pages)],
-        entries=[wpb.StepEntry(seq_id=seq_id, start_position=0, num_tokens=len(tokens), sample=True)],
+        entries=[wpb.StepEntry(live_id=live_id, start_position=0, num_tokens=len(tokens), sample=True)],
     )
 
 
@@ -62,10 +62,10 @@ def worker(new_cluster):
     )
 
 
-def run_greedy(s, seq_id, first_page, count):
+def run_greedy(s, live_id, first_page, count):
     """Prefill PROMPT then decode; pages first_page, first_page+1, ... as positions need them."""
     pages = [first_page, first_page + 1]  # 8 slots: the prompt and the first decode rows
-    r = s.step(start_plan(seq_id, pages))
+    r = s.step(start_plan(live_id, pages))
     assert r.error_code == 0, r.error_message
     out = [r.samples[0].token_id]
     pos = len(PROMPT)
@@ -74,7 +74,7 @@ def run_greedy(s, seq_id, first_page, count):
         if pos == len(pages) * PAGE_SIZE:
             new = [first_page + len(pages)]
             pages += new
-        r = s.step(wpb.StepPlan(entries=[wpb.StepEntry(seq_id=seq_id, start_position=pos, num_tokens=1,
+        r = s.step(wpb.StepPlan(entries=[wpb.StepEntry(live_id=live_id, start_position=pos, num_tokens=1,
                                                        new_pages=new, sample=True)]))
         assert r.error_code == 0, r.error_message
         out.append(r.samples[0].token_id)
@@ -101,7 +101,7 @@ def bad_plans():
     p = wpb.StepPlan
     e = wpb.StepEntry
     return [
-        ("unknown_sequence", p(entries=[e(seq_id=99, start_position=0, num_tokens=1, sample=True)]),
+        ("unknown_sequence", p(entries=[e(live_id=99, start_position=0, num_tokens=1, sample=True)]),
          ["99", "seq"]),
         ("page_out_of_range", start_plan(1, [0, NUM_PAGES]), ["page"]),
         ("page_negative", start_plan(1, [-1]), ["page"]),
@@ -134,7 +134,7 @@ def test_invalid_plan_mid_sequence(worker):
     out, pages = run_greedy(s, 5, 0, 3)
     pos = len(PROMPT) + 2
     for case, entry in [
-        ("wrong_start_position", wpb.StepEntry(seq_id=5, start_position=pos + 1, num_tokens=1, sample=True)),
+        ("wrong_start_position", wpb.StepEntry(live_id=5, start_position=pos + 1, num_tokens=1, sample=True)),
     ]:
         r = s.step(wpb.StepPlan(entries=[entry]))
         assert r.error_code == INVALID_ARGUMENT, f"{case}: {r.error_code} {r.error_message}"
@@ -142,7 +142,7 @@ def test_invalid_plan_mid_sequence(worker):
     r = s.step(start_plan(5, [4]))
     assert r.error_code == INVALID_ARGUMENT, r.error_message
     # The sequence continues where it was.
-    r = s.step(wpb.StepPlan(entries=[wpb.StepEntry(seq_id=5, start_position=pos, num_tokens=1, sample=True)]))
+    r = s.step(wpb.StepPlan(entries=[wpb.StepEntry(live_id=5, start_position=pos, num_tokens=1, sample=True)]))
     assert r.error_code == 0, r.error_message
     assert out + [r.samples[0].token_id] == GOLDEN_IDS[:4]
     s.close()

@@ -62,14 +62,14 @@ class PlannerHarness {
   // ends at max_tokens) and returns the step's summary.
   std::string Step() {
     planner_.Plan(&queues_, ++step_, Clock::now(), &plan_, &outcome_);
-    for (Sequence* seq : queues_.running) ids_[seq->seq_id] = labels_[seq];
+    for (Sequence* seq : queues_.running) ids_[seq->live_id] = labels_[seq];
     v1::StepResult result = worker_.Execute(plan_);
     EXPECT_EQ(result.error_code(), 0) << result.error_message();
     EXPECT_EQ(result.samples_size(), static_cast<int>(outcome_.sampling.size()));
     for (size_t i = 0;
          i < outcome_.sampling.size() && i < static_cast<size_t>(result.samples_size()); ++i) {
       Sequence* seq = outcome_.sampling[i];
-      EXPECT_EQ(result.samples(static_cast<int>(i)).seq_id(), seq->seq_id);
+      EXPECT_EQ(result.samples(static_cast<int>(i)).live_id(), seq->live_id);
       --seq->in_flight;
       seq->generated.push_back(result.samples(static_cast<int>(i)).token_id());
       if (static_cast<int32_t>(seq->generated.size()) == seq->request->req.max_tokens) {
@@ -121,7 +121,7 @@ class PlannerHarness {
     std::string s;
     for (const v1::StepEntry& e : plan_.entries()) {
       if (!s.empty()) s += ' ';
-      s += ids_[e.seq_id()] + "@" + std::to_string(e.start_position()) + "+" +
+      s += ids_[e.live_id()] + "@" + std::to_string(e.start_position()) + "+" +
            std::to_string(e.num_tokens()) + (e.sample() ? "*" : "");
     }
     auto list = [&](const char* tag, const auto& ids) {
@@ -133,7 +133,7 @@ class PlannerHarness {
       s += ']';
     };
     std::vector<uint64_t> started;
-    for (const v1::SequenceStart& st : plan_.start()) started.push_back(st.seq_id());
+    for (const v1::SequenceStart& st : plan_.start()) started.push_back(st.live_id());
     list("+", started);
     list("-", plan_.release());
     return s;

@@ -47,7 +47,7 @@ struct FakeWorkerConfig {
 // What one plan contained, for iteration-table assertions.
 struct PlanRecord {
   struct Entry {
-    uint64_t seq_id;
+    uint64_t live_id;
     uint64_t seed;
     uint64_t sample_index;
     int32_t start;
@@ -57,8 +57,8 @@ struct PlanRecord {
   };
   uint64_t step_id = 0;
   std::vector<Entry> entries;
-  std::vector<uint64_t> started;   // seq ids
-  std::vector<uint64_t> released;  // seq ids
+  std::vector<uint64_t> started;   // live ids
+  std::vector<uint64_t> released;  // live ids
   std::vector<uint64_t> released_seeds;
   int64_t tokens = 0;
   int64_t pages_in_use_after = 0;
@@ -238,13 +238,13 @@ class FakeWorker {
   }
 
   void CheckStart(const v1::StepPlan& plan, const v1::SequenceStart& s, PlanRecord* record) {
-    if (s.seq_id() == 0 || live_.count(s.seq_id())) {
-      Violation(plan, "start of live or zero seq " + std::to_string(s.seq_id()));
+    if (s.live_id() == 0 || live_.count(s.live_id())) {
+      Violation(plan, "start of live or zero seq " + std::to_string(s.live_id()));
       return;
     }
     if (s.tokens_size() == 0 || s.num_prompt_tokens() < 1 ||
         s.num_prompt_tokens() > s.tokens_size() || s.num_cached_tokens() != 0) {
-      Violation(plan, "bad start of seq " + std::to_string(s.seq_id()));
+      Violation(plan, "bad start of seq " + std::to_string(s.live_id()));
       return;
     }
     Seq seq;
@@ -252,43 +252,43 @@ class FakeWorker {
     seq.sample_index = s.sample_index();
     seq.tokens.assign(s.tokens().begin(), s.tokens().end());
     for (int32_t p : s.pages()) {
-      if (TakePage(plan, p, s.seq_id())) seq.pages.push_back(p);
+      if (TakePage(plan, p, s.live_id())) seq.pages.push_back(p);
     }
-    live_.emplace(s.seq_id(), std::move(seq));
-    record->started.push_back(s.seq_id());
+    live_.emplace(s.live_id(), std::move(seq));
+    record->started.push_back(s.live_id());
   }
 
   void CheckEntries(const v1::StepPlan& plan, PlanRecord* record) {
     if (plan.entries_size() > config_.max_batch) Violation(plan, "more entries than max_batch");
     std::set<uint64_t> seen;
     for (const v1::StepEntry& e : plan.entries()) {
-      auto it = live_.find(e.seq_id());
-      if (it == live_.end() || !seen.insert(e.seq_id()).second) {
-        Violation(plan, "entry of unknown or repeated seq " + std::to_string(e.seq_id()));
+      auto it = live_.find(e.live_id());
+      if (it == live_.end() || !seen.insert(e.live_id()).second) {
+        Violation(plan, "entry of unknown or repeated seq " + std::to_string(e.live_id()));
         continue;
       }
       Seq& seq = it->second;
       const int32_t known = static_cast<int32_t>(seq.tokens.size());
       if (e.start_position() != seq.num_computed || e.num_tokens() < 1 ||
           e.start_position() + e.num_tokens() > known) {
-        Violation(plan, "seq " + std::to_string(e.seq_id()) + " feeds [" +
+        Violation(plan, "seq " + std::to_string(e.live_id()) + " feeds [" +
                             std::to_string(e.start_position()) + ", +" +
                             std::to_string(e.num_tokens()) + ") with " +
                             std::to_string(seq.num_computed) + " computed of " +
                             std::to_string(known) + " known");
       }
       if (e.sample() != (e.start_position() + e.num_tokens() == known)) {
-        Violation(plan, "seq " + std::to_string(e.seq_id()) + " sample flag wrong");
+        Violation(plan, "seq " + std::to_string(e.live_id()) + " sample flag wrong");
       }
       for (int32_t p : e.new_pages()) {
-        if (TakePage(plan, p, e.seq_id())) seq.pages.push_back(p);
+        if (TakePage(plan, p, e.live_id())) seq.pages.push_back(p);
       }
       if (static_cast<int64_t>(seq.pages.size()) * config_.page_size <
           e.start_position() + e.num_tokens()) {
-        Violation(plan, "seq " + std::to_string(e.seq_id()) + " lacks pages");
+        Violation(plan, "seq " + std::to_string(e.live_id()) + " lacks pages");
       }
       record->tokens += e.num_tokens();
-      record->entries.push_back({e.seq_id(), seq.seed, seq.sample_index, e.start_position(),
+      record->entries.push_back({e.live_id(), seq.seed, seq.sample_index, e.start_position(),
                                  e.num_tokens(), e.sample(), seq.decoding});
     }
     if (record->tokens > config_.max_batch_tokens) Violation(plan, "token budget exceeded");
@@ -296,7 +296,7 @@ class FakeWorker {
 
   void RunEntries(const v1::StepPlan& plan, v1::StepResult* result) {
     for (const v1::StepEntry& e : plan.entries()) {
-      Seq& seq = live_.at(e.seq_id());
+      Seq& seq = live_.at(e.live_id());
       seq.num_computed = e.start_position() + e.num_tokens();
       if (!e.sample()) continue;
       const int64_t position = static_cast<int64_t>(seq.tokens.size());
@@ -304,7 +304,7 @@ class FakeWorker {
       seq.tokens.push_back(token);
       seq.decoding = true;
       v1::SampledToken* t = result->add_samples();
-      t->set_seq_id(e.seq_id());
+      t->set_live_id(e.live_id());
       t->set_token_id(token);
       t->set_logprob(-0.5f);
     }

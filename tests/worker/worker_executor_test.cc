@@ -80,8 +80,8 @@ struct TestSeq {
   std::vector<int32_t> pages;
   bool started = false;
 
-  TestSeq(uint64_t seq_id, std::vector<int32_t> prompt, v1::WorkerSamplingParams p)
-      : id(seq_id), params(std::move(p)), tokens(std::move(prompt)) {
+  TestSeq(uint64_t live_id, std::vector<int32_t> prompt, v1::WorkerSamplingParams p)
+      : id(live_id), params(std::move(p)), tokens(std::move(prompt)) {
     num_prompt = static_cast<int64_t>(tokens.size());
   }
   std::vector<int32_t> Generated() const { return {tokens.begin() + num_prompt, tokens.end()}; }
@@ -95,7 +95,7 @@ struct PagePool {
 
 void AddStart(v1::StepPlan* plan, TestSeq* s) {
   v1::SequenceStart* start = plan->add_start();
-  start->set_seq_id(s->id);
+  start->set_live_id(s->id);
   *start->mutable_params() = s->params;
   start->set_sample_index(s->sample_index);
   for (int32_t t : s->tokens) start->add_tokens(t);
@@ -111,7 +111,7 @@ void AddEntry(v1::StepPlan* plan, TestSeq* s, int64_t n, PagePool* pool) {
   const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
   n = std::min(n, pending);
   v1::StepEntry* e = plan->add_entries();
-  e->set_seq_id(s->id);
+  e->set_live_id(s->id);
   e->set_start_position(static_cast<int32_t>(s->num_computed));
   e->set_num_tokens(static_cast<int32_t>(n));
   const int64_t need = (s->num_computed + n + kPageSize - 1) / kPageSize;
@@ -134,7 +134,7 @@ void ExpectOk(WorkerExecutor& ex, const v1::StepPlan& plan, v1::StepResult* resu
 void Accept(const v1::StepResult& result, const std::vector<TestSeq*>& seqs) {
   for (const v1::SampledToken& t : result.samples()) {
     for (TestSeq* s : seqs) {
-      if (s->id == t.seq_id()) s->tokens.push_back(t.token_id());
+      if (s->id == t.live_id()) s->tokens.push_back(t.token_id());
     }
   }
 }
@@ -269,8 +269,8 @@ TEST_F(WorkerExecutorTest, PenaltyWindowPastTheContextIsTheWholeContext) {
   EXPECT_EQ(s.Generated(), expected);
 }
 
-// Preempted after 8 tokens, then restarted with prompt + those 8 tokens under a new id: the RNG
-// counter and the penalty counts continue, so the output equals the uninterrupted one.
+// Preempted after 8 tokens, then restarted with prompt + those 8 tokens under a new live id: the
+// RNG counter and the penalty counts continue, so the output equals the uninterrupted one.
 TEST_F(WorkerExecutorTest, RestartAfterPreemptionContinuesTheSameSample) {
   const std::vector<int32_t> expected = EngineTokens(SeededEngineParams(9, 20), 1);
   auto ex = MakeExecutor();
@@ -406,13 +406,13 @@ struct BadPlan {
 // A valid start of a new sequence `id` on pages `pages` with its whole prompt fed in one entry.
 void ValidStart(v1::StepPlan* plan, uint64_t id, const std::vector<int32_t>& pages) {
   v1::SequenceStart* s = plan->add_start();
-  s->set_seq_id(id);
+  s->set_live_id(id);
   *s->mutable_params() = GreedyParams();
   for (int32_t t : kPrompt) s->add_tokens(t);
   s->set_num_prompt_tokens(static_cast<int32_t>(kPrompt.size()));
   for (int32_t p : pages) s->add_pages(p);
   v1::StepEntry* e = plan->add_entries();
-  e->set_seq_id(id);
+  e->set_live_id(id);
   e->set_start_position(0);
   e->set_num_tokens(static_cast<int32_t>(kPrompt.size()));
   e->set_sample(true);
@@ -422,7 +422,7 @@ void ValidStart(v1::StepPlan* plan, uint64_t id, const std::vector<int32_t>& pag
 // 0 and 1 hold 8 slots).
 v1::StepEntry* Decode1(v1::StepPlan* plan) {
   v1::StepEntry* e = plan->add_entries();
-  e->set_seq_id(1);
+  e->set_live_id(1);
   e->set_start_position(5);
   e->set_num_tokens(1);
   e->set_sample(true);
@@ -448,13 +448,13 @@ std::vector<BadPlan> BadPlans() {
        [](P p) {
          ValidStart(p, 1, {20, 21});
        },
-       "start[0].seq_id"},
+       "start[0].live_id"},
       {"start twice",
        [=](P p) {
          const v1::SequenceStart copy = *start7(p);
          *p->add_start() = copy;
        },
-       "start[1].seq_id: sequence 7 starts twice"},
+       "start[1].live_id: sequence 7 starts twice"},
       {"no tokens", [=](P p) { start7(p)->clear_tokens(); }, "start[0].tokens"},
       {"token id >= vocab", [=](P p) { start7(p)->set_tokens(2, 512); }, "start[0].tokens[2]"},
       {"negative token id", [=](P p) { start7(p)->set_tokens(0, -1); }, "start[0].tokens[0]"},
@@ -493,20 +493,20 @@ std::vector<BadPlan> BadPlans() {
          start7(p)->mutable_params()->set_logprobs_mode(static_cast<v1::LogprobsMode>(7));
        },
        "start[0].params: logprobs_mode"},
-      {"entry of unknown seq", [](P p) { Decode1(p)->set_seq_id(42); },
-       "entries[0].seq_id: sequence 42 is not live"},
+      {"entry of unknown seq", [](P p) { Decode1(p)->set_live_id(42); },
+       "entries[0].live_id: sequence 42 is not live"},
       {"entry of released seq",
        [](P p) {
          p->add_release(1);
          Decode1(p);
        },
-       "entries[0].seq_id"},
+       "entries[0].live_id"},
       {"same seq twice",
        [](P p) {
          Decode1(p);
          Decode1(p);
        },
-       "entries[1].seq_id"},
+       "entries[1].live_id"},
       {"start_position behind", [](P p) { Decode1(p)->set_start_position(4); },
        "entries[0].start_position"},
       {"num_tokens 0", [](P p) { Decode1(p)->set_num_tokens(0); }, "entries[0].num_tokens"},

@@ -48,12 +48,12 @@ class FailingRunner final : public StepRunner {
       .num_pages = 8, .page_size = 4, .max_batch_tokens = 16, .max_sample_rows = 4};
 };
 
-// Starts sequence `seq_id` with two prompt tokens on page 0 and samples its next token.
-v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id) {
+// Starts sequence `live_id` with two prompt tokens on page 0 and samples its next token.
+v1::StepPlan StartPlan(uint64_t step_id, uint64_t live_id) {
   v1::StepPlan plan;
   plan.set_step_id(step_id);
   v1::SequenceStart* s = plan.add_start();
-  s->set_seq_id(seq_id);
+  s->set_live_id(live_id);
   s->mutable_params()->set_temperature(0);
   s->mutable_params()->set_top_p(1);
   s->mutable_params()->set_repetition_penalty(1);
@@ -62,7 +62,7 @@ v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id) {
   s->set_num_prompt_tokens(2);
   s->add_pages(0);
   v1::StepEntry* e = plan.add_entries();
-  e->set_seq_id(seq_id);
+  e->set_live_id(live_id);
   e->set_num_tokens(2);
   e->set_sample(true);
   return plan;

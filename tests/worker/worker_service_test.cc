@@ -34,12 +34,12 @@ v1::InfoResponse GetInfo(v1::Worker::Stub& stub) {
   return info;
 }
 
-// Plan `step_id`: start `seq_id` with kPrompt on `pages` and prefill it, sampling greedily.
-v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id, const std::vector<int32_t>& pages) {
+// Plan `step_id`: start `live_id` with kPrompt on `pages` and prefill it, sampling greedily.
+v1::StepPlan StartPlan(uint64_t step_id, uint64_t live_id, const std::vector<int32_t>& pages) {
   v1::StepPlan plan;
   plan.set_step_id(step_id);
   v1::SequenceStart* s = plan.add_start();
-  s->set_seq_id(seq_id);
+  s->set_live_id(live_id);
   s->mutable_params()->set_temperature(0);
   s->mutable_params()->set_top_p(1);
   s->mutable_params()->set_repetition_penalty(1);
@@ -47,18 +47,18 @@ v1::StepPlan StartPlan(uint64_t step_id, uint64_t seq_id, const std::vector<int3
   s->set_num_prompt_tokens(static_cast<int32_t>(kPrompt.size()));
   for (int32_t p : pages) s->add_pages(p);
   v1::StepEntry* e = plan.add_entries();
-  e->set_seq_id(seq_id);
+  e->set_live_id(live_id);
   e->set_start_position(0);
   e->set_num_tokens(static_cast<int32_t>(kPrompt.size()));
   e->set_sample(true);
   return plan;
 }
 
-v1::StepPlan DecodePlan(uint64_t step_id, uint64_t seq_id, int32_t position) {
+v1::StepPlan DecodePlan(uint64_t step_id, uint64_t live_id, int32_t position) {
   v1::StepPlan plan;
   plan.set_step_id(step_id);
   v1::StepEntry* e = plan.add_entries();
-  e->set_seq_id(seq_id);
+  e->set_live_id(live_id);
   e->set_start_position(position);
   e->set_num_tokens(1);
   e->set_sample(true);
@@ -138,7 +138,7 @@ TEST_F(WorkerServiceTest, StepStreamRefusesABadPlanAndGoesOn) {
   v1::StepResult r = Exchange(stream.get(), StartPlan(1, 7, {0, 1}));
   ASSERT_EQ(r.error_code(), 0) << r.error_message();
   ASSERT_EQ(r.samples_size(), 1);
-  EXPECT_EQ(r.samples(0).seq_id(), 7u);
+  EXPECT_EQ(r.samples(0).live_id(), 7u);
   EXPECT_EQ(r.samples(0).token_id(), kGolden[0]);
   EXPECT_GT(r.step_ns(), 0);
   EXPECT_GT(r.forward_ns(), 0);

@@ -31,8 +31,8 @@ void WorkerExecutor::AddPage(Sequence* seq, int32_t page) {
   if (page_refs_[page]++ == 0) ++pages_in_use_;
 }
 
-void WorkerExecutor::Release(uint64_t seq_id) {
-  auto it = live_.find(seq_id);
+void WorkerExecutor::Release(uint64_t live_id) {
+  auto it = live_.find(live_id);
   for (int32_t page : it->second.pages) {
     if (--page_refs_[page] == 0) --pages_in_use_;
   }
@@ -40,7 +40,7 @@ void WorkerExecutor::Release(uint64_t seq_id) {
 }
 
 void WorkerExecutor::Start(const v1::SequenceStart& start) {
-  Sequence& seq = live_[start.seq_id()];
+  Sequence& seq = live_[start.live_id()];
   seq.context.assign(start.tokens().begin(), start.tokens().end());
   seq.num_prompt_tokens = start.num_prompt_tokens();
   seq.num_computed = start.num_cached_tokens();
@@ -72,14 +72,14 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
   samples_.clear();
   sample_seqs_.clear();
   for (const v1::StepEntry& entry : plan.entries()) {
-    Sequence* seq = &live_.find(entry.seq_id())->second;
+    Sequence* seq = &live_.find(entry.live_id())->second;
     for (int32_t page : entry.new_pages()) AddPage(seq, page);
     const int64_t begin = entry.start_position();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
                   limits_.page_size, entry.sample());
     seq->num_computed = begin + entry.num_tokens();
     if (entry.sample()) {
-      samples_.push_back({.seq_id = entry.seq_id(),
+      samples_.push_back({.live_id = entry.live_id(),
                           .position = static_cast<int64_t>(seq->context.size()),
                           .sampler = seq->sampler.get()});
       sample_seqs_.push_back(seq);
@@ -103,7 +103,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
       seq->sampler->Append(r.token);
       seq->context.push_back(r.token);
       v1::SampledToken* token = result->add_samples();
-      token->set_seq_id(samples_[i].seq_id);
+      token->set_live_id(samples_[i].live_id);
       token->set_token_id(r.token);
       token->set_logprob(r.logprob);
       for (int32_t k = 0; k < r.num_top; ++k) {

@@ -76,7 +76,7 @@ class WorkerExecutor {
   Status ValidatePages(const google::protobuf::RepeatedField<int32_t>& pages, const char* parent,
                        int index, const char* field) const;
 
-  void Release(uint64_t seq_id);
+  void Release(uint64_t live_id);
   void Start(const v1::SequenceStart& start);
   void AddPage(Sequence* seq, int32_t page);
   void PublishCounters();
@@ -92,7 +92,7 @@ class WorkerExecutor {
 
   // Per-step scratch, reused so that a step allocates little once warm.
   std::unordered_set<uint64_t> plan_released_;
-  std::unordered_map<uint64_t, int> plan_started_;  // seq_id -> index in plan.start
+  std::unordered_map<uint64_t, int> plan_started_;  // live_id -> index in plan.start
   uint64_t plan_serial_ = 0;                        // counts Validate calls
   std::vector<uint8_t> start_listed_;               // per plan.start: already listed in entries
   StepBatch batch_;

@@ -1,5 +1,5 @@
 // The benchmark-only StepRunner: no weights, no KV pool, no forward pass. It answers each sample
-// row at once with a token that depends only on (seq_id, position), so runs are reproducible, and
+// row at once with a token that depends only on (live_id, position), so runs are reproducible, and
 // that is never one of the sequence's EOS or stop ids, so sequences run to max_tokens and the
 // scheduler's batches stay full.
 #include <algorithm>
@@ -49,7 +49,7 @@ class InstantRunner final : public StepRunner {
   int32_t Pick(const SampleRequest& s) const {
     const SamplingParams& p = s.sampler->params();
     const size_t n = ordinary_.size();
-    const size_t first = Mix(s.seq_id * 0x100000001B3ULL + static_cast<uint64_t>(s.position)) % n;
+    const size_t first = Mix(s.live_id * 0x100000001B3ULL + static_cast<uint64_t>(s.position)) % n;
     for (size_t k = 0; k < n; ++k) {
       const int32_t id = ordinary_[(first + k) % n];
       if (!Contains(p.eos_token_ids, id) && !Contains(p.stop_token_ids, id)) return id;

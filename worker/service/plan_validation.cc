@@ -78,7 +78,7 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
   auto bad = [&](const char* field, const std::string& what) {
     return InvalidArgumentError(At("entries", index) + "." + field + ": " + what);
   };
-  auto name = [&] { return SeqName(entry.seq_id()); };
+  auto name = [&] { return SeqName(entry.live_id()); };
   const int64_t begin = entry.start_position();
   const int64_t end = begin + entry.num_tokens();
   auto span = [&] {
@@ -130,12 +130,12 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
     }
   }
   for (int i = 0; i < plan.start_size(); ++i) {
-    const uint64_t id = plan.start(i).seq_id();
+    const uint64_t id = plan.start(i).live_id();
     if (live_.contains(id) && !plan_released_.contains(id)) {
-      return InvalidArgumentError(At("start", i) + ".seq_id: " + SeqName(id) + " is already live");
+      return InvalidArgumentError(At("start", i) + ".live_id: " + SeqName(id) + " is already live");
     }
     if (!plan_started_.emplace(id, i).second) {
-      return InvalidArgumentError(At("start", i) + ".seq_id: " + SeqName(id) +
+      return InvalidArgumentError(At("start", i) + ".live_id: " + SeqName(id) +
                                   " starts twice in this plan");
     }
     ASTR_RETURN_IF_ERROR(ValidateStart(plan.start(i), i));
@@ -149,7 +149,7 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
   int64_t total_tokens = 0;
   for (int e = 0; e < plan.entries_size(); ++e) {
     const v1::StepEntry& entry = plan.entries(e);
-    const uint64_t id = entry.seq_id();
+    const uint64_t id = entry.live_id();
     // Marks instead of a per-step set: a repeated id is found without allocating.
     bool listed_before = false;
     SeqView view;
@@ -166,10 +166,10 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
               .num_computed = s.num_computed,
               .num_pages = static_cast<int64_t>(s.pages.size())};
     } else {
-      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) + " is not live");
+      return InvalidArgumentError(At("entries", e) + ".live_id: " + SeqName(id) + " is not live");
     }
     if (listed_before) {
-      return InvalidArgumentError(At("entries", e) + ".seq_id: " + SeqName(id) +
+      return InvalidArgumentError(At("entries", e) + ".live_id: " + SeqName(id) +
                                   " appears twice in entries");
     }
     ASTR_RETURN_IF_ERROR(ValidateEntry(entry, e, view));

@@ -33,7 +33,7 @@ struct RunnerLimits {
 
 // One sample row of a step: whose token is drawn, at which position.
 struct SampleRequest {
-  uint64_t seq_id = 0;
+  uint64_t live_id = 0;
   int64_t position = 0;  // position the drawn token will take in its sequence
   const SequenceSampler* sampler = nullptr;
 };
@@ -64,7 +64,7 @@ class StepRunner {
 std::unique_ptr<StepRunner> MakeBackendRunner(std::unique_ptr<Backend> backend, std::string dtype);
 
 // The benchmark runner. `ordinary_ids` are the token ids it may return (non-empty, each in
-// [0, config.vocab_size)); per row it picks one from (seq_id, position) and skips the sequence's
+// [0, config.vocab_size)); per row it picks one from (live_id, position) and skips the sequence's
 // EOS and stop ids. INVALID_ARGUMENT when `ordinary_ids` is empty or holds an id out of range.
 StatusOr<std::unique_ptr<StepRunner>> MakeInstantRunner(model::ModelConfig config,
                                                         RunnerLimits limits,

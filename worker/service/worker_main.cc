@@ -88,7 +88,7 @@ int Main(int argc, const char* const* argv) {
             "auto (CUDA where a usable GPU and the CUDA plugin exist, else cpu; the log says "
             "why CUDA was not used), cpu, cuda (an error if it cannot run), or instant "
             "(benchmarks only: plans are validated as for cpu but nothing is computed; each "
-            "sample is an ordinary token chosen from the sequence id and position). Default: "
+            "sample is an ordinary token chosen from the live id and position). Default: "
             "$ASTR_BACKEND if set, else auto.");
   EngineFlags engine;
   engine.RegisterBackend(&fs);
