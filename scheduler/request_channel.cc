@@ -1,6 +1,6 @@
-#include <utility>
+#include "scheduler/request_channel.h"
 
-#include "scheduler/scheduler.h"
+#include <utility>
 
 namespace astr::sched {
 

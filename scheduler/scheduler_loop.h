@@ -74,7 +74,7 @@ class SchedulerLoop {
   SchedulerLoop(SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers);
   ~SchedulerLoop();  // stops the threads; open requests close with UNAVAILABLE
 
-  // Client-thread side (see Scheduler).
+  // Client-thread side (see Scheduler; scheduler_loop_client.cc with the constructor).
   StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
   void Cancel(uint64_t key, Status why);
   void FinishSample(uint64_t key, int32_t index);
@@ -118,7 +118,7 @@ class SchedulerLoop {
   void LeaveQueue(int64_t requests, int64_t tokens);
   void PublishStats();
 
-  // Routing and worker failure (scheduler_workers.cc).
+  // Routing and worker failure (scheduler_loop_workers.cc).
   bool Place(Sequence* seq);
   void Unplace(Sequence* seq);
   void OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now);

@@ -68,7 +68,8 @@ class WorkerExecutor {
     int64_t num_pages = 0;
   };
 
-  // Checks the whole plan against the current state without changing it (plan_validation.cc).
+  // Checks the whole plan against the current state without changing it
+  // (executor_plan_validation.cc).
   Status Validate(const v1::StepPlan& plan);
   Status ValidateStart(const v1::SequenceStart& start, int index);
   Status ValidateEntry(const v1::StepEntry& entry, int index, const SeqView& seq);

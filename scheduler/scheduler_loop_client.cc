@@ -1,0 +1,170 @@
+// SchedulerLoop, the client-thread side: construction and shutdown, and the calls other threads
+// make (Submit, Cancel, FinishSample, StartDrain as commands; Stats and WorkerInfos).
+#include <algorithm>
+#include <string>
+
+#include "scheduler/scheduler_loop.h"
+
+namespace astr::sched {
+
+SchedulerLoop::SchedulerLoop(SchedulerOptions options,
+                             std::vector<std::unique_ptr<WorkerConnection>> workers)
+    : options_(options), admission_(options), max_in_flight_(options.overlap_steps ? 2 : 1) {
+  const StepCapacity capacity(options_);
+  for (auto& conn : workers) {
+    const StepLimits limits = capacity.For(conn->info());
+    infos_.push_back(conn->info());
+    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), limits));
+    const WorkerSlot& w = *workers_.back();
+    max_pool_tokens_ = std::max(max_pool_tokens_, w.queues.pool.capacity_tokens());
+    const int32_t context = w.info.max_context_tokens();
+    if (context > 0 && (max_context_tokens_ == 0 || context < max_context_tokens_)) {
+      max_context_tokens_ = context;
+    }
+  }
+  PublishStats();
+  output_ = std::make_unique<OutputQueue>(&open_requests_);
+  loop_thread_ = std::thread([this] { Run(); });
+}
+
+SchedulerLoop::~SchedulerLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  loop_thread_.join();  // closes every open request
+  stop_reconnecting_.store(true, std::memory_order_release);
+  for (auto& w : workers_) {
+    if (w->reconnector.joinable()) w->reconnector.join();
+  }
+  output_.reset();  // delivers the closes
+}
+
+StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest request) {
+  if (request.prompt.empty()) return InvalidArgumentError("prompt: must not be empty");
+  if (request.n < 1) return InvalidArgumentError("n: must be >= 1");
+  if (request.max_tokens < 1) return InvalidArgumentError("max_tokens: must be >= 1");
+  const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (footprint > max_pool_tokens_) {
+    stat_refused_.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhaustedError("prompt (" + std::to_string(request.prompt.size()) +
+                                  " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
+                                  ") = " + std::to_string(footprint) +
+                                  " tokens do not fit in the KV pool of any worker (largest: " +
+                                  std::to_string(max_pool_tokens_) + " tokens)");
+  }
+  // Built outside the lock: n sequences, one per sample.
+  auto state = std::make_unique<RequestState>();
+  state->samples.reserve(request.n);
+  for (int32_t i = 0; i < request.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = state.get();
+    seq->sample_index = i;
+    seq->generated.reserve(std::min(request.max_tokens, 4096));
+    state->samples.push_back(std::move(seq));
+  }
+  state->open_samples = request.n;
+  state->req = std::move(request);
+  std::shared_ptr<RequestChannel> channel;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return UnavailableError("the scheduler is shutting down");
+    QueueCounters queue = queue_;
+    queue.draining = draining_.load();
+    if (Status s = admission_.Admit(queue, state->req); !s.ok()) {
+      stat_refused_.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    state->key = next_key_++;
+    channel = std::make_shared<RequestChannel>(state->key);
+    state->channel = channel;
+    ++queue_.waiting_requests;
+    queue_.waiting_tokens += state->queued_tokens();
+    open_requests_.fetch_add(1, std::memory_order_acq_rel);
+    Command command;
+    command.kind = Command::Kind::kSubmit;
+    command.key = state->key;
+    command.request = std::move(state);
+    commands_.push_back(std::move(command));
+    wake = loop_sleeping_;
+  }
+  stat_admitted_.fetch_add(1, std::memory_order_relaxed);
+  if (wake) wake_.notify_one();
+  return channel;
+}
+
+void SchedulerLoop::PushCommand(Command command) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+    wake = loop_sleeping_;
+  }
+  if (wake) wake_.notify_one();
+}
+
+void SchedulerLoop::Cancel(uint64_t key, Status why) {
+  Command command;
+  command.kind = Command::Kind::kCancel;
+  command.key = key;
+  command.status = std::move(why);
+  PushCommand(std::move(command));
+}
+
+void SchedulerLoop::FinishSample(uint64_t key, int32_t index) {
+  Command command;
+  command.kind = Command::Kind::kFinishSample;
+  command.key = key;
+  command.index = index;
+  PushCommand(std::move(command));
+}
+
+void SchedulerLoop::StartDrain() {
+  // Under mu_, so that a Submit that takes the lock after this returns is refused.
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_.store(true);
+}
+
+v1::GetServerStatsResponse SchedulerLoop::Stats() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  v1::GetServerStatsResponse stats;
+  stats.set_waiting_requests(static_cast<int32_t>(stat_waiting_.load(kRelaxed)));
+  stats.set_running_requests(static_cast<int32_t>(stat_running_.load(kRelaxed)));
+  stats.set_steps(stat_steps_.load(kRelaxed));
+  stats.set_requests_admitted(stat_admitted_.load(kRelaxed));
+  stats.set_requests_refused(stat_refused_.load(kRelaxed));
+  stats.set_requests_finished(stat_finished_.load(kRelaxed));
+  stats.set_preemptions(stat_preemptions_.load(kRelaxed));
+  stats.set_draining(draining_.load(kRelaxed));
+  bool any_up = false;
+  for (const auto& w : workers_) any_up = any_up || w->stat_up.load(kRelaxed);
+  std::string refusing;
+  if (stats.draining()) {
+    refusing = "draining";
+  } else if (!any_up) {
+    refusing = "no worker is up";
+  } else if (stats.waiting_requests() >= options_.max_queued_requests) {
+    refusing = "the queue is full (--max-queued-requests " +
+               std::to_string(options_.max_queued_requests) + ")";
+  }
+  stats.set_accepting_requests(refusing.empty());
+  stats.set_not_accepting_reason(refusing);
+  for (const auto& w : workers_) {
+    v1::WorkerStats* ws = stats.add_workers();
+    ws->set_address(w->conn->address());
+    ws->set_up(w->stat_up.load(kRelaxed));
+    ws->set_total_pages(w->info.num_pages());
+    ws->set_free_pages(w->stat_free_pages.load(kRelaxed));
+    ws->set_running_sequences(w->stat_running.load(kRelaxed));
+    ws->set_steps(w->stat_steps.load(kRelaxed));
+    ws->set_sequences_assigned(w->stat_assigned.load(kRelaxed));
+    ws->set_mean_step_ns(w->stat_mean_step_ns.load(kRelaxed));
+  }
+  return stats;
+}
+
+std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const { return infos_; }
+
+}  // namespace astr::sched
