@@ -317,10 +317,16 @@ TEST_P(SchedulerCoreTest, TwoWorkersAreBothUsedAndOutputsAreUnchanged) {
   c1.address = "fake-1";
   auto f0 = std::make_shared<FakeWorker>(c0);
   auto f1 = std::make_shared<FakeWorker>(c1);
+  // Gated until every request is queued: otherwise instant workers may finish the first requests
+  // before the later ones arrive, and an idle worker 0 takes them all.
+  f0->SetGated(true);
+  f1->SetGated(true);
   auto s = Make({}, {f0, f1});
   ASSERT_TRUE(s);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 8; ++i) channels.push_back(MustSubmit(s.get(), MakeRequest(5, 12, 300 + i)));
+  f0->SetGated(false);
+  f1->SetGated(false);
   for (int i = 0; i < 8; ++i) {
     Outcome out = Collect(channels[i].get());
     EXPECT_TRUE(out.status.ok());
