@@ -327,7 +327,10 @@ class StreamReactor final
     std::lock_guard<std::mutex> lock(mu_);
     write_in_flight_ = false;
     write_started_ns_.store(0, std::memory_order_relaxed);
-    if (!ok) {  // the client went away, or the call was cancelled (stall, deadline)
+    // !ok: the client went away, or the call was cancelled (stall, deadline). A write that still
+    // completed after the watchdog declared the stall ends the call too: the stall was counted
+    // and the request aborted, so the client must see CANCELLED, not the rest and an OK.
+    if (!ok || stall_why_) {
       const Status why =
           stall_why_.value_or(Status(StatusCode::kCancelled, "the client went away"));
       if (call_ != nullptr && !call_closed_) call_->Cancel(why);
