@@ -55,6 +55,7 @@ def _generate_stubs():
     local_root = os.path.join(HERE, "protos")
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     files = [
+        "astr/v1/admin.proto",
         "astr/v1/generate.proto",
         "astr/v1/worker.proto",
         "itest/health.proto",
