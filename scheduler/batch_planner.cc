@@ -42,12 +42,12 @@ void WorkerQueues::Remove(Sequence* seq) {
   }
 }
 
-void WorkerQueues::Requeue(size_t index) {
+void WorkerQueues::Requeue(size_t index, bool count_preemption) {
   Sequence* seq = running[index];
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
   release.push_back(seq->live_id);
   ResetPlacement(seq);
-  ++seq->request->preemptions;
+  if (count_preemption) ++seq->request->preemptions;
   Enqueue(seq);
 }
 
@@ -201,11 +201,15 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
 void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
                          v1::StepPlan* plan, PlanOutcome* out) {
   PagePool& pool = q->pool;
-  size_t taken = 0;  // admitted from the front of the queue; erased once at the end
-  while (taken < q->waiting.size() &&
-         static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
-         used < limits_.max_tokens) {
-    Sequence* seq = q->waiting[taken];
+  size_t taken = 0;  // admitted so far; they leave the waiting queue once at the end
+  for (size_t i = 0; i < q->waiting.size() &&
+                     static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
+                     used < limits_.max_tokens;
+       ++i) {
+    Sequence* seq = q->waiting[i];
+    // Held (drain): a request that has not started keeps its place; later sequences of started
+    // requests may pass it.
+    if (hold_new_requests_ && !seq->request->scheduled) continue;
     // Just preempted for lack of pages: restarting it in the same plan would only thrash. Later
     // sequences wait behind it, keeping queue order.
     if (seq->preempted_at_step == step_id) break;
@@ -237,9 +241,11 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     ++taken;
   }
   if (taken == 0) return;
-  // Admitted sequences join the running list at their queue-order places.
-  for (size_t k = 0; k < taken; ++k) InsertSorted(&q->running, q->waiting[k]);
-  q->waiting.erase(q->waiting.begin(), q->waiting.begin() + static_cast<std::ptrdiff_t>(taken));
+  // Admitted sequences (now running) join the running list at their queue-order places.
+  for (Sequence* seq : q->waiting) {
+    if (seq->state == Sequence::State::kRunning) InsertSorted(&q->running, seq);
+  }
+  std::erase_if(q->waiting, [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
 }
 
 void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {

@@ -38,8 +38,9 @@ struct WorkerQueues {
   // with the next plan and its pages are free at once, so that plan may hand them to others.
   void Remove(Sequence* seq);
   // Stops running sequence running[index] and puts it back into the waiting queue; it restarts
-  // from prompt + generated tokens. Counts a preemption on its request.
-  void Requeue(size_t index);
+  // from prompt + generated tokens. Counts a preemption on its request unless told not to (a
+  // restart for new weights is not one).
+  void Requeue(size_t index, bool count_preemption = true);
   // The step stream restarted empty (worker failure): every running sequence goes back to the
   // waiting queue as preempted and nothing is left to release.
   void ResetStream();
@@ -64,6 +65,9 @@ class BatchPlanner {
  public:
   explicit BatchPlanner(StepLimits limits) : limits_(limits) {}
   const StepLimits& limits() const { return limits_; }
+  // While set (Pause in drain mode), only sequences of requests that already started are
+  // admitted; the others keep their places in the queue.
+  void set_hold_new_requests(bool hold) { hold_new_requests_ = hold; }
 
   // Plans one step of `queues` into `plan` (cleared first, storage reused) and `outcome`.
   // `now` stamps the first scheduling of a request.
@@ -87,6 +91,7 @@ class BatchPlanner {
   QueueOrder order_;
   PreemptionPolicy preemption_;
   uint64_t next_live_id_ = 1;
+  bool hold_new_requests_ = false;
 };
 
 }  // namespace astr::sched

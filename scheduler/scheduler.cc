@@ -80,5 +80,17 @@ bool Scheduler::draining() const { return loop_->draining(); }
 bool Scheduler::Idle() const { return loop_->Idle(); }
 v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
 std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }
+StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
+  return loop_->Pause(mode, deadline);
+}
+ResumeResult Scheduler::Resume() { return loop_->Resume(); }
+StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
+                                                std::string label) {
+  return loop_->CommitWeights(std::move(apply), std::move(label));
+}
+WeightVersionInfo Scheduler::weight_version() const { return loop_->weight_version(); }
+std::vector<std::string> Scheduler::UpWorkerAddresses() const {
+  return loop_->UpWorkerAddresses();
+}
 
 }  // namespace astr::sched

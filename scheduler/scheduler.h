@@ -46,6 +46,8 @@ struct SchedRequest {
   int32_t max_tokens = 16;            // >= 1; prompt.size() + max_tokens <= max_context_tokens
   int32_t n = 1;                      // samples; sample i uses RNG stream sample_index = i
   int32_t priority = 0;               // larger is scheduled first and preempted last
+  // When new weights are committed while it runs: keep its KV (true) or re-prefill it (false).
+  bool reuse_kv_on_weight_update = false;
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;  // aborted with DEADLINE_EXCEEDED when passed
 };
@@ -74,6 +76,37 @@ struct SchedulerOptions {
 // Checks every option's range; INVALID_ARGUMENT names the flag (--max-batch-tokens, ...).
 // Scheduler::Create calls it too; astr-scheduler calls it before dialing any worker.
 Status ValidateSchedulerOptions(const SchedulerOptions& options);
+
+// Generation pause modes (admin.proto PauseMode; docs/rl.md).
+enum class PauseMode { kNone, kAbort, kDrain, kKeep };
+
+struct PauseResult {
+  PauseMode mode = PauseMode::kNone;
+  int32_t aborted = 0;  // kAbort: requests ended with finish reason ABORT
+  int32_t frozen = 0;   // kKeep: requests frozen
+  int32_t drained = 0;  // kDrain: requests that finished while Pause waited
+  int32_t queued = 0;   // requests waiting to start
+  std::vector<std::string> request_ids;  // aborted or frozen, in arrival order
+};
+
+struct ResumeResult {
+  bool was_paused = false;
+  int64_t paused_ns = 0;
+};
+
+struct CommitResult {
+  int64_t version = 0;
+  int32_t recomputed = 0;  // running sequences restarted from their tokens
+  int32_t reused = 0;      // running sequences that kept their KV
+  int64_t commit_ns = 0;   // from the request until the new version served
+};
+
+struct WeightVersionInfo {
+  int64_t version = 0;
+  std::string label;
+  int64_t committed_unix_ns = 0;
+  PauseMode paused = PauseMode::kNone;
+};
 
 class SchedulerLoop;
 
@@ -105,6 +138,26 @@ class Scheduler {
   bool draining() const;
   // True when every submitted request has been closed and its close delivered to its channel.
   bool Idle() const;
+
+  // Weight updates and pauses (docs/rl.md). Thread-safe; they block until the loop has acted.
+  //
+  // Pause: kAbort ends every started request now (finish reason ABORT, partial output kept);
+  // kKeep freezes them (nothing is planned; their sequences stay live on the workers); kDrain
+  // lets them finish and returns when none is left (DEADLINE_EXCEEDED at `deadline`, still
+  // paused). In every mode requests that have not started wait in the queue until Resume. A
+  // Pause while paused switches the mode.
+  StatusOr<PauseResult> Pause(PauseMode mode, Clock::time_point deadline);
+  ResumeResult Resume();
+  // Waits for a step boundary of every worker (plans in flight answered, none sent meanwhile),
+  // then runs `apply(version)` on the loop thread, version = the served one + 1. When it returns
+  // OK the scheduler serves `version` from the next step on: running sequences whose request did
+  // not ask to reuse its KV are restarted from their tokens (as after a preemption). A failed
+  // apply changes nothing. One at a time (the admin service serializes updates).
+  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t version)> apply,
+                                       std::string label);
+  WeightVersionInfo weight_version() const;
+  // Addresses of the workers up now, in --workers order.
+  std::vector<std::string> UpWorkerAddresses() const;
 
   // Snapshot of the counters (thread-safe).
   v1::GetServerStatsResponse Stats() const;

@@ -48,6 +48,7 @@ void SchedulerLoop::Run() {
     output_->Post(&out_);
     progressed_ = StepWorkers(now) || !applying_.empty();
     applying_.clear();
+    AdvanceAdmin(now);
     output_->Post(&out_);
     BuryClosed();
     PublishStats();
@@ -111,8 +112,13 @@ bool SchedulerLoop::WaitForWork() {
 }
 
 bool SchedulerLoop::HasWork() const {
+  const bool hold = HoldSteps();
   for (const auto& w : workers_) {
     if (w->health != WorkerSlot::Health::kUp) continue;
+    if (hold) {
+      if (w->in_flight() > 0) return true;
+      continue;  // nothing may be planned until Resume or the commit
+    }
     if (!w->queues.running.empty() || !w->queues.waiting.empty() || !w->queues.release.empty() ||
         w->in_flight() > 0) {
       return true;
@@ -134,6 +140,10 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
   for (Command& command : applying_) {
     if (command.kind == Command::Kind::kSubmit) {
       AddRequest(std::move(command.request), now);
+      continue;
+    }
+    if (command.admin != nullptr) {
+      ApplyAdmin(command, now);
       continue;
     }
     auto it = requests_.find(command.key);
@@ -186,10 +196,11 @@ void SchedulerLoop::ExpireDeadlines(Clock::time_point now) {
 // result is read once two plans are in flight, or when there was nothing new to send.
 bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   bool any = false;
+  const bool hold = HoldSteps();
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
     if (w->health != WorkerSlot::Health::kUp) continue;
-    const bool sent = w->in_flight() < max_in_flight_ && SendPlan(w, now);
+    const bool sent = !hold && w->in_flight() < max_in_flight_ && SendPlan(w, now);
     any |= sent;
     if (w->health == WorkerSlot::Health::kUp && w->in_flight() > 0 &&
         (w->in_flight() == max_in_flight_ || !sent)) {

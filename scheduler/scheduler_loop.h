@@ -83,15 +83,40 @@ class SchedulerLoop {
   bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
   v1::GetServerStatsResponse Stats() const;
   std::vector<v1::InfoResponse> WorkerInfos() const;
+  // Pause / resume / weight commit (scheduler_loop_admin.cc).
+  StatusOr<PauseResult> Pause(PauseMode mode, Clock::time_point deadline);
+  ResumeResult Resume();
+  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label);
+  WeightVersionInfo weight_version() const;
+  std::vector<std::string> UpWorkerAddresses() const;
 
  private:
+  // An admin operation handed to the loop; the caller waits on `done`.
+  struct AdminOp {
+    PauseMode mode = PauseMode::kNone;         // kPause
+    std::function<Status(int64_t)> apply;      // kCommit
+    std::string label;                         // kCommit
+    Clock::time_point requested = Clock::now();
+    int32_t drain_target = 0;                  // kPause kDrain: started requests at the pause
+    Status status;
+    PauseResult pause;
+    ResumeResult resume;
+    CommitResult commit;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    void Finish();
+    // Waits until Finish; false when `deadline` passed first.
+    bool Wait(Clock::time_point deadline);
+  };
   struct Command {
-    enum class Kind { kSubmit, kCancel, kFinishSample };
+    enum class Kind { kSubmit, kCancel, kFinishSample, kPause, kResume, kCommit };
     Kind kind = Kind::kSubmit;
     uint64_t key = 0;
     std::unique_ptr<RequestState> request;  // kSubmit
     Status status;                          // kCancel
     int32_t index = 0;                      // kFinishSample
+    std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit
   };
   void PushCommand(Command command);
 
@@ -117,6 +142,17 @@ class SchedulerLoop {
   void CloseRequest(RequestState* request, Status status, Clock::time_point now);
   void LeaveQueue(int64_t requests, int64_t tokens);
   void PublishStats();
+
+  // Loop side of the admin operations (scheduler_loop_admin.cc).
+  void ApplyAdmin(Command& command, Clock::time_point now);
+  void ApplyPause(AdminOp* op, Clock::time_point now);
+  void ApplyResume(AdminOp* op, Clock::time_point now);
+  // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.
+  bool HoldSteps() const;
+  // Runs a pending commit once no plan is in flight; answers finished drains.
+  void AdvanceAdmin(Clock::time_point now);
+  // Requests that started and are not closed, in arrival order.
+  std::vector<RequestState*> StartedRequests() const;
 
   // Routing and worker failure (scheduler_loop_workers.cc).
   bool Place(Sequence* seq);
@@ -155,6 +191,12 @@ class SchedulerLoop {
   std::atomic<bool> stop_reconnecting_{false};
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
+  // Weight version served (written by the loop at a commit) and its label (under mu_).
+  std::atomic<int64_t> weight_version_{0};
+  std::atomic<int64_t> committed_unix_ns_{0};
+  std::string weight_label_;
+  std::atomic<int> stat_pause_mode_{0};  // PauseMode, for weight_version()
+  std::mutex commit_mu_;                 // one CommitWeights at a time
 
   // Loop-owned. Workers are declared before requests: sequences' page allocations point into
   // the workers' page pools, so requests must be destroyed first.
@@ -175,6 +217,10 @@ class SchedulerLoop {
   uint64_t next_step_id_ = 1;
   int64_t num_waiting_requests_ = 0;  // loop's count of admitted, unscheduled requests
   bool progressed_ = true;            // the last iteration sent a plan or applied a command
+  PauseMode pause_mode_ = PauseMode::kNone;
+  Clock::time_point paused_since_{};
+  std::shared_ptr<AdminOp> pending_commit_;               // waits for a step boundary
+  std::vector<std::shared_ptr<AdminOp>> drain_waiters_;  // Pause(kDrain) calls waiting
   // An idle worker's connection is checked (WorkerConnection::Alive) this often, so a worker
   // that dies or stops while idle is marked down and health follows.
   static constexpr auto kIdleCheckInterval = std::chrono::milliseconds(500);

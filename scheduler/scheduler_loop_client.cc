@@ -22,6 +22,8 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
       max_context_tokens_ = context;
     }
   }
+  // Workers that come back must serve this version (PollWorkers).
+  if (!infos_.empty()) weight_version_.store(infos_[0].weight_version());
   PublishStats();
   output_ = std::make_unique<OutputQueue>(&open_requests_);
   loop_thread_ = std::thread([this] { Run(); });

@@ -132,6 +132,18 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
         w->broken_since = Clock::time_point::max();  // no further attempts
         continue;
       }
+      if (info.weight_version() != weight_version_.load(std::memory_order_relaxed)) {
+        // It missed a weight update (restarted, or down while it was committed): serving it would
+        // mix versions.
+        LOG(ERROR) << "worker " << w->conn->address() << " came back serving weight version "
+                   << info.weight_version() << ", not the current "
+                   << weight_version_.load(std::memory_order_relaxed) << "; keeping it down";
+        w->reconnected.store(false, std::memory_order_relaxed);
+        if (w->health == WorkerSlot::Health::kReconnecting) MoveSequencesAway(w, now);
+        w->health = WorkerSlot::Health::kDown;
+        w->broken_since = Clock::time_point::max();
+        continue;
+      }
       LOG(INFO) << "worker " << w->conn->address() << ": step stream reconnected";
       w->health = WorkerSlot::Health::kUp;
       continue;

@@ -16,7 +16,17 @@ namespace astr {
 
 namespace model {
 class ModelFile;
+class TensorSource;
 }  // namespace model
+
+// A complete set of weights a backend can serve, built beside the served one by PrepareWeights
+// (weight updates, DESIGN.md "Weights and versions").
+class WeightSet {
+ public:
+  virtual ~WeightSet() = default;
+  // Memory it holds (host or device).
+  virtual size_t bytes() const = 0;
+};
 
 struct BackendOptions {
   std::string weight_dtype = "bf16";  // "bf16" or "f32": how projection weights are held
@@ -55,6 +65,16 @@ class Backend {
                                std::span<SampleResult> results) {
     return UnimplementedError("the " + name() + " backend does not sample on its device");
   }
+
+  // Weight updates. PrepareWeights builds a full weight set from `source` (same config as the
+  // served model) without touching the served weights; it may run on another thread while Forward
+  // runs, and all its checks happen here, so that a swap cannot fail. SwapWeights, called between
+  // steps, serves `set` from the next step on and returns the weights served until now (a second
+  // swap with them is a rollback). Backends that cannot update weights say so in PrepareWeights.
+  virtual StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) {
+    return UnimplementedError("the " + name() + " backend cannot update its weights");
+  }
+  virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
 };
 
 // Creates the CPU backend from an opened model file.

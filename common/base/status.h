@@ -72,6 +72,7 @@ inline Status FailedPreconditionError(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] StatusOr {

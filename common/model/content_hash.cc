@@ -25,6 +25,26 @@ uint64_t ContentHash64(const void* data, size_t size, uint64_t seed) {
   return XXH64(data, size, seed);
 }
 
+ContentHasher64::ContentHasher64(uint64_t seed) : state_(XXH64_createState()) {
+  XXH64_reset(static_cast<XXH64_state_t*>(state_), seed);
+}
+ContentHasher64::~ContentHasher64() {
+  if (state_ != nullptr) XXH64_freeState(static_cast<XXH64_state_t*>(state_));
+}
+ContentHasher64::ContentHasher64(ContentHasher64&& other) noexcept : state_(other.state_) {
+  other.state_ = nullptr;
+}
+ContentHasher64& ContentHasher64::operator=(ContentHasher64&& other) noexcept {
+  std::swap(state_, other.state_);
+  return *this;
+}
+void ContentHasher64::Update(const void* data, size_t size) {
+  if (size > 0) XXH64_update(static_cast<XXH64_state_t*>(state_), data, size);
+}
+uint64_t ContentHasher64::Digest() const {
+  return XXH64_digest(static_cast<const XXH64_state_t*>(state_));
+}
+
 uint64_t ContentHash3_64(const void* data, size_t size, uint64_t seed) {
   return XXH3_64bits_withSeed(data, size, seed);
 }

@@ -36,6 +36,20 @@ uint64_t ContentHash64(const void* data, size_t size, uint64_t seed = 0);
 // with the SSE2 of a plain x86-64 build, 4x with AVX2, on cached data; docs/worker.md).
 uint64_t ContentHash3_64(const void* data, size_t size, uint64_t seed = 0);
 
+// ContentHash64 over bytes that arrive in pieces: Update(a); Update(b) digests as a + b would.
+class ContentHasher64 {
+ public:
+  explicit ContentHasher64(uint64_t seed = 0);
+  ~ContentHasher64();
+  ContentHasher64(ContentHasher64&& other) noexcept;
+  ContentHasher64& operator=(ContentHasher64&& other) noexcept;
+  void Update(const void* data, size_t size);
+  uint64_t Digest() const;
+
+ private:
+  void* state_;  // XXH64_state_t
+};
+
 // `hash` as 16 lowercase hex digits, zero-padded.
 std::string ContentHashHex(uint64_t hash);
 

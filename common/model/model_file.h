@@ -45,7 +45,22 @@ std::vector<float> InterleavedToHalfRows(const std::vector<float>& w, int64_t ro
 std::vector<float> HalfToInterleavedRows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                          int64_t head_dim);
 
-class ModelFile {
+// Where a backend reads its weights from: a model file, or a weight update over one
+// (worker/weight_overlay.h). Canonical names; shapes in torch order.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const ModelConfig& config() const = 0;
+  // The tensor converted to f32, in the model's layout. A missing tensor or a shape other than
+  // `expected_shape` is an error naming the tensor and both shapes.
+  virtual Status LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
+                         std::vector<float>* out) const = 0;
+  // The stored bytes, when they are in the model's layout (readers may take a fast path on them);
+  // an error otherwise, and then LoadF32 is the way.
+  virtual StatusOr<TensorView> Raw(const std::string& canonical) const = 0;
+};
+
+class ModelFile final : public TensorSource {
  public:
   enum class Format { kGguf, kHf };
 
@@ -61,7 +76,7 @@ class ModelFile {
 
   const std::string& path() const { return path_; }
   Format format() const { return format_; }
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   // Non-null for GGUF files with tokenizer.ggml.* keys.
   const Vocab* vocab() const { return vocab_.get(); }
   // The underlying GGUF file (null for HF folders), for metadata the config does not carry.
@@ -71,9 +86,9 @@ class ModelFile {
   // Dequantizes / converts the tensor to f32. A missing tensor or a shape other than
   // `expected_shape` (torch order) is an error naming the file, the tensor and both shapes.
   Status LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
-                 std::vector<float>* out) const;
+                 std::vector<float>* out) const override;
   // The stored bytes as they are (for inspect / convert).
-  StatusOr<TensorView> Raw(const std::string& canonical) const;
+  StatusOr<TensorView> Raw(const std::string& canonical) const override;
   // Canonical names of all tensors (file names for unmapped ones), in file order for GGUF and
   // sorted by file name for HF.
   std::vector<std::string> TensorNames() const;

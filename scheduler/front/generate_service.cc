@@ -43,6 +43,24 @@ void FillTop(const std::vector<std::vector<TokenLogprob>>& top,
   }
 }
 
+// Appends `spans` to `out`, joining a span that continues the last one with the same version.
+void AddSpans(const std::vector<VersionSpan>& spans,
+              google::protobuf::RepeatedPtrField<v1::WeightVersionSpan>* out) {
+  for (const VersionSpan& s : spans) {
+    if (!out->empty()) {
+      v1::WeightVersionSpan& last = (*out)[out->size() - 1];
+      if (last.version() == s.version && last.start() + last.count() == s.start) {
+        last.set_count(last.count() + s.count);
+        continue;
+      }
+    }
+    v1::WeightVersionSpan* span = out->Add();
+    span->set_version(s.version);
+    span->set_start(s.start);
+    span->set_count(s.count);
+  }
+}
+
 template <typename Message>
 void FillFinish(const SampleDelta& d, Message* out) {
   out->set_finish_reason(d.finish_reason);
@@ -58,6 +76,7 @@ void AppendToCompletion(const SampleDelta& d, v1::Completion* c) {
   c->mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
   FillTop(d.top, c->mutable_top_logprobs());
   if (!d.token_ids.empty()) c->set_weight_version(d.weight_version);
+  AddSpans(d.versions, c->mutable_weight_versions());
   if (d.finished) FillFinish(d, c);
 }
 
@@ -71,6 +90,7 @@ v1::GenerateStreamResponse StreamMessage(const std::string& request_id, int32_t 
   m.mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
   FillTop(d.top, m.mutable_top_logprobs());
   m.set_weight_version(d.weight_version);
+  AddSpans(d.versions, m.mutable_weight_versions());
   if (d.finished) FillFinish(d, &m);
   return m;
 }

@@ -23,6 +23,13 @@
 
 namespace astr::front {
 
+// Generated tokens [start, start + count) of a sample were computed by weight version `version`.
+struct VersionSpan {
+  int64_t version = 0;
+  int32_t start = 0;
+  int32_t count = 0;
+};
+
 // One sample's output since the previous delta.
 struct SampleDelta {
   std::string text;
@@ -30,6 +37,8 @@ struct SampleDelta {
   std::vector<float> logprobs;                 // when requested, one per token
   std::vector<std::vector<TokenLogprob>> top;  // when top_logprobs > 0, one per token
   int64_t weight_version = 0;                  // of the last token in this delta
+  std::vector<VersionSpan> versions;           // of token_ids (start counts from the sample's
+                                               // first token)
   // Set on the sample's last delta.
   bool finished = false;
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;

@@ -359,6 +359,12 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   sr.max_tokens = max_tokens;
   sr.n = request.n() == 0 ? 1 : request.n();
   sr.priority = request.priority();
+  if (request.kv_on_weight_update() != v1::KV_ON_WEIGHT_UPDATE_RECOMPUTE &&
+      request.kv_on_weight_update() != v1::KV_ON_WEIGHT_UPDATE_REUSE) {
+    return InvalidArgumentError("kv_on_weight_update: unknown value " +
+                                std::to_string(request.kv_on_weight_update()));
+  }
+  sr.reuse_kv_on_weight_update = request.kv_on_weight_update() == v1::KV_ON_WEIGHT_UPDATE_REUSE;
   sr.arrival = sched::Clock::now();
   sr.deadline = deadline;
   return out;

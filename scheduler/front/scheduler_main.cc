@@ -23,6 +23,7 @@
 #include "common/base/token_ids.h"
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/shutdown_signal.h"
+#include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
 #include "scheduler/scheduler.h"
@@ -37,6 +38,8 @@ using Clock = std::chrono::steady_clock;
 // cancels them. The grace always runs to its end while any client keeps an idle connection open
 // (gRPC 1.51), so it is short: once the scheduler is idle, a last message needs milliseconds.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
+// Largest admin message: one bucket of an UpdateWeights stream (the workers take 256 MiB).
+constexpr int kMaxAdminMessageBytes = 256 << 20;
 
 // The floor of --max-calls-per-peer 0 (automatic).
 constexpr int64_t kMinAutoCallsPerPeer = 64;
@@ -55,6 +58,9 @@ struct Flags {
   int64_t stream_stall_timeout_s = 30;
   int64_t front_threads = 4;
   int64_t max_message_mb = 64;
+  std::string admin_listen = "127.0.0.1:50053";
+  std::string admin_token_file;
+  std::string admin_token;  // read from admin_token_file before any worker is dialed
 };
 
 void Register(FlagSet* fs, Flags* f) {
@@ -65,6 +71,14 @@ void Register(FlagSet* fs, Flags* f) {
   fs->String("listen", &f->listen,
              "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
              "logged (INFO) as 'listening on HOST:PORT' once every worker is connected.");
+  fs->String("admin-listen", &f->admin_listen,
+             "Address of the astr.v1.Admin service (weight updates, pause / resume; "
+             "docs/rl.md), HOST:PORT, loopback by default; the bound address is logged as "
+             "'admin service on HOST:PORT'. Empty: no admin service.");
+  fs->String("admin-token-file", &f->admin_token_file,
+             "File holding the bearer token every admin call must present "
+             "(`authorization: Bearer <token>` metadata). Without it every admin call is "
+             "refused with PERMISSION_DENIED.");
   fs->String("tokenizer", &f->tokenizer,
              "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
              "here. Default: the model path the first worker reports.");
@@ -173,6 +187,12 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
               << ", hash " << info.content_hash() << "), backend " << info.backend() << ", "
               << info.num_pages() << " pages of " << info.page_size() << " tokens, max batch "
               << info.max_batch();
+    if (!workers.empty() && info.weight_version() != workers[0]->info().weight_version()) {
+      return FailedPreconditionError(
+          "--workers must all serve the same weight version: " + workers[0]->address() +
+          " serves version " + std::to_string(workers[0]->info().weight_version()) + ", " +
+          address + " version " + std::to_string(info.weight_version()));
+    }
     if (!workers.empty() && info.content_hash() != workers[0]->info().content_hash()) {
       return FailedPreconditionError(
           "--workers must all serve the same model: " + workers[0]->address() + " serves " +
@@ -341,12 +361,40 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   // queue full, draining), so load balancers and probes route around this replica.
   HealthUpdater health(server.get(), &service);
 
+  // The admin service: its own server, so that admin traffic never takes a generation slot.
+  std::unique_ptr<front::AdminService> admin;
+  std::unique_ptr<grpc::Server> admin_server;
+  if (!f.admin_listen.empty()) {
+    if (f.admin_token.empty()) {
+      LOG(WARNING) << "no --admin-token-file: every admin call will be refused";
+    }
+    admin = std::make_unique<front::AdminService>(scheduler.get(), f.admin_token);
+    grpc::ServerBuilder admin_builder;
+    int admin_port = 0;
+    admin_builder.AddListeningPort(f.admin_listen, grpc::InsecureServerCredentials(), &admin_port);
+    admin_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    admin_builder.RegisterService(admin.get());
+    admin_builder.SetMaxReceiveMessageSize(kMaxAdminMessageBytes);
+    admin_server = admin_builder.BuildAndStart();
+    if (admin_server == nullptr || admin_port == 0) {
+      LOG(ERROR) << "--admin-listen: cannot listen on " << f.admin_listen
+                 << " (address in use, or not a local address)";
+      return 1;
+    }
+    const std::string admin_host = f.admin_listen.substr(0, f.admin_listen.rfind(':'));
+    LOG(INFO) << "admin service on " << admin_host << ":" << admin_port;
+  }
+
   const int sig = rpc::WaitForShutdownSignal();
   health.Stop();
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
             << ": draining (new requests get UNAVAILABLE)";
   server->GetHealthCheckService()->SetServingStatus(false);
   Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
+  if (admin_server != nullptr) {
+    admin_server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    admin_server->Wait();
+  }
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
   scheduler.reset();
@@ -367,6 +415,14 @@ int Main(int argc, const char* const* argv) {
   log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   Status valid = Validate(f);
+  if (valid.ok() && !f.admin_token_file.empty()) {
+    auto token = front::ReadAdminToken(f.admin_token_file);
+    if (token.ok()) {
+      f.admin_token = std::move(*token);
+    } else {
+      valid = token.status();
+    }
+  }
   if (valid.ok()) valid = InitLogging(argv[0], log);
   if (!valid.ok()) {
     std::fprintf(stderr, "astr-scheduler: %s\n", valid.message().c_str());

@@ -79,6 +79,8 @@ _generate_stubs()
 from astr.v1 import generate_pb2 as pb  # noqa: E402
 from astr.v1 import generate_pb2_grpc as pb_grpc  # noqa: E402
 from astr.v1 import worker_pb2 as wpb  # noqa: E402
+from astr.v1 import admin_pb2 as apb  # noqa: E402
+from astr.v1 import admin_pb2_grpc as apb_grpc  # noqa: E402
 from astr.v1 import worker_pb2_grpc as wpb_grpc  # noqa: E402
 # The health / reflection protos keep their real package names (grpc.health.v1, ...) for the
 # wire, but live under itest/ so their modules do not collide with grpcio's `grpc` package.
@@ -115,6 +117,7 @@ def _with_parent_death_signal(argv):
 
 ALL_PROCS = []  # every ServerProcess of this pytest process, for log tails on failure
 _LISTEN_RE = re.compile(r"listening on (\S+):(\d+)")
+_ADMIN_RE = re.compile(r"admin service on (\S+):(\d+)")
 
 
 class ServerProcess:
@@ -142,6 +145,18 @@ class ServerProcess:
 
     def log_tail(self, lines=40):
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def wait_log(self, pattern, timeout=START_TIMEOUT_S):
+        """Waits for `pattern` (HOST, PORT groups) in the log; returns "HOST:PORT"."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = pattern.search(self.log_text())
+            if m:
+                return f"{m.group(1)}:{m.group(2)}"
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name}: no {pattern.pattern!r} in {timeout} s:\n{self.log_tail()}")
 
     def wait_listening(self, timeout=START_TIMEOUT_S):
         """Waits for `listening on HOST:PORT` in the log; returns "HOST:PORT"."""
@@ -242,6 +257,14 @@ class Scheduler:
         self.address = proc.address
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.GenerateStub(self.channel)
+        self.admin_address = getattr(proc, "admin_address", None)
+
+    def admin_stub(self):
+        """An Admin stub on its own channel (the caller adds the token metadata)."""
+        ch = grpc.insecure_channel(self.admin_address, options=[
+            ("grpc.max_send_message_length", 256 << 20),
+            ("grpc.max_receive_message_length", 256 << 20)])
+        return apb_grpc.AdminStub(ch)
 
     def stats(self):
         return self.stub.GetServerStats(pb.GetServerStatsRequest(), timeout=RPC_TIMEOUT_S)
@@ -276,9 +299,13 @@ class Cluster:
 
     def start_scheduler(self, **flags):
         addrs = ",".join(w.address for w in self.workers)
+        # A free admin port per scheduler, so that tests running at once never collide.
+        flags.setdefault("admin_listen", "127.0.0.1:0")
         argv = [SCHEDULER_BIN, "--workers", addrs, "--listen", "127.0.0.1:0"] + _flag_args(flags)
         proc = ServerProcess("scheduler", argv, self.log_dir)
         proc.wait_listening()
+        if flags["admin_listen"]:
+            proc.admin_address = proc.wait_log(_ADMIN_RE)
         wait_serving(proc.address)
         self.scheduler = Scheduler(proc)
         return self.scheduler

@@ -35,6 +35,13 @@ class BackendRunner final : public StepRunner {
                          &timings->forward_ns, &timings->sample_ns);
   }
 
+  StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override {
+    return backend_->PrepareWeights(source);
+  }
+  std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override {
+    return backend_->SwapWeights(std::move(set));
+  }
+
  private:
   std::unique_ptr<Backend> backend_;
   std::string dtype_;

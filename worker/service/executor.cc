@@ -88,7 +88,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
 
   result->Clear();
   result->set_step_id(plan.step_id());
-  result->set_weight_version(0);
+  result->set_weight_version(weight_version());
   if (!plan.entries().empty()) {
     RunTimings timings;
     const std::span<SampleResult> out(sample_out_.data(), samples_.size());

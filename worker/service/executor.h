@@ -49,6 +49,13 @@ class WorkerExecutor {
 
   Counters counters() const;
   const StepRunner& runner() const { return *runner_; }
+  StepRunner& mutable_runner() { return *runner_; }
+  // The weight version results report (StepResult.weight_version); set between steps by the
+  // weight-update path. Readable from any thread.
+  int64_t weight_version() const { return weight_version_.load(std::memory_order_relaxed); }
+  void set_weight_version(int64_t version) {
+    weight_version_.store(version, std::memory_order_relaxed);
+  }
   // Most positions one sequence may use: the model's context, else what the pool holds.
   int64_t max_context_tokens() const { return max_context_tokens_; }
 
@@ -104,6 +111,7 @@ class WorkerExecutor {
   std::atomic<int64_t> live_counter_{0};
   std::atomic<int64_t> pages_counter_{0};
   std::atomic<int64_t> steps_counter_{0};
+  std::atomic<int64_t> weight_version_{0};
 };
 
 }  // namespace astr

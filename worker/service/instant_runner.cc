@@ -23,6 +23,11 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+// The instant runner computes with no weights, so an update has nothing to hold.
+struct NoWeights final : WeightSet {
+  size_t bytes() const override { return 0; }
+};
+
 class InstantRunner final : public StepRunner {
  public:
   InstantRunner(model::ModelConfig config, RunnerLimits limits, std::vector<int32_t> ordinary_ids)
@@ -32,6 +37,12 @@ class InstantRunner final : public StepRunner {
   std::string dtype() const override { return "none"; }
   const model::ModelConfig& config() const override { return config_; }
   const RunnerLimits& limits() const override { return limits_; }
+
+  StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(
+      const model::TensorSource& /*source*/) override {
+    return std::unique_ptr<WeightSet>(new NoWeights());
+  }
+  std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override { return set; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
              std::span<SampleResult> out, RunTimings* timings) override {

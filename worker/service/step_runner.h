@@ -58,6 +58,14 @@ class StepRunner {
   // internal error: the caller's sequence state no longer matches the pool.
   virtual Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
                      std::span<SampleResult> out, RunTimings* timings) = 0;
+  // Weight updates, as Backend::PrepareWeights / SwapWeights (the instant runner holds no weights:
+  // its sets are empty and a swap changes nothing but the version the executor reports). A runner
+  // that cannot update says so in PrepareWeights.
+  virtual StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(
+      const model::TensorSource& /*source*/) {
+    return UnimplementedError("the " + name() + " runner cannot update its weights");
+  }
+  virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
 };
 
 // The runner over a real backend; `dtype` is what Info reports.

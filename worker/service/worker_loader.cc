@@ -163,6 +163,7 @@ StatusOr<LoadedWorker> LoadWorker(const WorkerConfig& config) {
 
   LoadedWorker worker;
   worker.executor = std::make_unique<WorkerExecutor>(std::move(runner));
+  worker.updates = std::make_unique<WeightUpdates>(config.model_path, file->config());
   FillModelInfo(*file, hash, &worker.info);
   FillPoolInfo(*worker.executor, &worker.info);
   for (int32_t id : eos) worker.info.add_eos_token_ids(id);

@@ -10,6 +10,7 @@
 #include "common/base/status.h"
 #include "worker/backend.h"
 #include "worker/service/executor.h"
+#include "worker/service/weight_updates.h"
 
 namespace astr {
 
@@ -25,6 +26,8 @@ struct LoadedWorker {
   // Model identity, dims, pool and limits; the live counters are left 0.
   v1::InfoResponse info;
   std::unique_ptr<WorkerExecutor> executor;
+  // The weight-update state over the loaded checkpoint.
+  std::unique_ptr<WeightUpdates> updates;
 };
 
 // Logs one INFO line per stage (open, hash, weights, pool). Errors name the flag or file.

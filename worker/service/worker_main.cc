@@ -37,7 +37,8 @@ int UsageError(const std::string& message) {
 int Serve(const std::string& listen, LoadedWorker worker) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  WorkerService service(std::move(worker.info), std::move(worker.executor));
+  WorkerService service(std::move(worker.info), std::move(worker.executor),
+                        std::move(worker.updates));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);

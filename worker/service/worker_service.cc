@@ -7,8 +7,11 @@
 
 namespace astr {
 
-WorkerService::WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor)
-    : static_info_(std::move(static_info)), executor_(std::move(executor)) {}
+WorkerService::WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor,
+                             std::unique_ptr<WeightUpdates> updates)
+    : static_info_(std::move(static_info)),
+      executor_(std::move(executor)),
+      updates_(std::move(updates)) {}
 
 grpc::Status WorkerService::Info(grpc::ServerContext* /*context*/,
                                  const v1::InfoRequest* /*request*/, v1::InfoResponse* response) {
@@ -17,6 +20,7 @@ grpc::Status WorkerService::Info(grpc::ServerContext* /*context*/,
   response->set_live_sequences(static_cast<int32_t>(counters.live_sequences));
   response->set_pages_in_use(counters.pages_in_use);
   response->set_steps(counters.steps);
+  response->set_weight_version(executor_->weight_version());
   return grpc::Status::OK;
 }
 
@@ -43,7 +47,10 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
 
 void WorkerService::EndStream() {
   // Drop the stream's sequences before another stream may take the executor.
-  executor_->Reset();
+  {
+    std::lock_guard<std::mutex> exec(exec_mu_);
+    executor_->Reset();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stream_ = nullptr;
@@ -65,7 +72,11 @@ grpc::Status WorkerService::ServeStream(
       if (draining_) return draining;  // a plan that arrives after Drain is not executed
       in_step_ = true;
     }
-    const Status status = executor_->Execute(plan, &result);
+    Status status;
+    {
+      std::lock_guard<std::mutex> exec(exec_mu_);
+      status = executor_->Execute(plan, &result);
+    }
     if (!status.ok()) {
       if (status.code() != StatusCode::kInvalidArgument) return rpc::ToGrpcStatus(status);
       result.Clear();

@@ -16,6 +16,7 @@
 
 #include "astr/v1/worker.grpc.pb.h"
 #include "worker/service/executor.h"
+#include "worker/service/weight_updates.h"
 
 namespace astr {
 
@@ -23,12 +24,28 @@ class WorkerService final : public v1::Worker::Service {
  public:
   // `static_info` holds the model, pool and limits (LoadWorker's info); counters are added per
   // call.
-  WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor);
+  // `updates` null: the weight-update calls answer UNIMPLEMENTED.
+  WorkerService(v1::InfoResponse static_info, std::unique_ptr<WorkerExecutor> executor,
+                std::unique_ptr<WeightUpdates> updates = nullptr);
 
   grpc::Status Info(grpc::ServerContext* context, const v1::InfoRequest* request,
                     v1::InfoResponse* response) override;
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
+
+  // Weight updates (worker_weights_rpc.cc; worker.proto).
+  grpc::Status StageWeights(grpc::ServerContext* context,
+                            grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
+                            v1::StageWeightsResponse* response) override;
+  grpc::Status StageWeightsFromDisk(grpc::ServerContext* context,
+                                    const v1::UpdateWeightsFromDiskRequest* request,
+                                    v1::StageWeightsResponse* response) override;
+  grpc::Status ControlWeights(grpc::ServerContext* context,
+                              const v1::ControlWeightsRequest* request,
+                              v1::ControlWeightsResponse* response) override;
+  grpc::Status WeightsChecksum(grpc::ServerContext* context,
+                               const v1::GetWeightsChecksumRequest* request,
+                               v1::GetWeightsChecksumResponse* response) override;
 
   // Shutdown, step one: refuses new streams and ends the open one (UNAVAILABLE) once the step it
   // is executing has been answered, or at once when it is waiting for a plan. Returns when no
@@ -44,6 +61,9 @@ class WorkerService final : public v1::Worker::Service {
 
   const v1::InfoResponse static_info_;
   const std::unique_ptr<WorkerExecutor> executor_;
+  const std::unique_ptr<WeightUpdates> updates_;
+  // Held while a step executes and while weights are swapped: a swap happens between steps.
+  std::mutex exec_mu_;
 
   // One lock per step (never per token): which stream owns the executor and whether it is inside
   // a step, so that Drain can cancel an idle stream without cutting a step's answer off.

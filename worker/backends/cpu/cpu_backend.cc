@@ -67,6 +67,8 @@ class CpuBackend final : public Backend {
   int64_t max_sample_rows() const override { return max_samples_; }
 
   Status Forward(const StepBatch& batch, float* logits) override;
+  StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
+  std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
 
  private:
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
@@ -83,6 +85,26 @@ class CpuBackend final : public Backend {
   AttentionShape shape_{};
   Workspace ws_;
 };
+
+struct CpuWeightSet final : WeightSet {
+  CpuWeights weights;
+  size_t bytes() const override { return weights.bytes(); }
+};
+
+StatusOr<std::unique_ptr<WeightSet>> CpuBackend::PrepareWeights(const model::TensorSource& source) {
+  // Its own threads: Forward may be running on pool_ meanwhile.
+  cpu::ThreadPool pool(static_cast<int>(pool_.size()));
+  const bool progress = config_.ParameterCount() > 50'000'000;
+  auto set = std::make_unique<CpuWeightSet>();
+  ASTR_ASSIGN_OR_RETURN(set->weights, LoadCpuWeights(source, weights_.type, &pool, progress));
+  return std::unique_ptr<WeightSet>(std::move(set));
+}
+
+std::unique_ptr<WeightSet> CpuBackend::SwapWeights(std::unique_ptr<WeightSet> set) {
+  // PrepareWeights made it from this config, with this weight type: every shape matches.
+  std::swap(weights_, static_cast<CpuWeightSet&>(*set).weights);
+  return set;
+}
 
 void CpuBackend::QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w) {
   const int64_t hd = config_.head_dim;

@@ -16,7 +16,7 @@ namespace {
 // packs them on the thread pool.
 class WeightLoader {
  public:
-  WeightLoader(const model::ModelFile& file, cpu::WeightType type, cpu::ThreadPool* pool)
+  WeightLoader(const model::TensorSource& file, cpu::WeightType type, cpu::ThreadPool* pool)
       : file_(file), type_(type), pool_(pool) {}
 
   // The tensor as f32 in `out`. F16 (the common checkpoint dtype) takes the SIMD conversion;
@@ -61,7 +61,7 @@ class WeightLoader {
   }
 
  private:
-  const model::ModelFile& file_;
+  const model::TensorSource& file_;
   cpu::WeightType type_;
   cpu::ThreadPool* pool_;
   std::vector<float> one_;
@@ -133,7 +133,7 @@ size_t CpuWeights::bytes() const {
   return total;
 }
 
-StatusOr<CpuWeights> LoadCpuWeights(const model::ModelFile& file, cpu::WeightType type,
+StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::WeightType type,
                                     cpu::ThreadPool* pool, bool progress) {
   const model::ModelConfig& c = file.config();
   WeightLoader loader(file, type, pool);

@@ -12,7 +12,7 @@
 namespace astr {
 
 namespace model {
-class ModelFile;
+class TensorSource;
 }  // namespace model
 
 struct CpuLayerWeights {
@@ -42,7 +42,7 @@ struct CpuWeights {
 
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
 // (LOG(INFO)) when `progress`.
-StatusOr<CpuWeights> LoadCpuWeights(const model::ModelFile& file, cpu::WeightType type,
+StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::WeightType type,
                                     cpu::ThreadPool* pool, bool progress);
 
 }  // namespace astr

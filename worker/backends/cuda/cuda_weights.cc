@@ -21,7 +21,7 @@ StatusOr<DeviceMemory> UploadBytes(const void* data, size_t bytes, const std::st
 
 class Uploader {
  public:
-  explicit Uploader(const model::ModelFile& file) : file_(file) {}
+  explicit Uploader(const model::TensorSource& file) : file_(file) {}
 
   // f32 vector on the host.
   Status Host(const std::string& name, int64_t n, std::vector<float>* out) {
@@ -50,7 +50,7 @@ class Uploader {
   }
 
  private:
-  const model::ModelFile& file_;
+  const model::TensorSource& file_;
   std::vector<float> one_;
   std::vector<uint16_t> bf16_;
 };
@@ -103,7 +103,7 @@ size_t CudaWeights::bytes() const {
   return total;
 }
 
-StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progress) {
+StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress) {
   const model::ModelConfig& c = file.config();
   Uploader up(file);
   CudaWeights w;

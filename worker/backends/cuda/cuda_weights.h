@@ -11,7 +11,7 @@
 
 namespace astr {
 namespace model {
-class ModelFile;
+class TensorSource;
 }  // namespace model
 }  // namespace astr
 
@@ -44,6 +44,6 @@ struct CudaWeights {
 };
 
 // Reads, converts (to bf16 on the host) and uploads every weight; logs progress (INFO) when asked.
-StatusOr<CudaWeights> LoadCudaWeights(const model::ModelFile& file, bool progress);
+StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress);
 
 }  // namespace astr::cuda

@@ -1,0 +1,562 @@
+#include "scheduler/front/admin_service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/grpc/grpc_status.h"
+
+namespace astr::front {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Buckets are forwarded as they come; a worker's queue holds at most this many, so the scheduler
+// holds at most this many buckets per worker (plus the one being read).
+constexpr size_t kForwardQueue = 2;
+// Largest message on the worker channels: a bucket (the worker accepts 256 MiB).
+constexpr int kMaxWorkerMessageBytes = 256 << 20;
+constexpr auto kControlTimeout = std::chrono::seconds(30);
+constexpr auto kChecksumTimeout = std::chrono::seconds(120);
+
+std::chrono::system_clock::time_point In(std::chrono::seconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+grpc::Status Error(grpc::StatusCode code, std::string message) {
+  return grpc::Status(code, std::move(message));
+}
+
+grpc::Status WithWorker(const std::string& address, const grpc::Status& s) {
+  return grpc::Status(s.error_code(), "worker " + address + ": " + s.error_message());
+}
+
+bool ConstantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// One worker's StageWeights stream, written by its own thread from a bounded queue.
+class Forwarder {
+ public:
+  Forwarder(std::string address, std::unique_ptr<v1::Worker::Stub> stub)
+      : address_(std::move(address)), stub_(std::move(stub)) {
+    writer_ = stub_->StageWeights(&context_, &response_);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Forwarder() {
+    Close();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Queues a message; blocks while the queue is full. False once this worker's stream failed.
+  bool Push(std::shared_ptr<const v1::UpdateWeightsRequest> message) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_.wait(lock, [this] { return queue_.size() < kForwardQueue || failed_; });
+    if (failed_) return false;
+    queue_.push_back(std::move(message));
+    ready_.notify_one();
+    return true;
+  }
+  // No more messages: the stream is half-closed once the queue is written.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    ready_.notify_one();
+  }
+  void Cancel() { context_.TryCancel(); }
+  // Waits for the worker's answer.
+  grpc::Status Finish() {
+    Close();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  const std::string& address() const { return address_; }
+  const v1::StageWeightsResponse& response() const { return response_; }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
+ private:
+  void Run() {
+    bool ok = true;
+    while (true) {
+      std::shared_ptr<const v1::UpdateWeightsRequest> message;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
+        if (queue_.empty()) break;
+        message = std::move(queue_.front());
+        queue_.pop_front();
+        space_.notify_one();
+      }
+      if (!writer_->Write(*message)) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) writer_->WritesDone();
+    status_ = writer_->Finish();
+    if (ok && status_.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+    queue_.clear();
+    space_.notify_all();
+  }
+
+  const std::string address_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+  grpc::ClientContext context_;
+  v1::StageWeightsResponse response_;
+  std::unique_ptr<grpc::ClientWriter<v1::UpdateWeightsRequest>> writer_;
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<std::shared_ptr<const v1::UpdateWeightsRequest>> queue_;
+  bool closed_ = false;
+  bool failed_ = false;
+  grpc::Status status_;
+  std::thread thread_;
+};
+
+v1::PauseMode ToProto(sched::PauseMode mode) {
+  switch (mode) {
+    case sched::PauseMode::kAbort:
+      return v1::PAUSE_MODE_ABORT;
+    case sched::PauseMode::kDrain:
+      return v1::PAUSE_MODE_DRAIN;
+    case sched::PauseMode::kKeep:
+      return v1::PAUSE_MODE_KEEP;
+    case sched::PauseMode::kNone:
+      break;
+  }
+  return v1::PAUSE_MODE_UNSPECIFIED;
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadAdminToken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("--admin-token-file: cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token = ss.str();
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!token.empty() && space(token.back())) token.pop_back();
+  size_t begin = 0;
+  while (begin < token.size() && space(token[begin])) ++begin;
+  token.erase(0, begin);
+  if (token.empty()) return InvalidArgumentError("--admin-token-file: " + path + " is empty");
+  return token;
+}
+
+AdminService::AdminService(sched::Scheduler* scheduler, std::string token)
+    : scheduler_(scheduler), token_(std::move(token)) {}
+
+AdminService::~AdminService() = default;
+
+grpc::Status AdminService::Authorize(grpc::ServerContext* context) const {
+  if (token_.empty()) {
+    return Error(grpc::StatusCode::PERMISSION_DENIED,
+                 "admin calls are refused: the scheduler was started without --admin-token-file");
+  }
+  const auto& md = context->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "admin calls need `authorization: Bearer <token>` metadata (the token of "
+                 "--admin-token-file)");
+  }
+  const std::string value(it->second.data(), it->second.size());
+  const std::string prefix = "Bearer ";
+  if (value.compare(0, prefix.size(), prefix) != 0) {
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "authorization metadata must be `Bearer <token>`");
+  }
+  if (!ConstantTimeEqual(value.substr(prefix.size()), token_)) {
+    return Error(grpc::StatusCode::PERMISSION_DENIED, "wrong admin token");
+  }
+  return grpc::Status::OK;
+}
+
+std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address) {
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  auto& channel = channels_[address];
+  if (channel == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(kMaxWorkerMessageBytes);
+    args.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
+    // Its own connection, beside the step stream's, so a push never delays a step's messages.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return v1::Worker::NewStub(channel);
+}
+
+void AdminService::Discard(const std::vector<Staged>& staged) {
+  for (const Staged& s : staged) {
+    grpc::ClientContext context;
+    context.set_deadline(In(kControlTimeout));
+    v1::ControlWeightsRequest request;
+    request.set_action(v1::ControlWeightsRequest::DISCARD);
+    request.set_staged_id(s.staged_id);
+    v1::ControlWeightsResponse response;
+    grpc::Status st = Stub(s.address)->ControlWeights(&context, request, &response);
+    if (!st.ok()) LOG(WARNING) << "worker " << s.address << ": discard: " << st.error_message();
+  }
+}
+
+grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::string& label,
+                                  v1::UpdateWeightsResponse* response) {
+  const int64_t before = scheduler_->weight_version().version;
+  auto control = [this](const Staged& s, v1::ControlWeightsRequest::Action action,
+                        int64_t version) {
+    grpc::ClientContext context;
+    context.set_deadline(In(kControlTimeout));
+    v1::ControlWeightsRequest request;
+    request.set_action(action);
+    request.set_staged_id(s.staged_id);
+    request.set_version(version);
+    v1::ControlWeightsResponse answer;
+    return Stub(s.address)->ControlWeights(&context, request, &answer);
+  };
+  grpc::Status failure;
+  auto apply = [&](int64_t version) -> Status {
+    size_t applied = 0;
+    for (; applied < staged.size(); ++applied) {
+      failure = control(staged[applied], v1::ControlWeightsRequest::APPLY, version);
+      if (!failure.ok()) break;
+    }
+    if (applied == staged.size()) return OkStatus();
+    failure = WithWorker(staged[applied].address, failure);
+    // Every worker returns to the served version: the ones that switched switch back, the rest
+    // drop their stage.
+    for (size_t i = 0; i < applied; ++i) {
+      grpc::Status back = control(staged[i], v1::ControlWeightsRequest::ROLLBACK, before);
+      if (!back.ok()) {
+        LOG(ERROR) << "worker " << staged[i].address << ": rollback failed: "
+                   << back.error_message();
+      }
+    }
+    Discard(std::vector<Staged>(staged.begin() + static_cast<std::ptrdiff_t>(applied),
+                                staged.end()));
+    return UnavailableError(failure.error_message());
+  };
+  auto committed = scheduler_->CommitWeights(apply, label);
+  if (!committed.ok()) {
+    const grpc::StatusCode code =
+        failure.ok() ? static_cast<grpc::StatusCode>(committed.status().code())
+                     : failure.error_code();
+    return Error(code, std::string(committed.status().message()) + "; version " +
+                           std::to_string(before) + " still serving");
+  }
+  for (const Staged& s : staged) {
+    grpc::Status st = control(s, v1::ControlWeightsRequest::FINISH, committed->version);
+    if (!st.ok()) LOG(WARNING) << "worker " << s.address << ": finish: " << st.error_message();
+  }
+  response->set_version(committed->version);
+  response->set_label(label);
+  response->set_commit_ns(committed->commit_ns);
+  response->set_recomputed(committed->recomputed);
+  response->set_reused(committed->reused);
+  response->set_workers(static_cast<int32_t>(staged.size()));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::UpdateWeights(grpc::ServerContext* context,
+                                         grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
+                                         v1::UpdateWeightsResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  std::unique_lock<std::mutex> one(update_mu_, std::try_to_lock);
+  if (!one.owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, "another weight update is in progress");
+  }
+  const auto start = Clock::now();
+  const int64_t served = scheduler_->weight_version().version;
+  const std::string still = "; version " + std::to_string(served) + " still serving";
+  auto first = std::make_shared<v1::UpdateWeightsRequest>();
+  if (!reader->Read(first.get())) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "the update stream carried no message");
+  }
+  if (!first->has_manifest() || first->manifest().tensors().empty()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "manifest: the first message must carry a manifest with at least one tensor");
+  }
+  const std::string label = first->manifest().label();
+  const int32_t tensors = first->manifest().tensors_size();
+  const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
+  if (addresses.empty()) {
+    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
+  }
+  std::vector<std::unique_ptr<Forwarder>> forwarders;
+  for (const std::string& address : addresses) {
+    forwarders.push_back(std::make_unique<Forwarder>(address, Stub(address)));
+  }
+  int64_t bytes = 0;
+  bool worker_failed = false;
+  std::shared_ptr<const v1::UpdateWeightsRequest> message = std::move(first);
+  while (message != nullptr) {
+    for (const v1::WeightChunk& c : message->chunks()) bytes += static_cast<int64_t>(c.data().size());
+    for (auto& f : forwarders) worker_failed |= !f->Push(message);
+    if (worker_failed) break;
+    auto next = std::make_shared<v1::UpdateWeightsRequest>();
+    if (!reader->Read(next.get())) break;
+    if (next->has_manifest()) {
+      for (auto& f : forwarders) f->Cancel();
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "manifest: only the first message may carry one" + still);
+    }
+    message = std::move(next);
+  }
+  if (!worker_failed && context->IsCancelled()) {
+    for (auto& f : forwarders) f->Cancel();
+    LOG(WARNING) << "weights: the update stream was cancelled after " << bytes << " bytes"
+                 << still;
+    return Error(grpc::StatusCode::CANCELLED,
+                 "the update stream was cancelled after " + std::to_string(bytes) + " bytes" +
+                     still);
+  }
+  if (worker_failed) {
+    for (auto& f : forwarders) {
+      if (!f->failed()) f->Cancel();
+    }
+  }
+  std::vector<Staged> staged;
+  grpc::Status failure;
+  for (auto& f : forwarders) {
+    grpc::Status s = f->Finish();
+    if (s.ok()) {
+      staged.push_back({f->address(), f->response().staged_id()});
+    } else if (failure.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
+      failure = WithWorker(f->address(), s);
+    }
+  }
+  if (failure.ok() && staged.size() != forwarders.size()) {
+    failure = Error(grpc::StatusCode::ABORTED, "a worker's stage was cancelled");
+  }
+  if (!failure.ok()) {
+    Discard(staged);
+    LOG(WARNING) << "weights: update refused: " << failure.error_message() << still;
+    return Error(failure.error_code(), failure.error_message() + still);
+  }
+  response->set_tensors(tensors);
+  response->set_bytes(bytes);
+  response->set_stage_ns(Nanos(Clock::now() - start));
+  return Commit(staged, label, response);
+}
+
+grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
+                                                 const v1::UpdateWeightsFromDiskRequest* request,
+                                                 v1::UpdateWeightsResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  if (request->path().empty()) return Error(grpc::StatusCode::INVALID_ARGUMENT, "path: empty");
+  std::unique_lock<std::mutex> one(update_mu_, std::try_to_lock);
+  if (!one.owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, "another weight update is in progress");
+  }
+  const auto start = Clock::now();
+  const int64_t served = scheduler_->weight_version().version;
+  const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
+  if (addresses.empty()) {
+    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
+  }
+  // Every worker reads and builds at once.
+  std::vector<grpc::Status> statuses(addresses.size());
+  std::vector<v1::StageWeightsResponse> answers(addresses.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      statuses[i] = Stub(addresses[i])->StageWeightsFromDisk(&ctx, *request, &answers[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<Staged> staged;
+  grpc::Status failure;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (statuses[i].ok()) {
+      staged.push_back({addresses[i], answers[i].staged_id()});
+    } else if (failure.ok()) {
+      failure = WithWorker(addresses[i], statuses[i]);
+    }
+  }
+  if (!failure.ok()) {
+    Discard(staged);
+    return Error(failure.error_code(), failure.error_message() + "; version " +
+                                           std::to_string(served) + " still serving");
+  }
+  response->set_tensors(answers[0].tensors());
+  response->set_bytes(answers[0].bytes());
+  response->set_stage_ns(Nanos(Clock::now() - start));
+  return Commit(staged, request->label(), response);
+}
+
+grpc::Status AdminService::NeedsCuda(const char* what) const {
+  std::string backends;
+  bool cuda = false;
+  for (const v1::InfoResponse& info : scheduler_->WorkerInfos()) {
+    if (!backends.empty()) backends += ", ";
+    backends += info.backend();
+    cuda |= info.backend() == "cuda";
+  }
+  if (!cuda) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 std::string(what) + " needs workers on the cuda backend; these run " + backends +
+                     " (use UpdateWeights or UpdateWeightsFromDisk)");
+  }
+  return Error(grpc::StatusCode::UNIMPLEMENTED,
+               std::string(what) + " is not built yet in the cuda backend (docs/rl.md)");
+}
+
+grpc::Status AdminService::InitWeightUpdateGroup(grpc::ServerContext* context,
+                                                 const v1::InitWeightUpdateGroupRequest*,
+                                                 v1::InitWeightUpdateGroupResponse*) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return NeedsCuda("an NCCL weight-update group");
+}
+
+grpc::Status AdminService::UpdateWeightsFromDistributed(
+    grpc::ServerContext* context, const v1::UpdateWeightsFromDistributedRequest*,
+    v1::UpdateWeightsResponse*) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return NeedsCuda("an NCCL weight update");
+}
+
+grpc::Status AdminService::DestroyWeightUpdateGroup(grpc::ServerContext* context,
+                                                    const v1::DestroyWeightUpdateGroupRequest*,
+                                                    v1::DestroyWeightUpdateGroupResponse*) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return NeedsCuda("an NCCL weight-update group");
+}
+
+grpc::Status AdminService::ReleaseMemory(grpc::ServerContext* context,
+                                         const v1::ReleaseMemoryRequest*,
+                                         v1::ReleaseMemoryResponse*) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return NeedsCuda("releasing device memory");
+}
+
+grpc::Status AdminService::ResumeMemory(grpc::ServerContext* context,
+                                        const v1::ResumeMemoryRequest*,
+                                        v1::ResumeMemoryResponse*) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return NeedsCuda("resuming device memory");
+}
+
+grpc::Status AdminService::GetWeightVersion(grpc::ServerContext* context,
+                                            const v1::GetWeightVersionRequest*,
+                                            v1::GetWeightVersionResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  const sched::WeightVersionInfo v = scheduler_->weight_version();
+  response->set_version(v.version);
+  response->set_label(v.label);
+  response->set_committed_unix_ns(v.committed_unix_ns);
+  response->set_paused(ToProto(v.paused));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::GetWeightsChecksum(grpc::ServerContext* context,
+                                              const v1::GetWeightsChecksumRequest* request,
+                                              v1::GetWeightsChecksumResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
+  if (addresses.empty()) return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up");
+  std::vector<v1::GetWeightsChecksumResponse> answers(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(kChecksumTimeout));
+    grpc::Status s = Stub(addresses[i])->WeightsChecksum(&ctx, *request, &answers[i]);
+    if (!s.ok()) return WithWorker(addresses[i], s);
+  }
+  *response = answers[0];
+  for (int t = 0; t < response->tensors_size(); ++t) {
+    v1::TensorChecksum* c = response->mutable_tensors(t);
+    bool same = true;
+    for (const auto& a : answers) {
+      same &= a.tensors_size() == response->tensors_size() &&
+              a.tensors(t).xxh64() == c->xxh64() && a.tensors(t).source() == c->source();
+    }
+    c->set_consistent(same);
+    if (!same) {
+      for (const auto& a : answers) {
+        c->add_per_worker(t < a.tensors_size() ? a.tensors(t).xxh64() : 0);
+      }
+    }
+  }
+  for (const auto& a : answers) {
+    if (a.version() != response->version()) {
+      LOG(WARNING) << "checksum: workers report versions " << a.version() << " and "
+                   << response->version();
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Pause(grpc::ServerContext* context, const v1::PauseRequest* request,
+                                 v1::PauseResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  sched::PauseMode mode;
+  switch (request->mode()) {
+    case v1::PAUSE_MODE_ABORT:
+      mode = sched::PauseMode::kAbort;
+      break;
+    case v1::PAUSE_MODE_DRAIN:
+      mode = sched::PauseMode::kDrain;
+      break;
+    case v1::PAUSE_MODE_KEEP:
+      mode = sched::PauseMode::kKeep;
+      break;
+    default:
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "mode: expected PAUSE_MODE_ABORT, PAUSE_MODE_DRAIN or PAUSE_MODE_KEEP");
+  }
+  const auto now_sys = std::chrono::system_clock::now();
+  const auto left = context->deadline() - now_sys;
+  const Clock::time_point deadline =
+      context->deadline() == std::chrono::system_clock::time_point::max() ||
+              left > std::chrono::hours(24 * 365)
+          ? Clock::time_point::max()
+          : Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+  auto result = scheduler_->Pause(mode, deadline);
+  if (!result.ok()) return rpc::ToGrpcStatus(result.status());
+  response->set_mode(request->mode());
+  response->set_aborted(result->aborted);
+  response->set_frozen(result->frozen);
+  response->set_drained(result->drained);
+  response->set_queued(result->queued);
+  for (const std::string& id : result->request_ids) response->add_request_ids(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Resume(grpc::ServerContext* context, const v1::ResumeRequest*,
+                                  v1::ResumeResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  const sched::ResumeResult r = scheduler_->Resume();
+  response->set_was_paused(r.was_paused);
+  response->set_paused_ns(r.paused_ns);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::FlushCache(grpc::ServerContext* context, const v1::FlushCacheRequest*,
+                                      v1::FlushCacheResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  const bool paused = scheduler_->weight_version().paused != sched::PauseMode::kNone;
+  const int64_t running = scheduler_->Stats().running_requests();
+  if (!paused && running > 0) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 std::to_string(running) +
+                     " requests are running: Pause generation first (their KV may be cached)");
+  }
+  // No prefix cache yet: every page belongs to a live sequence, none is cached for reuse.
+  response->set_pages_freed(0);
+  return grpc::Status::OK;
+}
+
+}  // namespace astr::front

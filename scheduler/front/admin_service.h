@@ -1,0 +1,93 @@
+// astr.v1.Admin (protos/astr/v1/admin.proto, docs/rl.md): the trainer's and operator's control
+// plane, on its own port. Every call needs `authorization: Bearer <token>` metadata equal to the
+// token of --admin-token-file; without a token file every call is refused.
+//
+// A weight update runs in three phases: stage (the manifest and each bucket of chunks are
+// forwarded to every worker that is up as they arrive, through one bounded queue per worker, so
+// the scheduler never holds more than a few buckets; each worker checks and builds the new
+// weights beside the served ones), commit (the scheduler loop stops at a step boundary of every
+// worker and each worker switches; if one cannot, the others switch back), finish (the old
+// weights are dropped). Any failure before the commit leaves every worker on the served version.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "astr/v1/admin.grpc.pb.h"
+#include "astr/v1/worker.grpc.pb.h"
+#include "scheduler/scheduler.h"
+
+namespace astr::front {
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  // `token` empty: every call is refused (PERMISSION_DENIED naming --admin-token-file).
+  AdminService(sched::Scheduler* scheduler, std::string token);
+  ~AdminService() override;
+
+  grpc::Status UpdateWeights(grpc::ServerContext* context,
+                             grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
+                             v1::UpdateWeightsResponse* response) override;
+  grpc::Status UpdateWeightsFromDisk(grpc::ServerContext* context,
+                                     const v1::UpdateWeightsFromDiskRequest* request,
+                                     v1::UpdateWeightsResponse* response) override;
+  grpc::Status InitWeightUpdateGroup(grpc::ServerContext* context,
+                                     const v1::InitWeightUpdateGroupRequest* request,
+                                     v1::InitWeightUpdateGroupResponse* response) override;
+  grpc::Status UpdateWeightsFromDistributed(grpc::ServerContext* context,
+                                            const v1::UpdateWeightsFromDistributedRequest* request,
+                                            v1::UpdateWeightsResponse* response) override;
+  grpc::Status DestroyWeightUpdateGroup(grpc::ServerContext* context,
+                                        const v1::DestroyWeightUpdateGroupRequest* request,
+                                        v1::DestroyWeightUpdateGroupResponse* response) override;
+  grpc::Status GetWeightVersion(grpc::ServerContext* context,
+                                const v1::GetWeightVersionRequest* request,
+                                v1::GetWeightVersionResponse* response) override;
+  grpc::Status GetWeightsChecksum(grpc::ServerContext* context,
+                                  const v1::GetWeightsChecksumRequest* request,
+                                  v1::GetWeightsChecksumResponse* response) override;
+  grpc::Status Pause(grpc::ServerContext* context, const v1::PauseRequest* request,
+                     v1::PauseResponse* response) override;
+  grpc::Status Resume(grpc::ServerContext* context, const v1::ResumeRequest* request,
+                      v1::ResumeResponse* response) override;
+  grpc::Status FlushCache(grpc::ServerContext* context, const v1::FlushCacheRequest* request,
+                          v1::FlushCacheResponse* response) override;
+  grpc::Status ReleaseMemory(grpc::ServerContext* context, const v1::ReleaseMemoryRequest* request,
+                             v1::ReleaseMemoryResponse* response) override;
+  grpc::Status ResumeMemory(grpc::ServerContext* context, const v1::ResumeMemoryRequest* request,
+                            v1::ResumeMemoryResponse* response) override;
+
+ private:
+  struct Staged {
+    std::string address;
+    uint64_t staged_id = 0;
+  };
+
+  grpc::Status Authorize(grpc::ServerContext* context) const;
+  std::unique_ptr<v1::Worker::Stub> Stub(const std::string& address);
+  // Commits the staged update on every worker of `staged` (scheduler loop boundary), then
+  // finishes it; fills the commit fields of `response`.
+  grpc::Status Commit(const std::vector<Staged>& staged, const std::string& label,
+                      v1::UpdateWeightsResponse* response);
+  // Drops staged updates (best effort, after a failure).
+  void Discard(const std::vector<Staged>& staged);
+  // The reason the GPU-only verbs cannot run here.
+  grpc::Status NeedsCuda(const char* what) const;
+
+  sched::Scheduler* const scheduler_;
+  const std::string token_;
+  std::mutex update_mu_;  // one weight update at a time
+  std::mutex channels_mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+};
+
+// Reads the bearer token of --admin-token-file: the file's content without surrounding
+// whitespace. Errors name the flag and the file; an empty token is an error.
+StatusOr<std::string> ReadAdminToken(const std::string& path);
+
+}  // namespace astr::front

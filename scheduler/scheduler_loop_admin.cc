@@ -1,0 +1,247 @@
+// The loop's admin operations (docs/rl.md): pausing generation in one of three modes, resuming,
+// and committing new weights at a step boundary of every worker.
+#include <algorithm>
+#include <chrono>
+
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "scheduler/scheduler_loop.h"
+
+namespace astr::sched {
+namespace {
+
+const char* PauseModeName(PauseMode mode) {
+  switch (mode) {
+    case PauseMode::kNone:
+      return "none";
+    case PauseMode::kAbort:
+      return "abort";
+    case PauseMode::kDrain:
+      return "drain";
+    case PauseMode::kKeep:
+      return "keep";
+  }
+  return "?";
+}
+
+int64_t UnixNanosNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void SchedulerLoop::AdminOp::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  cv.notify_all();
+}
+
+bool SchedulerLoop::AdminOp::Wait(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu);
+  return cv.wait_until(lock, deadline, [this] { return finished; });
+}
+
+// ---- Client-thread side.
+
+StatusOr<PauseResult> SchedulerLoop::Pause(PauseMode mode, Clock::time_point deadline) {
+  if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
+  auto op = std::make_shared<AdminOp>();
+  op->mode = mode;
+  PushCommand(Command{.kind = Command::Kind::kPause, .admin = op});
+  if (!op->Wait(deadline)) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "deadline passed while running requests drained; generation stays paused "
+                  "(drain mode) until Resume");
+  }
+  if (!op->status.ok()) return op->status;
+  return op->pause;
+}
+
+ResumeResult SchedulerLoop::Resume() {
+  auto op = std::make_shared<AdminOp>();
+  PushCommand(Command{.kind = Command::Kind::kResume, .admin = op});
+  op->Wait(Clock::time_point::max());
+  return op->resume;
+}
+
+StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t)> apply,
+                                                    std::string label) {
+  std::lock_guard<std::mutex> one(commit_mu_);
+  auto op = std::make_shared<AdminOp>();
+  op->apply = std::move(apply);
+  op->label = std::move(label);
+  PushCommand(Command{.kind = Command::Kind::kCommit, .admin = op});
+  op->Wait(Clock::time_point::max());
+  if (!op->status.ok()) return op->status;
+  return op->commit;
+}
+
+WeightVersionInfo SchedulerLoop::weight_version() const {
+  WeightVersionInfo info;
+  info.version = weight_version_.load(std::memory_order_acquire);
+  info.committed_unix_ns = committed_unix_ns_.load(std::memory_order_relaxed);
+  info.paused = static_cast<PauseMode>(stat_pause_mode_.load(std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(mu_);
+  info.label = weight_label_;
+  return info;
+}
+
+std::vector<std::string> SchedulerLoop::UpWorkerAddresses() const {
+  std::vector<std::string> out;
+  for (const auto& w : workers_) {
+    if (w->stat_up.load(std::memory_order_relaxed)) out.push_back(w->conn->address());
+  }
+  return out;
+}
+
+// ---- Loop side.
+
+bool SchedulerLoop::HoldSteps() const {
+  return pending_commit_ != nullptr || pause_mode_ == PauseMode::kAbort ||
+         pause_mode_ == PauseMode::kKeep;
+}
+
+std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
+  std::vector<RequestState*> out;
+  for (const auto& [key, r] : requests_) {
+    if (r->scheduled && !r->closed) out.push_back(r.get());
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RequestState* a, const RequestState* b) { return a->key < b->key; });
+  return out;
+}
+
+void SchedulerLoop::ApplyAdmin(Command& command, Clock::time_point now) {
+  AdminOp* op = command.admin.get();
+  switch (command.kind) {
+    case Command::Kind::kPause:
+      ApplyPause(op, now);
+      if (op->mode == PauseMode::kDrain && !op->finished) drain_waiters_.push_back(command.admin);
+      break;
+    case Command::Kind::kResume:
+      ApplyResume(op, now);
+      break;
+    case Command::Kind::kCommit:
+      if (pending_commit_ != nullptr) {
+        op->status = AbortedError("another weight commit is pending");
+        op->Finish();
+        break;
+      }
+      pending_commit_ = command.admin;
+      break;
+    default:
+      break;
+  }
+}
+
+void SchedulerLoop::ApplyPause(AdminOp* op, Clock::time_point now) {
+  const std::vector<RequestState*> started = StartedRequests();
+  PauseResult& result = op->pause;
+  result.mode = op->mode;
+  if (pause_mode_ == PauseMode::kNone) paused_since_ = now;
+  pause_mode_ = op->mode;
+  stat_pause_mode_.store(static_cast<int>(op->mode), std::memory_order_relaxed);
+  for (auto& w : workers_) w->planner.set_hold_new_requests(op->mode == PauseMode::kDrain);
+  switch (op->mode) {
+    case PauseMode::kAbort:
+      for (RequestState* r : started) {
+        result.request_ids.push_back(r->req.request_id);
+        for (auto& seq : r->samples) {
+          if (seq->state != Sequence::State::kDone && !r->closed) {
+            FinishSequence(seq.get(), v1::FINISH_REASON_ABORT, -1, now);
+          }
+        }
+      }
+      result.aborted = static_cast<int32_t>(started.size());
+      break;
+    case PauseMode::kKeep:
+      for (RequestState* r : started) result.request_ids.push_back(r->req.request_id);
+      result.frozen = static_cast<int32_t>(started.size());
+      break;
+    case PauseMode::kDrain:
+      op->drain_target = static_cast<int32_t>(started.size());
+      break;
+    case PauseMode::kNone:
+      break;
+  }
+  for (const auto& [key, r] : requests_) {
+    if (!r->scheduled && !r->closed) ++result.queued;
+  }
+  LOG(INFO) << "generation paused (" << PauseModeName(op->mode) << "): " << started.size()
+            << " started requests " << (op->mode == PauseMode::kAbort  ? "aborted"
+                                        : op->mode == PauseMode::kKeep ? "frozen"
+                                                                       : "finishing")
+            << ", " << result.queued << " queued";
+  if (op->mode != PauseMode::kDrain || started.empty()) op->Finish();
+}
+
+void SchedulerLoop::ApplyResume(AdminOp* op, Clock::time_point now) {
+  op->resume.was_paused = pause_mode_ != PauseMode::kNone;
+  if (op->resume.was_paused) op->resume.paused_ns = Nanos(now - paused_since_);
+  pause_mode_ = PauseMode::kNone;
+  stat_pause_mode_.store(0, std::memory_order_relaxed);
+  for (auto& w : workers_) w->planner.set_hold_new_requests(false);
+  for (auto& waiter : drain_waiters_) {
+    waiter->status = AbortedError("Resume was called before the running requests drained");
+    waiter->Finish();
+  }
+  drain_waiters_.clear();
+  if (op->resume.was_paused) {
+    LOG(INFO) << "generation resumed after " << op->resume.paused_ns / 1000000 << " ms";
+  }
+  op->Finish();
+}
+
+void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
+  if (!drain_waiters_.empty() && StartedRequests().empty()) {
+    for (auto& waiter : drain_waiters_) {
+      waiter->pause.drained = waiter->drain_target;
+      waiter->Finish();
+    }
+    drain_waiters_.clear();
+  }
+  if (pending_commit_ == nullptr) return;
+  for (const auto& w : workers_) {
+    if (w->in_flight() > 0) return;  // the boundary comes with the last answer
+  }
+  std::shared_ptr<AdminOp> op = std::move(pending_commit_);
+  pending_commit_.reset();
+  const int64_t version = weight_version_.load(std::memory_order_relaxed) + 1;
+  op->status = op->apply(version);
+  if (op->status.ok()) {
+    CommitResult& result = op->commit;
+    result.version = version;
+    // KV computed under the old weights is recomputed unless the request asked to reuse it.
+    for (auto& w : workers_) {
+      std::vector<Sequence*>& running = w->queues.running;
+      for (size_t i = running.size(); i-- > 0;) {
+        if (running[i]->request->req.reuse_kv_on_weight_update) {
+          ++result.reused;
+        } else {
+          w->queues.Requeue(i, /*count_preemption=*/false);
+          ++result.recomputed;
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      weight_label_ = op->label;
+    }
+    committed_unix_ns_.store(UnixNanosNow(), std::memory_order_relaxed);
+    weight_version_.store(version, std::memory_order_release);
+    result.commit_ns = Nanos(Clock::now() - op->requested);
+    LOG(INFO) << "weights: version " << version
+              << (op->label.empty() ? "" : " (" + op->label + ")") << " serving; "
+              << result.recomputed << " running sequences recompute, " << result.reused
+              << " keep their KV";
+  }
+  progressed_ = true;  // plans may go out again
+  op->Finish();
+  (void)now;
+}
+
+}  // namespace astr::sched

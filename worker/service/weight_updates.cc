@@ -1,0 +1,403 @@
+#include "worker/service/weight_updates.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <new>
+#include <set>
+#include <sstream>
+
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/model/model_file.h"
+#include "worker/service/executor.h"
+#include "worker/service/step_runner.h"
+
+namespace astr {
+namespace {
+
+StatusOr<model::DType> ParseUpdateDType(const std::string& name) {
+  if (name == "f32" || name == "float32" || name == "F32") return model::DType::kF32;
+  if (name == "f16" || name == "float16" || name == "F16") return model::DType::kF16;
+  if (name == "bf16" || name == "bfloat16" || name == "BF16") return model::DType::kBF16;
+  return InvalidArgumentError("dtype '" + name + "': expected f32, f16 or bf16");
+}
+
+int64_t DTypeSize(model::DType dtype) { return dtype == model::DType::kF32 ? 4 : 2; }
+
+std::string Entry(int index, const std::string& name) {
+  return "manifest.tensors[" + std::to_string(index) + "] '" + name + "'";
+}
+
+std::string Hex(uint64_t v) { return "0x" + model::ContentHashHex(v); }
+
+std::string LowerDType(model::DType dtype) {
+  std::string s(model::DTypeName(dtype));
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+WeightStager::WeightStager(const model::ModelConfig& config) : config_(config) {}
+
+Status WeightStager::Begin(const v1::WeightManifest& manifest) {
+  if (begun_) return InvalidArgumentError("manifest: only the first message may carry one");
+  begun_ = true;
+  label_ = manifest.label();
+  if (manifest.tensors().empty()) return InvalidArgumentError("manifest: no tensors");
+  std::map<std::string, std::vector<int64_t>> expected;
+  for (model::WeightSpec& w : model::ExpectedWeights(config_)) {
+    expected.emplace(std::move(w.name), std::move(w.shape));
+  }
+  std::map<std::string, int> seen;
+  for (int i = 0; i < manifest.tensors_size(); ++i) {
+    const v1::TensorSpec& spec = manifest.tensors(i);
+    const std::string canonical = model::CanonicalFromHfName(spec.name());
+    auto it = canonical.empty() ? expected.end() : expected.find(canonical);
+    if (it == expected.end()) {
+      std::string why = "not a tensor of this " + config_.architecture + " model (" +
+                        std::to_string(config_.num_layers) + " layers)";
+      if (canonical == "lm_head" && config_.tie_word_embeddings) {
+        why = "the model ties its output projection to model.embed_tokens.weight; push that";
+      }
+      return InvalidArgumentError(Entry(i, spec.name()) + ": " + why);
+    }
+    if (auto [prev, inserted] = seen.emplace(canonical, i); !inserted) {
+      return InvalidArgumentError(Entry(i, spec.name()) + ": named twice (also tensors[" +
+                                  std::to_string(prev->second) + "])");
+    }
+    auto dtype = ParseUpdateDType(spec.dtype());
+    if (!dtype.ok()) return InvalidArgumentError(Entry(i, spec.name()) + ": " +
+                                                 std::string(dtype.status().message()));
+    const std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+    if (shape != it->second) {
+      return InvalidArgumentError(Entry(i, spec.name()) + ": shape " + model::ShapeToString(shape) +
+                                  ", the served model's is " + model::ShapeToString(it->second));
+    }
+    Pending& p = pending_.emplace_back();
+    p.tensor = std::make_unique<UpdateTensor>();
+    UpdateTensor& t = *p.tensor;
+    t.hf_name = spec.name();
+    t.canonical = canonical;
+    t.dtype = *dtype;
+    t.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    t.bytes = static_cast<uint64_t>(n * DTypeSize(*dtype));
+    t.half_to_interleaved = NeedsHalfToInterleaved(config_, canonical);
+    p.has_checksum = spec.has_xxh64();
+    p.checksum = spec.xxh64();
+  }
+  return OkStatus();
+}
+
+Status WeightStager::Add(const v1::WeightChunk& chunk) {
+  if (!begun_) return InvalidArgumentError("the first message must carry the manifest");
+  if (chunk.tensor() < 0 || chunk.tensor() >= static_cast<int>(pending_.size())) {
+    return InvalidArgumentError("chunk.tensor " + std::to_string(chunk.tensor()) +
+                                " out of range [0, " + std::to_string(pending_.size()) + ")");
+  }
+  Pending& p = pending_[static_cast<size_t>(chunk.tensor())];
+  UpdateTensor& t = *p.tensor;
+  const uint64_t size = chunk.data().size();
+  if (chunk.offset() < 0 || static_cast<uint64_t>(chunk.offset()) != p.received) {
+    return InvalidArgumentError("tensor '" + t.hf_name + "': chunk at offset " +
+                                std::to_string(chunk.offset()) + ", expected " +
+                                std::to_string(p.received) + " (chunks of a tensor come in order)");
+  }
+  if (p.received + size > t.bytes) {
+    return InvalidArgumentError("tensor '" + t.hf_name + "': chunk [" +
+                                std::to_string(p.received) + ", " +
+                                std::to_string(p.received + size) + ") runs past its " +
+                                std::to_string(t.bytes) + " bytes");
+  }
+  if (t.data == nullptr) {
+    t.data.reset(new (std::nothrow) uint8_t[t.bytes]);
+    if (t.data == nullptr) {
+      return ResourceExhaustedError("tensor '" + t.hf_name + "': cannot allocate " +
+                                    std::to_string(t.bytes) + " bytes");
+    }
+  }
+  std::memcpy(t.data.get() + p.received, chunk.data().data(), size);
+  p.hasher.Update(chunk.data().data(), size);
+  p.received += size;
+  bytes_received_ += static_cast<int64_t>(size);
+  return OkStatus();
+}
+
+StatusOr<UpdateTensors> WeightStager::Finish() {
+  if (!begun_) return InvalidArgumentError("the update carried no manifest");
+  UpdateTensors out;
+  for (Pending& p : pending_) {
+    UpdateTensor& t = *p.tensor;
+    if (p.received != t.bytes) {
+      return InvalidArgumentError("tensor '" + t.hf_name + "': received " +
+                                  std::to_string(p.received) + " of its " +
+                                  std::to_string(t.bytes) + " bytes (the stream ended early)");
+    }
+    t.xxh64 = p.hasher.Digest();
+    if (p.has_checksum && t.xxh64 != p.checksum) {
+      return DataLossError("tensor '" + t.hf_name + "': xxh64 of the bytes received is " +
+                           Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
+    }
+    const std::string canonical = t.canonical;
+    out.emplace(canonical, std::shared_ptr<const UpdateTensor>(std::move(p.tensor)));
+  }
+  pending_.clear();
+  return out;
+}
+
+Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
+                      const std::string& other_path) {
+  std::ostringstream why;
+  const auto differ = [&](const char* field, const auto& x, const auto& y) {
+    if (x == y) return false;
+    why << field << " " << x << " vs " << y;
+    return true;
+  };
+  using RL = model::RopeLayout;
+  const bool d =
+      differ("architecture", a.architecture, b.architecture) ||
+      differ("vocab_size", a.vocab_size, b.vocab_size) ||
+      differ("hidden_size", a.hidden_size, b.hidden_size) ||
+      differ("intermediate_size", a.intermediate_size, b.intermediate_size) ||
+      differ("num_layers", a.num_layers, b.num_layers) ||
+      differ("num_heads", a.num_heads, b.num_heads) ||
+      differ("num_kv_heads", a.num_kv_heads, b.num_kv_heads) ||
+      differ("head_dim", a.head_dim, b.head_dim) || differ("rope_dim", a.rope_dim, b.rope_dim) ||
+      differ("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps) ||
+      differ("rope_theta", a.rope_theta, b.rope_theta) ||
+      differ("rope_layout (interleaved)", a.rope_layout == RL::kInterleaved,
+             b.rope_layout == RL::kInterleaved) ||
+      differ("rope_scaling.type", static_cast<int>(a.rope_scaling.type),
+             static_cast<int>(b.rope_scaling.type)) ||
+      differ("rope_scaling.factor", a.rope_scaling.factor, b.rope_scaling.factor) ||
+      differ("rope_scaling.low_freq_factor", a.rope_scaling.low_freq_factor,
+             b.rope_scaling.low_freq_factor) ||
+      differ("rope_scaling.high_freq_factor", a.rope_scaling.high_freq_factor,
+             b.rope_scaling.high_freq_factor) ||
+      differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
+             b.rope_scaling.original_max_position) ||
+      differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
+      differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
+      differ("gated_attention", a.gated_attention, b.gated_attention) ||
+      differ("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings) ||
+      differ("sliding_window", a.sliding_window, b.sliding_window);
+  if (!d) return OkStatus();
+  return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
+                                 " (served vs given)");
+}
+
+WeightUpdates::WeightUpdates(std::string model_path, model::ModelConfig config)
+    : config_(std::move(config)) {
+  served_.base_path = std::move(model_path);
+}
+
+WeightUpdates::~WeightUpdates() = default;
+
+bool WeightUpdates::TryBeginStaging() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (staging_) return false;
+  staging_ = true;
+  return true;
+}
+
+void WeightUpdates::EndStaging() {
+  std::lock_guard<std::mutex> lock(mu_);
+  staging_ = false;
+}
+
+int64_t WeightUpdates::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return served_.version;
+}
+
+StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(UpdateTensors tensors, int64_t bytes,
+                                                               StepRunner& runner) {
+  const auto start = std::chrono::steady_clock::now();
+  Source source;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    source.base_path = served_.base_path;
+    source.tensors = served_.tensors;
+  }
+  const int32_t count = static_cast<int32_t>(tensors.size());
+  for (auto& [name, t] : tensors) source.tensors[name] = std::move(t);
+  // The checkpoint is opened only when the update leaves some of its tensors unreplaced.
+  std::shared_ptr<const model::ModelFile> base;
+  for (const model::WeightSpec& w : model::ExpectedWeights(config_)) {
+    if (source.tensors.count(w.name) != 0) continue;
+    auto file = model::ModelFile::Open(source.base_path);
+    if (!file.ok()) {
+      return FailedPreconditionError("the update leaves tensor '" +
+                                     model::HfNameFromCanonical(w.name) +
+                                     "' as it was, but its checkpoint cannot be read again: " +
+                                     std::string(file.status().message()));
+    }
+    base = std::move(*file);
+    break;
+  }
+  WeightOverlay overlay(config_, base, source.tensors);
+  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<WeightSet> weights, runner.PrepareWeights(overlay));
+  auto staged = std::make_unique<Staged>();
+  staged->source = std::move(source);
+  staged->weights = std::move(weights);
+  v1::StageWeightsResponse response;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    staged->id = next_staged_id_++;
+    response.set_staged_id(staged->id);
+    staged_ = std::move(staged);
+  }
+  response.set_tensors(count);
+  response.set_bytes(bytes);
+  response.set_prepare_ns(NanosSince(start));
+  return response;
+}
+
+StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::string& path,
+                                                                StepRunner& runner) {
+  const auto start = std::chrono::steady_clock::now();
+  auto file = model::ModelFile::Open(path);
+  if (!file.ok()) {
+    return Status(file.status().code() == StatusCode::kNotFound ? StatusCode::kNotFound
+                                                                : StatusCode::kInvalidArgument,
+                  std::string(file.status().message()));
+  }
+  ASTR_RETURN_IF_ERROR(CheckSameModel(config_, (*file)->config(), path));
+  ASTR_RETURN_IF_ERROR((*file)->ValidateWeights());
+  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<WeightSet> weights, runner.PrepareWeights(**file));
+  auto staged = std::make_unique<Staged>();
+  staged->source.base_path = path;
+  staged->weights = std::move(weights);
+  v1::StageWeightsResponse response;
+  int64_t bytes = 0;
+  for (const model::WeightSpec& w : model::ExpectedWeights(config_)) {
+    auto raw = (*file)->Raw(w.name);
+    if (raw.ok()) bytes += static_cast<int64_t>(raw->bytes);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    staged->id = next_staged_id_++;
+    response.set_staged_id(staged->id);
+    staged_ = std::move(staged);
+  }
+  response.set_tensors(static_cast<int32_t>(model::ExpectedWeights(config_).size()));
+  response.set_bytes(bytes);
+  response.set_prepare_ns(NanosSince(start));
+  return response;
+}
+
+StatusOr<int64_t> WeightUpdates::Control(const v1::ControlWeightsRequest& request,
+                                         StepRunner& runner, WorkerExecutor& executor,
+                                         std::vector<std::unique_ptr<WeightSet>>* dropped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string id = std::to_string(request.staged_id());
+  switch (request.action()) {
+    case v1::ControlWeightsRequest::APPLY: {
+      if (staged_ == nullptr || staged_->id != request.staged_id()) {
+        return FailedPreconditionError("no staged update " + id + " to apply");
+      }
+      if (previous_ != nullptr) {
+        return FailedPreconditionError("the previous update is not finished (FINISH or ROLLBACK)");
+      }
+      if (request.version() <= served_.version) {
+        return InvalidArgumentError("version " + std::to_string(request.version()) +
+                                    " is not above the served " +
+                                    std::to_string(served_.version));
+      }
+      auto prev = std::make_unique<Staged>();
+      prev->id = staged_->id;
+      prev->source = std::move(served_);
+      prev->weights = runner.SwapWeights(std::move(staged_->weights));
+      served_ = std::move(staged_->source);
+      served_.version = request.version();
+      staged_.reset();
+      previous_ = std::move(prev);
+      executor.set_weight_version(served_.version);
+      LOG(INFO) << "weights: serving version " << served_.version;
+      return served_.version;
+    }
+    case v1::ControlWeightsRequest::ROLLBACK: {
+      if (previous_ == nullptr || previous_->id != request.staged_id()) {
+        return FailedPreconditionError("update " + id + " is not applied and unfinished");
+      }
+      dropped->push_back(runner.SwapWeights(std::move(previous_->weights)));
+      served_ = std::move(previous_->source);
+      previous_.reset();
+      executor.set_weight_version(served_.version);
+      LOG(WARNING) << "weights: rolled back to version " << served_.version;
+      return served_.version;
+    }
+    case v1::ControlWeightsRequest::FINISH: {
+      if (previous_ != nullptr && previous_->id == request.staged_id()) {
+        dropped->push_back(std::move(previous_->weights));
+        previous_.reset();
+      }
+      return served_.version;
+    }
+    case v1::ControlWeightsRequest::DISCARD: {
+      if (staged_ != nullptr && (request.staged_id() == 0 || staged_->id == request.staged_id())) {
+        dropped->push_back(std::move(staged_->weights));
+        staged_.reset();
+      }
+      return served_.version;
+    }
+    default:
+      return InvalidArgumentError("action: expected APPLY, ROLLBACK, FINISH or DISCARD");
+  }
+}
+
+Status WeightUpdates::Checksums(const v1::GetWeightsChecksumRequest& request,
+                                v1::GetWeightsChecksumResponse* response) const {
+  std::vector<std::string> names;  // canonical
+  if (request.names().empty()) {
+    for (const model::WeightSpec& w : model::ExpectedWeights(config_)) names.push_back(w.name);
+  } else {
+    std::set<std::string> expected;
+    for (const model::WeightSpec& w : model::ExpectedWeights(config_)) expected.insert(w.name);
+    for (int i = 0; i < request.names_size(); ++i) {
+      const std::string canonical = model::CanonicalFromHfName(request.names(i));
+      if (expected.count(canonical) == 0) {
+        return InvalidArgumentError("names[" + std::to_string(i) + "] '" + request.names(i) +
+                                    "': not a tensor of this model");
+      }
+      names.push_back(canonical);
+    }
+  }
+  Source served;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    served.base_path = served_.base_path;
+    served.tensors = served_.tensors;
+    served.version = served_.version;
+  }
+  response->set_version(served.version);
+  std::unique_ptr<model::ModelFile> base;
+  for (const std::string& canonical : names) {
+    v1::TensorChecksum* c = response->add_tensors();
+    c->set_name(model::HfNameFromCanonical(canonical));
+    c->set_consistent(true);
+    auto it = served.tensors.find(canonical);
+    if (it != served.tensors.end()) {
+      const UpdateTensor& t = *it->second;
+      c->set_source("pushed");
+      c->set_dtype(LowerDType(t.dtype));
+      for (int64_t d : t.shape) c->add_shape(d);
+      c->set_xxh64(t.xxh64);
+      continue;
+    }
+    if (base == nullptr) {
+      ASTR_ASSIGN_OR_RETURN(base, model::ModelFile::Open(served.base_path));
+    }
+    ASTR_ASSIGN_OR_RETURN(model::TensorView view, base->Raw(canonical));
+    c->set_source("file");
+    c->set_dtype(LowerDType(view.dtype));
+    for (int64_t d : view.shape) c->add_shape(d);
+    c->set_xxh64(model::ContentHash64(view.data, view.bytes));
+  }
+  return OkStatus();
+}
+
+}  // namespace astr

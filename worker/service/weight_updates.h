@@ -1,0 +1,120 @@
+// The worker's side of a weight update (DESIGN.md "Weights and versions", docs/rl.md): receiving
+// and checking the tensors of an update (WeightStager), building the new weights beside the
+// served ones, and switching between them when the scheduler says so (WeightUpdates).
+//
+// A worker holds at most three weight sets: the served one, a staged one (checked and built, not
+// yet served) and, between APPLY and FINISH, the previous one (for a rollback). Tensors that an
+// update does not carry keep their values: they are re-read from the checkpoint the worker serves
+// (--model, or the last UpdateWeightsFromDisk path) when a later update needs them, so that no
+// mapping of it stays open between updates.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "astr/v1/admin.pb.h"
+#include "astr/v1/worker.pb.h"
+#include "common/base/status.h"
+#include "common/model/content_hash.h"
+#include "common/model/model_config.h"
+#include "worker/backend.h"
+#include "worker/weight_overlay.h"
+
+namespace astr {
+
+class StepRunner;
+class WorkerExecutor;
+
+// Receives one update's manifest and chunks and checks them against the served model: every name
+// maps to one of its tensors, with its shape, in f32 / f16 / bf16; each tensor's chunks arrive in
+// order and fill it exactly; checksums match. Errors name the manifest entry or the tensor.
+class WeightStager {
+ public:
+  explicit WeightStager(const model::ModelConfig& config);
+
+  Status Begin(const v1::WeightManifest& manifest);
+  Status Add(const v1::WeightChunk& chunk);
+  // Every tensor complete and its checksum (when given) equal: the tensors, keyed canonically.
+  StatusOr<UpdateTensors> Finish();
+
+  int64_t bytes_received() const { return bytes_received_; }
+  const std::string& label() const { return label_; }
+
+ private:
+  struct Pending {
+    std::unique_ptr<UpdateTensor> tensor;
+    uint64_t received = 0;
+    bool has_checksum = false;
+    uint64_t checksum = 0;
+    model::ContentHasher64 hasher;
+  };
+
+  const model::ModelConfig& config_;
+  std::vector<Pending> pending_;
+  std::string label_;
+  int64_t bytes_received_ = 0;
+  bool begun_ = false;
+};
+
+// The config fields that decide what a checkpoint computes; the first that differs between the
+// served model and `other` is a FAILED_PRECONDITION naming it and both values.
+Status CheckSameModel(const model::ModelConfig& served, const model::ModelConfig& other,
+                      const std::string& other_path);
+
+class WeightUpdates {
+ public:
+  // `model_path`: the checkpoint the worker loaded (--model); `config`: its config.
+  WeightUpdates(std::string model_path, model::ModelConfig config);
+  ~WeightUpdates();
+
+  const model::ModelConfig& config() const { return config_; }
+
+  // One staging at a time: false when another one is under way (the caller refuses the call).
+  bool TryBeginStaging();
+  void EndStaging();
+
+  // Builds the weights of a received update (tensors over the served ones) with `runner`; replaces
+  // an unapplied staged update. Runs beside the steps.
+  StatusOr<v1::StageWeightsResponse> StageTensors(UpdateTensors tensors, int64_t bytes,
+                                                  StepRunner& runner);
+  // Builds the weights of the checkpoint at `path` (same model, CheckSameModel).
+  StatusOr<v1::StageWeightsResponse> StageFromDisk(const std::string& path, StepRunner& runner);
+
+  // APPLY / ROLLBACK / FINISH / DISCARD (worker.proto). The caller holds the step lock (no step
+  // runs) for APPLY and ROLLBACK. Returns the version served afterwards. Weights dropped by FINISH
+  // or DISCARD are handed to `dropped` so the caller frees them outside its lock.
+  StatusOr<int64_t> Control(const v1::ControlWeightsRequest& request, StepRunner& runner,
+                            WorkerExecutor& executor, std::vector<std::unique_ptr<WeightSet>>* dropped);
+
+  // XXH64 of the named tensors (Hugging Face names; all of the model's when empty).
+  Status Checksums(const v1::GetWeightsChecksumRequest& request,
+                   v1::GetWeightsChecksumResponse* response) const;
+
+  int64_t version() const;
+
+ private:
+  // What the served (or a staged, or the previous) weights were made of.
+  struct Source {
+    std::string base_path;  // checkpoint under the update tensors
+    UpdateTensors tensors;
+    int64_t version = 0;
+  };
+  struct Staged {
+    uint64_t id = 0;
+    Source source;
+    std::unique_ptr<WeightSet> weights;
+  };
+
+  const model::ModelConfig config_;
+  mutable std::mutex mu_;  // guards everything below (never held across a build)
+  Source served_;
+  std::unique_ptr<Staged> staged_;
+  std::unique_ptr<Staged> previous_;  // after APPLY, until FINISH or ROLLBACK
+  uint64_t next_staged_id_ = 1;
+  bool staging_ = false;
+};
+
+}  // namespace astr

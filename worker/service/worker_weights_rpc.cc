@@ -1,0 +1,106 @@
+// The weight-update calls of astr.v1.Worker (worker.proto): staging runs on the calling thread
+// beside the step stream; ControlWeights APPLY / ROLLBACK take the step lock, so that the served
+// weights change between two steps.
+#include "common/base/logging.h"
+#include "common/grpc/grpc_status.h"
+#include "worker/service/worker_service.h"
+
+namespace astr {
+namespace {
+
+grpc::Status NoUpdates() {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this worker cannot update its weights");
+}
+
+grpc::Status Busy() {
+  return grpc::Status(grpc::StatusCode::ABORTED,
+                      "another weight update is being staged on this worker");
+}
+
+// Releases the staging slot however the call ends.
+struct StagingLease {
+  WeightUpdates* updates;
+  ~StagingLease() { updates->EndStaging(); }
+};
+
+}  // namespace
+
+grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
+                                         grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
+                                         v1::StageWeightsResponse* response) {
+  if (updates_ == nullptr) return NoUpdates();
+  if (!updates_->TryBeginStaging()) return Busy();
+  StagingLease lease{updates_.get()};
+  WeightStager stager(updates_->config());
+  v1::UpdateWeightsRequest message;
+  bool first = true;
+  while (reader->Read(&message)) {
+    if (first) {
+      first = false;
+      if (!message.has_manifest()) {
+        return rpc::ToGrpcStatus(
+            InvalidArgumentError("manifest: the first message must carry the manifest"));
+      }
+      if (Status s = stager.Begin(message.manifest()); !s.ok()) return rpc::ToGrpcStatus(s);
+    } else if (message.has_manifest()) {
+      return rpc::ToGrpcStatus(InvalidArgumentError("manifest: only the first message carries it"));
+    }
+    for (const v1::WeightChunk& chunk : message.chunks()) {
+      if (Status s = stager.Add(chunk); !s.ok()) return rpc::ToGrpcStatus(s);
+    }
+  }
+  if (context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the update stream was cancelled");
+  }
+  auto tensors = stager.Finish();
+  if (!tensors.ok()) return rpc::ToGrpcStatus(tensors.status());
+  auto staged =
+      updates_->StageTensors(std::move(*tensors), stager.bytes_received(),
+                             executor_->mutable_runner());
+  if (!staged.ok()) return rpc::ToGrpcStatus(staged.status());
+  *response = *staged;
+  LOG(INFO) << "weights: staged update " << response->staged_id() << " (" << response->tensors()
+            << " tensors, " << response->bytes() << " bytes)";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::StageWeightsFromDisk(grpc::ServerContext* /*context*/,
+                                                 const v1::UpdateWeightsFromDiskRequest* request,
+                                                 v1::StageWeightsResponse* response) {
+  if (updates_ == nullptr) return NoUpdates();
+  if (request->path().empty()) {
+    return rpc::ToGrpcStatus(InvalidArgumentError("path: empty"));
+  }
+  if (!updates_->TryBeginStaging()) return Busy();
+  StagingLease lease{updates_.get()};
+  auto staged = updates_->StageFromDisk(request->path(), executor_->mutable_runner());
+  if (!staged.ok()) return rpc::ToGrpcStatus(staged.status());
+  *response = *staged;
+  LOG(INFO) << "weights: staged update " << response->staged_id() << " from " << request->path();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::ControlWeights(grpc::ServerContext* /*context*/,
+                                           const v1::ControlWeightsRequest* request,
+                                           v1::ControlWeightsResponse* response) {
+  if (updates_ == nullptr) return NoUpdates();
+  std::vector<std::unique_ptr<WeightSet>> dropped;
+  StatusOr<int64_t> version = 0;
+  {
+    std::lock_guard<std::mutex> exec(exec_mu_);
+    version = updates_->Control(*request, executor_->mutable_runner(), *executor_, &dropped);
+  }
+  dropped.clear();  // frees weights outside the step lock
+  if (!version.ok()) return rpc::ToGrpcStatus(version.status());
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::WeightsChecksum(grpc::ServerContext* /*context*/,
+                                            const v1::GetWeightsChecksumRequest* request,
+                                            v1::GetWeightsChecksumResponse* response) {
+  if (updates_ == nullptr) return NoUpdates();
+  return rpc::ToGrpcStatus(updates_->Checksums(*request, response));
+}
+
+}  // namespace astr

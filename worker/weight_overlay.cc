@@ -1,0 +1,69 @@
+#include "worker/weight_overlay.h"
+
+namespace astr {
+
+bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical) {
+  // autoregressive_lm checkpoints are interleaved in Hugging Face form too.
+  if (config.rope_layout != model::RopeLayout::kInterleaved) return false;
+  if (config.architecture == "autoregressive_lm") return false;
+  const auto ends_with = [&](const char* suffix) {
+    const std::string s = suffix;
+    return canonical.size() > s.size() &&
+           canonical.compare(canonical.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".q_proj") || ends_with(".k_proj");
+}
+
+WeightOverlay::WeightOverlay(const model::ModelConfig& config,
+                             std::shared_ptr<const model::ModelFile> base, UpdateTensors tensors)
+    : config_(config), base_(std::move(base)), tensors_(std::move(tensors)) {}
+
+Status WeightOverlay::LoadF32(const std::string& canonical,
+                              const std::vector<int64_t>& expected_shape,
+                              std::vector<float>* out) const {
+  auto it = tensors_.find(canonical);
+  if (it == tensors_.end()) {
+    if (base_ == nullptr) {
+      return InternalError("tensor '" + canonical + "' is in no update and no checkpoint is open");
+    }
+    return base_->LoadF32(canonical, expected_shape, out);
+  }
+  const UpdateTensor& t = *it->second;
+  if (t.shape != expected_shape) {
+    return InvalidArgumentError("update tensor '" + t.hf_name + "' has shape " +
+                                model::ShapeToString(t.shape) + ", expected " +
+                                model::ShapeToString(expected_shape));
+  }
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  out->resize(static_cast<size_t>(n));
+  model::DequantizeToF32(t.dtype, t.data.get(), n, out->data());
+  if (t.half_to_interleaved && t.shape.size() == 2) {
+    *out = model::HalfToInterleavedRows(*out, t.shape[0], t.shape[1], config_.head_dim);
+  }
+  return OkStatus();
+}
+
+StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) const {
+  auto it = tensors_.find(canonical);
+  if (it == tensors_.end()) {
+    if (base_ == nullptr) {
+      return InternalError("tensor '" + canonical + "' is in no update and no checkpoint is open");
+    }
+    return base_->Raw(canonical);
+  }
+  const UpdateTensor& t = *it->second;
+  if (t.half_to_interleaved) {
+    return FailedPreconditionError("update tensor '" + t.hf_name + "' needs its rows permuted");
+  }
+  model::TensorView v;
+  v.name = canonical;
+  v.source_name = t.hf_name;
+  v.dtype = t.dtype;
+  v.shape = t.shape;
+  v.data = t.data.get();
+  v.bytes = t.bytes;
+  return v;
+}
+
+}  // namespace astr

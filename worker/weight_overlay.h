@@ -1,0 +1,56 @@
+// The weights a worker serves after updates: the checkpoint it loaded (opened only while it is
+// read) with the tensors of every update applied since laid over it. A backend builds its weight
+// set from this source (Backend::PrepareWeights) exactly as it does from a ModelFile.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/model/model_file.h"
+
+namespace astr {
+
+// One tensor of a weight update, as it was received: Hugging Face name, dtype and layout.
+struct UpdateTensor {
+  std::string hf_name;
+  std::string canonical;
+  model::DType dtype = model::DType::kF32;  // kF32, kF16 or kBF16
+  std::vector<int64_t> shape;               // torch order
+  std::unique_ptr<uint8_t[]> data;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;  // of the bytes, as received
+  // Hugging Face q/k rows come in rotate-half order; a model that computes in interleaved order
+  // (llama from GGUF) takes them permuted (HalfToInterleavedRows).
+  bool half_to_interleaved = false;
+};
+
+// Canonical name -> tensor. Shared between successive overlays: a partial update copies the map,
+// not the bytes.
+using UpdateTensors = std::map<std::string, std::shared_ptr<const UpdateTensor>>;
+
+// Whether a Hugging Face tensor `canonical` must be permuted for a model with `config`.
+bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical);
+
+class WeightOverlay final : public model::TensorSource {
+ public:
+  // `base` may be null when `tensors` covers every tensor the backend reads.
+  WeightOverlay(const model::ModelConfig& config, std::shared_ptr<const model::ModelFile> base,
+                UpdateTensors tensors);
+
+  const model::ModelConfig& config() const override { return config_; }
+  Status LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
+                 std::vector<float>* out) const override;
+  // The received bytes, unless they need permuting (then an error: LoadF32 permutes).
+  StatusOr<model::TensorView> Raw(const std::string& canonical) const override;
+
+ private:
+  const model::ModelConfig& config_;
+  std::shared_ptr<const model::ModelFile> base_;
+  UpdateTensors tensors_;
+};
+
+}  // namespace astr
