@@ -3,7 +3,6 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
-#include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -11,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "astr/channel.h"
 #include "common/grpc/grpc_status.h"
 
 namespace astr::client {
@@ -19,27 +19,6 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
-
-// Large outputs (long generations with top-n logprobs) exceed gRPC's 4 MiB default.
-constexpr int kMaxReceiveBytes = 256 << 20;
-
-void Prepare(const CallOptions& options, grpc::ClientContext* ctx) {
-  if (options.deadline != std::chrono::system_clock::time_point::max()) {
-    ctx->set_deadline(options.deadline);
-  }
-  ctx->set_wait_for_ready(options.wait_for_ready);
-}
-
-// `call(ctx, response)` runs one unary RPC.
-template <typename Response, typename Call>
-StatusOr<Response> Unary(const CallOptions& options, Call call) {
-  grpc::ClientContext ctx;
-  Prepare(options, &ctx);
-  Response response;
-  const grpc::Status status = call(&ctx, &response);
-  if (!status.ok()) return rpc::FromGrpcStatus(status);
-  return response;
-}
 
 // grpc.health.v1 has no generated C++ stub on every platform (Debian ships none), so its two
 // tiny messages are encoded by hand:
@@ -103,22 +82,7 @@ const char* ServingStatusName(ServingStatus status) {
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
                                                   std::chrono::milliseconds timeout) {
-  if (address.empty()) return InvalidArgumentError("server address is empty");
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  // A server that is still starting is retried quickly, not after gRPC's default backoff of up
-  // to two minutes (astr health --wait-s, launchers waiting for readiness).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  if (timeout.count() > 0) {
-    const auto deadline = std::chrono::system_clock::now() + timeout;
-    if (!channel->WaitForConnected(deadline)) {
-      return UnavailableError("could not connect to " + address + " within " +
-                              std::to_string(timeout.count()) + " ms");
-    }
-  }
+  ASTR_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, timeout));
   return std::make_unique<Client>(std::move(channel), address);
 }
 
@@ -131,7 +95,7 @@ Client::~Client() = default;
 
 StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
                                                 const CallOptions& options) {
-  return Unary<v1::GenerateResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+  return UnaryCall<v1::GenerateResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
     return stub_->Generate(ctx, request, response);
   });
 }
@@ -139,7 +103,7 @@ StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& reque
 Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCallback& on_message,
                               const CallOptions& options) {
   grpc::ClientContext ctx;
-  Prepare(options, &ctx);
+  ApplyCallOptions(options, &ctx);
   auto reader = stub_->GenerateStream(&ctx, request);
   v1::GenerateStreamResponse message;
   bool cancelled = false;
@@ -163,33 +127,35 @@ Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCa
 
 StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
                                                 const CallOptions& options) {
-  return Unary<v1::TokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+  return UnaryCall<v1::TokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
     return stub_->Tokenize(ctx, request, response);
   });
 }
 
 StatusOr<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request,
                                                     const CallOptions& options) {
-  return Unary<v1::DetokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+  return UnaryCall<v1::DetokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
     return stub_->Detokenize(ctx, request, response);
   });
 }
 
 StatusOr<v1::GetModelInfoResponse> Client::GetModelInfo(const CallOptions& options) {
-  return Unary<v1::GetModelInfoResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
-    return stub_->GetModelInfo(ctx, v1::GetModelInfoRequest(), response);
-  });
+  return UnaryCall<v1::GetModelInfoResponse>(
+      options, [&](grpc::ClientContext* ctx, auto* response) {
+        return stub_->GetModelInfo(ctx, v1::GetModelInfoRequest(), response);
+      });
 }
 
 StatusOr<v1::GetServerStatsResponse> Client::GetServerStats(const CallOptions& options) {
-  return Unary<v1::GetServerStatsResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
-    return stub_->GetServerStats(ctx, v1::GetServerStatsRequest(), response);
-  });
+  return UnaryCall<v1::GetServerStatsResponse>(
+      options, [&](grpc::ClientContext* ctx, auto* response) {
+        return stub_->GetServerStats(ctx, v1::GetServerStatsRequest(), response);
+      });
 }
 
 StatusOr<ServingStatus> Client::Health(const std::string& service, const CallOptions& options) {
   grpc::ClientContext ctx;
-  Prepare(options, &ctx);
+  ApplyCallOptions(options, &ctx);
   const std::string request_bytes = EncodeHealthCheckRequest(service);
   grpc::Slice slice(request_bytes);
   grpc::ByteBuffer request(&slice, 1);

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "astr/call_options.h"
 #include "astr/v1/generate.grpc.pb.h"
 #include "common/base/status.h"
 
@@ -34,23 +35,6 @@ class Channel;
 namespace astr::client {
 
 namespace v1 = ::astr::v1;
-
-// Per-call options.
-struct CallOptions {
-  // The call fails with DEADLINE_EXCEEDED (and the server stops working on it) at this time.
-  // The default (time_point::max()) is no deadline.
-  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
-  // Wait for the server to become reachable instead of failing at once with UNAVAILABLE while
-  // the channel is not connected (bounded by the deadline).
-  bool wait_for_ready = false;
-
-  // Options with a deadline `timeout` from now.
-  static CallOptions Timeout(std::chrono::milliseconds timeout) {
-    CallOptions o;
-    o.deadline = std::chrono::system_clock::now() + timeout;
-    return o;
-  }
-};
 
 // grpc.health.v1.HealthCheckResponse.ServingStatus, same numbering.
 enum class ServingStatus : int {
