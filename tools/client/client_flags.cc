@@ -6,17 +6,27 @@
 namespace astr::cli {
 
 void ServerFlags::Register(FlagSet* fs) {
-  fs->String("server", &server, "Address of astr-scheduler (host:port).");
+  fs->String("server", &server, server_help);
   fs->Double("connect-timeout-s", &connect_timeout_s,
              "Seconds to wait for the connection before giving up.");
 }
 
-StatusOr<std::unique_ptr<client::Client>> ServerFlags::Connect() const {
+StatusOr<std::chrono::milliseconds> ServerFlags::ConnectTimeout() const {
   if (connect_timeout_s <= 0) {
     return InvalidArgumentError("--connect-timeout-s must be > 0");
   }
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
+  return std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
+}
+
+StatusOr<std::unique_ptr<client::Client>> ServerFlags::Connect() const {
+  ASTR_ASSIGN_OR_RETURN(const auto timeout, ConnectTimeout());
   return client::Client::Connect(server, timeout);
+}
+
+client::CallOptions TimeoutOptions(double timeout_s) {
+  if (timeout_s <= 0) return {};
+  return client::CallOptions::Timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
 }
 
 void RequestFlags::Register(FlagSet* fs, bool with_n) {
@@ -62,11 +72,7 @@ Status RequestFlags::Apply(const FlagSet& fs, v1::GenerateRequest* request) cons
   return OkStatus();
 }
 
-client::CallOptions RequestFlags::CallOptions() const {
-  if (timeout_s <= 0) return {};
-  return client::CallOptions::Timeout(
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-}
+client::CallOptions RequestFlags::CallOptions() const { return TimeoutOptions(timeout_s); }
 
 int PrintError(const char* program, const Status& status) {
   std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());

@@ -1,8 +1,9 @@
 // Flags shared by the `astr` subcommands that talk to a running server (generate, chat, info,
-// health): the server address, and a generation request's parameters under the same flag names
-// as `astr run` (SamplingFlags), so that offline and served generation read alike.
+// health, admin): the server address, and a generation request's parameters under the same flag
+// names as `astr run` (SamplingFlags), so that offline and served generation read alike.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,11 +18,18 @@ namespace astr::cli {
 struct ServerFlags {
   std::string server = "127.0.0.1:50051";
   double connect_timeout_s = 10;
+  // What --help says of --server.
+  std::string server_help = "Address of astr-scheduler (host:port).";
 
   void Register(FlagSet* fs);
+  // --connect-timeout-s as a duration; an error unless it is > 0.
+  StatusOr<std::chrono::milliseconds> ConnectTimeout() const;
   // Connects, waiting at most --connect-timeout-s; the error names the address.
   StatusOr<std::unique_ptr<client::Client>> Connect() const;
 };
+
+// Options with a deadline `timeout_s` seconds from now; none when timeout_s <= 0.
+client::CallOptions TimeoutOptions(double timeout_s);
 
 // Sampling flags plus the request-level ones (--stop, --n, --priority, ...).
 struct RequestFlags {
