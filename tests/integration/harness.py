@@ -44,26 +44,30 @@ RPC_TIMEOUT_S = 60
 
 
 def _generate_stubs():
-    """Compiles the astr protos plus the local health / reflection protos into a temp dir once
-    per process and puts it on sys.path."""
+    """Stages the SDK package `astr` from this tree (sdk/python's sources plus astr.v1 modules
+    generated from protos/) and the local health / reflection stubs into a temp dir once per
+    process, puts it first on sys.path and imports `astr` from it.
+
+    The tests then use exactly the SDK and the protos of the tree under test: an `astr` installed
+    in the venv (possibly stale) cannot shadow it, and `astr.v1` here is the SDK's own
+    (sdk/python/README.md, "Tests and the integration harness")."""
     from grpc_tools import protoc
     import grpc_tools
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "astr_sdk_protogen", os.path.join(SOURCE_DIR, "sdk", "python", "protogen.py"))
+    protogen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(protogen)
 
     out = tempfile.mkdtemp(prefix="astr-itest-stubs-")
     atexit.register(lambda: subprocess.run(["rm", "-rf", out], check=False))
-    proto_root = os.path.join(SOURCE_DIR, "protos")
+    protogen.stage(out, os.path.join(SOURCE_DIR, "protos"))
     local_root = os.path.join(HERE, "protos")
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    files = [
-        "astr/v1/admin.proto",
-        "astr/v1/generate.proto",
-        "astr/v1/worker.proto",
-        "itest/health.proto",
-        "itest/reflection.proto",
-    ]
+    files = ["itest/health.proto", "itest/reflection.proto"]
     args = [
         "protoc",
-        f"-I{proto_root}",
         f"-I{local_root}",
         f"-I{well_known}",
         f"--python_out={out}",
@@ -71,7 +75,7 @@ def _generate_stubs():
     ] + files
     if protoc.main(args) != 0:
         raise RuntimeError(f"grpc_tools.protoc failed on {files}")
-    sys.path.insert(0, out)
+    protogen.activate(out)
 
 
 _generate_stubs()
