@@ -1,7 +1,18 @@
-"""What the SDK tests (test_sdk_*.py) share: the SDK imported from the current tree."""
+"""What the SDK tests (test_sdk_*.py) share: the SDK imported from the current tree, and real gRPC
+servers on 127.0.0.1 with a recording fake Generate servicer.
 
+The fake implements only the wire contract of generate.proto that the tests need (canned replies,
+scripted errors); it records what it received so the tests can compare it with values computed
+independently of the SDK.
+"""
+
+import contextlib
 import importlib.util
 import os
+import threading
+from concurrent import futures
+
+import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
@@ -20,3 +31,109 @@ def load_protogen():
 
 # The SDK staged from this tree (sources + astr.v1 generated from protos/), never an installed one.
 astr = load_protogen().import_from_tree()
+
+from astr.v1 import generate_pb2 as pb  # noqa: E402
+from astr.v1 import generate_pb2_grpc as pb_grpc  # noqa: E402
+
+# Seconds a test waits for an event the server side signals (a hang fails instead of blocking).
+WAIT_S = 30
+
+
+class Recorder:
+    """Calls received by a fake servicer: (method name, metadata dict, request or request list)."""
+
+    def __init__(self):
+        self.calls = []
+        self._lock = threading.Lock()
+
+    def add(self, method, context, request):
+        metadata = {}
+        for key, value in context.invocation_metadata():
+            metadata.setdefault(key, []).append(value)
+        with self._lock:
+            self.calls.append((method, metadata, request))
+
+    def only(self, method):
+        """The requests of `method`, in arrival order."""
+        with self._lock:
+            return [request for name, _, request in self.calls if name == method]
+
+    def metadata(self, method):
+        with self._lock:
+            return [md for name, md, _ in self.calls if name == method]
+
+
+class FakeGenerate(pb_grpc.GenerateServicer):
+    """astr.v1.Generate with canned replies. `stream_replies` is what GenerateStream sends;
+    `stream_error` (code, message) ends the stream with that status after them;
+    `block_stream_after` > 0 makes it wait after that many messages until the client goes away
+    (then `stream_ended` is set)."""
+
+    def __init__(self):
+        self.record = Recorder()
+        self.errors = {}
+        self.stream_replies = []
+        self.stream_error = None
+        self.block_stream_after = 0
+        self.stream_ended = threading.Event()
+
+    def _check(self, method, request, context):
+        self.record.add(method, context, request)
+        if method in self.errors:
+            context.abort(*self.errors[method])
+
+    def Generate(self, request, context):
+        self._check("Generate", request, context)
+        return pb.GenerateResponse(
+            request_id=request.request_id or "r-1",
+            completions=[pb.Completion(index=i, text=f"sample {i}", token_ids=[5, 6])
+                         for i in range(max(1, request.n))],
+            usage=pb.Usage(prompt_tokens=3, completion_tokens=2 * max(1, request.n)),
+            seed=request.sampling.seed if request.sampling.HasField("seed") else 99)
+
+    def GenerateStream(self, request, context):
+        self._check("GenerateStream", request, context)
+        context.add_callback(self.stream_ended.set)
+        for i, reply in enumerate(self.stream_replies):
+            yield reply
+            if self.block_stream_after and i + 1 == self.block_stream_after:
+                self.stream_ended.wait(WAIT_S)
+                return
+        if self.stream_error is not None:
+            context.abort(*self.stream_error)
+
+    def Tokenize(self, request, context):
+        self._check("Tokenize", request, context)
+        if request.WhichOneof("input") == "chat":
+            return pb.TokenizeResponse(token_ids=[1, 2], rendered_prompt="<chat>")
+        return pb.TokenizeResponse(token_ids=[ord(c) for c in request.text],
+                                   tokens=list(request.text))
+
+    def Detokenize(self, request, context):
+        self._check("Detokenize", request, context)
+        return pb.DetokenizeResponse(text="".join(chr(t) for t in request.token_ids))
+
+    def GetModelInfo(self, request, context):
+        self._check("GetModelInfo", request, context)
+        return pb.GetModelInfoResponse(model_name="fake", vocab_size=512, max_n=4)
+
+    def GetServerStats(self, request, context):
+        self._check("GetServerStats", request, context)
+        return pb.GetServerStatsResponse(waiting_requests=1, running_requests=2)
+
+
+@contextlib.contextmanager
+def serve(generate=None):
+    """A real gRPC server on 127.0.0.1 (a free port) with the given servicers; yields
+    "127.0.0.1:PORT" and stops the server on exit."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        options=[("grpc.max_receive_message_length", -1)])
+    if generate is not None:
+        pb_grpc.add_GenerateServicer_to_server(generate, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None).wait(WAIT_S)

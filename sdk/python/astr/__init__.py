@@ -1,11 +1,29 @@
 """Python SDK of the astr inference server.
 
-- astr.v1: the generated protobuf / gRPC modules (generate_pb2, admin_pb2, ...), built from
-  protos/astr/v1 when the package is built.
+- Client / AsyncClient: astr.v1.Generate (generate, generate_stream, tokenize, detokenize,
+  model_info, server_stats).
+- AstrError: what every failed RPC raises (gRPC code and message).
+- astr.v1: the generated protobuf / gRPC modules (generate_pb2, admin_pb2, ...).
 """
 
 from . import v1
+from .client import AsyncClient, AsyncResponseStream, Client, ResponseStream
+from .errors import AstrError
+from .inputs import GenerateOptions, Prompt, SamplingOptions, generate_request, tokenize_request
 
 __version__ = "0.1.0"
 
-__all__ = ["v1"]
+__all__ = [
+    "AstrError",
+    "AsyncClient",
+    "AsyncResponseStream",
+    "Client",
+    "GenerateOptions",
+    "Prompt",
+    "ResponseStream",
+    "SamplingOptions",
+    "generate_request",
+    "tokenize_request",
+    "v1",
+]
+
