@@ -1,9 +1,9 @@
 """What the SDK tests (test_sdk_*.py) share: the SDK imported from the current tree, and real gRPC
-servers on 127.0.0.1 with a recording fake Generate servicer.
+servers on 127.0.0.1 with recording fake Admin and Generate servicers.
 
-The fake implements only the wire contract of generate.proto that the tests need (canned replies,
-scripted errors); it records what it received so the tests can compare it with values computed
-independently of the SDK.
+The fakes implement only the wire contract of admin.proto / generate.proto that the tests need
+(the bearer-token check, canned replies, scripted errors); they record what they received so the
+tests can compare it with values computed independently of the SDK.
 """
 
 import contextlib
@@ -32,6 +32,8 @@ def load_protogen():
 # The SDK staged from this tree (sources + astr.v1 generated from protos/), never an installed one.
 astr = load_protogen().import_from_tree()
 
+from astr.v1 import admin_pb2 as apb  # noqa: E402
+from astr.v1 import admin_pb2_grpc as apb_grpc  # noqa: E402
 from astr.v1 import generate_pb2 as pb  # noqa: E402
 from astr.v1 import generate_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -61,6 +63,94 @@ class Recorder:
     def metadata(self, method):
         with self._lock:
             return [md for name, md, _ in self.calls if name == method]
+
+
+class FakeAdmin(apb_grpc.AdminServicer):
+    """astr.v1.Admin as admin.proto specifies its authentication: no `authorization` metadata is
+    UNAUTHENTICATED, a token other than `token` PERMISSION_DENIED. `errors[method] = (code,
+    message)` makes that method fail; `replies[method]` replaces its default reply."""
+
+    def __init__(self, token="secret-token"):
+        self.token = token
+        self.record = Recorder()
+        self.errors = {}
+        self.replies = {}
+
+    def _check(self, method, request, context):
+        self.record.add(method, context, request)
+        values = [v for k, v in context.invocation_metadata() if k == "authorization"]
+        if not values:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing authorization metadata")
+        if values != [f"Bearer {self.token}"]:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "wrong admin token")
+        if method in self.errors:
+            context.abort(*self.errors[method])
+
+    def _reply(self, method, default):
+        return self.replies.get(method, default)
+
+    def UpdateWeights(self, request_iterator, context):
+        requests = []  # recorded before the stream is read, as a server checks auth first
+        self._check("UpdateWeights", requests, context)
+        for request in request_iterator:
+            copy = apb.UpdateWeightsRequest()
+            copy.CopyFrom(request)
+            requests.append(copy)
+        data = sum(len(c.data) for r in requests for c in r.chunks)
+        tensors = len(requests[0].manifest.tensors) if requests else 0
+        label = requests[0].manifest.label if requests else ""
+        return self._reply("UpdateWeights", apb.UpdateWeightsResponse(
+            version=7, label=label, tensors=tensors, bytes=data, workers=2))
+
+    def UpdateWeightsFromDisk(self, request, context):
+        self._check("UpdateWeightsFromDisk", request, context)
+        return self._reply("UpdateWeightsFromDisk",
+                           apb.UpdateWeightsResponse(version=3, label=request.label))
+
+    def InitWeightUpdateGroup(self, request, context):
+        self._check("InitWeightUpdateGroup", request, context)
+        return self._reply("InitWeightUpdateGroup", apb.InitWeightUpdateGroupResponse(
+            world_size=3, ranks=[apb.WorkerRank(address="w0", rank=1),
+                                 apb.WorkerRank(address="w1", rank=2)]))
+
+    def UpdateWeightsFromDistributed(self, request, context):
+        self._check("UpdateWeightsFromDistributed", request, context)
+        return self._reply("UpdateWeightsFromDistributed", apb.UpdateWeightsResponse(version=4))
+
+    def DestroyWeightUpdateGroup(self, request, context):
+        self._check("DestroyWeightUpdateGroup", request, context)
+        return apb.DestroyWeightUpdateGroupResponse()
+
+    def GetWeightVersion(self, request, context):
+        self._check("GetWeightVersion", request, context)
+        return self._reply("GetWeightVersion", apb.GetWeightVersionResponse(
+            version=5, label="step-5", committed_unix_ns=123, paused=apb.PAUSE_MODE_KEEP))
+
+    def GetWeightsChecksum(self, request, context):
+        self._check("GetWeightsChecksum", request, context)
+        return self._reply("GetWeightsChecksum", apb.GetWeightsChecksumResponse(
+            version=5, tensors=[apb.TensorChecksum(name=n, xxh64=i + 1, consistent=True)
+                                for i, n in enumerate(request.names)]))
+
+    def Pause(self, request, context):
+        self._check("Pause", request, context)
+        return self._reply("Pause", apb.PauseResponse(mode=request.mode, frozen=2))
+
+    def Resume(self, request, context):
+        self._check("Resume", request, context)
+        return self._reply("Resume", apb.ResumeResponse(was_paused=True, paused_ns=10))
+
+    def FlushCache(self, request, context):
+        self._check("FlushCache", request, context)
+        return self._reply("FlushCache", apb.FlushCacheResponse(pages_freed=9))
+
+    def ReleaseMemory(self, request, context):
+        self._check("ReleaseMemory", request, context)
+        return self._reply("ReleaseMemory", apb.ReleaseMemoryResponse(bytes_released=1 << 20))
+
+    def ResumeMemory(self, request, context):
+        self._check("ResumeMemory", request, context)
+        return self._reply("ResumeMemory", apb.ResumeMemoryResponse(bytes_restored=1 << 20))
 
 
 class FakeGenerate(pb_grpc.GenerateServicer):
@@ -123,12 +213,14 @@ class FakeGenerate(pb_grpc.GenerateServicer):
 
 
 @contextlib.contextmanager
-def serve(generate=None):
+def serve(admin=None, generate=None):
     """A real gRPC server on 127.0.0.1 (a free port) with the given servicers; yields
     "127.0.0.1:PORT" and stops the server on exit."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=8),
         options=[("grpc.max_receive_message_length", -1)])
+    if admin is not None:
+        apb_grpc.add_AdminServicer_to_server(admin, server)
     if generate is not None:
         pb_grpc.add_GenerateServicer_to_server(generate, server)
     port = server.add_insecure_port("127.0.0.1:0")
