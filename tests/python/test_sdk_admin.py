@@ -4,6 +4,7 @@ the bearer token on every call, each method's request, errors with their code an
 import asyncio
 
 import grpc
+import numpy as np
 import pytest
 
 from sdk_testing import FakeAdmin, apb, astr, serve
@@ -163,10 +164,14 @@ def test_async_admin_client(admin_server, tmp_path):
             replies = {}
             for name, call in every_call(admin).items():
                 replies[name] = await call
+            sync = astr.WeightSync(admin, bucket_bytes=64, chunk_bytes=16)
+            replies["UpdateWeights"] = await sync.push_async(
+                {"w": np.arange(20, dtype=np.float32)}, label="a")
             return replies
 
     replies = asyncio.run(main())
     check_requests(fake)
+    assert replies["UpdateWeights"].bytes == 80
     assert replies["GetWeightVersion"].label == "step-5"
 
     async def anonymous():

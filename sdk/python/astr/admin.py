@@ -7,7 +7,7 @@ token, PERMISSION_DENIED for a wrong one). Both clients send that header on ever
 
     admin = astr.AdminClient("127.0.0.1:50052", token_file="/run/astr/admin-token")
     admin.pause("keep")
-    reply = admin.update_weights_from_disk("/ckpt/step-100", label="step-100")
+    reply = astr.WeightSync(admin).push(model.state_dict().items(), label="step-100")
     admin.resume()
 """
 
@@ -119,8 +119,8 @@ class AdminClient:
     def update_weights(
         self, requests: Iterable[apb.UpdateWeightsRequest], *, timeout: Optional[float] = None
     ) -> apb.UpdateWeightsResponse:
-        """Streams an update: the manifest first, then buckets of chunks. Returns when every
-        worker serves the new version."""
+        """Streams an update: the manifest first, then buckets of chunks (WeightSync builds them
+        from tensors). Returns when every worker serves the new version."""
         return self._call("UpdateWeights", iter(requests), apb.UpdateWeightsResponse, timeout)
 
     def update_weights_from_disk(
@@ -189,7 +189,7 @@ class AdminClient:
     ) -> apb.UpdateWeightsResponse:
         """The workers receive the manifest's tensors by NCCL broadcast from rank 0, in manifest
         order, in buckets of `bucket_bytes` (0 = the server's default), then commit. The trainer
-        broadcasts while this call runs."""
+        broadcasts while this call runs (WeightSync.manifest builds the manifest)."""
         request = _distributed_request(group_name, manifest, bucket_bytes)
         return self._call(
             "UpdateWeightsFromDistributed", request, apb.UpdateWeightsResponse, timeout
