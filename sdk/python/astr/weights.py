@@ -6,9 +6,10 @@
     print(reply.version)
 
 The stream is the one admin.proto describes: a manifest (every tensor's Hugging Face name, dtype,
-shape and XXH64 of the exact bytes sent) and then buckets, messages of WeightChunks totalling about
-`bucket_bytes`; a tensor's chunks come in order, each at offset = the tensor's bytes sent before
-it, and a tensor larger than a bucket spans several messages.
+shape and XXH64 of the exact bytes sent) and then buckets, messages of WeightChunks totalling
+`bucket_bytes` (all but the last exactly, as the C++ client packs them); a tensor's chunks come in
+order, each at offset = the tensor's bytes sent before it, and a tensor larger than a bucket spans
+several messages.
 
 Memory: the SDK keeps references to the caller's tensors, never copies of them. The checksums take
 one pass over every tensor before the first byte is sent, the bytes a second one; both read a
@@ -230,8 +231,9 @@ def _tensor(name: Any, value: Any, wire: Optional[str]) -> _Tensor:
 def _buckets(
     tensors: List[_Tensor], bucket_bytes: int, chunk_bytes: int
 ) -> Iterator[apb.UpdateWeightsRequest]:
-    """The UpdateWeights messages after the manifest: every bucket but the last holds
-    bucket_bytes of data less a few bytes (chunks end on element boundaries)."""
+    """The UpdateWeights messages after the manifest: every bucket but the last holds exactly
+    bucket_bytes of data (the C++ client's PlanWeightBuckets packs the same way); a chunk may end
+    inside an element, the next one continuing at its offset."""
     request = apb.UpdateWeightsRequest()
     size = 0
     for index, tensor in enumerate(tensors):
@@ -240,7 +242,6 @@ def _buckets(
             pos = 0
             while pos < len(piece):
                 take = min(bucket_bytes - size, len(piece) - pos)
-                take -= take % tensor.itemsize
                 if take == 0:  # the bucket is full
                     yield request
                     request = apb.UpdateWeightsRequest()
