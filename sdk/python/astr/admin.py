@@ -5,7 +5,7 @@ The scheduler serves Admin on its own port (--admin-listen) and refuses every ca
 lacks `authorization: Bearer <token>` matching its --admin-token-file (UNAUTHENTICATED without a
 token, PERMISSION_DENIED for a wrong one). Both clients send that header on every call.
 
-    admin = astr.AdminClient("127.0.0.1:50052", token_file="/run/astr/admin-token")
+    admin = astr.AdminClient("127.0.0.1:50053", token_file="/run/astr/admin-token")
     admin.pause("keep")
     reply = astr.WeightSync(admin).push(model.state_dict().items(), label="step-100")
     admin.resume()

@@ -1,6 +1,6 @@
 """WeightSync: pushes a trainer's tensors to the served model over Admin.UpdateWeights.
 
-    admin = astr.AdminClient("127.0.0.1:50052", token_file="admin-token")
+    admin = astr.AdminClient("127.0.0.1:50053", token_file="admin-token")
     sync = astr.WeightSync(admin, dtype="bf16")
     reply = sync.push(model.state_dict().items(), label=f"step-{step}")
     print(reply.version)
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 # paid once per bucket; 64 MiB makes it negligible next to the bytes (a 7B model in bf16 is ~220
 # messages) while the client, the scheduler and each worker hold only a few buckets at a time, and
 # most weight matrices of 1-8B models (8-112 MiB in bf16) fit in one or two buckets. The server
-# must accept messages of this size (gRPC's default receive limit is 4 MiB).
+# must accept messages of this size (astr-scheduler's admin port takes up to 256 MiB).
 DEFAULT_BUCKET_BYTES = 64 << 20
 # Most bytes in one WeightChunk, and how much of a tensor is read (converted, copied to the host)
 # at a time: small enough that conversion temporaries stay small, large enough that per-chunk
