@@ -1,5 +1,5 @@
 """One RL iteration end to end (issue 13): 16 streams generate, Pause(keep) freezes them, a numpy
-"trainer" changes every tensor and pushes it, Resume. Tokens before the update equal the old
+"trainer" changes every tensor and pushes it with the Python SDK's WeightSync, Resume. Tokens before the update equal the old
 model's greedy continuation, tokens after it equal the new model's continuation of the prompt plus
 the tokens already generated (their KV was recomputed), each token reports the version that
 computed it, and no request is lost. Also the pause modes on their own."""
@@ -12,6 +12,7 @@ import time
 import grpc
 import pytest
 
+import astr
 import harness
 import weights as W
 from harness import apb, pb, request
@@ -129,7 +130,10 @@ def test_rl_iteration_keep_push_resume(make_cluster, models, which):
     time.sleep(0.5)
     assert s.counts() == frozen  # nothing moves while paused
     assert W.version(admin).paused == apb.PAUSE_MODE_KEEP
-    u = W.push(admin, m["new_t"], label="iteration-1")
+    # The trainer side: the SDK's WeightSync buckets the (HF name, array) pairs and streams them.
+    sync = astr.WeightSync(astr.AdminClient(c.scheduler.admin_address, token=W.TOKEN),
+                           bucket_bytes=1 << 16, chunk_bytes=1 << 12)
+    u = sync.push(m["new_t"].items(), label="iteration-1", timeout=120)
     assert (u.version, u.recomputed, u.reused, u.workers) == (1, 16, 2, 2)
     assert admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30).was_paused
     s.join()
