@@ -213,6 +213,11 @@ int64_t WeightUpdates::version() const {
   return served_.version;
 }
 
+WeightUpdates::Holding WeightUpdates::holding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {.staged = staged_ != nullptr, .previous = previous_ != nullptr};
+}
+
 StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(UpdateTensors tensors, int64_t bytes,
                                                                StepRunner& runner) {
   const auto start = std::chrono::steady_clock::now();

@@ -94,6 +94,13 @@ class WeightUpdates {
                    v1::GetWeightsChecksumResponse* response) const;
 
   int64_t version() const;
+  // Which weight sets beside the served one are held now (a staged one; the previous one between
+  // APPLY and FINISH): both false once an update is finished or discarded.
+  struct Holding {
+    bool staged = false;
+    bool previous = false;
+  };
+  Holding holding() const;
 
  private:
   // What the served (or a staged, or the previous) weights were made of.

@@ -1,0 +1,323 @@
+// The worker's weight-update path in-process on stories260K (GGUF, f32 CPU backend): the stager
+// refuses every malformed manifest or chunk naming the tensor; pushing the model's own tensors in
+// Hugging Face form (q/k rows in rotate-half order) serves exactly the same logprobs; a perturbed
+// push changes them and a rollback restores them bit for bit; the control verbs keep their order;
+// and no weight set is held beside the served one once an update is finished or discarded.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/model/content_hash.h"
+#include "common/model/model_file.h"
+#include "tests/support/test_util.h"
+#include "worker/backend.h"
+#include "worker/service/executor.h"
+#include "worker/service/step_runner.h"
+#include "worker/service/weight_updates.h"
+
+namespace astr {
+namespace {
+
+const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};
+
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+class WeightUpdatesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::SharedFile("models/stories260K.gguf");
+    if (path_.empty()) GTEST_SKIP() << "stories260K.gguf missing";
+    auto file = model::ModelFile::Open(path_);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    file_ = std::move(*file);
+    BackendOptions o;
+    o.weight_dtype = "f32";
+    o.threads = 1;
+    o.page_size = 16;
+    o.num_pages = 64;
+    o.max_batch_tokens = 64;
+    o.max_sample_rows = 4;
+    auto backend = CreateCpuBackend(*file_, o);
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    executor_ = std::make_unique<WorkerExecutor>(MakeBackendRunner(std::move(*backend), "f32"));
+    updates_ = std::make_unique<WeightUpdates>(path_, file_->config());
+    // The model's tensors as a trainer holds them: HF names, q/k rows in rotate-half order (GGUF
+    // llama stores them interleaved).
+    const model::ModelConfig& c = file_->config();
+    for (const model::WeightSpec& w : model::ExpectedWeights(c)) {
+      HfTensor t{model::HfNameFromCanonical(w.name), w.shape, {}};
+      ASSERT_TRUE(file_->LoadF32(w.name, w.shape, &t.values).ok());
+      const bool qk = w.name.ends_with(".q_proj") || w.name.ends_with(".k_proj");
+      if (qk) t.values = model::InterleavedToHalfRows(t.values, w.shape[0], w.shape[1], c.head_dim);
+      hf_.push_back(std::move(t));
+    }
+  }
+
+  static v1::WeightManifest Manifest(const std::vector<HfTensor>& tensors) {
+    v1::WeightManifest m;
+    for (const HfTensor& t : tensors) {
+      v1::TensorSpec* s = m.add_tensors();
+      s->set_name(t.name);
+      s->set_dtype("f32");
+      for (int64_t d : t.shape) s->add_shape(d);
+      s->set_xxh64(model::ContentHash64(t.values.data(), t.values.size() * sizeof(float)));
+    }
+    return m;
+  }
+
+  // Feeds every tensor in chunks of `chunk` bytes.
+  static Status Feed(WeightStager* stager, const std::vector<HfTensor>& tensors, size_t chunk) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto* bytes = reinterpret_cast<const char*>(tensors[i].values.data());
+      const size_t size = tensors[i].values.size() * sizeof(float);
+      for (size_t off = 0; off < size; off += chunk) {
+        v1::WeightChunk c;
+        c.set_tensor(static_cast<int32_t>(i));
+        c.set_offset(static_cast<int64_t>(off));
+        c.set_data(bytes + off, std::min(chunk, size - off));
+        ASTR_RETURN_IF_ERROR(stager->Add(c));
+      }
+    }
+    return OkStatus();
+  }
+
+  // Stages `tensors`; returns the staged id.
+  uint64_t Stage(const std::vector<HfTensor>& tensors) {
+    WeightStager stager(file_->config());
+    EXPECT_TRUE(stager.Begin(Manifest(tensors)).ok());
+    EXPECT_TRUE(Feed(&stager, tensors, 1000).ok());
+    auto received = stager.Finish();
+    EXPECT_TRUE(received.ok()) << received.status().ToString();
+    auto staged = updates_->StageTensors(std::move(*received), stager.bytes_received(),
+                                         executor_->mutable_runner());
+    EXPECT_TRUE(staged.ok()) << staged.status().ToString();
+    return staged.ok() ? staged->staged_id() : 0;
+  }
+
+  StatusOr<int64_t> Control(v1::ControlWeightsRequest::Action action, uint64_t id,
+                            int64_t version = 0) {
+    v1::ControlWeightsRequest r;
+    r.set_action(action);
+    r.set_staged_id(id);
+    r.set_version(version);
+    std::vector<std::unique_ptr<WeightSet>> dropped;
+    return updates_->Control(r, executor_->mutable_runner(), *executor_, &dropped);
+  }
+
+  // Greedy: the first sampled token's id and logprob, and the step's weight version.
+  struct First {
+    int32_t token = -1;
+    float logprob = 0;
+    int64_t version = -1;
+  };
+  First FirstToken() {
+    v1::StepPlan plan;
+    plan.set_step_id(++step_);
+    v1::SequenceStart* s = plan.add_start();
+    s->set_live_id(step_);
+    s->mutable_params()->set_top_p(1);
+    s->mutable_params()->set_repetition_penalty(1);
+    s->mutable_params()->set_return_logprob(true);
+    for (int32_t t : kPrompt) s->add_tokens(t);
+    s->set_num_prompt_tokens(static_cast<int32_t>(kPrompt.size()));
+    s->add_pages(0);
+    v1::StepEntry* e = plan.add_entries();
+    e->set_live_id(step_);
+    e->set_num_tokens(static_cast<int32_t>(kPrompt.size()));
+    e->set_sample(true);
+    v1::StepResult result;
+    Status st = executor_->Execute(plan, &result);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    executor_->Reset();
+    if (!st.ok() || result.samples_size() != 1) return {};
+    return {result.samples(0).token_id(), result.samples(0).logprob(), result.weight_version()};
+  }
+
+  std::string path_;
+  std::unique_ptr<model::ModelFile> file_;
+  std::unique_ptr<WorkerExecutor> executor_;
+  std::unique_ptr<WeightUpdates> updates_;
+  std::vector<HfTensor> hf_;
+  uint64_t step_ = 0;
+};
+
+TEST_F(WeightUpdatesTest, ManifestErrorsNameTheEntry) {
+  struct Case {
+    const char* what;
+    std::function<void(v1::WeightManifest*)> edit;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"unknown", [](auto* m) { m->mutable_tensors(2)->set_name("model.layers.7.mlp.x.weight"); },
+       "manifest.tensors[2] 'model.layers.7.mlp.x.weight': not a tensor"},
+      {"dtype", [](auto* m) { m->mutable_tensors(1)->set_dtype("q4_0"); },
+       "manifest.tensors[1] 'model.norm.weight': dtype 'q4_0'"},
+      {"shape", [](auto* m) { m->mutable_tensors(0)->set_shape(0, 3); },
+       "shape [3, 64], the served model's is [512, 64]"},
+      {"twice", [](auto* m) { m->mutable_tensors(3)->set_name(m->tensors(0).name()); },
+       "named twice (also tensors[0])"},
+      {"empty", [](auto* m) { m->clear_tensors(); }, "manifest: no tensors"},
+  };
+  for (const Case& c : cases) {
+    v1::WeightManifest m = Manifest(hf_);
+    c.edit(&m);
+    WeightStager stager(file_->config());
+    Status s = stager.Begin(m);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(s.message().find(c.expect), std::string::npos) << c.what << ": " << s.message();
+  }
+}
+
+TEST_F(WeightUpdatesTest, ChunkErrorsNameTheTensor) {
+  const std::string first = hf_[0].name;
+  {
+    WeightStager stager(file_->config());
+    ASSERT_TRUE(stager.Begin(Manifest(hf_)).ok());
+    v1::WeightChunk c;
+    c.set_tensor(0);
+    c.set_offset(4);  // not where tensor 0 stands (0)
+    c.set_data("abcd");
+    Status s = stager.Add(c);
+    EXPECT_NE(s.message().find("tensor '" + first + "': chunk at offset 4, expected 0"),
+              std::string::npos) << s.message();
+    c.set_tensor(static_cast<int32_t>(hf_.size()));
+    c.set_offset(0);
+    EXPECT_NE(stager.Add(c).message().find("out of range"), std::string::npos);
+    c.set_tensor(1);  // model.norm.weight: 64 floats = 256 bytes
+    c.set_data(std::string(300, 'x'));
+    EXPECT_NE(stager.Add(c).message().find("runs past its 256 bytes"), std::string::npos);
+  }
+  {
+    // A truncated stream: the last tensor misses bytes.
+    WeightStager stager(file_->config());
+    ASSERT_TRUE(stager.Begin(Manifest(hf_)).ok());
+    std::vector<HfTensor> short_last = hf_;
+    short_last.back().values.pop_back();
+    ASSERT_TRUE(Feed(&stager, short_last, 4096).ok());
+    auto r = stager.Finish();
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("tensor '" + hf_.back().name + "': received"),
+              std::string::npos) << r.status().message();
+  }
+  {
+    // A checksum that does not match the bytes.
+    WeightStager stager(file_->config());
+    v1::WeightManifest m = Manifest(hf_);
+    m.mutable_tensors(5)->set_xxh64(m.tensors(5).xxh64() ^ 1);
+    ASSERT_TRUE(stager.Begin(m).ok());
+    ASSERT_TRUE(Feed(&stager, hf_, 4096).ok());
+    auto r = stager.Finish();
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find(hf_[5].name), std::string::npos);
+  }
+}
+
+TEST_F(WeightUpdatesTest, SameTensorsServeTheSameLogprobsAndRollbackRestores) {
+  const First before = FirstToken();
+  ASSERT_EQ(before.version, 0);
+  // The model's own tensors in HF form: served exactly as loaded from the GGUF.
+  const uint64_t id = Stage(hf_);
+  EXPECT_TRUE(updates_->holding().staged);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, 1), 1);
+  First same = FirstToken();
+  EXPECT_EQ(same.token, before.token);
+  EXPECT_EQ(same.logprob, before.logprob);
+  EXPECT_EQ(same.version, 1);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), 1);
+  EXPECT_FALSE(updates_->holding().staged);
+  EXPECT_FALSE(updates_->holding().previous);
+
+  // Perturbed weights change the answer; a rollback brings version 1 back bit for bit.
+  std::vector<HfTensor> noisy = hf_;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (HfTensor& t : noisy) {
+    for (float& v : t.values) v += noise(rng);
+  }
+  const uint64_t id2 = Stage(noisy);
+  // Not applied yet: still version 1's answer.
+  EXPECT_EQ(FirstToken().logprob, before.logprob);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id2, 2), 2);
+  const First changed = FirstToken();
+  EXPECT_EQ(changed.version, 2);
+  EXPECT_NE(changed.logprob, before.logprob);
+  EXPECT_TRUE(updates_->holding().previous);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::ROLLBACK, id2), 1);
+  const First back = FirstToken();
+  EXPECT_EQ(back.version, 1);
+  EXPECT_EQ(back.token, before.token);
+  EXPECT_EQ(back.logprob, before.logprob);
+  EXPECT_FALSE(updates_->holding().previous);
+}
+
+TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {
+  // Nothing staged.
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, 1, 1).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::ROLLBACK, 1).status().code(),
+            StatusCode::kFailedPrecondition);
+  const uint64_t id = Stage(hf_);
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, id + 1, 1).status().code(),
+            StatusCode::kFailedPrecondition);  // another id
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, id, 0).status().code(),
+            StatusCode::kInvalidArgument);  // versions only go up
+  // DISCARD drops the stage: nothing is held and APPLY has nothing left.
+  EXPECT_EQ(*Control(v1::ControlWeightsRequest::DISCARD, id), 0);
+  EXPECT_FALSE(updates_->holding().staged);
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, id, 1).status().code(),
+            StatusCode::kFailedPrecondition);
+  // A stage replaces an unapplied one; an applied update must be finished before the next.
+  const uint64_t a = Stage(hf_);
+  const uint64_t b = Stage(hf_);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, a, 1).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Control(v1::ControlWeightsRequest::APPLY, b, 1).ok());
+  const uint64_t c = Stage(hf_);
+  EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, c, 2).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Control(v1::ControlWeightsRequest::FINISH, b).ok());
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, c, 2), 2);
+  ASSERT_TRUE(Control(v1::ControlWeightsRequest::FINISH, c).ok());
+  EXPECT_EQ(updates_->version(), 2);
+  EXPECT_EQ(executor_->weight_version(), 2);
+  EXPECT_FALSE(updates_->holding().staged);
+  EXPECT_FALSE(updates_->holding().previous);
+}
+
+TEST_F(WeightUpdatesTest, ChecksumsOfFileAndPushedTensors) {
+  v1::GetWeightsChecksumRequest all;
+  v1::GetWeightsChecksumResponse before;
+  ASSERT_TRUE(updates_->Checksums(all, &before).ok());
+  ASSERT_EQ(before.tensors_size(), static_cast<int>(hf_.size()));
+  auto raw = file_->Raw("final_norm");
+  ASSERT_TRUE(raw.ok());
+  for (const auto& t : before.tensors()) {
+    EXPECT_EQ(t.source(), "file");
+    if (t.name() == "model.norm.weight") {
+      EXPECT_EQ(t.xxh64(), model::ContentHash64(raw->data, raw->bytes));
+    }
+  }
+  ASSERT_TRUE(Control(v1::ControlWeightsRequest::APPLY, Stage({hf_[1]}), 1).ok());
+  v1::GetWeightsChecksumRequest one;
+  one.add_names(hf_[1].name);
+  v1::GetWeightsChecksumResponse after;
+  ASSERT_TRUE(updates_->Checksums(one, &after).ok());
+  ASSERT_EQ(after.tensors_size(), 1);
+  EXPECT_EQ(after.tensors(0).source(), "pushed");
+  EXPECT_EQ(after.tensors(0).xxh64(),
+            model::ContentHash64(hf_[1].values.data(), hf_[1].values.size() * sizeof(float)));
+  EXPECT_EQ(after.version(), 1);
+}
+
+}  // namespace
+}  // namespace astr
