@@ -3,6 +3,7 @@ the workers had loaded it (greedy ids equal `astr run` on a folder holding the n
 logprobs equal an independent float64 forward pass of them), versions are reported per token,
 every failure leaves the served version in place, and the admin port needs its token."""
 
+import json
 import os
 import signal
 import subprocess
@@ -104,6 +105,23 @@ def test_push_serves_the_new_weights_on_two_workers(make_cluster, models):
         rows = ref.score(p, list(got.token_ids))
         for tok, lp, row in zip(got.token_ids, got.logprobs, rows):
             assert abs(lp - row[tok]) < 1e-4
+    # `astr generate --json` shows which version computed the tokens, streamed and unary.
+    for mode in ([], ["--no-stream"]):
+        r = harness.run_cli("generate", "--server", c.scheduler.address, "--prompt-ids",
+                            ",".join(map(str, PROMPTS[0])), "--max-tokens", "5",
+                            "--temperature", "0", "--json", *mode)
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        got = [(int(sp.get("version", 0)), sp.get("start", 0), sp["count"])
+               for m in lines for c_ in m.get("completions", [m])
+               for sp in c_.get("weight_versions", [])]
+        joined = []
+        for v, st, n in got:  # a stream's messages each carry the spans of their own tokens
+            if joined and joined[-1][0] == v and joined[-1][1] + joined[-1][2] == st:
+                joined[-1] = (v, joined[-1][1], joined[-1][2] + n)
+            else:
+                joined.append((v, st, n))
+        assert joined == [(1, 0, 5)], got
     # Processed logprobs (temperature 0.7) of sampled tokens against the reference too.
     got = c.stub.Generate(request(token_ids=PROMPTS[0], max_tokens=16, temperature=0.7, seed=5,
                                   return_logprobs=True, logprobs_mode=pb.LOGPROBS_MODE_PROCESSED),
