@@ -274,9 +274,11 @@ grpc::Status AdminService::UpdateWeights(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                                          v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  std::unique_lock<std::mutex> one(update_mu_, std::try_to_lock);
+  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
   if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED, "another weight update is in progress");
+    return Error(grpc::StatusCode::ABORTED,
+                 "another weight update has been in progress for " +
+                     std::to_string(kUpdateWait.count()) + " s");
   }
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
@@ -357,9 +359,11 @@ grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
                                                  v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
   if (request->path().empty()) return Error(grpc::StatusCode::INVALID_ARGUMENT, "path: empty");
-  std::unique_lock<std::mutex> one(update_mu_, std::try_to_lock);
+  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
   if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED, "another weight update is in progress");
+    return Error(grpc::StatusCode::ABORTED,
+                 "another weight update has been in progress for " +
+                     std::to_string(kUpdateWait.count()) + " s");
   }
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;

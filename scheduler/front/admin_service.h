@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,7 +82,10 @@ class AdminService final : public v1::Admin::Service {
 
   sched::Scheduler* const scheduler_;
   const std::string token_;
-  std::mutex update_mu_;  // one weight update at a time
+  // One weight update at a time; the next waits this long for the one before (a cancelled push
+  // takes a moment to tear down) before it is refused with ABORTED.
+  std::timed_mutex update_mu_;
+  static constexpr std::chrono::seconds kUpdateWait{30};
   std::mutex channels_mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };

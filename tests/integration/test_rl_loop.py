@@ -19,7 +19,7 @@ from harness import apb, pb, request
 
 pytestmark = pytest.mark.skipif(bool(harness.missing_binaries()), reason="binaries not built")
 
-MAX_TOKENS = 160
+MAX_TOKENS = 400
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +122,15 @@ def test_rl_iteration_keep_push_resume(make_cluster, models, which):
     # Two of them keep their KV through the update (opt-in).
     for r in reqs[16:]:
         r.kv_on_weight_update = pb.KV_ON_WEIGHT_UPDATE_REUSE
+    for i, r in enumerate(reqs):
+        r.request_id = f"rollout-{i}"
     s = Streams(c.stub, reqs)
     harness.wait_until(lambda: min(s.counts()) >= 4, 60)
     p = admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_KEEP), metadata=W.auth(), timeout=30)
-    assert p.frozen == 18 and p.aborted == 0 and len(p.request_ids) == 18
+    # Under load a stream may have finished before the pause: it is not frozen, and all its tokens
+    # are version 0.
+    frozen_ids = set(p.request_ids)
+    assert p.frozen == len(frozen_ids) >= 1 and p.aborted == 0
     frozen = s.settled()
     time.sleep(0.5)
     assert s.counts() == frozen  # nothing moves while paused
@@ -134,7 +139,9 @@ def test_rl_iteration_keep_push_resume(make_cluster, models, which):
     sync = astr.WeightSync(astr.AdminClient(c.scheduler.admin_address, token=W.TOKEN),
                            bucket_bytes=1 << 16, chunk_bytes=1 << 12)
     u = sync.push(m["new_t"].items(), label="iteration-1", timeout=120)
-    assert (u.version, u.recomputed, u.reused, u.workers) == (1, 16, 2, 2)
+    reusing = {f"rollout-{i}" for i in (16, 17)} & frozen_ids
+    assert (u.version, u.workers) == (1, 2)
+    assert (u.recomputed, u.reused) == (len(frozen_ids) - len(reusing), len(reusing))
     assert admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30).was_paused
     s.join()
     assert s.errors == []
@@ -142,12 +149,16 @@ def test_rl_iteration_keep_push_resume(make_cluster, models, which):
         toks = s.tokens[i]
         assert len(toks) == MAX_TOKENS and s.finish[i] == harness.FINISH["length"]
         spans = merged(s.spans[i])
+        old = offline(m["old"], prompt, MAX_TOKENS)
+        if f"rollout-{i}" not in frozen_ids:
+            assert spans == [(0, 0, MAX_TOKENS)] and toks == old, f"stream {i}"
+            continue
         k = spans[0][2]
         assert spans == [(0, 0, k), (1, k, MAX_TOKENS - k)], spans
         assert k >= frozen[i] >= 4
+        assert toks[:k] == old[:k], f"stream {i} before"
         if i >= 16:
             continue  # reused KV mixes both versions: no single-model reference
-        assert toks[:k] == offline(m["old"], prompt, MAX_TOKENS)[:k], f"stream {i} before"
         assert toks[k:] == offline(m["new"], prompt + toks[:k], MAX_TOKENS - k), f"stream {i} after"
     harness.wait_pages_free(c)
 
@@ -183,8 +194,9 @@ def test_pause_drain_waits_for_running_requests(make_cluster, models):
     harness.wait_until(lambda: min(s.counts()) >= 1, 60)
     p = admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_DRAIN), metadata=W.auth(), timeout=60)
     assert p.drained == 3
-    assert s.counts() == [60, 60, 60]  # Pause returned once they had finished
+    assert c.stats().running_requests == 0  # Pause returned once they had finished
     s.join()
+    assert s.counts() == [60, 60, 60]
     for i, prompt in enumerate(prompts):
         assert s.tokens[i] == offline(m["old"], prompt, 60)
     later = Streams(c.stub, [request(token_ids=[1, 298], max_tokens=8)])
