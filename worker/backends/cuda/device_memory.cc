@@ -43,4 +43,29 @@ StatusOr<DeviceMemory> DeviceAllocator::Allocate(size_t bytes, const std::string
   return m;
 }
 
+PinnedMemory::~PinnedMemory() {
+  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+}
+
+PinnedMemory::PinnedMemory(PinnedMemory&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedMemory& PinnedMemory::operator=(PinnedMemory&& other) noexcept {
+  if (this != &other) {
+    PinnedMemory old(std::move(*this));
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+StatusOr<PinnedMemory> PinnedMemory::Allocate(size_t bytes, const std::string& what) {
+  PinnedMemory m;
+  const size_t n = bytes == 0 ? 1 : bytes;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&m.ptr_, n), "allocating " + std::to_string(n) +
+                                                            " bytes of pinned memory for " + what);
+  m.bytes_ = n;
+  return m;
+}
+
 }  // namespace astr::cuda

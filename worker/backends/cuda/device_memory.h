@@ -1,6 +1,7 @@
 // Device memory for the CUDA backend. Every allocation the backend makes goes through
 // DeviceAllocator, which counts them: the tests check that the count does not move during decode
-// steps (the decode hot loop allocates nothing). Buffers are freed by destruction.
+// steps (the decode hot loop allocates nothing). Buffers are freed by destruction, and so is the
+// pinned host memory of PinnedMemory.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -58,6 +59,32 @@ class DeviceAllocator {
   friend class DeviceMemory;
   static std::atomic<int64_t> allocations_;
   static std::atomic<int64_t> bytes_in_use_;
+};
+
+// Page-locked host memory (cudaMallocHost), which copies to and from the device can run
+// asynchronously from; cudaFreeHost on destruction.
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  ~PinnedMemory();
+  PinnedMemory(PinnedMemory&& other) noexcept;
+  PinnedMemory& operator=(PinnedMemory&& other) noexcept;
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+
+  // `bytes` (at least 1) of pinned host memory; `what` names the buffer in the error.
+  static StatusOr<PinnedMemory> Allocate(size_t bytes, const std::string& what);
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace astr::cuda

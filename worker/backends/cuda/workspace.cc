@@ -69,9 +69,9 @@ StatusOr<std::unique_ptr<InferenceWorkspace>> InferenceWorkspace::Create(const W
   const size_t device_bytes = DeviceBytes(d);
   ASTR_ASSIGN_OR_RETURN(ws->device_memory_,
                         DeviceAllocator::Allocate(device_bytes, "the inference workspace"));
-  ASTR_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ws->pinned_, ws->metadata_bytes_),
-                            "allocating pinned step metadata");
-  BumpAllocator host(static_cast<char*>(ws->pinned_), ws->metadata_bytes_);
+  ASTR_ASSIGN_OR_RETURN(ws->pinned_,
+                        PinnedMemory::Allocate(ws->metadata_bytes_, "the step metadata"));
+  BumpAllocator host(ws->pinned_.as<char>(), ws->metadata_bytes_);
   ws->host_ = CarveMetadata(host, d);
   // The device block starts with the metadata mirror at the same offsets, so one copy of
   // metadata_bytes_ moves every array.
@@ -84,15 +84,12 @@ StatusOr<std::unique_ptr<InferenceWorkspace>> InferenceWorkspace::Create(const W
   return ws;
 }
 
-InferenceWorkspace::~InferenceWorkspace() {
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-}
-
 cudaError_t InferenceWorkspace::UploadMetadata(int64_t num_page_ids, cudaStream_t stream) const {
-  const size_t pages_offset = static_cast<size_t>(reinterpret_cast<char*>(host_.kv_page_indices) -
-                                                  static_cast<char*>(pinned_));
+  const size_t pages_offset =
+      static_cast<size_t>(reinterpret_cast<char*>(host_.kv_page_indices) - pinned_.as<char>());
   const size_t bytes = pages_offset + static_cast<size_t>(num_page_ids) * sizeof(int32_t);
-  return cudaMemcpyAsync(device_memory_.get(), pinned_, bytes, cudaMemcpyHostToDevice, stream);
+  return cudaMemcpyAsync(device_memory_.get(), pinned_.get(), bytes, cudaMemcpyHostToDevice,
+                         stream);
 }
 
 }  // namespace astr::cuda

@@ -113,7 +113,6 @@ class InferenceWorkspace {
 
   InferenceWorkspace(const InferenceWorkspace&) = delete;
   InferenceWorkspace& operator=(const InferenceWorkspace&) = delete;
-  ~InferenceWorkspace();
 
   const WorkspaceDims& dims() const { return dims_; }
   StepMetadata& host() { return host_; }
@@ -128,8 +127,8 @@ class InferenceWorkspace {
   InferenceWorkspace() = default;
   WorkspaceDims dims_;
   DeviceMemory device_memory_;
-  void* pinned_ = nullptr;  // cudaMallocHost, metadata_bytes_
   size_t metadata_bytes_ = 0;
+  PinnedMemory pinned_;  // metadata_bytes_: the host mirror of the metadata
   StepMetadata host_{};
   StepMetadata device_{};
   Activations act_{};
