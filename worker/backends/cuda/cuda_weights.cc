@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <iomanip>
+#include <span>
 
 #include "common/base/logging.h"
 #include "common/model/model_file.h"
@@ -19,77 +20,106 @@ StatusOr<DeviceMemory> UploadBytes(const void* data, size_t bytes, const std::st
   return m;
 }
 
-class Uploader {
- public:
-  explicit Uploader(const model::TensorSource& file) : file_(file) {}
+WeightSlot ModelSlot(DeviceMemory CudaWeights::*member) { return {member, -1, nullptr}; }
+WeightSlot LayerSlot(int64_t layer, DeviceMemory CudaLayerWeights::*member) {
+  return {nullptr, layer, member};
+}
 
-  // f32 vector on the host.
-  Status Host(const std::string& name, int64_t n, std::vector<float>* out) {
-    return file_.LoadF32(name, {n}, out);
-  }
+template <typename T>
+std::span<const uint8_t> AsBytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+// Reads tensors from the source, converts them into one device buffer's layout on the host and
+// hands the buffer on. The scratch vectors are reused from tensor to tensor.
+class Converter {
+ public:
+  Converter(const model::TensorSource& source, const ConvertedBuffer& put)
+      : source_(source), put_(put) {}
 
   // f32 vector as is.
-  StatusOr<DeviceMemory> Vector(const std::string& name, int64_t n) {
-    ASTR_RETURN_IF_ERROR(file_.LoadF32(name, {n}, &one_));
-    return UploadBytes(one_.data(), one_.size() * sizeof(float), name);
+  Status Vector(const WeightSlot& slot, const std::string& name, int64_t n) {
+    ASTR_RETURN_IF_ERROR(Load(name, {n}));
+    return put_(slot, name, AsBytes(one_));
+  }
+
+  // f32 vectors `parts` one after the other, then zeros up to `total` values.
+  Status Concat(const WeightSlot& slot, const std::string& what,
+                const std::vector<std::pair<std::string, int64_t>>& parts, int64_t total) {
+    f32_.assign(static_cast<size_t>(total), 0.0f);
+    int64_t off = 0;
+    for (const auto& [name, n] : parts) {
+      ASTR_RETURN_IF_ERROR(Load(name, {n}));
+      std::memcpy(f32_.data() + off, one_.data(), n * sizeof(float));
+      off += n;
+    }
+    return put_(slot, what, AsBytes(f32_));
   }
 
   // Tensors `parts` (each [rows_i, cols]) stacked along rows, as bf16.
-  StatusOr<DeviceMemory> Stacked(const std::vector<std::pair<std::string, int64_t>>& parts,
-                                 int64_t cols) {
+  Status Stacked(const WeightSlot& slot, const std::vector<std::pair<std::string, int64_t>>& parts,
+                 int64_t cols) {
     int64_t rows = 0;
     for (const auto& p : parts) rows += p.second;
     bf16_.resize(static_cast<size_t>(rows * cols));
     int64_t row = 0;
     for (const auto& [name, n] : parts) {
-      ASTR_RETURN_IF_ERROR(file_.LoadF32(name, {n, cols}, &one_));
+      ASTR_RETURN_IF_ERROR(Load(name, {n, cols}));
       cpu::F32ToBf16(one_.data(), bf16_.data() + row * cols, n * cols);
       row += n;
     }
-    return UploadBytes(bf16_.data(), bf16_.size() * sizeof(uint16_t), parts[0].first);
+    return put_(slot, parts[0].first, AsBytes(bf16_));
   }
 
  private:
-  const model::TensorSource& file_;
+  // The tensor as f32 in one_, checked to hold as many values as `shape` says (a source must
+  // not make a buffer overrun, whatever it returns).
+  Status Load(const std::string& name, const std::vector<int64_t>& shape) {
+    ASTR_RETURN_IF_ERROR(source_.LoadF32(name, shape, &one_));
+    int64_t want = 1;
+    for (int64_t d : shape) want *= d;
+    if (static_cast<int64_t>(one_.size()) != want) {
+      return InvalidArgumentError("tensor '" + name + "' has " + std::to_string(one_.size()) +
+                                  " values, expected " + std::to_string(want));
+    }
+    return OkStatus();
+  }
+
+  const model::TensorSource& source_;
+  const ConvertedBuffer& put_;
   std::vector<float> one_;
+  std::vector<float> f32_;
   std::vector<uint16_t> bf16_;
 };
 
-Status LoadLayer(Uploader& up, const model::ModelConfig& c, int64_t i, CudaLayerWeights* w) {
+Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
+  using L = CudaLayerWeights;
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
-  ASTR_ASSIGN_OR_RETURN(w->attn_norm, up.Vector(p + "attn_norm", c.hidden_size));
-  ASTR_ASSIGN_OR_RETURN(w->mlp_norm, up.Vector(p + "mlp_norm", c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::attn_norm), p + "attn_norm", c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::mlp_norm), p + "mlp_norm", c.hidden_size));
   std::vector<std::pair<std::string, int64_t>> qkv = {
       {p + "q_proj", q_rows}, {p + "k_proj", kv_rows}, {p + "v_proj", kv_rows}};
   if (c.gated_attention) qkv.push_back({p + "attn_gate", q_rows});
-  ASTR_ASSIGN_OR_RETURN(w->qkv, up.Stacked(qkv, c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::qkv), qkv, c.hidden_size));
   if (c.qkv_bias) {
     // The gate rows (gated attention) get no bias: zeros there, as on the CPU.
     const int64_t total = q_rows + 2 * kv_rows + (c.gated_attention ? q_rows : 0);
-    std::vector<float> bias(static_cast<size_t>(total), 0.0f), b;
-    int64_t off = 0;
-    for (const auto& [name, rows] : {std::pair<std::string, int64_t>{p + "q_bias", q_rows},
-                                     {p + "k_bias", kv_rows},
-                                     {p + "v_bias", kv_rows}}) {
-      ASTR_RETURN_IF_ERROR(up.Host(name, rows, &b));
-      std::memcpy(bias.data() + off, b.data(), rows * sizeof(float));
-      off += rows;
-    }
-    ASTR_ASSIGN_OR_RETURN(w->qkv_bias,
-                          UploadBytes(bias.data(), bias.size() * sizeof(float), p + "qkv_bias"));
+    ASTR_RETURN_IF_ERROR(cv.Concat(
+        LayerSlot(i, &L::qkv_bias), p + "qkv_bias",
+        {{p + "q_bias", q_rows}, {p + "k_bias", kv_rows}, {p + "v_bias", kv_rows}}, total));
   }
   if (c.qk_norm != model::QkNorm::kNone) {
-    ASTR_ASSIGN_OR_RETURN(w->q_norm, up.Vector(p + "q_norm", c.head_dim));
-    ASTR_ASSIGN_OR_RETURN(w->k_norm, up.Vector(p + "k_norm", c.head_dim));
+    ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::q_norm), p + "q_norm", c.head_dim));
+    ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::k_norm), p + "k_norm", c.head_dim));
   }
-  ASTR_ASSIGN_OR_RETURN(w->o, up.Stacked({{p + "o_proj", c.hidden_size}}, q_rows));
-  ASTR_ASSIGN_OR_RETURN(w->gate_up, up.Stacked({{p + "gate_proj", c.intermediate_size},
-                                                {p + "up_proj", c.intermediate_size}},
-                                               c.hidden_size));
-  ASTR_ASSIGN_OR_RETURN(w->down,
-                        up.Stacked({{p + "down_proj", c.hidden_size}}, c.intermediate_size));
-  return OkStatus();
+  ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::o), {{p + "o_proj", c.hidden_size}}, q_rows));
+  ASTR_RETURN_IF_ERROR(
+      cv.Stacked(LayerSlot(i, &L::gate_up),
+                 {{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
+                 c.hidden_size));
+  return cv.Stacked(LayerSlot(i, &L::down), {{p + "down_proj", c.hidden_size}},
+                    c.intermediate_size);
 }
 
 }  // namespace
@@ -103,31 +133,51 @@ size_t CudaWeights::bytes() const {
   return total;
 }
 
+DeviceMemory& CudaWeights::at(const WeightSlot& slot) {
+  return slot.model != nullptr ? this->*slot.model : layers[slot.layer].*slot.field;
+}
+const DeviceMemory& CudaWeights::at(const WeightSlot& slot) const {
+  return slot.model != nullptr ? this->*slot.model : layers[slot.layer].*slot.field;
+}
+
+Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelConfig& c,
+                          const std::string& progress, const ConvertedBuffer& put) {
+  Converter cv(source, put);
+  const auto start = std::chrono::steady_clock::now();
+  ASTR_RETURN_IF_ERROR(
+      cv.Stacked(ModelSlot(&CudaWeights::embed), {{"embed", c.vocab_size}}, c.hidden_size));
+  if (!c.tie_word_embeddings) {
+    ASTR_RETURN_IF_ERROR(
+        cv.Stacked(ModelSlot(&CudaWeights::lm_head), {{"lm_head", c.vocab_size}}, c.hidden_size));
+  }
+  ASTR_RETURN_IF_ERROR(cv.Vector(ModelSlot(&CudaWeights::final_norm), "final_norm", c.hidden_size));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    ASTR_RETURN_IF_ERROR(ConvertLayer(cv, c, i));
+    if (!progress.empty()) {
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      LOG(INFO) << progress << ": layer " << i + 1 << "/" << c.num_layers << " (" << std::fixed
+                << std::setprecision(1) << s << " s)";
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress) {
   const model::ModelConfig& c = file.config();
-  Uploader up(file);
   CudaWeights w;
-  const auto start = std::chrono::steady_clock::now();
-  ASTR_ASSIGN_OR_RETURN(w.embed, up.Stacked({{"embed", c.vocab_size}}, c.hidden_size));
-  if (!c.tie_word_embeddings) {
-    ASTR_ASSIGN_OR_RETURN(w.lm_head, up.Stacked({{"lm_head", c.vocab_size}}, c.hidden_size));
-  }
-  ASTR_ASSIGN_OR_RETURN(w.final_norm, up.Vector("final_norm", c.hidden_size));
+  w.layers.resize(c.num_layers);
+  w.qkv_rows =
+      (c.num_heads + 2 * c.num_kv_heads + (c.gated_attention ? c.num_heads : 0)) * c.head_dim;
+  ASTR_RETURN_IF_ERROR(ConvertCudaWeights(
+      file, c, progress ? "loading weights to the GPU" : "",
+      [&w](const WeightSlot& slot, const std::string& what, std::span<const uint8_t> host) {
+        ASTR_ASSIGN_OR_RETURN(w.at(slot), UploadBytes(host.data(), host.size(), what));
+        return OkStatus();
+      }));
   const std::vector<float> inv_freq = RopeInvFreq(c);
   ASTR_ASSIGN_OR_RETURN(
       w.inv_freq, UploadBytes(inv_freq.data(), inv_freq.size() * sizeof(float), "rope inv_freq"));
-  w.qkv_rows =
-      (c.num_heads + 2 * c.num_kv_heads + (c.gated_attention ? c.num_heads : 0)) * c.head_dim;
-  w.layers.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    ASTR_RETURN_IF_ERROR(LoadLayer(up, c, i, &w.layers[i]));
-    if (progress) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      LOG(INFO) << "loading weights to the GPU: layer " << i + 1 << "/" << c.num_layers << " ("
-                << std::fixed << std::setprecision(1) << s << " s)";
-    }
-  }
   return w;
 }
 

@@ -2,6 +2,10 @@
 // with q/k/v(/gate) and gate/up stacked along n so each is one GEMM; norms and biases f32.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/base/status.h"
@@ -29,11 +33,21 @@ struct CudaLayerWeights {
   DeviceMemory down;       // [hidden, ffn] bf16
 };
 
+struct CudaWeights;
+
+// Which device buffer of a CudaWeights a converted tensor belongs in: a model-wide member, or a
+// member of one layer.
+struct WeightSlot {
+  DeviceMemory CudaWeights::*model = nullptr;       // set for a model-wide buffer
+  int64_t layer = -1;                               // set with `field`
+  DeviceMemory CudaLayerWeights::*field = nullptr;  // set for a layer's buffer
+};
+
 struct CudaWeights {
   DeviceMemory embed;       // [vocab, hidden] bf16
   DeviceMemory lm_head;     // [vocab, hidden] bf16 (empty when tied: use embed)
   DeviceMemory final_norm;  // [hidden] f32
-  DeviceMemory inv_freq;    // [rope_dim / 2] f32 RoPE inverse frequencies
+  DeviceMemory inv_freq;    // [rope_dim / 2] f32 RoPE inverse frequencies (from the config)
   std::vector<CudaLayerWeights> layers;
   int64_t qkv_rows = 0;
 
@@ -41,9 +55,24 @@ struct CudaWeights {
     return lm_head.get() != nullptr ? lm_head.as<bf16>() : embed.as<bf16>();
   }
   size_t bytes() const;
+  DeviceMemory& at(const WeightSlot& slot);
+  const DeviceMemory& at(const WeightSlot& slot) const;
 };
 
-// Reads, converts (to bf16 on the host) and uploads every weight; logs progress (INFO) when asked.
+// One converted device buffer: its bytes on the host, exactly as the device holds them; `what`
+// names it in messages.
+using ConvertedBuffer = std::function<Status(const WeightSlot& slot, const std::string& what,
+                                             std::span<const uint8_t> host)>;
+
+// The one conversion path of the CUDA weights. Reads every tensor of `source` with the shapes
+// `config` gives (the served model's, for a weight update), converts it on the host into its
+// buffer's device layout (bf16 projections, q/k/v(/gate) and gate/up stacked, f32 norms and qkv
+// bias) and hands each buffer to `put`, once per buffer of the weights. Everything but inv_freq
+// (which the config determines). Logs progress (INFO) under `progress` unless it is empty.
+Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelConfig& config,
+                          const std::string& progress, const ConvertedBuffer& put);
+
+// Converts (ConvertCudaWeights) and uploads every weight; logs progress (INFO) when asked.
 StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress);
 
 }  // namespace astr::cuda
