@@ -3,30 +3,22 @@
 // Models: stories260K (real; head_dim 8, so the generic attention kernel) and random models made
 // by `astr make-model` with head_dim 64 and 128 (the tensor-core kernels).
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "common/model/model_file.h"
+#include "tests/gpu/model_fixtures.h"
 #include "tests/gpu/op_test.h"
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/engine.h"
 
 namespace astr::gputest {
 namespace {
-
-struct ModelSpec {
-  std::string name;
-  std::string make_args;  // astr make-model flags; empty = a shared file
-  std::string shared;     // file under the shared folder
-};
 
 const std::vector<ModelSpec>& Models() {
   static const std::vector<ModelSpec> models = {
@@ -47,25 +39,6 @@ const std::vector<ModelSpec>& Models() {
   return models;
 }
 
-// Opens the model, generating it first for random specs (once per process, under a name that
-// holds the process id so concurrent runs do not collide).
-StatusOr<std::unique_ptr<model::ModelFile>> OpenModel(const ModelSpec& spec) {
-  if (spec.make_args.empty()) return model::ModelFile::Open(SharedPath(spec.shared));
-  static std::set<std::string> made;
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/astr-gpu-" +
-                           std::to_string(getpid()) + "-" + spec.name + ".gguf";
-  if (made.insert(spec.name).second) {
-    const std::string cmd = std::string(ASTR_BIN_DIR) + "/astr make-model " + spec.make_args +
-                            " --dtype bf16 --out " + path + " > /dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      made.erase(spec.name);
-      return InternalError("failed: " + cmd);
-    }
-  }
-  return model::ModelFile::Open(path);
-}
-
 // The tensor-core kernels serve every model whose head_dim they cover; only stories260K (head_dim
 // 8) takes the generic kernel. A wrong Supports* answer would otherwise go unnoticed.
 std::string WrongAttentionPath(const ModelSpec& spec, const cuda::CudaBackend& backend) {
@@ -73,25 +46,6 @@ std::string WrongAttentionPath(const ModelSpec& spec, const cuda::CudaBackend& b
   if (backend.generic_attention() == want_generic) return "";
   return std::string("expected the ") + (want_generic ? "generic" : "tensor-core") +
          " attention kernels";
-}
-
-BackendOptions Options(bool graphs, bool device_sampling = true) {
-  BackendOptions o;
-  o.weight_dtype = "bf16";
-  o.page_size = 16;
-  o.num_pages = 512;
-  o.max_batch_tokens = 1024;
-  o.max_sample_rows = 16;
-  o.cuda_graphs = graphs;
-  o.device_sampling = device_sampling;
-  o.threads = 2;
-  return o;
-}
-
-std::vector<int32_t> Prompt(int64_t len, int64_t vocab, int64_t salt) {
-  std::vector<int32_t> p(len);
-  for (int64_t i = 0; i < len; ++i) p[i] = static_cast<int32_t>((i * 37 + salt * 101 + 1) % vocab);
-  return p;
 }
 
 // Greedy generation on both backends (the CUDA one drawing on the GPU or on the host, with its
@@ -152,61 +106,6 @@ CaseResult GreedyMatches(const ModelSpec& spec, bool device_sampling) {
              (ties > 0 ? ", " + std::to_string(ties) + " sequence(s) stopped at a near tie" : "");
   return r;
 }
-
-// Hand-driven steps: sequence i owns pages [i * 32, i * 32 + 32). Each step feeds some sequences a
-// chunk of their not-yet-computed tokens; an entry samples when its chunk reaches the sequence's
-// end.
-struct Driver {
-  int64_t page_size = 16;
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<int64_t> num_computed;
-  struct Feed {
-    size_t seq;
-    int64_t chunk;  // tokens to feed (clipped to what is left)
-  };
-  void Add(std::vector<int32_t> prompt) {
-    tokens.push_back(std::move(prompt));
-    num_computed.push_back(0);
-  }
-  // The step; *sampled gets the sequences of its sample rows, in row order.
-  StepBatch Step(const std::vector<Feed>& feeds, std::vector<size_t>* sampled) {
-    StepBatch b;
-    sampled->clear();
-    for (const Feed& f : feeds) {
-      std::vector<int32_t> pages(32);
-      for (int j = 0; j < 32; ++j) pages[j] = static_cast<int32_t>(f.seq * 32 + j);
-      const int64_t left = static_cast<int64_t>(tokens[f.seq].size()) - num_computed[f.seq];
-      const int64_t n = std::min(f.chunk, left);
-      const bool last = n == left;
-      b.Append(tokens[f.seq].data() + num_computed[f.seq], n, num_computed[f.seq], pages.data(),
-               page_size, last);
-      num_computed[f.seq] += n;
-      if (last) sampled->push_back(f.seq);
-    }
-    return b;
-  }
-  // Every sequence with work, all of it.
-  StepBatch Next(std::vector<size_t>* sampled) {
-    std::vector<Feed> feeds;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (num_computed[i] < static_cast<int64_t>(tokens[i].size())) feeds.push_back({i, 1 << 20});
-    }
-    return Step(feeds, sampled);
-  }
-  // The first n sequences, one token each (they must each have one pending).
-  StepBatch Decode(size_t n, std::vector<size_t>* sampled) {
-    std::vector<Feed> feeds;
-    for (size_t i = 0; i < n; ++i) feeds.push_back({i, 1});
-    return Step(feeds, sampled);
-  }
-  // Appends the argmax of each sample row's logits to its sequence.
-  void Accept(const std::vector<size_t>& sampled, const std::vector<float>& logits, int64_t vocab) {
-    for (size_t r = 0; r < sampled.size(); ++r) {
-      const float* row = logits.data() + static_cast<int64_t>(r) * vocab;
-      tokens[sampled[r]].push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
-    }
-  }
-};
 
 // Graph replay equals eager launches bit for bit, at every bucket, with padded batches (3 in bucket
 // 4, 5 and 8 in bucket 8, 9 in 16) and with the padding of a bucket changing between replays.
