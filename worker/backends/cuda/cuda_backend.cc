@@ -1,6 +1,7 @@
 #include "worker/backends/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,11 +13,15 @@
 #include "kernels/cuda/paged_attention_generic.h"
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
+#include "worker/backends/cuda/cuda_weight_set.h"
 
 namespace astr::cuda {
 namespace {
 
 #define ASTR_LAUNCH(expr, what) ASTR_CUDA_RETURN_IF_ERROR(expr, what)
+
+// Loading and preparing weights log their progress for models this large.
+bool LogsWeightProgress(const model::ModelConfig& c) { return c.ParameterCount() > 50'000'000; }
 
 AttentionDims DimsOf(const model::ModelConfig& c) {
   AttentionDims d;
@@ -91,7 +96,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
                                 " tokens is larger than device sampling takes (" +
                                 std::to_string(kMaxSamplingVocab) + "); use --cuda-sampling off");
   }
-  ASTR_ASSIGN_OR_RETURN(b->weights_, LoadCudaWeights(file, c.ParameterCount() > 50'000'000));
+  ASTR_ASSIGN_OR_RETURN(b->weights_, LoadCudaWeights(file, LogsWeightProgress(c)));
   b->layer_kv_elems_ = b->num_pages_ * options.page_size * c.num_kv_heads * c.head_dim;
   ASTR_ASSIGN_OR_RETURN(
       b->kv_, DeviceAllocator::Allocate(
@@ -112,6 +117,34 @@ CudaBackend::~CudaBackend() {
     graphs_.reset();
     cudaStreamDestroy(stream_);
   }
+}
+
+StatusOr<std::unique_ptr<WeightSet>> CudaBackend::PrepareWeights(
+    const model::TensorSource& source) {
+  // The served config's shapes: a source of another shape fails here, not in the swap.
+  ASTR_ASSIGN_OR_RETURN(
+      std::unique_ptr<CudaWeightSet> set,
+      CudaWeightSet::Prepare(source, config_, weights_, LogsWeightProgress(config_)));
+  return std::unique_ptr<WeightSet>(std::move(set));
+}
+
+std::unique_ptr<WeightSet> CudaBackend::SwapWeights(std::unique_ptr<WeightSet> set) {
+  auto& next = static_cast<CudaWeightSet&>(*set);
+  CHECK(next.prepared_for(weights_)) << "SwapWeights: a weight set this backend did not prepare";
+  // No step is in flight (the caller's contract, and every step synchronizes the stream before it
+  // returns), so the exchange has the stream to itself.
+  const auto start = std::chrono::steady_clock::now();
+  if (Status s = next.Exchange(stream_); !s.ok()) {
+    weights_broken_ =
+        InternalError("the CUDA weights are partly swapped after an error: " + s.message());
+    LOG(ERROR) << weights_broken_.message();
+    return set;
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  LOG(INFO) << "CUDA weights swapped in place: " << next.weight_bytes() << " bytes each way in "
+            << static_cast<int64_t>(ms) << " ms";
+  return set;
 }
 
 int CudaBackend::decode_splits(int bucket) const {
@@ -160,6 +193,7 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
 Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
   // An error handled earlier (e.g. a failed allocation) must not surface in this step's launches.
   (void)cudaGetLastError();
+  if (!weights_broken_.ok()) return weights_broken_;
   const WorkspaceDims& d = ws_->dims();
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));

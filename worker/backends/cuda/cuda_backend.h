@@ -7,6 +7,10 @@
 // largest graph bucket: it is padded to its bucket (padding entries have no pages and no out slot)
 // and replayed from a graph. Any other step (prefill chunks, mixed batches) runs eagerly: K/V
 // appended, then the prefill attention over pages.
+//
+// Weight updates happen in place (cuda_weight_set.h): PrepareWeights converts the new weights on
+// the host beside the served ones; SwapWeights exchanges the contents of every device buffer, whose
+// addresses stay as they are, so the captured graphs replay the new weights without re-capture.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,6 +43,8 @@ class CudaBackend final : public Backend {
   bool samples_on_device() const override { return device_sampling_; }
   Status ForwardSample(const StepBatch& batch, std::span<const SequenceSampler* const> samplers,
                        std::span<SampleResult> results) override;
+  StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
+  std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
 
   // For tests and benchmarks.
   const CudaGraphContext& graphs() const { return *graphs_; }
@@ -74,6 +80,9 @@ class CudaBackend final : public Backend {
   DeviceSampler sampler_;  // head_dim outside the tensor-core kernels' dispatch set
   cudaStream_t stream_ = nullptr;
   CudaWeights weights_;
+  // Not OK once a swap failed halfway (a CUDA error): the device holds parts of two weight sets,
+  // and every later step fails with this.
+  Status weights_broken_;
   DeviceMemory kv_;  // [layers][2][pages, page_size, kv_heads, head_dim] bf16
   int64_t layer_kv_elems_ = 0;
   std::unique_ptr<InferenceWorkspace> ws_;
