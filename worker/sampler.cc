@@ -138,6 +138,10 @@ void SequenceSampler::Append(int32_t token) {
   ++num_generated_;
 }
 
+void SequenceSampler::AppendPrompt(int32_t token) {
+  if (PenaltiesActive(params_)) Push(token, /*generated=*/false);
+}
+
 bool SequenceSampler::IsStopToken(int32_t token) const {
   return astr::IsStopToken(StopConditionsOf(params_), token);
 }
@@ -148,11 +152,11 @@ bool SequenceSampler::IsStopToken(int32_t token) const {
 namespace {
 
 // Steps 2-4: the sparse edits. Each touches only the ids it names, so their cost is independent
-// of the vocabulary size.
-void ApplyBiasMaskPenalties(float* logits, const SequenceSampler& state) {
+// of the vocabulary size. Step 3 only when `mask_min_tokens` (prompt scoring skips it).
+void ApplyBiasMaskPenalties(float* logits, const SequenceSampler& state, bool mask_min_tokens) {
   const SamplingParams& p = state.params();
   for (const auto& [id, bias] : p.logit_bias) logits[id] += bias;
-  if (state.num_generated() < p.min_tokens) {
+  if (mask_min_tokens && state.num_generated() < p.min_tokens) {
     for (int32_t id : p.stop_token_ids) logits[id] = kNegInf;
     if (!p.ignore_eos) {
       for (int32_t id : p.eos_token_ids) logits[id] = kNegInf;
@@ -167,6 +171,11 @@ void ApplyBiasMaskPenalties(float* logits, const SequenceSampler& state) {
     if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
     if (e.generated > 0) l -= freq * static_cast<float>(e.generated) + presence;
   });
+}
+
+// Step 6's division; callers skip it for greedy temperatures.
+void DivideByTemperature(float* logits, int64_t vocab, float t) {
+  for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
 }
 
 // Single pass; strict > keeps the lowest id among equal maxima.
@@ -408,7 +417,7 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
   // Step 1: the raw row is kept whole because the chosen token is not known yet.
   if (raw_logprobs) scratch.raw_logits.assign(logits, logits + vocab);
 
-  ApplyBiasMaskPenalties(logits, state);
+  ApplyBiasMaskPenalties(logits, state, /*mask_min_tokens=*/true);
 
   SampleResult result;
   // Temperatures this small make x / T overflow and are greedy in effect (vLLM draws the same
@@ -416,8 +425,7 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
   if (p.temperature < kGreedyTemperature) {
     result.token = Argmax(logits, vocab);
   } else {
-    const float t = p.temperature;
-    for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
+    DivideByTemperature(logits, vocab, p.temperature);
     if (scratch.weights.size() < static_cast<size_t>(vocab)) {
       scratch.weights.resize(vocab);
       scratch.ids.resize(vocab);
@@ -437,6 +445,23 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
     // kProcessed: `logits` now holds the biased, masked, penalized, temperature-scaled row.
     FillLogprobs(raw_logprobs ? scratch.raw_logits.data() : logits, vocab, p.logprobs, result);
   }
+  return result;
+}
+
+PromptScorer::PromptScorer(SamplingParams params, uint64_t sequence,
+                           std::span<const int32_t> context)
+    : context_(std::move(params), sequence, context) {}
+
+SampleResult PromptScorer::Score(float* logits, int64_t vocab, int32_t token) {
+  const SamplingParams& p = context_.params();
+  if (p.logprobs_mode == LogprobsMode::kProcessed) {
+    ApplyBiasMaskPenalties(logits, context_, /*mask_min_tokens=*/false);
+    if (p.temperature >= kGreedyTemperature) DivideByTemperature(logits, vocab, p.temperature);
+  }
+  SampleResult result;
+  result.token = token;
+  FillLogprobs(logits, vocab, p.logprobs, result);
+  context_.AppendPrompt(token);
   return result;
 }
 

@@ -75,6 +75,9 @@ class SequenceSampler {
 
   // Records a generated token: penalty counts, window and the token index of the next draw.
   void Append(int32_t token);
+  // Records one more prompt token (context, not generated): penalty counts and window only. For
+  // PromptScorer, whose context grows one scored token at a time.
+  void AppendPrompt(int32_t token);
 
   // True if `token` ends the sequence: a stop id, or an EOS id unless ignore_eos.
   bool IsStopToken(int32_t token) const;
@@ -127,5 +130,28 @@ struct SampleResult {
 // not Append(): the caller does that once it accepts the token.
 SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
                     SamplerScratch& scratch);
+
+// Scores given tokens one position after another (prompt scoring, GenerateRequest.logprob_start):
+// the logprob each token gets from the logits of the position before it, as Sample() would report
+// it for a token drawn there with the same parameters, and the top alternatives. Nothing is drawn.
+//   kRaw        log_softmax of the raw logits.
+//   kProcessed  steps 2, 4 and 6 of Sample(): logit_bias, penalties, temperature (skipped when
+//               greedy). The tokens before a scored one are its context, as prompt tokens: the
+//               repetition penalty counts them (within penalty_window); the frequency and
+//               presence penalties count generated tokens only, and min_tokens masking (step 3)
+//               is about generated tokens, so neither applies.
+class PromptScorer {
+ public:
+  // `params` as for SequenceSampler; `context` is every token before the first one scored.
+  PromptScorer(SamplingParams params, uint64_t sequence, std::span<const int32_t> context);
+
+  // The logprob of `token` from `logits` [vocab] (overwritten): result.token = token,
+  // result.logprob, and result.top[0..params.logprobs). Then `token` joins the context, so the next
+  // call scores the token after it.
+  SampleResult Score(float* logits, int64_t vocab, int32_t token);
+
+ private:
+  SequenceSampler context_;  // penalty counts over the context; never draws
+};
 
 }  // namespace astr

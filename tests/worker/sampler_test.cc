@@ -566,6 +566,109 @@ TEST(SamplerTest, NanAndInfLogitsAreSafe) {
 }
 
 // ------------------------------------------------------------------------------------------
+// PromptScorer: the logprob of a given token, position after position
+
+// Every id's logprob from one Score call (logprobs = vocab), and the scored token's.
+std::vector<double> ScoredLogprobs(PromptScorer& scorer, std::vector<float> x, int32_t token,
+                                   double* token_logprob) {
+  const SampleResult r = scorer.Score(x.data(), static_cast<int64_t>(x.size()), token);
+  EXPECT_EQ(r.token, token);
+  std::vector<double> lp(x.size(), std::nan(""));
+  for (int i = 0; i < r.num_top; ++i) lp[r.top[i].id] = r.top[i].logprob;
+  *token_logprob = r.logprob;
+  return lp;
+}
+
+TEST(PromptScorerTest, RawIsTheLogSoftmaxOfTheRowWhateverTheParameters) {
+  const std::vector<float> x = {0.3f, -1.2f, 2.2f, 0.9f, 0.9f, -3.0f};
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.logit_bias[1] = 4.0f;
+  p.repetition_penalty = 3.0f;
+  p.logprobs = 4;
+  PromptScorer scorer(p, 0, std::vector<int32_t>{2, 2});
+  const std::vector<double> want = LogSoftmax(ToDouble(x));
+  for (int32_t token : {1, 5, 3}) {
+    std::vector<float> row = x;
+    const SampleResult r = scorer.Score(row.data(), 6, token);
+    EXPECT_EQ(r.token, token);
+    EXPECT_NEAR(r.logprob, want[token], 1e-6) << token;
+    ASSERT_EQ(r.num_top, 4);
+    // By hand: 2.2 (id 2), then the tie 0.9 of ids 3 and 4 in id order, then 0.3 (id 0).
+    const int32_t ids[] = {2, 3, 4, 0};
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(r.top[k].id, ids[k]) << k;
+      EXPECT_NEAR(r.top[k].logprob, want[ids[k]], 1e-6) << k;
+    }
+  }
+}
+
+// Processed: bias, then the repetition penalty over the tokens before the scored one (the context
+// grows by each scored token), then temperature; frequency / presence penalties and min_tokens
+// masking do not apply to prompt tokens.
+TEST(PromptScorerTest, ProcessedAppliesBiasRepetitionOverTheContextAndTemperature) {
+  const std::vector<float> x = {1.0f, 2.0f, -1.0f, 4.0f, 0.5f};
+  SamplingParams p = ProcessedParams(5);
+  p.temperature = 2.0f;
+  p.logit_bias[4] = 1.5f;
+  p.repetition_penalty = 2.0f;
+  p.frequency_penalty = 1.0f;
+  p.presence_penalty = 1.0f;
+  p.min_tokens = 5;
+  p.eos_token_ids = {3};
+  PromptScorer scorer(p, 0, std::vector<int32_t>{1});
+  double lp = 0;
+  // Context [1]: id1 2/2 = 1; id4 biased 2.0; / 2.
+  ExpectLogprobsOf(ScoredLogprobs(scorer, x, 3, &lp), {0.5, 0.5, -0.5, 2.0, 1.0});
+  EXPECT_NEAR(lp, LogSoftmax({0.5, 0.5, -0.5, 2.0, 1.0})[3], 1e-5);
+  // Context [1, 3]: id3 4/2 = 2 too.
+  ExpectLogprobsOf(ScoredLogprobs(scorer, x, 2, &lp), {0.5, 0.5, -0.5, 1.0, 1.0});
+  // Context [1, 3, 2]: id2 -1*2 = -2.
+  ExpectLogprobsOf(ScoredLogprobs(scorer, x, 0, &lp), {0.5, 0.5, -1.0, 1.0, 1.0});
+  EXPECT_NEAR(lp, LogSoftmax({0.5, 0.5, -1.0, 1.0, 1.0})[0], 1e-5);
+
+  // Window 2 over context [1, 3] then [3, 0]: id1 falls out of the window.
+  p.penalty_window = 2;
+  PromptScorer windowed(p, 0, std::vector<int32_t>{1, 3});
+  ExpectLogprobsOf(ScoredLogprobs(windowed, x, 0, &lp), {0.5, 0.5, -0.5, 1.0, 1.0});
+  ExpectLogprobsOf(ScoredLogprobs(windowed, x, 4, &lp), {0.25, 1.0, -0.5, 1.0, 1.0});
+
+  // Greedy: no temperature division (Sample reports greedy draws the same way).
+  p.temperature = 0.0f;
+  p.penalty_window = 0;
+  PromptScorer greedy(p, 0, std::vector<int32_t>{});
+  ExpectLogprobsOf(ScoredLogprobs(greedy, x, 1, &lp), {1.0, 2.0, -1.0, 4.0, 2.0});
+}
+
+// The scorer's processed logprob is the one Sample() reports for the same token drawn after the
+// same context (here a context of prompt tokens only, no generated ones, no min_tokens).
+TEST(PromptScorerTest, ProcessedEqualsSampleAfterTheSameContext) {
+  const std::vector<float> x = RandomLogits(1000, 5);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.repetition_penalty = 1.3f;
+  p.logit_bias[17] = -2.0f;
+  p.logprobs = 5;
+  p.return_logprob = true;
+  p.logprobs_mode = LogprobsMode::kProcessed;
+  p.seed = 3;
+  const std::vector<int32_t> context = {17, 40, 40, 999, 3};
+  SamplerScratch scratch;
+  PromptScorer scorer(p, 0, std::span<const int32_t>(context.data(), 2));
+  for (size_t i = 2; i < context.size(); ++i) {
+    std::vector<float> a = x, b = x;
+    const SampleResult scored = scorer.Score(a.data(), 1000, context[i]);
+    const SequenceSampler state(p, 0, std::span<const int32_t>(context.data(), i));
+    const SampleResult drawn = Sample(b.data(), 1000, state, scratch);
+    ASSERT_EQ(scored.num_top, 5);
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_EQ(scored.top[k].id, drawn.top[k].id) << i << "/" << k;
+      EXPECT_EQ(scored.top[k].logprob, drawn.top[k].logprob) << i << "/" << k;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // TokenCounts against a std::map reference, through growth, window eviction and compaction.
 
 TEST(TokenCountsTest, MatchesReferenceUnderChurn) {
