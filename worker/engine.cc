@@ -134,7 +134,7 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
   }
   step_results_.resize(step_samplers_.size());
   const auto start = std::chrono::steady_clock::now();
-  ASTR_RETURN_IF_ERROR(sampling_.Run(*backend_, batch_, step_samplers_, step_results_));
+  ASTR_RETURN_IF_ERROR(sampling_.Run(*backend_, batch_, step_samplers_, {}, step_results_));
   last_step_.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   last_step_.tokens = batch_.num_tokens();

@@ -20,9 +20,11 @@ struct StepBatch {
   std::vector<int32_t> kv_indptr;        // [B+1] ranges into kv_page_indices
   std::vector<int32_t> kv_page_indices;  // [sum of pages] page ids, in sequence order
   std::vector<int32_t>
-      kv_last_page_len;              // [B] filled slots of each entry's last page (1..page_size)
-  std::vector<int64_t> out_slots;    // [T] page * page_size + offset where row t's K/V is written
-  std::vector<int32_t> sample_rows;  // [S] rows whose logits are returned, in output order
+      kv_last_page_len;            // [B] filled slots of each entry's last page (1..page_size)
+  std::vector<int64_t> out_slots;  // [T] page * page_size + offset where row t's K/V is written
+  // [S] rows whose logits are returned, in output order: the rows drawn from, then any rows
+  // scored (prompt scoring; see worker/step_sampling.h).
+  std::vector<int32_t> sample_rows;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t batch_size() const {

@@ -14,25 +14,37 @@ StepSampling::StepSampling(const Backend& backend) {
 
 Status StepSampling::Run(Backend& backend, const StepBatch& batch,
                          std::span<const SequenceSampler* const> samplers,
-                         std::span<SampleResult> results, int64_t* forward_ns, int64_t* sample_ns) {
-  if (samplers.size() != batch.sample_rows.size() || results.size() < samplers.size()) {
-    return InternalError("step sampling: " + std::to_string(samplers.size()) + " samplers for " +
-                         std::to_string(batch.sample_rows.size()) + " sample rows");
+                         std::span<const RowScore> scores, std::span<SampleResult> results,
+                         int64_t* forward_ns, int64_t* sample_ns) {
+  const size_t rows = samplers.size() + scores.size();
+  if (rows != batch.sample_rows.size() || results.size() < rows) {
+    return InternalError("step sampling: " + std::to_string(samplers.size()) + " samplers and " +
+                         std::to_string(scores.size()) + " scores for " +
+                         std::to_string(batch.sample_rows.size()) + " logits rows");
   }
   const auto start = std::chrono::steady_clock::now();
-  if (backend.samples_on_device()) {
+  if (backend.samples_on_device() && scores.empty()) {
     ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results));
     if (forward_ns != nullptr) *forward_ns = NanosSince(start);
     if (sample_ns != nullptr) *sample_ns = 0;
     return OkStatus();
   }
+  const int64_t vocab = backend.config().vocab_size;
+  // Grows once per larger scoring step on a device-sampling backend; never on the host path,
+  // whose buffer holds max_sample_rows rows from the start.
+  const size_t need = rows * static_cast<size_t>(vocab);
+  if (logits_.size() < need) logits_.resize(need);
   ASTR_RETURN_IF_ERROR(backend.Forward(batch, logits_.data()));
   if (forward_ns != nullptr) *forward_ns = NanosSince(start);
   const auto sample_start = std::chrono::steady_clock::now();
-  const int64_t vocab = backend.config().vocab_size;
   for (size_t i = 0; i < samplers.size(); ++i) {
     results[i] =
         Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i], scratch_);
+  }
+  for (size_t j = 0; j < scores.size(); ++j) {
+    const size_t row = samplers.size() + j;
+    results[row] = scores[j].scorer->Score(logits_.data() + static_cast<int64_t>(row) * vocab,
+                                           vocab, scores[j].token);
   }
   if (sample_ns != nullptr) *sample_ns = NanosSince(sample_start);
   return OkStatus();

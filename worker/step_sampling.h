@@ -2,6 +2,10 @@
 // (Backend::samples_on_device), else the logits come to the host and Sample() draws each row. The
 // offline engine and the worker's step runner both go through this, so they cannot disagree about
 // which path a backend takes.
+//
+// A step may also score rows (prompt scoring): their logits always come to the host, where a
+// PromptScorer turns each into the logprob of a given token. A step that scores any row therefore
+// takes the host path for its draws too, on every backend.
 #pragma once
 
 #include <cstdint>
@@ -14,20 +18,32 @@
 
 namespace astr {
 
+// A logits row scored rather than drawn from: the logprob of `token` under `scorer`, which then
+// moves past the token (PromptScorer::Score).
+struct RowScore {
+  PromptScorer* scorer = nullptr;
+  int32_t token = 0;
+};
+
 class StepSampling {
  public:
-  // Sizes the host logits buffer (only for backends that sample on the host).
+  // Sizes the host logits buffer (only for backends that sample on the host; a device-sampling
+  // backend gets one at its first step that scores rows).
   explicit StepSampling(const Backend& backend);
 
-  // samplers[i] is the state of sample row i of `batch`; results[i] gets its draw. The times of the
-  // forward pass and the draws go to *forward_ns / *sample_ns when non-null (device sampling counts
-  // as forward time: it runs in the same device stream).
+  // The logits rows of `batch` (StepBatch::sample_rows) are the draws, then the scores:
+  // samplers[i] is the state of row i and results[i] gets its draw; scores[j] is row
+  // samplers.size() + j and results[samplers.size() + j] gets its score. Scores are computed in
+  // order, so several rows of one scorer follow its context. The times of the forward pass and
+  // the draws go to *forward_ns / *sample_ns when non-null (device sampling counts as forward
+  // time: it runs in the same device stream).
   Status Run(Backend& backend, const StepBatch& batch,
-             std::span<const SequenceSampler* const> samplers, std::span<SampleResult> results,
-             int64_t* forward_ns = nullptr, int64_t* sample_ns = nullptr);
+             std::span<const SequenceSampler* const> samplers, std::span<const RowScore> scores,
+             std::span<SampleResult> results, int64_t* forward_ns = nullptr,
+             int64_t* sample_ns = nullptr);
 
  private:
-  std::vector<float> logits_;  // [max_sample_rows, vocab] host path only
+  std::vector<float> logits_;  // [logits rows, vocab] host path only
   SamplerScratch scratch_;
 };
 

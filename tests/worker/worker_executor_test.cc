@@ -78,6 +78,7 @@ struct TestSeq {
   int64_t num_prompt = 0;
   int64_t num_computed = 0;
   std::vector<int32_t> pages;
+  int64_t score_from = 0;  // SequenceStart.score_from
   bool started = false;
 
   TestSeq(uint64_t live_id, std::vector<int32_t> prompt, v1::WorkerSamplingParams p)
@@ -102,6 +103,7 @@ void AddStart(v1::StepPlan* plan, TestSeq* s) {
   start->set_num_prompt_tokens(static_cast<int32_t>(s->num_prompt));
   start->set_num_cached_tokens(static_cast<int32_t>(s->num_computed));
   for (int32_t p : s->pages) start->add_pages(p);
+  start->set_score_from(static_cast<int32_t>(s->score_from));
   s->started = true;
 }
 
@@ -395,6 +397,162 @@ TEST_F(WorkerExecutorTest, LogprobsMatchTheOfflineEngine) {
   }
 }
 
+// --- Prompt scoring ----------------------------------------------------------------------------
+
+// A 12-token prompt: "Once upon a time" and the first 7 tokens llama.cpp continues it with.
+std::vector<int32_t> ScoringPrompt() {
+  std::vector<int32_t> p = kPrompt;
+  p.insert(p.end(), kGolden.begin(), kGolden.begin() + 7);
+  return p;
+}
+
+// Runs `s` (with s->score_from set) in chunks of `chunk` tokens until it has sampled one token, or
+// for `max_steps` steps; returns the prompt scores received, checking each names `s`.
+std::vector<v1::PromptTokenScore> RunScoring(WorkerExecutor& ex, TestSeq* s, int64_t chunk,
+                                             PagePool* pool, uint64_t* step_id,
+                                             int max_steps = 1 << 20) {
+  std::vector<v1::PromptTokenScore> got;
+  for (int step = 0; step < max_steps && s->Generated().empty(); ++step) {
+    v1::StepPlan plan;
+    plan.set_step_id((*step_id)++);
+    if (!s->started) AddStart(&plan, s);
+    AddEntry(&plan, s, chunk, pool);
+    v1::StepResult result;
+    ExpectOk(ex, plan, &result);
+    Accept(result, {s});
+    for (const v1::PromptTokenScore& score : result.prompt_scores()) {
+      EXPECT_EQ(score.live_id(), s->id);
+      got.push_back(score);
+    }
+  }
+  return got;
+}
+
+void ReleaseSeq(WorkerExecutor& ex, const TestSeq& s, uint64_t* step_id) {
+  v1::StepPlan plan;
+  plan.set_step_id((*step_id)++);
+  plan.add_release(s.id);
+  v1::StepResult result;
+  ExpectOk(ex, plan, &result);
+}
+
+v1::WorkerSamplingParams RawTop3() {
+  v1::WorkerSamplingParams p = GreedyParams();
+  p.set_return_logprob(true);
+  p.set_top_logprobs(3);
+  p.set_logprobs_mode(v1::LOGPROBS_MODE_RAW);
+  return p;
+}
+
+// Each raw prompt score equals the raw logprob (and top 3) the sampler reports for the same token
+// drawn after the same prefix: a sequence whose prompt is the prefix, with a logit bias that
+// forces that token (raw logprobs are taken before the bias).
+TEST_F(WorkerExecutorTest, RawPromptScoresEqualTheLogprobOfTheSameTokenDrawn) {
+  const std::vector<int32_t> prompt = ScoringPrompt();
+  auto ex = MakeExecutor();
+  TestSeq s(1, prompt, RawTop3());
+  s.score_from = 1;
+  // Chunks of 3: rows 0-2, 3-5, 6-8 score three tokens each; the last chunk scores rows 9 and 10
+  // and samples after row 11 (3 logits rows, within max_batch 4).
+  const std::vector<v1::PromptTokenScore> got = RunScoring(*ex, &s, 3, &pool_, &step_id_);
+  ASSERT_EQ(got.size(), prompt.size() - 1);
+  ASSERT_EQ(s.Generated().size(), 1u);
+  EXPECT_EQ(s.Generated()[0], kGolden[7]);  // scoring leaves the draw alone
+  ReleaseSeq(*ex, s, &step_id_);
+  EXPECT_EQ(ex->counters().live_sequences, 0);
+
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const v1::PromptTokenScore& score = got[i - 1];
+    EXPECT_EQ(score.position(), static_cast<int32_t>(i));
+    v1::WorkerSamplingParams forced = RawTop3();
+    (*forced.mutable_logit_bias())[prompt[i]] = 100.0f;
+    TestSeq ref(100 + i, std::vector<int32_t>(prompt.begin(), prompt.begin() + i), forced);
+    v1::StepPlan plan;
+    plan.set_step_id(step_id_++);
+    AddStart(&plan, &ref);
+    AddEntry(&plan, &ref, 1 << 20, &pool_);
+    v1::StepResult result;
+    ExpectOk(*ex, plan, &result);
+    ASSERT_EQ(result.samples_size(), 1);
+    const v1::SampledToken& drawn = result.samples(0);
+    ASSERT_EQ(drawn.token_id(), prompt[i]) << "the bias must force the prompt token";
+    EXPECT_NEAR(score.logprob(), drawn.logprob(), 1e-5) << "position " << i;
+    ASSERT_EQ(score.top_size(), 3) << i;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(score.top(k).token_id(), drawn.top(k).token_id()) << i << "/" << k;
+      EXPECT_NEAR(score.top(k).logprob(), drawn.top(k).logprob(), 1e-5) << i << "/" << k;
+    }
+    ReleaseSeq(*ex, ref, &step_id_);
+  }
+}
+
+// Processed scores (temperature, repetition penalty over the prefix) do not depend on how the
+// prefill is chunked or batched, and a restart with score_from past the scores already delivered
+// sends each remaining position once, equal to the uninterrupted run's.
+TEST_F(WorkerExecutorTest, PromptScoresSurviveChunkingBatchingAndRestarts) {
+  const std::vector<int32_t> prompt = ScoringPrompt();
+  v1::WorkerSamplingParams p = RawTop3();
+  p.set_logprobs_mode(v1::LOGPROBS_MODE_PROCESSED);
+  p.set_temperature(0.7f);
+  p.set_repetition_penalty(1.3f);
+  p.set_top_logprobs(2);
+  auto ex = MakeExecutor();
+
+  TestSeq whole(1, prompt, p);
+  whole.score_from = 2;
+  const std::vector<v1::PromptTokenScore> want = RunScoring(*ex, &whole, 3, &pool_, &step_id_);
+  ASSERT_EQ(want.size(), prompt.size() - 2);
+  ReleaseSeq(*ex, whole, &step_id_);
+
+  // Chunks of 2 next to a decoding sequence that does not score.
+  TestSeq scored(2, prompt, p), other(3, kPrompt, GreedyParams());
+  scored.score_from = 2;
+  std::vector<v1::PromptTokenScore> batched;
+  for (;;) {
+    v1::StepPlan plan;
+    plan.set_step_id(step_id_++);
+    for (TestSeq* t : {&scored, &other}) {
+      if (!t->started) AddStart(&plan, t);
+      AddEntry(&plan, t, 2, &pool_);
+    }
+    v1::StepResult result;
+    ExpectOk(*ex, plan, &result);
+    Accept(result, {&scored, &other});
+    for (const v1::PromptTokenScore& score : result.prompt_scores()) {
+      EXPECT_EQ(score.live_id(), scored.id);
+      batched.push_back(score);
+    }
+    if (!scored.Generated().empty()) break;
+  }
+  ReleaseSeq(*ex, scored, &step_id_);
+  ReleaseSeq(*ex, other, &step_id_);
+  ASSERT_EQ(batched.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(batched[i].position(), want[i].position());
+    EXPECT_NEAR(batched[i].logprob(), want[i].logprob(), 1e-5) << want[i].position();
+    ASSERT_EQ(batched[i].top_size(), 2);
+    EXPECT_EQ(batched[i].top(0).token_id(), want[i].top(0).token_id());
+  }
+
+  // Two chunks of 3 (positions 2..6 scored), then a restart under a new id from score_from 7.
+  TestSeq first(4, prompt, p);
+  first.score_from = 2;
+  const std::vector<v1::PromptTokenScore> part = RunScoring(*ex, &first, 3, &pool_, &step_id_, 2);
+  ASSERT_EQ(part.size(), 5u);
+  EXPECT_EQ(part.back().position(), 6);
+  ReleaseSeq(*ex, first, &step_id_);
+  TestSeq again(5, prompt, p);
+  again.score_from = 7;
+  const std::vector<v1::PromptTokenScore> rest = RunScoring(*ex, &again, 4, &pool_, &step_id_);
+  ASSERT_EQ(part.size() + rest.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const v1::PromptTokenScore& got = i < part.size() ? part[i] : rest[i - part.size()];
+    EXPECT_EQ(got.position(), want[i].position());
+    EXPECT_NEAR(got.logprob(), want[i].logprob(), 1e-5) << want[i].position();
+  }
+  EXPECT_EQ(again.Generated(), whole.Generated());
+}
+
 // --- Refused plans -----------------------------------------------------------------------------
 
 struct BadPlan {
@@ -531,6 +689,22 @@ std::vector<BadPlan> BadPlans() {
          Decode1(p);
        },
        "entries: 5 entries exceed max_batch 4"},
+      {"score_from at the prompt end", [=](P p) { start7(p)->set_score_from(5); },
+       "start[0].score_from: 5 out of range [1, 5)"},
+      {"negative score_from", [=](P p) { start7(p)->set_score_from(-1); }, "start[0].score_from"},
+      {"score_from inside the cached prefix",
+       [](P p) {
+         ValidStart(p, 7, {20, 21});
+         p->mutable_start(0)->set_num_cached_tokens(4);
+         p->mutable_start(0)->set_score_from(4);
+         p->mutable_entries(0)->set_start_position(4);
+         p->mutable_entries(0)->set_num_tokens(1);
+       },
+       "start[0].score_from: 4 out of range [5, 5)"},
+      {"scored rows past max_batch",
+       [=](P p) { start7(p)->set_score_from(1); },  // 4 scored rows + the sample row
+       "entries: 1 sampling entries and 4 scored prompt rows (start.score_from) need 5 logits "
+       "rows, more than max_batch 4"},
       {"too many tokens",
        [](P p) {
          ValidStart(p, 7, {});

@@ -36,7 +36,8 @@ class FailingRunner final : public StepRunner {
   const model::ModelConfig& config() const override { return config_; }
   const RunnerLimits& limits() const override { return limits_; }
   Status Run(const StepBatch& /*batch*/, std::span<const SampleRequest> /*samples*/,
-             std::span<SampleResult> /*out*/, RunTimings* /*timings*/) override {
+             std::span<const RowScore> /*scores*/, std::span<SampleResult> /*out*/,
+             RunTimings* /*timings*/) override {
     if (throws_) throw std::bad_alloc();
     return InternalError("the test runner fails");
   }

@@ -1,6 +1,6 @@
-// StepRunner over a Backend: the forward pass and one draw per sample row through StepSampling (on
-// the backend's device where it samples there, else on this thread with buffers reused across
-// steps).
+// StepRunner over a Backend: the forward pass, one draw per sample row and one score per scored row
+// through StepSampling (draws on the backend's device where it samples there and the step scores
+// nothing, else on this thread with buffers reused across steps).
 #include "worker/service/step_runner.h"
 #include "worker/step_sampling.h"
 
@@ -24,15 +24,18 @@ class BackendRunner final : public StepRunner {
   const RunnerLimits& limits() const override { return limits_; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
-             std::span<SampleResult> out, RunTimings* timings) override {
-    if (samples.size() != batch.sample_rows.size() || out.size() < samples.size()) {
-      return InternalError("step runner: " + std::to_string(samples.size()) + " samples for " +
-                           std::to_string(batch.sample_rows.size()) + " sample rows");
+             std::span<const RowScore> scores, std::span<SampleResult> out,
+             RunTimings* timings) override {
+    const size_t rows = samples.size() + scores.size();
+    if (rows != batch.sample_rows.size() || out.size() < rows) {
+      return InternalError("step runner: " + std::to_string(samples.size()) + " samples and " +
+                           std::to_string(scores.size()) + " scores for " +
+                           std::to_string(batch.sample_rows.size()) + " logits rows");
     }
     samplers_.clear();
     for (const SampleRequest& s : samples) samplers_.push_back(s.sampler);
-    return sampling_.Run(*backend_, batch, samplers_, out.first(samples.size()),
-                         &timings->forward_ns, &timings->sample_ns);
+    return sampling_.Run(*backend_, batch, samplers_, scores, out.first(rows), &timings->forward_ns,
+                         &timings->sample_ns);
   }
 
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override {

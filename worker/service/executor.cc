@@ -59,6 +59,47 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   for (size_t i = seq.num_prompt_tokens; i < seq.context.size(); ++i) {
     seq.sampler->Append(seq.context[i]);
   }
+  seq.score_from = start.score_from();
+  seq.scorer.reset();
+  if (seq.score_from > 0) {
+    seq.scorer = std::make_unique<PromptScorer>(
+        seq.sampler->params(), start.sample_index(),
+        std::span<const int32_t>(seq.context.data(), static_cast<size_t>(seq.score_from)));
+  }
+}
+
+ScoredRows ScoredRows::Of(int64_t score_from, int64_t num_prompt_tokens, int64_t begin,
+                          int64_t end) {
+  if (score_from <= 0) return {};
+  return {.begin = std::max(begin, score_from - 1), .end = std::min(end, num_prompt_tokens - 1)};
+}
+
+void WorkerExecutor::AddScoredRows(uint64_t live_id, Sequence* seq, int64_t begin, int64_t end,
+                                   int64_t first_row) {
+  if (seq->scorer == nullptr) return;
+  const ScoredRows rows = ScoredRows::Of(seq->score_from, seq->num_prompt_tokens, begin, end);
+  for (int64_t pos = rows.begin; pos < rows.end; ++pos) {
+    score_rows_.push_back(static_cast<int32_t>(first_row + pos - begin));
+    scores_.push_back({.scorer = seq->scorer.get(), .token = seq->context[pos + 1]});
+    scored_.push_back({.live_id = live_id, .seq = seq, .position = pos + 1});
+  }
+}
+
+void WorkerExecutor::EmitPromptScores(std::span<const SampleResult> out, v1::StepResult* result) {
+  for (size_t j = 0; j < scored_.size(); ++j) {
+    const SampleResult& r = out[j];
+    v1::PromptTokenScore* score = result->add_prompt_scores();
+    score->set_live_id(scored_[j].live_id);
+    score->set_position(static_cast<int32_t>(scored_[j].position));
+    score->set_logprob(r.logprob);
+    for (int32_t k = 0; k < r.num_top; ++k) {
+      v1::TokenLogprob* alt = score->add_top();
+      alt->set_token_id(r.top[k].id);
+      alt->set_logprob(r.top[k].logprob);
+    }
+    Sequence* seq = scored_[j].seq;
+    if (scored_[j].position == seq->num_prompt_tokens - 1) seq->scorer.reset();
+  }
 }
 
 Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result) {
@@ -71,12 +112,17 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
   batch_.Clear();
   samples_.clear();
   sample_seqs_.clear();
+  score_rows_.clear();
+  scores_.clear();
+  scored_.clear();
   for (const v1::StepEntry& entry : plan.entries()) {
     Sequence* seq = &live_.find(entry.live_id())->second;
     for (int32_t page : entry.new_pages()) AddPage(seq, page);
     const int64_t begin = entry.start_position();
+    const int64_t first_row = batch_.num_tokens();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
                   limits_.page_size, entry.sample());
+    AddScoredRows(entry.live_id(), seq, begin, begin + entry.num_tokens(), first_row);
     seq->num_computed = begin + entry.num_tokens();
     if (entry.sample()) {
       samples_.push_back({.live_id = entry.live_id(),
@@ -86,13 +132,16 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
     }
   }
 
+  // Scored rows come after the sample rows (StepRunner::Run).
+  batch_.sample_rows.insert(batch_.sample_rows.end(), score_rows_.begin(), score_rows_.end());
+
   result->Clear();
   result->set_step_id(plan.step_id());
   result->set_weight_version(weight_version());
   if (!plan.entries().empty()) {
     RunTimings timings;
-    const std::span<SampleResult> out(sample_out_.data(), samples_.size());
-    const Status run = runner_->Run(batch_, samples_, out, &timings);
+    const std::span<SampleResult> out(sample_out_.data(), samples_.size() + scores_.size());
+    const Status run = runner_->Run(batch_, samples_, scores_, out, &timings);
     if (!run.ok())
       return run.code() == StatusCode::kInvalidArgument ? InternalError(run.message()) : run;
     result->set_forward_ns(timings.forward_ns);
@@ -112,6 +161,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
         alt->set_logprob(r.top[k].logprob);
       }
     }
+    EmitPromptScores(out.subspan(samples_.size()), result);
   }
   ++steps_;
   PublishCounters();

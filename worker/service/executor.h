@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,6 +29,17 @@ namespace astr {
 StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
                                                  int64_t vocab_size);
 
+// Rows of positions [begin, end) of a sequence that score a prompt token
+// (SequenceStart.score_from): those in [score_from - 1, num_prompt_tokens - 1), the row before each
+// scored token. Empty when score_from is 0.
+struct ScoredRows {
+  int64_t begin = 0;  // first row's position
+  int64_t end = 0;    // one past the last row's position; <= begin when empty
+
+  static ScoredRows Of(int64_t score_from, int64_t num_prompt_tokens, int64_t begin, int64_t end);
+  int64_t size() const { return end > begin ? end - begin : 0; }
+};
+
 class WorkerExecutor {
  public:
   struct Counters {
@@ -42,7 +54,7 @@ class WorkerExecutor {
   // message names the field and index, e.g. "entries[3].new_pages[0]: page 9999 out of range
   // [0, 512)"). Any other error comes from the runner: the state no longer matches the KV pool and
   // the caller must Reset(). On success `result` holds one SampledToken per sampling entry, in
-  // entry order, and the timings.
+  // entry order, the prompt tokens scored in this step, and the timings.
   Status Execute(const v1::StepPlan& plan, v1::StepResult* result);
   // Drops every live sequence (a step stream ended).
   void Reset();
@@ -66,6 +78,11 @@ class WorkerExecutor {
     int64_t num_computed = 0;    // leading tokens whose K/V are in the pool
     std::vector<int32_t> pages;  // in sequence order
     std::unique_ptr<SequenceSampler> sampler;
+    // Prompt scoring: tokens [score_from, num_prompt_tokens) are scored as their rows are
+    // computed (0 = none); the scorer's context is every token before the next one scored, and
+    // it is dropped once the last one is.
+    int64_t score_from = 0;
+    std::unique_ptr<PromptScorer> scorer;
     uint64_t listed_in_plan = 0;  // validation scratch: serial of the last plan listing it
   };
   // What validation needs to know of a sequence an entry refers to, live or started in the plan.
@@ -73,6 +90,14 @@ class WorkerExecutor {
     int64_t known_tokens = 0;
     int64_t num_computed = 0;
     int64_t num_pages = 0;
+    int64_t num_prompt_tokens = 0;
+    int64_t score_from = 0;
+  };
+  // A prompt token scored in this step.
+  struct ScoredToken {
+    uint64_t live_id = 0;
+    Sequence* seq = nullptr;
+    int64_t position = 0;
   };
 
   // Checks the whole plan against the current state without changing it
@@ -86,6 +111,12 @@ class WorkerExecutor {
 
   void Release(uint64_t live_id);
   void Start(const v1::SequenceStart& start);
+  // Queues the scored rows of the entry just appended to batch_ (its rows from `first_row` on,
+  // positions [begin, end)).
+  void AddScoredRows(uint64_t live_id, Sequence* seq, int64_t begin, int64_t end,
+                     int64_t first_row);
+  // The step's scores (out[i] for scored_[i]) into `result`; drops scorers that are done.
+  void EmitPromptScores(std::span<const SampleResult> out, v1::StepResult* result);
   void AddPage(Sequence* seq, int32_t page);
   void PublishCounters();
 
@@ -106,6 +137,9 @@ class WorkerExecutor {
   StepBatch batch_;
   std::vector<SampleRequest> samples_;
   std::vector<Sequence*> sample_seqs_;
+  std::vector<int32_t> score_rows_;  // batch rows of scores_, appended to sample_rows last
+  std::vector<RowScore> scores_;
+  std::vector<ScoredToken> scored_;  // per scores_ entry
   std::vector<SampleResult> sample_out_;
 
   std::atomic<int64_t> live_counter_{0};

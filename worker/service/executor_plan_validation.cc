@@ -61,6 +61,16 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
                                 ".num_cached_tokens: " + std::to_string(start.num_cached_tokens()) +
                                 " out of range [0, " + std::to_string(n) + ")");
   }
+  // Every scored token's row (the one before it) is computed here, after the cached prefix.
+  const int64_t score_from = start.score_from();
+  if (score_from != 0 &&
+      (score_from <= start.num_cached_tokens() || score_from >= start.num_prompt_tokens())) {
+    return InvalidArgumentError(where + ".score_from: " + std::to_string(score_from) +
+                                " out of range [" + std::to_string(start.num_cached_tokens() + 1) +
+                                ", " + std::to_string(start.num_prompt_tokens()) +
+                                ") (num_cached_tokens + 1 .. " +
+                                "num_prompt_tokens - 1), or 0 for none");
+  }
   ASTR_RETURN_IF_ERROR(ValidatePages(start.pages(), "start", index, "pages"));
   const int64_t held = static_cast<int64_t>(start.pages_size()) * limits_.page_size;
   if (held < start.num_cached_tokens()) {
@@ -147,6 +157,8 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
                                 std::to_string(limits_.max_sample_rows));
   }
   int64_t total_tokens = 0;
+  int64_t sampling_entries = 0;
+  int64_t scored_rows = 0;
   for (int e = 0; e < plan.entries_size(); ++e) {
     const v1::StepEntry& entry = plan.entries(e);
     const uint64_t id = entry.live_id();
@@ -158,13 +170,17 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
       listed_before = std::exchange(start_listed_[started->second], 1) != 0;
       view = {.known_tokens = s.tokens_size(),
               .num_computed = s.num_cached_tokens(),
-              .num_pages = s.pages_size()};
+              .num_pages = s.pages_size(),
+              .num_prompt_tokens = s.num_prompt_tokens(),
+              .score_from = s.score_from()};
     } else if (auto live = live_.find(id); live != live_.end() && !plan_released_.contains(id)) {
       Sequence& s = live->second;
       listed_before = std::exchange(s.listed_in_plan, plan_serial_) == plan_serial_;
       view = {.known_tokens = static_cast<int64_t>(s.context.size()),
               .num_computed = s.num_computed,
-              .num_pages = static_cast<int64_t>(s.pages.size())};
+              .num_pages = static_cast<int64_t>(s.pages.size()),
+              .num_prompt_tokens = s.num_prompt_tokens,
+              .score_from = s.score_from};
     } else {
       return InvalidArgumentError(At("entries", e) + ".live_id: " + SeqName(id) + " is not live");
     }
@@ -174,11 +190,23 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
     }
     ASTR_RETURN_IF_ERROR(ValidateEntry(entry, e, view));
     total_tokens += entry.num_tokens();
+    sampling_entries += entry.sample() ? 1 : 0;
+    scored_rows += ScoredRows::Of(view.score_from, view.num_prompt_tokens, entry.start_position(),
+                                  entry.start_position() + entry.num_tokens())
+                       .size();
   }
   if (total_tokens > limits_.max_batch_tokens) {
     return InvalidArgumentError("entries: " + std::to_string(total_tokens) +
                                 " tokens exceed max_batch_tokens " +
                                 std::to_string(limits_.max_batch_tokens));
+  }
+  // Sample rows and scored prompt rows share the backend's logits rows.
+  if (sampling_entries + scored_rows > limits_.max_sample_rows) {
+    return InvalidArgumentError(
+        "entries: " + std::to_string(sampling_entries) + " sampling entries and " +
+        std::to_string(scored_rows) + " scored prompt rows (start.score_from) need " +
+        std::to_string(sampling_entries + scored_rows) + " logits rows, more than max_batch " +
+        std::to_string(limits_.max_sample_rows));
   }
   return OkStatus();
 }

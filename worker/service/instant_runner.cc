@@ -45,11 +45,16 @@ class InstantRunner final : public StepRunner {
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override { return set; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
-             std::span<SampleResult> out, RunTimings* timings) override {
+             std::span<const RowScore> scores, std::span<SampleResult> out,
+             RunTimings* timings) override {
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < samples.size(); ++i) {
       out[i] = SampleResult{};
       out[i].token = Pick(samples[i]);
+    }
+    for (size_t j = 0; j < scores.size(); ++j) {
+      out[samples.size() + j] = SampleResult{};
+      out[samples.size() + j].token = scores[j].token;
     }
     timings->forward_ns = 0;
     timings->sample_ns = NanosSince(start);

@@ -1,10 +1,12 @@
 // What executes a validated step for the WorkerExecutor: the forward pass and the sampling. Two
 // implementations, chosen once at start (--backend):
 //   - the backend runner wraps a Backend (cpu): Forward into a logits buffer, then Sample() each
-//     sample row with its sequence's SequenceSampler;
+//     sample row with its sequence's SequenceSampler and Score() each scored row with its
+//     PromptScorer (StepSampling);
 //   - the instant runner (benchmarks only) computes nothing: each sample row gets a deterministic
-//     ordinary token (never special, never an EOS or stop id of its sequence) with logprob 0, so
-//     that the scheduler's own cost per step can be measured against a worker that answers at once.
+//     ordinary token (never special, never an EOS or stop id of its sequence) with logprob 0, and
+//     each scored row logprob 0, so that the scheduler's own cost per step can be measured against
+//     a worker that answers at once.
 // The executor validates plans and keeps sequence state identically for both.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include "worker/backend.h"
 #include "worker/sampler.h"
 #include "worker/step_batch.h"
+#include "worker/step_sampling.h"
 
 namespace astr {
 
@@ -53,11 +56,13 @@ class StepRunner {
   virtual std::string dtype() const = 0;
   virtual const model::ModelConfig& config() const = 0;
   virtual const RunnerLimits& limits() const = 0;
-  // Runs `batch` (already valid for limits()) and draws one token per sample row:
-  // samples[i] belongs to batch.sample_rows[i] and its result goes to out[i]. A failure here is an
-  // internal error: the caller's sequence state no longer matches the pool.
+  // Runs `batch` (already valid for limits()), draws one token per sample row and scores the
+  // scored rows: samples[i] belongs to batch.sample_rows[i] and its result goes to out[i];
+  // scores[j] to batch.sample_rows[samples.size() + j] and out[samples.size() + j]. A failure
+  // here is an internal error: the caller's sequence state no longer matches the pool.
   virtual Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
-                     std::span<SampleResult> out, RunTimings* timings) = 0;
+                     std::span<const RowScore> scores, std::span<SampleResult> out,
+                     RunTimings* timings) = 0;
   // Weight updates, as Backend::PrepareWeights / SwapWeights (the instant runner holds no weights:
   // its sets are empty and a swap changes nothing but the version the executor reports). A runner
   // that cannot update says so in PrepareWeights.
