@@ -19,8 +19,38 @@ void ResetPlacement(Sequence* seq) {
   seq->pages.Release();
   seq->num_computed = 0;
   seq->num_start_tokens = 0;
+  seq->score_from = 0;
   seq->step_tokens = 0;
   seq->in_flight = 0;  // tokens still in flight for the old id are dropped when they arrive
+}
+
+// The rows of a chunk of `tokens` from seq.num_computed that score a prompt token: positions
+// [score_from - 1, prompt - 1) (the worker's rule, SequenceStart.score_from), as [first, end).
+std::pair<int32_t, int32_t> ScoredRowsOf(const Sequence& seq, int32_t tokens) {
+  if (seq.score_from <= 0) return {0, 0};
+  return {std::max(seq.num_computed, seq.score_from - 1),
+          std::min(seq.num_computed + tokens, seq.num_prompt_tokens() - 1)};
+}
+
+// Logits rows a chunk of `tokens` takes: its scored rows, plus one if it samples.
+int64_t LogitsRowsOf(const Sequence& seq, int32_t tokens) {
+  const auto [first, end] = ScoredRowsOf(seq, tokens);
+  const bool samples = seq.num_computed + tokens >= seq.num_start_tokens;
+  return std::max(0, end - first) + (samples ? 1 : 0);
+}
+
+// The longest chunk of at most `tokens` whose logits rows fit in `rows` (0 if none does).
+int32_t FitLogitsRows(const Sequence& seq, int32_t tokens, int64_t rows) {
+  if (LogitsRowsOf(seq, tokens) <= rows) return tokens;
+  int64_t fit = tokens;
+  if (seq.score_from > 0) {
+    // Scored rows are contiguous from `first`: at most `rows` of them.
+    const int64_t first = std::max(seq.num_computed, seq.score_from - 1);
+    fit = std::min<int64_t>(fit, first + std::max<int64_t>(rows, 0) - seq.num_computed);
+  }
+  // The sample row, last of the chunk, may still be one too many.
+  while (fit > 0 && LogitsRowsOf(seq, static_cast<int32_t>(fit)) > rows) --fit;
+  return static_cast<int32_t>(fit);
 }
 
 }  // namespace
@@ -65,6 +95,7 @@ void PlanOutcome::Clear() {
   step_id = 0;
   sampling.clear();
   sampling_live_ids.clear();
+  scoring.clear();
   num_tokens = 0;
   num_started = 0;
   num_preempted = 0;
@@ -97,6 +128,7 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
 int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t step_id) {
   const int64_t budget = limits_.max_tokens;
   int64_t used = 0;
+  logits_rows_ = 0;
   const int32_t context = limits_.max_context_tokens;
   // A decode row is due unless the sequence's last token is already in flight (overlap).
   auto wants_decode = [context](const Sequence* seq) {
@@ -123,6 +155,9 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
       const int64_t room = std::max<int64_t>(0, budget - used - decode_left);
       tokens = static_cast<int32_t>(std::min<int64_t>(
           {seq->num_start_tokens - seq->num_computed, limits_.prefill_chunk, room}));
+      // One logits row stays for every running sequence after this one.
+      const int64_t rows_after = static_cast<int64_t>(q->running.size() - i - 1);
+      tokens = FitLogitsRows(*seq, tokens, limits_.max_logits_rows - logits_rows_ - rows_after);
     }
     if (tokens == 0) {
       ++i;
@@ -141,6 +176,7 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
     if (!kept) continue;  // running[i] is now the next sequence
     seq->step_tokens = tokens;
     used += tokens;
+    logits_rows_ += LogitsRowsOf(*seq, tokens);
     ++i;
   }
   return used;
@@ -182,6 +218,11 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   entry->set_live_id(seq->live_id);
   entry->set_start_position(seq->num_computed);
   entry->set_num_tokens(seq->step_tokens);
+  if (const auto [first, end] = ScoredRowsOf(*seq, seq->step_tokens); end > first) {
+    // Row r scores the prompt token at position r + 1.
+    out->scoring.push_back(
+        {.seq = seq, .live_id = seq->live_id, .first_position = first + 1, .count = end - first});
+  }
   const std::vector<int32_t>& pages = seq->pages.pages();
   for (size_t p = static_cast<size_t>(seq->step_pages_before); p < pages.size(); ++p) {
     entry->add_new_pages(pages[p]);
@@ -214,16 +255,22 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     // sequences wait behind it, keeping queue order.
     if (seq->preempted_at_step == step_id) break;
     const int32_t known = seq->num_tokens();
-    const int32_t tokens = static_cast<int32_t>(
-        std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used}));
+    seq->num_start_tokens = known;
+    seq->num_computed = 0;
+    seq->score_from = seq->PromptScoreFrom();
+    const int32_t tokens = FitLogitsRows(
+        *seq,
+        static_cast<int32_t>(
+            std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used})),
+        limits_.max_logits_rows - logits_rows_);
+    if (tokens == 0) break;  // no logits row left this step
     if (pool.PagesFor(tokens) > pool.num_free()) break;
+    const int64_t rows = LogitsRowsOf(*seq, tokens);
     if (seq->pages.pool() != &pool) seq->pages = pool.NewList();
     const bool ok = seq->pages.GrowTo(pool.PagesFor(tokens));
     assert(ok);
     (void)ok;
     seq->live_id = next_live_id_++;
-    seq->num_start_tokens = known;
-    seq->num_computed = 0;
     seq->state = Sequence::State::kRunning;
     Start(seq, tokens, plan);
     seq->step_pages_before = seq->pages.size();  // its first pages travel in SequenceStart
@@ -237,6 +284,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
       out->queued_tokens_started += request->queued_tokens();
     }
     used += tokens;
+    logits_rows_ += rows;
     ++out->num_started;
     ++taken;
   }
@@ -261,6 +309,7 @@ void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
   start->set_num_prompt_tokens(static_cast<int32_t>(req.prompt.size()));
   start->set_num_cached_tokens(0);  // no prefix cache yet
   for (int32_t page : seq->pages.pages()) start->add_pages(page);
+  start->set_score_from(seq->score_from);
 }
 
 }  // namespace astr::sched

@@ -7,6 +7,11 @@
 //      what is left (a long prompt spreads over several steps; only its final chunk samples);
 //   3. new sequences are admitted from the waiting queue in queue order while the budget, the
 //      sequence cap and the free pages allow (their whole first chunk must fit in free pages).
+// Every step also fits the worker's logits rows (StepLimits::max_logits_rows): a sampling entry
+// takes one, and a chunk of a sequence that scores its prompt (SchedRequest.logprob_start) one
+// per scored row, so such a chunk is cut where its rows run out. A running sequence always keeps
+// one row for each running sequence after it, so everyone progresses; admission takes what is
+// left.
 // Pages are granted to running sequences in queue order. When a running sequence needs a page and
 // none is free, the preemption policy picks a victim among the sequences not yet granted this
 // step (itself included): its pages are freed, its live id is released in this very plan, and it
@@ -49,10 +54,19 @@ struct WorkerQueues {
 
 // What Plan did, besides the plan itself. Reused across steps (Clear keeps the capacity).
 struct PlanOutcome {
+  // Prompt tokens [first_position, first_position + count) of `seq`, scored by one entry.
+  struct ScoredRun {
+    Sequence* seq = nullptr;
+    uint64_t live_id = 0;  // as for sampling_live_ids
+    int32_t first_position = 0;
+    int32_t count = 0;
+  };
+
   uint64_t step_id = 0;
   std::vector<Sequence*> sampling;          // sequences whose entry samples, in entry order
   std::vector<uint64_t> sampling_live_ids;  // their live ids in this plan (a later preemption or
                                             // finish changes Sequence::live_id: the token is stale)
+  std::vector<ScoredRun> scoring;           // entries that score prompt rows, in entry order
   int64_t num_tokens = 0;                   // rows in the step
   int32_t num_started = 0;
   int32_t num_preempted = 0;
@@ -63,7 +77,9 @@ struct PlanOutcome {
 
 class BatchPlanner {
  public:
-  explicit BatchPlanner(StepLimits limits) : limits_(limits) {}
+  explicit BatchPlanner(StepLimits limits) : limits_(limits) {
+    if (limits_.max_logits_rows <= 0) limits_.max_logits_rows = limits_.max_sequences;
+  }
   const StepLimits& limits() const { return limits_; }
   // While set (Pause in drain mode), only sequences of requests that already started are
   // admitted; the others keep their places in the queue.
@@ -88,6 +104,7 @@ class BatchPlanner {
   void Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan);
 
   StepLimits limits_;
+  int64_t logits_rows_ = 0;  // logits rows granted in the step being planned
   QueueOrder order_;
   PreemptionPolicy preemption_;
   uint64_t next_live_id_ = 1;

@@ -25,6 +25,7 @@ StepLimits StepCapacity::For(const v1::InfoResponse& worker) const {
   }
   limits.prefill_chunk = std::min(options_.prefill_chunk, limits.max_tokens);
   limits.max_context_tokens = worker.max_context_tokens();
+  limits.max_logits_rows = worker.max_batch() > 0 ? worker.max_batch() : limits.max_sequences;
   return limits;
 }
 

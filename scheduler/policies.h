@@ -32,6 +32,9 @@ struct StepLimits {
   int64_t max_sequences = 0;  // sequences live on the worker (each has at most one entry a step)
   int64_t prefill_chunk = 0;  // most prompt tokens one sequence feeds in one step
   int32_t max_context_tokens = 0;  // positions one sequence may use (0 = unknown)
+  // Logits rows of a step: one per sampling entry plus one per scored prompt row; the worker's
+  // max_batch (>= max_sequences). 0 = max_sequences.
+  int64_t max_logits_rows = 0;
 };
 
 class StepCapacity {

@@ -17,14 +17,17 @@ namespace astr::sched {
 
 // Something that happened to one sample of a request.
 struct SampleEvent {
-  enum class Kind { kToken, kFinished };
+  // kPromptLogprob: the score of one prompt token (SchedRequest.logprob_start), index 0; they come
+  // in position order, each once, before any kToken of sample 0.
+  enum class Kind { kToken, kFinished, kPromptLogprob };
   Kind kind = Kind::kToken;
   int32_t index = 0;  // sample index
-  // kToken: an accepted generated token.
+  // kToken: an accepted generated token. kPromptLogprob: the prompt token at `position`.
   int32_t token_id = 0;
   float logprob = 0.0f;
   std::vector<TokenLogprob> top;  // empty unless top_logprobs > 0
   int64_t weight_version = 0;
+  int32_t position = 0;  // kPromptLogprob: the token's position in the prompt
   // kFinished: why the sample ended (after its last kToken). Not sent for a sample the front
   // finished itself with FinishSample.
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;

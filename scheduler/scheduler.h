@@ -50,6 +50,10 @@ struct SchedRequest {
   bool reuse_kv_on_weight_update = false;
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;  // aborted with DEADLINE_EXCEEDED when passed
+  // Prompt scoring (GenerateRequest.logprob_start): 0 = none; else in [1, prompt.size()], and the
+  // logprobs of prompt tokens [logprob_start, prompt.size()) arrive as kPromptLogprob events, each
+  // once, before sample 0's first token (sample 0 scores them during its prefill).
+  int32_t logprob_start = 0;
 };
 
 struct SchedulerOptions {
@@ -121,8 +125,9 @@ class Scheduler {
 
   // Queues a request. RESOURCE_EXHAUSTED when the queue is full (message names the limit and its
   // flag) or when prompt + max_tokens exceeds the KV pool of every worker (message names the
-  // largest pool); UNAVAILABLE when draining; INVALID_ARGUMENT for an empty prompt, n < 1 or
-  // max_tokens < 1 (the front validates everything else). Thread-safe.
+  // largest pool); UNAVAILABLE when draining; INVALID_ARGUMENT for an empty prompt, n < 1,
+  // max_tokens < 1 or logprob_start outside [0, prompt size] (the front validates everything
+  // else). Thread-safe.
   StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
   // Aborts every sample of the request (client cancelled, deadline): its sequences and pages are
   // released at the next step and the channel closes with `why`. Thread-safe; unknown keys are

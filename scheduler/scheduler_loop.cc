@@ -275,6 +275,8 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
                             std::to_string(result.samples_size()) + " samples for " +
                             std::to_string(sampling.size()) + " sampling entries");
   }
+  // Before the tokens: sample 0's first token comes after its prompt's scores.
+  ASTR_RETURN_IF_ERROR(ApplyPromptScores(result, out));
   for (size_t i = 0; i < sampling.size(); ++i) {
     Sequence* seq = sampling[i];
     // A sequence finished, cancelled or preempted since this plan went out: its token is dropped

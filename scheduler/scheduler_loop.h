@@ -133,6 +133,9 @@ class SchedulerLoop {
   void ReceiveResult(WorkerSlot* w, Clock::time_point started);
   void RecordOutcome(const PlanOutcome& out);
   Status ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::time_point now);
+  // The result's prompt scores (scheduler_loop_scores.cc): checked against the plan's scoring
+  // entries (UNAVAILABLE, applying nothing, when they disagree), then delivered once each.
+  Status ApplyPromptScores(const v1::StepResult& result, const PlanOutcome& out);
   void BuryClosed();
   void AcceptToken(Sequence* seq, const v1::SampledToken& token, int64_t weight_version,
                    Clock::time_point now);

@@ -47,6 +47,12 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
   if (request.prompt.empty()) return InvalidArgumentError("prompt: must not be empty");
   if (request.n < 1) return InvalidArgumentError("n: must be >= 1");
   if (request.max_tokens < 1) return InvalidArgumentError("max_tokens: must be >= 1");
+  if (request.logprob_start < 0 ||
+      request.logprob_start > static_cast<int64_t>(request.prompt.size())) {
+    return InvalidArgumentError("logprob_start: " + std::to_string(request.logprob_start) +
+                                " outside [0, " + std::to_string(request.prompt.size()) +
+                                "] (0 = no prompt scoring)");
+  }
   const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (footprint > max_pool_tokens_) {
     stat_refused_.fetch_add(1, std::memory_order_relaxed);

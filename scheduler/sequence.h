@@ -33,6 +33,9 @@ struct Sequence {
   PageList<PagePool> pages;
   int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
   int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)
+  // This start scores prompt tokens [score_from, prompt size) (SequenceStart.score_from); 0 =
+  // none. Set from PromptScoreFrom() when it starts.
+  int32_t score_from = 0;
   // Sampling entries sent whose tokens have not come back yet (0 or 1 without overlap; up to 2
   // with it). A sequence is not planned past its last token: see CanSample.
   int32_t in_flight = 0;
@@ -52,6 +55,9 @@ struct Sequence {
   // Whether one more token may be sampled, counting those in flight: it stops at max_tokens and
   // at the end of the context (`max_context_tokens` 0 = unknown).
   bool CanSample(int32_t max_context_tokens) const;
+  // The score_from a (re)start gets now: sample 0 of a scoring request scores the prompt tokens
+  // whose scores were not delivered yet; 0 when there are none (or for another sample).
+  int32_t PromptScoreFrom() const;
 };
 
 // A submitted request: its parameters, channel, samples and timings.
@@ -67,6 +73,8 @@ struct RequestState {
   Clock::time_point first_token{};
   bool has_first_token = false;
   int32_t preemptions = 0;
+  // Prompt scoring: scores delivered so far, positions [req.logprob_start, + this).
+  int32_t prompt_scores_sent = 0;
   int32_t worker_failures = 0;      // worker stream breaks this request was running through
   uint64_t last_failure_break = 0;  // the loop's break counter when it was last counted
   // Prompt tokens it counts for in the admission queue (prompt length * n) until scheduled.
@@ -75,6 +83,13 @@ struct RequestState {
 
 inline int32_t Sequence::num_prompt_tokens() const {
   return static_cast<int32_t>(request->req.prompt.size());
+}
+
+inline int32_t Sequence::PromptScoreFrom() const {
+  const SchedRequest& req = request->req;
+  if (sample_index != 0 || req.logprob_start <= 0) return 0;
+  const int32_t next = req.logprob_start + request->prompt_scores_sent;
+  return next < num_prompt_tokens() ? next : 0;
 }
 
 inline bool Sequence::CanSample(int32_t max_context_tokens) const {

@@ -2,7 +2,9 @@
 // sizes, a FakeWorker that checks every plan, and the expected plan of every step written by hand.
 //
 // A step is summarized as its entries in batch order, "A0@3+1*" = sample 0 of request A feeds
-// positions [3, 3+1) and samples (*), then "+[..]" the sequences started and "-[..]" released.
+// positions [3, 3+1) and samples (*), "A0@0+4~3" = feeds [0, 4) of which 3 rows score prompt
+// tokens (logprob_start), then "+[..]" the sequences started ("A0~5": scoring from position 5)
+// and "-[..]" released.
 #include "scheduler/batch_planner.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +37,7 @@ class PlannerHarness {
   }
 
   RequestState* Add(const std::string& label, int prompt_len, int max_tokens, uint64_t seed,
-                    int priority = 0, int n = 1) {
+                    int priority = 0, int n = 1, int logprob_start = 0) {
     auto r = std::make_unique<RequestState>();
     r->key = next_key_++;
     r->req.prompt.resize(prompt_len);
@@ -44,6 +46,7 @@ class PlannerHarness {
     r->req.max_tokens = max_tokens;
     r->req.priority = priority;
     r->req.n = n;
+    r->req.logprob_start = logprob_start;
     r->open_samples = n;
     for (int i = 0; i < n; ++i) {
       auto seq = std::make_unique<Sequence>();
@@ -66,10 +69,16 @@ class PlannerHarness {
     v1::StepResult result = worker_.Execute(plan_);
     EXPECT_EQ(result.error_code(), 0) << result.error_message();
     EXPECT_EQ(result.samples_size(), static_cast<int>(outcome_.sampling.size()));
+    ApplyScores(result);
     for (size_t i = 0;
          i < outcome_.sampling.size() && i < static_cast<size_t>(result.samples_size()); ++i) {
       Sequence* seq = outcome_.sampling[i];
       EXPECT_EQ(result.samples(static_cast<int>(i)).live_id(), seq->live_id);
+      if (seq->sample_index == 0 && seq->request->req.logprob_start > 0) {
+        EXPECT_EQ(seq->request->prompt_scores_sent,
+                  seq->num_prompt_tokens() - seq->request->req.logprob_start)
+            << "sample 0 samples before its prompt is scored";
+      }
       --seq->in_flight;
       seq->generated.push_back(result.samples(static_cast<int>(i)).token_id());
       if (static_cast<int32_t>(seq->generated.size()) == seq->request->req.max_tokens) {
@@ -99,6 +108,9 @@ class PlannerHarness {
     return out;
   }
 
+  // The prompt positions delivered for `r`, in delivery order.
+  const std::vector<int32_t>& scored(const RequestState* r) { return scored_[r]; }
+
   WorkerQueues& queues() { return queues_; }
   const v1::StepPlan& plan() const { return plan_; }
   const PlanOutcome& outcome() const { return outcome_; }
@@ -117,12 +129,33 @@ class PlannerHarness {
     return c;
   }
 
+  // The scores of the result, as the loop takes them: each run's positions come in order and
+  // continue what was delivered.
+  void ApplyScores(const v1::StepResult& result) {
+    int k = 0;
+    for (const PlanOutcome::ScoredRun& run : outcome_.scoring) {
+      RequestState* r = run.seq->request;
+      for (int32_t j = 0; j < run.count && k < result.prompt_scores_size(); ++j, ++k) {
+        const v1::PromptTokenScore& score = result.prompt_scores(k);
+        EXPECT_EQ(score.live_id(), run.live_id);
+        EXPECT_EQ(score.position(), r->req.logprob_start + r->prompt_scores_sent);
+        scored_[r].push_back(score.position());
+        ++r->prompt_scores_sent;
+      }
+    }
+    EXPECT_EQ(k, result.prompt_scores_size());
+  }
+
   std::string Summary() {
     std::string s;
     for (const v1::StepEntry& e : plan_.entries()) {
       if (!s.empty()) s += ' ';
       s += ids_[e.live_id()] + "@" + std::to_string(e.start_position()) + "+" +
-           std::to_string(e.num_tokens()) + (e.sample() ? "*" : "");
+           std::to_string(e.num_tokens());
+      for (const PlanOutcome::ScoredRun& run : outcome_.scoring) {
+        if (run.live_id == e.live_id()) s += "~" + std::to_string(run.count);
+      }
+      if (e.sample()) s += "*";
     }
     auto list = [&](const char* tag, const auto& ids) {
       if (ids.empty()) return;
@@ -132,9 +165,16 @@ class PlannerHarness {
       for (int i = 0; i < ids.size(); ++i) s += (i ? " " : "") + ids_[ids[i]];
       s += ']';
     };
-    std::vector<uint64_t> started;
-    for (const v1::SequenceStart& st : plan_.start()) started.push_back(st.live_id());
-    list("+", started);
+    if (plan_.start_size() > 0) {
+      if (!s.empty()) s += ' ';
+      s += "+[";
+      for (int i = 0; i < plan_.start_size(); ++i) {
+        const v1::SequenceStart& st = plan_.start(i);
+        s += (i ? " " : "") + ids_[st.live_id()];
+        if (st.score_from() > 0) s += "~" + std::to_string(st.score_from());
+      }
+      s += ']';
+    }
     list("-", plan_.release());
     return s;
   }
@@ -149,6 +189,7 @@ class PlannerHarness {
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::map<const Sequence*, std::string> labels_;
   std::map<uint64_t, std::string> ids_;
+  std::map<const RequestState*, std::vector<int32_t>> scored_;
 };
 
 void ExpectTable(PlannerHarness* h, const std::vector<std::string>& table) {
@@ -280,6 +321,57 @@ TEST(BatchPlannerTest, PrefillChunkShrinksToFreePagesThenTheNewestYields) {
   EXPECT_EQ(h.queues().pool.num_free(), 5);
 }
 
+// Prompt scoring: every scored row is a logits row like a sampling entry, and a step holds
+// max_logits_rows of them (here max_sequences = 4): A's prompt of 10 scores 9 rows, so its
+// prefill is cut where the rows run out, and B (which does not score) still gets a row each step.
+TEST(BatchPlannerTest, ScoredPromptRowsShareTheLogitsRowsWithSamplingEntries) {
+  PlannerHarness h({.max_tokens = 64, .max_sequences = 4, .prefill_chunk = 64}, 64, 4);
+  RequestState* a = h.Add("A", 10, 2, 1, 0, 1, /*logprob_start=*/1);
+  RequestState* b = h.Add("B", 3, 2, 2);
+  ExpectTable(&h, {
+                      // A's 4 scored rows fill the step; B's first chunk stops short of its
+                      // sample row.
+                      "A0@0+4~4 B0@0+2 +[A0~1 B0]",
+                      // A keeps one row for B (after it in queue order): 3 scored rows.
+                      "A0@4+3~3 B0@2+1*",
+                      // A's last 2 scored rows and its sample row, next to B's decode row.
+                      "B0@3+1* A0@7+3~2*",
+                      "A0@10+1* -[B0]",
+                      "-[A0]",
+                  });
+  EXPECT_EQ(h.scored(a), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_TRUE(h.scored(b).empty());
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+}
+
+// Only sample 0 scores; a restart scores only the positions not delivered yet, and a restart after
+// the prompt was scored scores nothing.
+TEST(BatchPlannerTest, OnlySampleZeroScoresAndARestartScoresWhatIsLeft) {
+  PlannerHarness h({.max_tokens = 64, .max_sequences = 4, .prefill_chunk = 4}, 64, 4);
+  RequestState* a = h.Add("A", 8, 3, 5, 0, /*n=*/2, /*logprob_start=*/2);
+  EXPECT_EQ(h.Step(), "A0@0+4~3 A1@0+4 +[A0~2 A1]");
+  EXPECT_EQ(h.scored(a), (std::vector<int32_t>{2, 3, 4}));
+  h.queues().Requeue(0);  // A0 preempted with positions 2-4 delivered
+  EXPECT_EQ(h.Step(), "A1@4+4* A0@0+4 +[A0~5] -[A0]");
+  // A0 keeps one row for A1's decode: 3 of its 4 rows here.
+  EXPECT_EQ(h.Step(), "A1@8+1* A0@4+3~3");
+  EXPECT_EQ(h.Step(), "A1@9+1* A0@7+1*");
+  EXPECT_EQ(h.scored(a), (std::vector<int32_t>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(h.Step(), "A0@8+1* -[A1]");
+  ASSERT_EQ(h.queues().running.size(), 1u);
+  h.queues().Requeue(0);  // preempted again after the prompt was scored
+  ExpectTable(&h, {
+                      "A0@0+4 +[A0] -[A0]",
+                      "A0@4+4",
+                      "A0@8+2*",
+                      "-[A0]",
+                  });
+  EXPECT_EQ(h.scored(a), (std::vector<int32_t>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(a->samples[1]->generated, PlannerHarness::Expected(*a, 1));
+}
+
 // Many requests of random sizes and priorities on a pool far too small to hold them together:
 // every plan passes the fake's checks, every request gets exactly the tokens of its formula, and
 // the pool is whole at the end.
@@ -297,9 +389,11 @@ TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
     for (int r = 0; r < 12; ++r) {
       const int prompt = 1 + static_cast<int>(rng() % 10);
       const int max_tokens = 1 + static_cast<int>(rng() % 12);
+      // Half of them score their prompt from a random position (prompt size: nothing to score).
+      const int logprob_start = rng() % 2 == 0 ? 0 : 1 + static_cast<int>(rng() % prompt);
       requests.push_back(h.Add(std::string(1, static_cast<char>('a' + r)), prompt, max_tokens,
                                1000 + r, static_cast<int>(rng() % 3),
-                               1 + static_cast<int>(rng() % 2)));
+                               1 + static_cast<int>(rng() % 2), logprob_start));
     }
     int steps = 0;
     while (!h.Done() && steps < 2000) {
@@ -315,6 +409,12 @@ TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
         EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
             << "trial " << trial << " request " << r->key << " sample " << i;
       }
+      std::vector<int32_t> positions;
+      if (r->req.logprob_start > 0) {
+        for (int32_t p = r->req.logprob_start; p < static_cast<int32_t>(r->req.prompt.size()); ++p)
+          positions.push_back(p);
+      }
+      EXPECT_EQ(h.scored(r), positions) << "trial " << trial << " request " << r->key;
     }
     EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
   }

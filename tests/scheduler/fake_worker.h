@@ -32,6 +32,12 @@ inline int32_t FakeToken(uint64_t sample_index, int64_t position, uint64_t seed,
   return static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
 }
 
+// The logprob a fake worker reports for the prompt token at `position` of a scoring sequence
+// (SequenceStart.score_from); its one top alternative is (position, this logprob).
+inline float FakePromptLogprob(uint64_t sample_index, int64_t position, uint64_t seed) {
+  return -0.125f * static_cast<float>(FakeToken(sample_index, position, seed, 64) + 1);
+}
+
 struct FakeWorkerConfig {
   std::string address = "fake-worker";
   int64_t num_pages = 64;
@@ -57,10 +63,12 @@ struct PlanRecord {
   };
   uint64_t step_id = 0;
   std::vector<Entry> entries;
-  std::vector<uint64_t> started;   // live ids
-  std::vector<uint64_t> released;  // live ids
+  std::vector<uint64_t> started;            // live ids
+  std::vector<int32_t> started_score_from;  // their SequenceStart.score_from
+  std::vector<uint64_t> released;           // live ids
   std::vector<uint64_t> released_seeds;
   int64_t tokens = 0;
+  int64_t scored_rows = 0;  // prompt rows scored (SequenceStart.score_from)
   int64_t pages_in_use_after = 0;
 };
 
@@ -216,7 +224,16 @@ class FakeWorker {
     int32_t num_computed = 0;
     std::vector<int32_t> pages;
     bool decoding = false;  // sampled since its start: entries feed the token sampled last
+    int32_t num_prompt = 0;
+    int32_t score_from = 0;  // prompt tokens [score_from, num_prompt) are scored; 0 = none
   };
+
+  // Positions of the rows of entry `e` that score a prompt token (the worker's rule).
+  static std::pair<int32_t, int32_t> ScoredRows(const Seq& seq, const v1::StepEntry& e) {
+    if (seq.score_from <= 0) return {0, 0};
+    return {std::max(e.start_position(), seq.score_from - 1),
+            std::min(e.start_position() + e.num_tokens(), seq.num_prompt - 1)};
+  }
 
   void Violation(const v1::StepPlan& plan, const std::string& what) {
     violations_.push_back("step " + std::to_string(plan.step_id()) + ": " + what);
@@ -247,19 +264,28 @@ class FakeWorker {
       Violation(plan, "bad start of seq " + std::to_string(s.live_id()));
       return;
     }
+    if (s.score_from() != 0 && (s.score_from() < 1 || s.score_from() >= s.num_prompt_tokens())) {
+      Violation(plan, "bad score_from " + std::to_string(s.score_from()) + " of seq " +
+                          std::to_string(s.live_id()));
+      return;
+    }
     Seq seq;
     seq.seed = s.params().seed();
     seq.sample_index = s.sample_index();
+    seq.num_prompt = s.num_prompt_tokens();
+    seq.score_from = s.score_from();
     seq.tokens.assign(s.tokens().begin(), s.tokens().end());
     for (int32_t p : s.pages()) {
       if (TakePage(plan, p, s.live_id())) seq.pages.push_back(p);
     }
     live_.emplace(s.live_id(), std::move(seq));
     record->started.push_back(s.live_id());
+    record->started_score_from.push_back(s.score_from());
   }
 
   void CheckEntries(const v1::StepPlan& plan, PlanRecord* record) {
     if (plan.entries_size() > config_.max_batch) Violation(plan, "more entries than max_batch");
+    int64_t logits_rows = 0;
     std::set<uint64_t> seen;
     for (const v1::StepEntry& e : plan.entries()) {
       auto it = live_.find(e.live_id());
@@ -288,16 +314,34 @@ class FakeWorker {
         Violation(plan, "seq " + std::to_string(e.live_id()) + " lacks pages");
       }
       record->tokens += e.num_tokens();
+      const auto [first, end] = ScoredRows(seq, e);
+      const int32_t scored = std::max(0, end - first);
+      logits_rows += scored + (e.sample() ? 1 : 0);
+      record->scored_rows += scored;
       record->entries.push_back({e.live_id(), seq.seed, seq.sample_index, e.start_position(),
                                  e.num_tokens(), e.sample(), seq.decoding});
     }
     if (record->tokens > config_.max_batch_tokens) Violation(plan, "token budget exceeded");
+    if (logits_rows > config_.max_batch) {
+      Violation(plan, std::to_string(logits_rows) + " logits rows (sampling entries + scored " +
+                          "rows) exceed max_batch");
+    }
   }
 
   void RunEntries(const v1::StepPlan& plan, v1::StepResult* result) {
     for (const v1::StepEntry& e : plan.entries()) {
       Seq& seq = live_.at(e.live_id());
       seq.num_computed = e.start_position() + e.num_tokens();
+      const auto [first, end] = ScoredRows(seq, e);
+      for (int32_t row = first; row < end; ++row) {
+        v1::PromptTokenScore* score = result->add_prompt_scores();
+        score->set_live_id(e.live_id());
+        score->set_position(row + 1);
+        score->set_logprob(FakePromptLogprob(seq.sample_index, row + 1, seq.seed));
+        v1::TokenLogprob* top = score->add_top();
+        top->set_token_id(row + 1);
+        top->set_logprob(score->logprob());
+      }
       if (!e.sample()) continue;
       const int64_t position = static_cast<int64_t>(seq.tokens.size());
       const int32_t token = FakeToken(seq.sample_index, position, seq.seed, config_.vocab_size);

@@ -14,6 +14,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::FakeConnection;
+using testing::FakePromptLogprob;
 using testing::FakeToken;
 using testing::FakeWorker;
 using testing::FakeWorkerConfig;
@@ -42,6 +43,9 @@ std::vector<int32_t> Expected(int prompt_len, int max_tokens, uint64_t seed, int
 
 struct Outcome {
   std::map<int, std::vector<int32_t>> tokens;
+  std::vector<SampleEvent> prompt_scores;  // kPromptLogprob events, in arrival order
+  // Prompt scores received when sample 0's first token arrived (-1: no token).
+  int prompt_scores_before_first_token = -1;
   std::map<int, v1::FinishReason> finish;
   std::map<int, int32_t> stop_token_id;
   bool closed = false;
@@ -59,7 +63,12 @@ Outcome Collect(RequestChannel* channel, Fn&& on_event) {
     for (const SampleEvent& e : batch.events) {
       on_event(e);
       if (e.kind == SampleEvent::Kind::kToken) {
+        if (e.index == 0 && out.tokens[0].empty()) {
+          out.prompt_scores_before_first_token = static_cast<int>(out.prompt_scores.size());
+        }
         out.tokens[e.index].push_back(e.token_id);
+      } else if (e.kind == SampleEvent::Kind::kPromptLogprob) {
+        out.prompt_scores.push_back(e);
       } else {
         out.finish[e.index] = e.finish;
         out.stop_token_id[e.index] = e.stop_token_id;
@@ -574,6 +583,93 @@ TEST_P(SchedulerCoreTest, ReconnectedWorkerRestartsItsSequencesWithIdenticalOutp
   }
   EXPECT_EQ(fake->reconnects(), 1);
   EXPECT_TRUE(s->Stats().workers(0).up());
+  ExpectAllFree(s.get(), {fake});
+}
+
+// Prompt scores of a request made by MakeRequest(prompt_len, ..., seed) with logprob_start
+// `start`: every position [start, prompt_len) once, in order, with the fake's values, all before
+// sample 0's first token.
+void ExpectPromptScores(const Outcome& out, int prompt_len, int start, uint64_t seed,
+                        const std::string& what) {
+  ASSERT_EQ(static_cast<int>(out.prompt_scores.size()), prompt_len - start) << what;
+  EXPECT_EQ(out.prompt_scores_before_first_token, prompt_len - start) << what;
+  for (int p = start; p < prompt_len; ++p) {
+    const SampleEvent& e = out.prompt_scores[p - start];
+    EXPECT_EQ(e.position, p) << what;
+    EXPECT_EQ(e.index, 0) << what;
+    EXPECT_EQ(e.token_id, 10 + p) << what;  // MakeRequest's prompt
+    EXPECT_EQ(e.logprob, FakePromptLogprob(0, p, seed)) << what << " position " << p;
+    ASSERT_EQ(e.top.size(), 1u) << what;
+    EXPECT_EQ(e.top[0].id, p) << what;
+    EXPECT_EQ(e.weight_version, 7) << what;  // the fake's
+  }
+}
+
+// Scoring requests (n = 2) on a pool too small for all of them and a max_batch of 4 logits rows:
+// preempted sequences restart, yet each prompt position is delivered once, before sample 0's
+// first token, and every plan stays within the logits rows (the fake checks).
+TEST_P(SchedulerCoreTest, PromptScoresArriveOnceBeforeTheFirstTokenThroughPreemptions) {
+  FakeWorkerConfig small;
+  small.num_pages = 16;  // 64 tokens; 6 requests of 2 samples want up to 26 each
+  small.max_batch = 4;
+  auto fake = std::make_shared<FakeWorker>(small);
+  fake->SetGated(true);
+  SchedulerOptions options;
+  options.prefill_chunk = 5;
+  auto s = Make(options, {fake});
+  ASSERT_TRUE(s);
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 6; ++i) {
+    SchedRequest r = MakeRequest(10 + i, 16, 700 + i, /*n=*/2);
+    r.logprob_start = 1 + i % 3;
+    channels.push_back(MustSubmit(s.get(), std::move(r)));
+  }
+  fake->SetGated(false);
+  int32_t preemptions = 0;
+  for (int i = 0; i < 6; ++i) {
+    Outcome out = Collect(channels[i].get());
+    EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(out.tokens[k], Expected(10 + i, 16, 700 + i, k)) << "request " << i;
+    }
+    ExpectPromptScores(out, 10 + i, 1 + i % 3, 700 + i, "request " + std::to_string(i));
+    preemptions += out.timings.preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+  int64_t scored_rows = 0;
+  for (const PlanRecord& p : fake->history()) scored_rows += p.scored_rows;
+  EXPECT_GT(scored_rows, 0);
+  ExpectAllFree(s.get(), {fake});
+}
+
+// The worker dies while a long prompt is being scored in chunks: after the reconnect the sequence
+// restarts and scores only what had not arrived.
+TEST_P(SchedulerCoreTest, PromptScoringResumesAfterAReconnect) {
+  auto fake = std::make_shared<FakeWorker>();
+  fake->FailAtPlan(4);
+  SchedulerOptions options;
+  options.reconnect_attempt_ms = 5;
+  options.prefill_chunk = 6;
+  auto s = Make(options, {fake});
+  ASSERT_TRUE(s);
+  SchedRequest r = MakeRequest(40, 5, 800);
+  r.logprob_start = 3;
+  auto ch = MustSubmit(s.get(), std::move(r));
+  Outcome out = Collect(ch.get());
+  EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.tokens[0], Expected(40, 5, 800));
+  ExpectPromptScores(out, 40, 3, 800, "request");
+  EXPECT_EQ(out.timings.preemptions, 1);
+  EXPECT_EQ(fake->reconnects(), 1);
+  // The restart's start asked only for the positions after those delivered before the failure.
+  std::vector<int32_t> score_from;
+  for (const PlanRecord& p : fake->history()) {
+    score_from.insert(score_from.end(), p.started_score_from.begin(), p.started_score_from.end());
+  }
+  ASSERT_EQ(score_from.size(), 2u);
+  EXPECT_EQ(score_from[0], 3);
+  EXPECT_GT(score_from[1], 3);
+  EXPECT_LT(score_from[1], 40);
   ExpectAllFree(s.get(), {fake});
 }
 
