@@ -62,6 +62,15 @@ void AddSpans(const std::vector<VersionSpan>& spans,
 }
 
 template <typename Message>
+void FillPromptScoresOf(const GenerateService::Call& call, Message* out) {
+  if (call.built().output.logprob_start <= 0) return;
+  const PromptScores& scores = call.processor().prompt_scores();
+  out->mutable_prompt_logprobs()->Add(scores.logprobs.begin(), scores.logprobs.end());
+  FillTop(scores.top, out->mutable_prompt_top_logprobs());
+  out->set_prompt_weight_version(scores.weight_version);
+}
+
+template <typename Message>
 void FillFinish(const SampleDelta& d, Message* out) {
   out->set_finish_reason(d.finish_reason);
   if (d.stop_string) out->set_stop_string(*d.stop_string);
@@ -101,6 +110,14 @@ void FillTotals(const GenerateService::Call& call, const CallUpdate& update, v1:
   usage->set_completion_tokens(call.processor().completion_tokens());
   usage->set_cached_tokens(update.timings.cached_tokens);
   FillTimings(update.timings, timings);
+}
+
+void FillPromptScores(const GenerateService::Call& call, v1::GenerateResponse* response) {
+  FillPromptScoresOf(call, response);
+}
+
+void FillPromptScores(const GenerateService::Call& call, v1::GenerateStreamResponse* message) {
+  FillPromptScoresOf(call, message);
 }
 
 GenerateService::Call::~Call() {

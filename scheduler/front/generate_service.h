@@ -148,5 +148,10 @@ v1::GenerateStreamResponse StreamMessage(const std::string& request_id, int32_t 
 // Usage and timings of a closed request.
 void FillTotals(const GenerateService::Call& call, const CallUpdate& update, v1::Usage* usage,
                 v1::Timings* timings);
+// The prompt's scores (GenerateRequest.logprob_start): prompt_logprobs, prompt_top_logprobs (when
+// top_logprobs > 0) and prompt_weight_version, into the response or the request's first stream
+// message. Nothing when the request did not ask.
+void FillPromptScores(const GenerateService::Call& call, v1::GenerateResponse* response);
+void FillPromptScores(const GenerateService::Call& call, v1::GenerateStreamResponse* message);
 
 }  // namespace astr::front

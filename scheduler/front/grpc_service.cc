@@ -305,6 +305,7 @@ class UnaryGenerate final : public GenerationCall<UnaryGenerate, grpc::ServerUna
     if (!update_.closed) return;
     if (!update_.status.ok()) return FinishLocked(rpc::ToGrpcStatus(update_.status));
     FillTotals(*call_, update_, message_.mutable_usage(), message_.mutable_timings());
+    FillPromptScores(*call_, &message_);
     Serialize(message_, response_);
     FinishLocked(grpc::Status::OK);
   }
@@ -379,6 +380,9 @@ class StreamReactor final
 
  private:
   void BuildMessages() {
+    // The first message carries the prompt's scores, which are in by the end of sample 0's
+    // prefill; until then (or the close) every sample's output waits in the processor.
+    if (first_ && !call_closed_ && !call_->processor().prompt_scored()) return;
     call_->TakeDeltas(&update_);
     const bool closing = update_.closed && !final_;
     std::vector<v1::GenerateStreamResponse> out;
@@ -395,6 +399,7 @@ class StreamReactor final
       if (built.output.return_prompt_ids) {
         out.front().mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
       }
+      FillPromptScores(*call_, &out.front());
     }
     if (closing) {
       // The last message carries the totals, which only the close knows.

@@ -1,5 +1,6 @@
 #include "scheduler/front/output_processor.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace astr::front {
@@ -74,7 +75,12 @@ SampleDelta SampleOutput::TakeDelta() {
 }
 
 OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, const OutputOptions& options,
-                                 std::span<const int32_t> prompt, int32_t n) {
+                                 std::span<const int32_t> prompt, int32_t n)
+    : options_(options) {
+  if (options.logprob_start > 0) {
+    num_prompt_scores_ = static_cast<int64_t>(prompt.size()) - options.logprob_start;
+    prompt_scores_.logprobs.reserve(static_cast<size_t>(std::max<int64_t>(num_prompt_scores_, 0)));
+  }
   samples_.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
     samples_.push_back(std::make_unique<SampleOutput>(tokenizer, options, prompt));
@@ -85,6 +91,10 @@ void OutputProcessor::Apply(const std::vector<sched::SampleEvent>& events,
                             std::vector<int32_t>* stopped) {
   for (const sched::SampleEvent& e : events) {
     if (e.index < 0 || e.index >= num_samples()) continue;  // not ours: nothing to attach it to
+    if (e.kind == sched::SampleEvent::Kind::kPromptLogprob) {
+      AddPromptScore(e);
+      continue;
+    }
     SampleOutput& s = *samples_[e.index];
     if (e.kind == sched::SampleEvent::Kind::kToken) {
       if (s.AddToken(e)) stopped->push_back(e.index);
@@ -92,6 +102,16 @@ void OutputProcessor::Apply(const std::vector<sched::SampleEvent>& events,
       s.Finish(e.finish, e.stop_token_id);
     }
   }
+}
+
+void OutputProcessor::AddPromptScore(const sched::SampleEvent& e) {
+  // The scheduler sends each position once, in order; anything else is not ours to show.
+  const int64_t next =
+      options_.logprob_start + static_cast<int64_t>(prompt_scores_.logprobs.size());
+  if (options_.logprob_start <= 0 || e.position != next || prompt_scored()) return;
+  prompt_scores_.logprobs.push_back(e.logprob);
+  if (options_.top_logprobs > 0) prompt_scores_.top.push_back(e.top);
+  prompt_scores_.weight_version = e.weight_version;
 }
 
 void OutputProcessor::AbortUnfinished() {

@@ -79,6 +79,13 @@ class SampleOutput {
   bool done_ = false;
 };
 
+// The scores of a request's prompt (OutputOptions.logprob_start), in position order.
+struct PromptScores {
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;  // when top_logprobs > 0, one per position
+  int64_t weight_version = 0;                  // of the step that scored the last position
+};
+
 // Every sample of one request.
 class OutputProcessor {
  public:
@@ -89,6 +96,11 @@ class OutputProcessor {
   // Applies the events in order. Appends to `stopped` the index of every sample a stop string
   // ended (for Scheduler::FinishSample).
   void Apply(const std::vector<sched::SampleEvent>& events, std::vector<int32_t>* stopped);
+  // The prompt's scores so far, and whether all of them are in (true when none were asked for).
+  const PromptScores& prompt_scores() const { return prompt_scores_; }
+  bool prompt_scored() const {
+    return static_cast<int64_t>(prompt_scores_.logprobs.size()) >= num_prompt_scores_;
+  }
   // Ends every sample still running with ABORT.
   void AbortUnfinished();
 
@@ -99,7 +111,12 @@ class OutputProcessor {
   int32_t completion_tokens() const;
 
  private:
+  void AddPromptScore(const sched::SampleEvent& event);
+
+  const OutputOptions& options_;
   std::vector<std::unique_ptr<SampleOutput>> samples_;
+  int64_t num_prompt_scores_ = 0;  // prompt size - logprob_start, 0 when not scoring
+  PromptScores prompt_scores_;
 };
 
 }  // namespace astr::front

@@ -247,6 +247,18 @@ Status ResolveStopStrings(const v1::SamplingParameters& s, const RequestLimits& 
   return OkStatus();
 }
 
+// logprob_start in [1, prompt size]: position 0 has no logprob (nothing comes before it), and the
+// prompt size itself asks for an empty list (a client scoring an empty completion).
+Status CheckLogprobStart(const v1::GenerateRequest& r, size_t prompt_len) {
+  if (!r.has_logprob_start()) return OkStatus();
+  const int64_t start = r.logprob_start();
+  if (start >= 1 && start <= static_cast<int64_t>(prompt_len)) return OkStatus();
+  return Invalid("logprob_start", "must be in [1, " + std::to_string(prompt_len) +
+                                      "] (the prompt has " + std::to_string(prompt_len) +
+                                      " tokens; position 0 has no logprob), got " +
+                                      std::to_string(start));
+}
+
 Status CheckRequestId(const std::string& id, const RequestLimits& limits) {
   if (id.size() > static_cast<size_t>(limits.max_request_id_bytes)) {
     return InvalidArgumentError("request_id: " + std::to_string(id.size()) +
@@ -335,6 +347,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
                             std::to_string(request.n()));
   }
   ASTR_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptOf(request, model));
+  ASTR_RETURN_IF_ERROR(CheckLogprobStart(request, prompt.size()));
 
   const v1::SamplingParameters& s = request.sampling();
   BuiltRequest out;
@@ -352,6 +365,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   out.output.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
   out.output.min_tokens = s.min_tokens();
   out.output.return_prompt_ids = request.return_prompt_ids();
+  out.output.logprob_start = request.has_logprob_start() ? request.logprob_start() : 0;
 
   sched::SchedRequest& sr = out.sched;
   sr.request_id = request.request_id();
@@ -365,6 +379,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
                                 std::to_string(request.kv_on_weight_update()));
   }
   sr.reuse_kv_on_weight_update = request.kv_on_weight_update() == v1::KV_ON_WEIGHT_UPDATE_REUSE;
+  sr.logprob_start = out.output.logprob_start;
   sr.arrival = sched::Clock::now();
   sr.deadline = deadline;
   return out;

@@ -49,6 +49,9 @@ struct OutputOptions {
   bool return_logprobs = false;
   int32_t top_logprobs = 0;
   bool return_prompt_ids = false;
+  // Prompt scoring: the scores of prompt positions [logprob_start, prompt size) are returned;
+  // 0 = none (GenerateRequest.logprob_start unset).
+  int32_t logprob_start = 0;
 };
 
 struct BuiltRequest {

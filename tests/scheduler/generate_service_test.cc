@@ -25,6 +25,7 @@ namespace astr::front {
 namespace {
 
 using sched::testing::FakeConnection;
+using sched::testing::FakePromptLogprob;
 using sched::testing::FakeToken;
 using sched::testing::FakeWorker;
 
@@ -203,6 +204,67 @@ TEST_F(GenerateServiceTest, StreamTextEqualsUnaryText) {
     EXPECT_EQ(ids[i], Expected(i, 11, 30));
     EXPECT_EQ(finishes[i], 1) << "sample " << i << " must finish exactly once";
   }
+}
+
+// logprob_start: the prompt's scores (the fake worker's FakePromptLogprob for sample 0) once per
+// request, in the unary response and on the stream's first message only.
+TEST_F(GenerateServiceTest, PromptScoresInTheResponseAndTheFirstStreamMessage) {
+  v1::GenerateRequest req = Request(6, /*seed=*/9, /*n=*/2);
+  req.set_logprob_start(2);
+  req.mutable_sampling()->set_top_logprobs(1);
+  const std::vector<float> want = {FakePromptLogprob(0, 2, 9), FakePromptLogprob(0, 3, 9),
+                                   FakePromptLogprob(0, 4, 9)};
+  auto expect_scores = [&](const auto& m) {
+    EXPECT_EQ(std::vector<float>(m.prompt_logprobs().begin(), m.prompt_logprobs().end()), want);
+    ASSERT_EQ(m.prompt_top_logprobs_size(), 3);
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(m.prompt_top_logprobs(k).entries_size(), 1);
+      EXPECT_EQ(m.prompt_top_logprobs(k).entries(0).token_id(), 2 + k);  // the fake's choice
+    }
+    EXPECT_EQ(m.prompt_weight_version(), 7);
+  };
+  v1::GenerateResponse unary;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = stub_->Generate(&ctx, req, &unary);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  expect_scores(unary);
+  ASSERT_EQ(unary.completions_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const v1::Completion& c = unary.completions(i);
+    EXPECT_EQ(std::vector<int32_t>(c.token_ids().begin(), c.token_ids().end()), Expected(i, 9, 6));
+  }
+
+  grpc::ClientContext ctx;
+  auto reader = stub_->GenerateStream(&ctx, req);
+  v1::GenerateStreamResponse m;
+  std::vector<v1::GenerateStreamResponse> all;
+  while (reader->Read(&m)) all.push_back(m);
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(all.empty());
+  expect_scores(all.front());
+  std::map<int, std::vector<int32_t>> ids;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) EXPECT_EQ(all[i].prompt_logprobs_size(), 0) << "message " << i;
+    ids[all[i].index()].insert(ids[all[i].index()].end(), all[i].token_ids().begin(),
+                               all[i].token_ids().end());
+  }
+  EXPECT_EQ(ids[0], Expected(0, 9, 6));
+  EXPECT_EQ(ids[1], Expected(1, 9, 6));
+
+  // Without logprob_start: no scores; logprob_start = prompt size: an empty list.
+  for (const int start : {0, 5}) {
+    v1::GenerateRequest plain = Request(2, 9);
+    if (start > 0) plain.set_logprob_start(start);
+    v1::GenerateResponse r;
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->Generate(&c, plain, &r).ok());
+    EXPECT_EQ(r.prompt_logprobs_size(), 0);
+    EXPECT_EQ(r.prompt_weight_version(), 0);
+  }
+  EXPECT_TRUE(WaitReleased());
+  EXPECT_TRUE(worker_->violations().empty());
 }
 
 TEST_F(GenerateServiceTest, StopStringEndsTheSampleAndReleasesIt) {

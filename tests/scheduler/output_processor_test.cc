@@ -307,6 +307,50 @@ TEST_F(OutputProcessorTest, RequestRoutesEventsPerSample) {
   EXPECT_EQ(q.sample(1).TakeDelta().finish_reason, v1::FINISH_REASON_ABORT);
 }
 
+// Prompt scores are the request's, not a sample's: they do not touch sample 0's output, come in
+// position order and are complete once prompt size - logprob_start have arrived.
+TEST_F(OutputProcessorTest, PromptScoresAreKeptApartFromTheSamples) {
+  OutputOptions o;
+  o.top_logprobs = 1;
+  o.logprob_start = 2;  // kPrompt has 5 tokens: positions 2, 3, 4
+  OutputProcessor p(*tok_, o, kPrompt, 2);
+  EXPECT_FALSE(p.prompt_scored());
+  auto score = [](int32_t position, float logprob, int64_t version) {
+    sched::SampleEvent e;
+    e.kind = sched::SampleEvent::Kind::kPromptLogprob;
+    e.position = position;
+    e.token_id = kPrompt[position];
+    e.logprob = logprob;
+    e.top = {{7, -0.25f}};
+    e.weight_version = version;
+    return e;
+  };
+  std::vector<int32_t> stopped;
+  sched::SampleEvent token = Token(432);
+  token.index = 1;  // sample 1 may run ahead of sample 0's prefill
+  p.Apply({score(2, -1.5f, 4), token, score(3, -2.5f, 4)}, &stopped);
+  EXPECT_FALSE(p.prompt_scored());
+  p.Apply({score(4, -3.5f, 5)}, &stopped);
+  EXPECT_TRUE(p.prompt_scored());
+  EXPECT_EQ(p.prompt_scores().logprobs, (std::vector<float>{-1.5f, -2.5f, -3.5f}));
+  ASSERT_EQ(p.prompt_scores().top.size(), 3u);
+  EXPECT_EQ(p.prompt_scores().top[2][0].id, 7);
+  EXPECT_EQ(p.prompt_scores().weight_version, 5);  // the last scoring step's
+  EXPECT_FALSE(p.sample(0).done());
+  EXPECT_TRUE(p.sample(0).TakeDelta().empty());
+  EXPECT_EQ(p.sample(1).TakeDelta().token_ids, (std::vector<int32_t>{432}));
+
+  // Without logprob_start there is nothing to wait for; stray scores are ignored.
+  OutputProcessor none(*tok_, OutputOptions{}, kPrompt, 1);
+  EXPECT_TRUE(none.prompt_scored());
+  none.Apply({score(2, -1.0f, 1)}, &stopped);
+  EXPECT_TRUE(none.prompt_scores().logprobs.empty());
+  // logprob_start = prompt size: an empty list, complete from the start.
+  OutputOptions empty;
+  empty.logprob_start = 5;
+  EXPECT_TRUE(OutputProcessor(*tok_, empty, kPrompt, 1).prompt_scored());
+}
+
 }  // namespace
 }  // namespace astr::front
 

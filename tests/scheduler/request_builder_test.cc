@@ -130,6 +130,17 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
        "sampling.top_logprobs must be in [0, 20], got -1"},
       {ok_input + "sampling { logprobs_mode: 7 }", StatusCode::kInvalidArgument,
        "sampling.logprobs_mode: unknown value 7"},
+      {ok_input + "logprob_start: 0", StatusCode::kInvalidArgument,
+       "logprob_start must be in [1, 2] (the prompt has 2 tokens; position 0 has no logprob), "
+       "got 0"},
+      {ok_input + "logprob_start: 3", StatusCode::kInvalidArgument,
+       "logprob_start must be in [1, 2] (the prompt has 2 tokens; position 0 has no logprob), "
+       "got 3"},
+      {ok_input + "logprob_start: -1", StatusCode::kInvalidArgument,
+       "logprob_start must be in [1, 2]"},
+      // A text prompt is checked against its tokenized length: BOS + 4 pieces.
+      {"text: 'Once upon a time' logprob_start: 6", StatusCode::kInvalidArgument,
+       "logprob_start must be in [1, 5] (the prompt has 5 tokens"},
   };
   for (const InvalidCase& c : cases) {
     SCOPED_TRACE(c.request);
@@ -335,6 +346,22 @@ TEST_F(RequestBuilderTest, TokenIdsAreUsedAsGivenAndDeadlineKept) {
   EXPECT_EQ(*built->sched.deadline, deadline);
 }
 
+// logprob_start reaches the scheduler and the output side as given; unset is 0 (no scoring), and
+// the prompt length itself is accepted (an empty list of scores).
+TEST_F(RequestBuilderTest, LogprobStartIsPassedOn) {
+  for (const auto& [text, want] : std::vector<std::pair<std::string, int32_t>>{
+           {"token_ids { ids: [1, 403, 407] }", 0},
+           {"token_ids { ids: [1, 403, 407] } logprob_start: 1", 1},
+           {"token_ids { ids: [1, 403, 407] } logprob_start: 3 n: 2", 3},
+           {"text: 'Once upon a time' logprob_start: 2", 2}}) {
+    SCOPED_TRACE(text);
+    auto built = Build(Parse(text));
+    ASSERT_TRUE(built.ok()) << built.status().ToString();
+    EXPECT_EQ(built->sched.logprob_start, want);
+    EXPECT_EQ(built->output.logprob_start, want);
+  }
+}
+
 // Chat input against SmolLM2's real template (shared tokenizer folder).
 class ChatRequestTest : public ::testing::Test {
  protected:
@@ -382,6 +409,23 @@ TEST_F(ChatRequestTest, InvalidChatFieldsAreNamed) {
     EXPECT_NE(built.status().message().find(c.message), std::string::npos)
         << "got: " << built.status().message();
   }
+}
+
+TEST_F(ChatRequestTest, LogprobStartIsCheckedAgainstTheRenderedPrompt) {
+  const std::string chat = "chat { messages { role: 'user' content: 'Hi' } } ";
+  auto p = TokenizeChat(model_, Parse(chat).chat(), "chat");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const size_t len = p->ids.size();
+  auto ok = Build(chat + "logprob_start: " + std::to_string(len - 1));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->sched.logprob_start, static_cast<int32_t>(len - 1));
+  auto bad = Build(chat + "logprob_start: " + std::to_string(len + 1));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      bad.status().message().find("logprob_start must be in [1, " + std::to_string(len) + "]"),
+      std::string::npos)
+      << bad.status().message();
 }
 
 TEST_F(ChatRequestTest, RendersWithTheGenerationPrompt) {
