@@ -128,6 +128,12 @@ int GenerateCommand(int argc, const char* const* argv) {
   fs.Bool("json", &json,
           "Print the server's messages as JSON lines (one per streamed message, or the whole "
           "response with --no-stream), with logprobs and the prompt's ids.");
+  int logprob_start = 0;
+  fs.Int("logprob-start", &logprob_start,
+         "Score the prompt: return the logprob of every prompt token from this position on "
+         "(1 .. prompt length; GenerateRequest.logprob_start), under --logprobs-mode with "
+         "--logprobs alternatives, shown with --json (prompt_logprobs, prompt_top_logprobs). "
+         "Unset: the prompt is not scored.");
   RequestFlags request_flags;
   request_flags.Register(&fs, /*with_n=*/true);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
@@ -139,6 +145,8 @@ int GenerateCommand(int argc, const char* const* argv) {
       return 2;
     }
   }
+  // Sent as given: the server names the range when it is out of it.
+  if (fs.WasSet("logprob-start")) request.set_logprob_start(logprob_start);
   if (json) {
     request.mutable_sampling()->set_return_logprobs(true);
     request.set_return_prompt_ids(true);
