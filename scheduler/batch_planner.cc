@@ -4,6 +4,8 @@
 #include <cassert>
 #include <span>
 
+#include "common/base/scored_rows.h"
+
 namespace astr::sched {
 
 namespace {
@@ -24,19 +26,16 @@ void ResetPlacement(Sequence* seq) {
   seq->in_flight = 0;  // tokens still in flight for the old id are dropped when they arrive
 }
 
-// The rows of a chunk of `tokens` from seq.num_computed that score a prompt token: positions
-// [score_from - 1, prompt - 1) (the worker's rule, SequenceStart.score_from), as [first, end).
-std::pair<int32_t, int32_t> ScoredRowsOf(const Sequence& seq, int32_t tokens) {
-  if (seq.score_from <= 0) return {0, 0};
-  return {std::max(seq.num_computed, seq.score_from - 1),
-          std::min(seq.num_computed + tokens, seq.num_prompt_tokens() - 1)};
+// The rows of a chunk of `tokens` from seq.num_computed that score a prompt token.
+ScoredRows ScoredRowsOf(const Sequence& seq, int32_t tokens) {
+  return astr::ScoredRowsOf(seq.score_from, seq.num_prompt_tokens(), seq.num_computed,
+                            seq.num_computed + tokens);
 }
 
 // Logits rows a chunk of `tokens` takes: its scored rows, plus one if it samples.
 int64_t LogitsRowsOf(const Sequence& seq, int32_t tokens) {
-  const auto [first, end] = ScoredRowsOf(seq, tokens);
   const bool samples = seq.num_computed + tokens >= seq.num_start_tokens;
-  return std::max(0, end - first) + (samples ? 1 : 0);
+  return ScoredRowsOf(seq, tokens).size() + (samples ? 1 : 0);
 }
 
 // The longest chunk of at most `tokens` whose logits rows fit in `rows` (0 if none does).
@@ -44,8 +43,8 @@ int32_t FitLogitsRows(const Sequence& seq, int32_t tokens, int64_t rows) {
   if (LogitsRowsOf(seq, tokens) <= rows) return tokens;
   int64_t fit = tokens;
   if (seq.score_from > 0) {
-    // Scored rows are contiguous from `first`: at most `rows` of them.
-    const int64_t first = std::max(seq.num_computed, seq.score_from - 1);
+    // Scored rows are contiguous from the first one: at most `rows` of them.
+    const int64_t first = ScoredRowsOf(seq, tokens).begin;
     fit = std::min<int64_t>(fit, first + std::max<int64_t>(rows, 0) - seq.num_computed);
   }
   // The sample row, last of the chunk, may still be one too many.
@@ -218,10 +217,12 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   entry->set_live_id(seq->live_id);
   entry->set_start_position(seq->num_computed);
   entry->set_num_tokens(seq->step_tokens);
-  if (const auto [first, end] = ScoredRowsOf(*seq, seq->step_tokens); end > first) {
-    // Row r scores the prompt token at position r + 1.
-    out->scoring.push_back(
-        {.seq = seq, .live_id = seq->live_id, .first_position = first + 1, .count = end - first});
+  if (const ScoredRows rows = ScoredRowsOf(*seq, seq->step_tokens); rows.size() > 0) {
+    // Row p scores the prompt token at position p + 1.
+    out->scoring.push_back({.seq = seq,
+                            .live_id = seq->live_id,
+                            .first_position = static_cast<int32_t>(rows.begin + 1),
+                            .count = static_cast<int32_t>(rows.size())});
   }
   const std::vector<int32_t>& pages = seq->pages.pages();
   for (size_t p = static_cast<size_t>(seq->step_pages_before); p < pages.size(); ++p) {

@@ -68,16 +68,10 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   }
 }
 
-ScoredRows ScoredRows::Of(int64_t score_from, int64_t num_prompt_tokens, int64_t begin,
-                          int64_t end) {
-  if (score_from <= 0) return {};
-  return {.begin = std::max(begin, score_from - 1), .end = std::min(end, num_prompt_tokens - 1)};
-}
-
 void WorkerExecutor::AddScoredRows(uint64_t live_id, Sequence* seq, int64_t begin, int64_t end,
                                    int64_t first_row) {
   if (seq->scorer == nullptr) return;
-  const ScoredRows rows = ScoredRows::Of(seq->score_from, seq->num_prompt_tokens, begin, end);
+  const ScoredRows rows = ScoredRowsOf(seq->score_from, seq->num_prompt_tokens, begin, end);
   for (int64_t pos = rows.begin; pos < rows.end; ++pos) {
     score_rows_.push_back(static_cast<int32_t>(first_row + pos - begin));
     scores_.push_back({.scorer = seq->scorer.get(), .token = seq->context[pos + 1]});

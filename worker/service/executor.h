@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
+#include "common/base/scored_rows.h"
 #include "common/base/status.h"
 #include "worker/sampler.h"
 #include "worker/service/step_runner.h"
@@ -28,17 +29,6 @@ namespace astr {
 // names the field without a prefix (e.g. "top_p must be in (0, 1], got 0").
 StatusOr<SamplingParams> SamplingParamsFromProto(const v1::WorkerSamplingParams& p,
                                                  int64_t vocab_size);
-
-// Rows of positions [begin, end) of a sequence that score a prompt token
-// (SequenceStart.score_from): those in [score_from - 1, num_prompt_tokens - 1), the row before each
-// scored token. Empty when score_from is 0.
-struct ScoredRows {
-  int64_t begin = 0;  // first row's position
-  int64_t end = 0;    // one past the last row's position; <= begin when empty
-
-  static ScoredRows Of(int64_t score_from, int64_t num_prompt_tokens, int64_t begin, int64_t end);
-  int64_t size() const { return end > begin ? end - begin : 0; }
-};
 
 class WorkerExecutor {
  public:

@@ -191,8 +191,8 @@ Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
     ASTR_RETURN_IF_ERROR(ValidateEntry(entry, e, view));
     total_tokens += entry.num_tokens();
     sampling_entries += entry.sample() ? 1 : 0;
-    scored_rows += ScoredRows::Of(view.score_from, view.num_prompt_tokens, entry.start_position(),
-                                  entry.start_position() + entry.num_tokens())
+    scored_rows += ScoredRowsOf(view.score_from, view.num_prompt_tokens, entry.start_position(),
+                                entry.start_position() + entry.num_tokens())
                        .size();
   }
   if (total_tokens > limits_.max_batch_tokens) {
