@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const model::ModelFile& file,
 
 // The plugin's C entry points (worker/backends/cuda/plugin.cc). The ABI value changes whenever the
 // types passed across (BackendOptions, ModelFile, Backend) change shape.
-inline constexpr int kCudaPluginAbi = 1;
+inline constexpr int kCudaPluginAbi = 2;
 using CudaPluginAbiFn = int (*)();
 // Fills why[0..why_size) and returns 0 if no device is usable; else the device count.
 using CudaPluginProbeFn = int (*)(char* why, int why_size);
