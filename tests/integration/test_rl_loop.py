@@ -163,26 +163,33 @@ def test_rl_iteration_keep_push_resume(make_cluster, models, which):
     harness.wait_pages_free(c)
 
 
+def queued_until_resume(c, admin, model):
+    """A request sent while paused waits in the queue, then runs (normally) after Resume; returns
+    Resume's answer."""
+    later = Streams(c.stub, [request(token_ids=[1, 298], max_tokens=8)])
+    time.sleep(0.5)
+    assert later.counts() == [0]
+    assert c.stats().waiting_requests == 1
+    r = admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30)
+    later.join()
+    assert later.tokens[0] == offline(model, [1, 298], 8)
+    return r
+
+
 def test_pause_abort_ends_running_requests_and_queues_new_ones(make_cluster, models):
     m = models["stories"]
     c, admin = start(make_cluster, models, m["old"], workers=1)
     prompts = [[1, 403 + i] for i in range(4)]
-    s = Streams(c.stub, [request(token_ids=p, max_tokens=1500, ignore_eos=True) for p in prompts])
-    harness.wait_until(lambda: min(s.counts()) >= 2, 60)
+    s = Streams(c.stub, [request(token_ids=p, max_tokens=2000, ignore_eos=True) for p in prompts])
+    harness.wait_until(lambda: min(s.counts()) >= 2 or s.errors, 60)
+    assert s.errors == []
     p = admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_ABORT), metadata=W.auth(), timeout=30)
     assert p.aborted == 4 and len(p.request_ids) == 4
     s.join()
     assert s.errors == []
     assert all(f == harness.FINISH["abort"] for f in s.finish), s.finish
-    assert all(0 < n < 1500 for n in s.counts())
-    # A request sent while paused waits in the queue, then runs after Resume.
-    later = Streams(c.stub, [request(token_ids=[1, 298], max_tokens=8)])
-    time.sleep(0.5)
-    assert later.counts() == [0]
-    assert c.stats().waiting_requests == 1
-    admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30)
-    later.join()
-    assert later.tokens[0] == offline(m["old"], [1, 298], 8)
+    assert all(0 < n < 2000 for n in s.counts())
+    assert queued_until_resume(c, admin, m["old"]).was_paused
     harness.wait_pages_free(c)
 
 
@@ -190,22 +197,18 @@ def test_pause_drain_waits_for_running_requests(make_cluster, models):
     m = models["stories"]
     c, admin = start(make_cluster, models, m["old"], workers=1)
     prompts = [[1, 300 + i] for i in range(3)]
-    s = Streams(c.stub, [request(token_ids=p, max_tokens=60, ignore_eos=True) for p in prompts])
+    s = Streams(c.stub, [request(token_ids=p, max_tokens=300, ignore_eos=True) for p in prompts])
     harness.wait_until(lambda: min(s.counts()) >= 1, 60)
     p = admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_DRAIN), metadata=W.auth(), timeout=60)
-    assert p.drained == 3
+    # (A stream that finished before the pause arrived is not counted as drained.)
+    assert 1 <= p.drained <= 3
     assert c.stats().running_requests == 0  # Pause returned once they had finished
     s.join()
-    assert s.counts() == [60, 60, 60]
+    assert s.counts() == [300, 300, 300]
     for i, prompt in enumerate(prompts):
-        assert s.tokens[i] == offline(m["old"], prompt, 60)
-    later = Streams(c.stub, [request(token_ids=[1, 298], max_tokens=8)])
-    time.sleep(0.5)
-    assert later.counts() == [0]
-    r = admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30)
+        assert s.tokens[i] == offline(m["old"], prompt, 300)
+    r = queued_until_resume(c, admin, m["old"])
     assert r.was_paused and r.paused_ns > 0
-    later.join()
-    assert later.tokens[0] == offline(m["old"], [1, 298], 8)
 
 
 def test_pause_keep_without_update_changes_nothing(make_cluster, models):
