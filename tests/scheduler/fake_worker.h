@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -352,8 +353,18 @@ class FakeWorker {
       t->set_token_id(token);
       t->set_logprob(-0.5f);
     }
-    result->set_weight_version(7);
+    result->set_weight_version(weight_version_.load());
   }
+
+ public:
+  // The version results report (7 until set), and the plans sent whose results were not read.
+  void set_weight_version(int64_t v) { weight_version_.store(v); }
+  int in_flight() const { return in_flight_.load(); }
+  void AddInFlight(int d) { in_flight_.fetch_add(d); }
+
+ private:
+  std::atomic<int64_t> weight_version_{7};
+  std::atomic<int> in_flight_{0};
 
   const FakeWorkerConfig config_;
   mutable std::mutex mu_;
@@ -391,6 +402,7 @@ class FakeConnection : public WorkerConnection {
       return OkStatus();  // the write went out; the worker dies computing it
     }
     results_.push_back(worker_->Execute(plan));
+    worker_->AddInFlight(1);
     return OkStatus();
   }
 
@@ -402,6 +414,7 @@ class FakeConnection : public WorkerConnection {
     }
     *result = std::move(results_.front());
     results_.pop_front();
+    worker_->AddInFlight(-1);
     return OkStatus();
   }
 
@@ -411,6 +424,7 @@ class FakeConnection : public WorkerConnection {
       return UnavailableError("fake worker unreachable");
     }
     broken_ = false;
+    worker_->AddInFlight(-static_cast<int>(results_.size()));
     results_.clear();
     return OkStatus();
   }

@@ -739,6 +739,124 @@ TEST_P(SchedulerCoreTest, DestroyingTheSchedulerClosesOpenRequests) {
   }
 }
 
+// Whether `seed` was (re)started in plans [from, end) of `history`.
+bool StartedIn(const std::vector<PlanRecord>& history, size_t from, uint64_t seed) {
+  for (size_t i = from; i < history.size(); ++i) {
+    for (const auto& e : history[i].entries) {
+      if (e.seed == seed && !e.decode && e.start == 0) return true;
+    }
+  }
+  return false;
+}
+
+TEST_P(SchedulerCoreTest, CommitRunsAtAStepBoundaryAndRecomputesUnlessReused) {
+  FakeWorkerConfig config;
+  config.step_delay = 1ms;
+  config.num_pages = 512;  // 2048 token slots: both sequences fit
+  auto fake = std::make_shared<FakeWorker>(config);
+  auto s = Make({}, {fake});
+  auto a = MustSubmit(s.get(), MakeRequest(5, 800, 1));
+  SchedRequest rb = MakeRequest(5, 800, 2);
+  rb.reuse_kv_on_weight_update = true;
+  auto b = MustSubmit(s.get(), rb);
+  ASSERT_TRUE(WaitUntil([&] { return fake->history().size() >= 10; }));
+
+  // A failing apply changes nothing: same version, nothing restarted.
+  size_t plans_before = fake->history().size();
+  auto failed = s->CommitWeights([](int64_t) { return UnavailableError("worker x: gone"); }, "no");
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s->weight_version().version, 0);
+
+  int in_flight_at_apply = -1;
+  int64_t applied = -1;
+  plans_before = fake->history().size();
+  auto committed = s->CommitWeights(
+      [&](int64_t version) {
+        in_flight_at_apply = fake->in_flight();
+        applied = version;
+        fake->set_weight_version(version);
+        return OkStatus();
+      },
+      "step-1");
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(in_flight_at_apply, 0);  // no plan was in flight when the workers switched
+  EXPECT_EQ(applied, 1);
+  EXPECT_EQ(committed->version, 1);
+  EXPECT_EQ(committed->recomputed, 1);
+  EXPECT_EQ(committed->reused, 1);
+  EXPECT_EQ(s->weight_version().version, 1);
+  EXPECT_EQ(s->weight_version().label, "step-1");
+
+  std::map<uint64_t, std::vector<int64_t>> versions;
+  const auto record = [&](uint64_t seed) {
+    return [&versions, seed](const SampleEvent& e) {
+      if (e.kind == SampleEvent::Kind::kToken) versions[seed].push_back(e.weight_version);
+    };
+  };
+  Outcome oa = Collect(a.get(), record(1));
+  Outcome ob = Collect(b.get(), record(2));
+  // The fake's tokens depend on positions only: a restart changes nothing of the output.
+  EXPECT_EQ(oa.tokens[0], Expected(5, 800, 1));
+  EXPECT_EQ(ob.tokens[0], Expected(5, 800, 2));
+  for (uint64_t seed : {1, 2}) {
+    const std::vector<int64_t>& v = versions[seed];
+    ASSERT_EQ(v.size(), 800u);
+    const size_t switch_at = std::find(v.begin(), v.end(), 1) - v.begin();
+    EXPECT_GT(switch_at, 0u);
+    EXPECT_LT(switch_at, 800u) << "seed " << seed << " finished before the commit";
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], i < switch_at ? 7 : 1) << i;
+  }
+  // The recomputing sequence restarted from position 0 after the commit; the reusing one did not.
+  const std::vector<PlanRecord> history = fake->history();
+  EXPECT_TRUE(StartedIn(history, plans_before, 1));
+  EXPECT_FALSE(StartedIn(history, plans_before, 2));
+  EXPECT_EQ(oa.timings.preemptions, 0);  // a restart for new weights is not a preemption
+  ExpectAllFree(s.get(), {fake});
+}
+
+TEST_P(SchedulerCoreTest, PauseKeepFreezesAbortEndsAndResumeContinues) {
+  FakeWorkerConfig config;
+  config.step_delay = 1ms;
+  config.num_pages = 512;
+  auto fake = std::make_shared<FakeWorker>(config);
+  auto s = Make({}, {fake});
+  auto a = MustSubmit(s.get(), MakeRequest(5, 1500, 1));
+  ASSERT_TRUE(WaitUntil([&] { return fake->history().size() >= 5; }));
+  auto kept = s->Pause(PauseMode::kKeep, Clock::now() + 10s);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->frozen, 1);
+  EXPECT_EQ(kept->request_ids, std::vector<std::string>{"r1"});
+  // A request sent while paused waits.
+  auto b = MustSubmit(s.get(), MakeRequest(3, 20, 2));
+  const size_t frozen_at = fake->history().size();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(fake->history().size(), frozen_at);  // nothing planned while paused
+  EXPECT_EQ(s->weight_version().paused, PauseMode::kKeep);
+  EXPECT_EQ(s->Stats().waiting_requests(), 1);
+  // Switching to abort ends the started request with its partial output; b still waits.
+  auto aborted = s->Pause(PauseMode::kAbort, Clock::now() + 10s);
+  ASSERT_TRUE(aborted.ok());
+  EXPECT_EQ(aborted->aborted, 1);
+  EXPECT_EQ(aborted->queued, 1);
+  Outcome oa = Collect(a.get());
+  EXPECT_TRUE(oa.status.ok());
+  EXPECT_EQ(oa.finish[0], v1::FINISH_REASON_ABORT);
+  ASSERT_FALSE(oa.tokens[0].empty());
+  EXPECT_LT(oa.tokens[0].size(), 1500u);
+  const std::vector<int32_t> want = Expected(5, 1500, 1);
+  EXPECT_TRUE(std::equal(oa.tokens[0].begin(), oa.tokens[0].end(), want.begin()));
+  const ResumeResult resumed = s->Resume();
+  EXPECT_TRUE(resumed.was_paused);
+  EXPECT_GT(resumed.paused_ns, 0);
+  Outcome ob = Collect(b.get());
+  EXPECT_EQ(ob.tokens[0], Expected(3, 20, 2));
+  EXPECT_EQ(s->weight_version().paused, PauseMode::kNone);
+  EXPECT_FALSE(s->Resume().was_paused);
+  EXPECT_EQ(s->Pause(PauseMode::kNone, Clock::now()).status().code(),
+            StatusCode::kInvalidArgument);
+  ExpectAllFree(s.get(), {fake});
+}
+
 TEST_P(SchedulerCoreTest, OverlapSendsTheNextPlanBeforeReadingAResult) {
   auto fake = std::make_shared<FakeWorker>();
   fake->SetGated(true);  // no result is returned
