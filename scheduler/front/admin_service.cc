@@ -10,6 +10,7 @@
 #include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
+#include "common/grpc/keepalive.h"
 
 namespace astr::front {
 namespace {
@@ -195,6 +196,12 @@ std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address)
     args.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
     // Its own connection, beside the step stream's, so a push never delays a step's messages.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // A worker that stops answering (SIGSTOP, a hung host) breaks a push within seconds instead of
+    // blocking it on flow control forever.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, rpc::kWorkerKeepaliveTimeMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, rpc::kWorkerKeepaliveTimeoutMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }
   return v1::Worker::NewStub(channel);

@@ -1,6 +1,8 @@
 // The weight-update calls of astr.v1.Worker (worker.proto): staging runs on the calling thread
 // beside the step stream; ControlWeights APPLY / ROLLBACK take the step lock, so that the served
 // weights change between two steps.
+#include <malloc.h>
+
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
 #include "worker/service/worker_service.h"
@@ -17,10 +19,13 @@ grpc::Status Busy() {
                       "another weight update is being staged on this worker");
 }
 
-// Releases the staging slot however the call ends.
+// Releases the staging slot however the call ends, and the memory of a refused update.
 struct StagingLease {
   WeightUpdates* updates;
-  ~StagingLease() { updates->EndStaging(); }
+  ~StagingLease() {
+    updates->EndStaging();
+    malloc_trim(0);
+  }
 };
 
 }  // namespace
@@ -90,7 +95,12 @@ grpc::Status WorkerService::ControlWeights(grpc::ServerContext* /*context*/,
     std::lock_guard<std::mutex> exec(exec_mu_);
     version = updates_->Control(*request, executor_->mutable_runner(), *executor_, &dropped);
   }
-  dropped.clear();  // frees weights outside the step lock
+  if (!dropped.empty()) {
+    dropped.clear();  // frees weights outside the step lock
+    // Hand the freed pages back to the system: glibc keeps freed heap memory (and raises its mmap
+    // threshold after large frees), so without this a worker's RSS would keep the old weights.
+    malloc_trim(0);
+  }
   if (!version.ok()) return rpc::ToGrpcStatus(version.status());
   response->set_version(*version);
   return grpc::Status::OK;

@@ -19,20 +19,29 @@ class WeightLoader {
   WeightLoader(const model::TensorSource& file, cpu::WeightType type, cpu::ThreadPool* pool)
       : file_(file), type_(type), pool_(pool) {}
 
-  // The tensor as f32 in `out`. F16 (the common checkpoint dtype) takes the SIMD conversion;
-  // everything else, and every error message, goes through ModelFile::LoadF32.
+  // The tensor as f32 in `out`. The common checkpoint dtypes (F16, BF16, F32) take the SIMD
+  // conversion on the pool; everything else, and every error message, goes through LoadF32.
   Status Read(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>* out) {
     auto raw = file_.Raw(name);
-    if (raw.ok() && raw->dtype == model::DType::kF16 && raw->shape == shape) {
-      out->resize(static_cast<size_t>(raw->num_elements()));
-      const auto* src = static_cast<const uint16_t*>(raw->data);
-      const int64_t n = raw->num_elements();
-      cpu::ParallelFor(pool_, n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-        cpu::F16ToF32(src + b, out->data() + b, e - b);
-      });
-      return OkStatus();
-    }
-    return file_.LoadF32(name, shape, out);
+    const bool fast = raw.ok() && raw->shape == shape &&
+                      (raw->dtype == model::DType::kF16 || raw->dtype == model::DType::kBF16 ||
+                       raw->dtype == model::DType::kF32);
+    if (!fast) return file_.LoadF32(name, shape, out);
+    const int64_t n = raw->num_elements();
+    out->resize(static_cast<size_t>(n));
+    const model::DType dtype = raw->dtype;
+    const void* data = raw->data;
+    float* dst = out->data();
+    cpu::ParallelFor(pool_, n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+      if (dtype == model::DType::kF16) {
+        cpu::F16ToF32(static_cast<const uint16_t*>(data) + b, dst + b, e - b);
+      } else if (dtype == model::DType::kBF16) {
+        cpu::Bf16ToF32(static_cast<const uint16_t*>(data) + b, dst + b, e - b);
+      } else {
+        std::memcpy(dst + b, static_cast<const float*>(data) + b, (e - b) * sizeof(float));
+      }
+    });
+    return OkStatus();
   }
 
   // Loads tensors `parts` (each [rows_i, cols]) stacked along rows, then packs them.
