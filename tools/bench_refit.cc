@@ -70,7 +70,19 @@ int64_t NowNs() { return Nanos(Clock::now().time_since_epoch()); }
 double Seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
 double Millis(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
-void Progress(const std::string& line) { std::fprintf(stderr, "[bench-refit] %s\n", line.c_str()); }
+// A progress line on stderr, with the UTC time to the millisecond (to match the children's logs).
+void Progress(const std::string& line) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char stamp[32];
+  const size_t n = std::strftime(stamp, sizeof(stamp), "%H:%M:%S", &utc);
+  const int64_t ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::snprintf(stamp + n, sizeof(stamp) - n, ".%03d", static_cast<int>(ms));
+  std::fprintf(stderr, "[bench-refit %s] %s\n", stamp, line.c_str());
+}
 
 std::string Fixed(double v, int digits) {
   char out[32];
@@ -415,6 +427,7 @@ Status MeasureUnderLoad(Bench& run, client::AdminClient& admin, client::Client& 
   ASTR_RETURN_IF_ERROR(load.WaitAll(0, 0, wait).status());
   const int64_t t_base = NowNs();
   std::this_thread::sleep_for(std::chrono::duration<double>(run.f.baseline_s));
+  Progress(tag + " serving: pushing while " + std::to_string(run.f.streams) + " streams decode");
   const int64_t t0 = NowNs();
   ASTR_ASSIGN_OR_RETURN(Push push, PushAll(admin, run.upload, bucket, tag + "-serving"));
   const int64_t t1 = NowNs();
@@ -650,7 +663,7 @@ int Main(int argc, const char* const* argv) {
              "prints one JSON object (progress on stderr).");
   fs.String("model", &f.model,
             "Hugging Face folder (config.json + safetensors) the workers serve and the push "
-            "sends, every tensor. (required)",
+            "sends, every tensor.",
             /*required=*/true);
   fs.Bool("make-model", &f.make_model,
           "Write the random 0.85B llama of docs/benchmarks.md (hidden 2048, 16 layers, 32/8 heads, "
@@ -676,7 +689,8 @@ int Main(int argc, const char* const* argv) {
   fs.Int("worker-threads", &f.worker_threads, "--threads of each started worker (0 = all cores).");
   fs.Bool("profile", &f.profile,
           "Also stream the update to the workers' StageWeights directly (no scheduler; their "
-          "prepare_ns) and time the client's encoding alone.");
+          "prepare_ns), time the client's encoding alone, and copy into buffers allocated on "
+          "the clock (first-touch page faults).");
   fs.Bool("child-logs", &f.child_logs, "Forward the workers' and scheduler's logs to stderr.");
   fs.StringList("child-env", &f.child_env,
                 "KEY=VALUE added to the environment of the started workers and scheduler (e.g. "
