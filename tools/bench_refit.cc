@@ -97,7 +97,7 @@ struct Flags {
   std::string worker_counts = "1,2";
   std::string workers;
   int64_t repetitions = 3;
-  int64_t bucket_mb = 64;
+  int64_t bucket_mb = 4;  // the default of astr admin and the SDK
   int64_t streams = 4;
   int64_t prompt_tokens = 16;
   int64_t stream_max_tokens = 256;

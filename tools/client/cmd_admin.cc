@@ -116,7 +116,8 @@ int UpdateWeightsVerb(int argc, const char* const* argv) {
   AdminFlags admin;
   admin.Register(&fs);
   std::string from_disk, from_safetensors, label;
-  int64_t bucket_mb = 64;
+  // 4 MiB pipelines best through the scheduler (docs/benchmarks.md, astr-bench-refit).
+  int64_t bucket_mb = 4;
   fs.String("from-disk", &from_disk,
             "A .gguf file or Hugging Face folder as the workers see it (an absolute path on their "
             "machines; the CLI does not read it).");

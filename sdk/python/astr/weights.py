@@ -53,13 +53,12 @@ if TYPE_CHECKING:
     # A tensor: a numpy array, anything np.asarray takes, or a torch.Tensor.
     TensorLike = Any
 
-# Why 64 MiB: each UpdateWeights message is forwarded by the scheduler to every worker as it
-# arrives, so the per-message cost (framing, one forward per worker, Python work per message) is
-# paid once per bucket; 64 MiB makes it negligible next to the bytes (a 7B model in bf16 is ~220
-# messages) while the client, the scheduler and each worker hold only a few buckets at a time, and
-# most weight matrices of 1-8B models (8-112 MiB in bf16) fit in one or two buckets. The server
-# must accept messages of this size (astr-scheduler's admin port takes up to 256 MiB).
-DEFAULT_BUCKET_BYTES = 64 << 20
+# Why 4 MiB: each UpdateWeights message is forwarded by the scheduler to every worker as it
+# arrives, so smaller messages pipeline better (the scheduler forwards one while it receives the
+# next, and each side allocates less per message): measured with astr-bench-refit on a 0.85B bf16
+# model (docs/benchmarks.md), 4 MiB buckets pushed in about half the time of 64 MiB ones. The
+# per-message cost stays small next to the bytes (a 7B model in bf16 is ~3,500 messages).
+DEFAULT_BUCKET_BYTES = 4 << 20
 # Most bytes in one WeightChunk, and how much of a tensor is read (converted, copied to the host)
 # at a time: small enough that conversion temporaries stay small, large enough that per-chunk
 # overhead is nil.
@@ -265,7 +264,7 @@ class WeightSync:
         admin: the AdminClient (push) or AsyncAdminClient (push_async) to send through; None
             to build manifests and request streams only.
         bucket_bytes: data bytes per UpdateWeights message (see DEFAULT_BUCKET_BYTES for why
-            64 MiB); at most MAX_BUCKET_BYTES.
+            4 MiB); at most MAX_BUCKET_BYTES.
         chunk_bytes: most bytes per WeightChunk, and per read of a tensor; at most bucket_bytes.
         dtype: None sends every tensor in its own dtype; "f32", "f16" or "bf16" converts every
             tensor to it client-side (float32 -> bf16 rounds to nearest even and halves the bytes).
