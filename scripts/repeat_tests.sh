@@ -9,7 +9,7 @@ BUILD="${ASTR_BUILD_DIR:-$ROOT/build}"
 N="${1:-10}"
 shift || true
 mkdir -p "$BUILD/repeat"
-declare -A failed
+declare -A failed=()
 for k in $(seq 1 "$N"); do
   log="$BUILD/repeat/run-$k.log"
   start=$(date +%s)
