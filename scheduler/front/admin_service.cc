@@ -207,15 +207,21 @@ std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address)
   return v1::Worker::NewStub(channel);
 }
 
+grpc::Status AdminService::Control(const Staged& s, v1::ControlWeightsRequest::Action action,
+                                   int64_t version) {
+  grpc::ClientContext context;
+  context.set_deadline(In(kControlTimeout));
+  v1::ControlWeightsRequest request;
+  request.set_action(action);
+  request.set_staged_id(s.staged_id);
+  request.set_version(version);
+  v1::ControlWeightsResponse answer;
+  return Stub(s.address)->ControlWeights(&context, request, &answer);
+}
+
 void AdminService::Discard(const std::vector<Staged>& staged) {
   for (const Staged& s : staged) {
-    grpc::ClientContext context;
-    context.set_deadline(In(kControlTimeout));
-    v1::ControlWeightsRequest request;
-    request.set_action(v1::ControlWeightsRequest::DISCARD);
-    request.set_staged_id(s.staged_id);
-    v1::ControlWeightsResponse response;
-    grpc::Status st = Stub(s.address)->ControlWeights(&context, request, &response);
+    grpc::Status st = Control(s, v1::ControlWeightsRequest::DISCARD, 0);
     if (!st.ok()) LOG(WARNING) << "worker " << s.address << ": discard: " << st.error_message();
   }
 }
@@ -223,22 +229,11 @@ void AdminService::Discard(const std::vector<Staged>& staged) {
 grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::string& label,
                                   v1::UpdateWeightsResponse* response) {
   const int64_t before = scheduler_->weight_version().version;
-  auto control = [this](const Staged& s, v1::ControlWeightsRequest::Action action,
-                        int64_t version) {
-    grpc::ClientContext context;
-    context.set_deadline(In(kControlTimeout));
-    v1::ControlWeightsRequest request;
-    request.set_action(action);
-    request.set_staged_id(s.staged_id);
-    request.set_version(version);
-    v1::ControlWeightsResponse answer;
-    return Stub(s.address)->ControlWeights(&context, request, &answer);
-  };
   grpc::Status failure;
   auto apply = [&](int64_t version) -> Status {
     size_t applied = 0;
     for (; applied < staged.size(); ++applied) {
-      failure = control(staged[applied], v1::ControlWeightsRequest::APPLY, version);
+      failure = Control(staged[applied], v1::ControlWeightsRequest::APPLY, version);
       if (!failure.ok()) break;
     }
     if (applied == staged.size()) return OkStatus();
@@ -246,7 +241,7 @@ grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::
     // Every worker returns to the served version: the ones that switched switch back, the rest
     // drop their stage.
     for (size_t i = 0; i < applied; ++i) {
-      grpc::Status back = control(staged[i], v1::ControlWeightsRequest::ROLLBACK, before);
+      grpc::Status back = Control(staged[i], v1::ControlWeightsRequest::ROLLBACK, before);
       if (!back.ok()) {
         LOG(ERROR) << "worker " << staged[i].address << ": rollback failed: "
                    << back.error_message();
@@ -265,7 +260,7 @@ grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::
                            std::to_string(before) + " still serving");
   }
   for (const Staged& s : staged) {
-    grpc::Status st = control(s, v1::ControlWeightsRequest::FINISH, committed->version);
+    grpc::Status st = Control(s, v1::ControlWeightsRequest::FINISH, committed->version);
     if (!st.ok()) LOG(WARNING) << "worker " << s.address << ": finish: " << st.error_message();
   }
   response->set_version(committed->version);

@@ -75,6 +75,8 @@ class AdminService final : public v1::Admin::Service {
   // finishes it; fills the commit fields of `response`.
   grpc::Status Commit(const std::vector<Staged>& staged, const std::string& label,
                       v1::UpdateWeightsResponse* response);
+  // One ControlWeights call to the worker of `s`.
+  grpc::Status Control(const Staged& s, v1::ControlWeightsRequest::Action action, int64_t version);
   // Drops staged updates (best effort, after a failure).
   void Discard(const std::vector<Staged>& staged);
   // The reason the GPU-only verbs cannot run here.

@@ -16,14 +16,19 @@
 namespace astr {
 namespace {
 
+// The float dtypes an update may carry: model::ParseDType's names, or torch's.
 StatusOr<model::DType> ParseUpdateDType(const std::string& name) {
-  if (name == "f32" || name == "float32" || name == "F32") return model::DType::kF32;
-  if (name == "f16" || name == "float16" || name == "F16") return model::DType::kF16;
-  if (name == "bf16" || name == "bfloat16" || name == "BF16") return model::DType::kBF16;
+  const std::string alias = name == "float32"    ? "f32"
+                            : name == "float16"  ? "f16"
+                            : name == "bfloat16" ? "bf16"
+                                                 : name;
+  auto dtype = model::ParseDType(alias);
+  if (dtype.ok() && (*dtype == model::DType::kF32 || *dtype == model::DType::kF16 ||
+                     *dtype == model::DType::kBF16)) {
+    return *dtype;
+  }
   return InvalidArgumentError("dtype '" + name + "': expected f32, f16 or bf16");
 }
-
-int64_t DTypeSize(model::DType dtype) { return dtype == model::DType::kF32 ? 4 : 2; }
 
 std::string Entry(int index, const std::string& name) {
   return "manifest.tensors[" + std::to_string(index) + "] '" + name + "'";
@@ -84,7 +89,7 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     t.shape = shape;
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    t.bytes = static_cast<uint64_t>(n * DTypeSize(*dtype));
+    ASTR_ASSIGN_OR_RETURN(t.bytes, model::DTypeByteSize(*dtype, n));
     t.half_to_interleaved = NeedsHalfToInterleaved(config_, canonical);
     p.has_checksum = spec.has_xxh64();
     p.checksum = spec.xxh64();
@@ -278,7 +283,8 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::strin
   staged->weights = std::move(weights);
   v1::StageWeightsResponse response;
   int64_t bytes = 0;
-  for (const model::WeightSpec& w : model::ExpectedWeights(config_)) {
+  const std::vector<model::WeightSpec> expected = model::ExpectedWeights(config_);
+  for (const model::WeightSpec& w : expected) {
     auto raw = (*file)->Raw(w.name);
     if (raw.ok()) bytes += static_cast<int64_t>(raw->bytes);
   }
@@ -288,7 +294,7 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::strin
     response.set_staged_id(staged->id);
     staged_ = std::move(staged);
   }
-  response.set_tensors(static_cast<int32_t>(model::ExpectedWeights(config_).size()));
+  response.set_tensors(static_cast<int32_t>(expected.size()));
   response.set_bytes(bytes);
   response.set_prepare_ns(NanosSince(start));
   return response;
@@ -357,11 +363,12 @@ StatusOr<int64_t> WeightUpdates::Control(const v1::ControlWeightsRequest& reques
 Status WeightUpdates::Checksums(const v1::GetWeightsChecksumRequest& request,
                                 v1::GetWeightsChecksumResponse* response) const {
   std::vector<std::string> names;  // canonical
+  const std::vector<model::WeightSpec> specs = model::ExpectedWeights(config_);
   if (request.names().empty()) {
-    for (const model::WeightSpec& w : model::ExpectedWeights(config_)) names.push_back(w.name);
+    for (const model::WeightSpec& w : specs) names.push_back(w.name);
   } else {
     std::set<std::string> expected;
-    for (const model::WeightSpec& w : model::ExpectedWeights(config_)) expected.insert(w.name);
+    for (const model::WeightSpec& w : specs) expected.insert(w.name);
     for (int i = 0; i < request.names_size(); ++i) {
       const std::string canonical = model::CanonicalFromHfName(request.names(i));
       if (expected.count(canonical) == 0) {
