@@ -306,7 +306,15 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
     ASTR_ASSIGN_OR_RETURN(inputs.extra, ParseJson(field + ".template_kwargs_json",
                                                   chat.template_kwargs_json(), "object"));
   }
-  inputs.add_generation_prompt = !chat.continue_final_message();
+  if (chat.has_add_generation_prompt() && chat.add_generation_prompt() &&
+      chat.continue_final_message()) {
+    return InvalidArgumentError(field +
+                                ".add_generation_prompt: cannot be true with "
+                                "continue_final_message (the last message is continued, not "
+                                "answered)");
+  }
+  inputs.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt()
+                                                                   : !chat.continue_final_message();
   auto rendered = model.chat_template->Render(inputs);
   if (!rendered.ok()) {
     // A template that runs past its render budget (steps, bytes, nesting) fails the same way

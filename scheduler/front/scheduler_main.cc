@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -26,6 +28,7 @@
 #include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
+#include "scheduler/front/http_front.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
 
@@ -61,7 +64,33 @@ struct Flags {
   std::string admin_listen = "127.0.0.1:50053";
   std::string admin_token_file;
   std::string admin_token;  // read from admin_token_file before any worker is dialed
+  std::string http_listen;
+  std::string served_model_name;
+  std::string api_key_file;
+  std::vector<std::string> api_keys;  // read from api_key_file before any worker is dialed
+  int64_t http_threads = 2;
+  int64_t http_max_body_mb = 16;
+  int64_t http_idle_timeout_s = 60;
+  double sse_ping_s = 10;
 };
+
+// One key per line; blank lines and lines starting with '#' are skipped.
+StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("--api-key-file: cannot read " + path);
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    size_t b = 0;
+    while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+    line.erase(0, b);
+    if (line.empty() || line[0] == '#') continue;
+    keys.push_back(line);
+  }
+  if (keys.empty()) return InvalidArgumentError("--api-key-file: " + path + " holds no key");
+  return keys;
+}
 
 void Register(FlagSet* fs, Flags* f) {
   fs->String("workers", &f->workers,
@@ -79,6 +108,28 @@ void Register(FlagSet* fs, Flags* f) {
              "File holding the bearer token every admin call must present "
              "(`authorization: Bearer <token>` metadata). Without it every admin call is "
              "refused with PERMISSION_DENIED.");
+  fs->String("http-listen", &f->http_listen,
+             "Address of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
+             "/v1/models, /tokenize, /detokenize, /health, /metrics; docs/http.md), HOST:PORT; "
+             "the bound address is logged as 'http api on HOST:PORT'. Empty (the default): no "
+             "HTTP API.");
+  fs->String("served-model-name", &f->served_model_name,
+             "The model name the HTTP API lists in /v1/models and requests must name in "
+             "`model` (others get 404). Default: the served model's name.");
+  fs->String("api-key-file", &f->api_key_file,
+             "File of API keys, one per line: HTTP requests to /v1/*, /tokenize and /detokenize "
+             "must send `Authorization: Bearer KEY` with one of them (401 otherwise). Default: "
+             "no key needed.");
+  fs->Int("http-threads", &f->http_threads,
+          "I/O threads of the HTTP server (any number of connections and streams share them).");
+  fs->Int("http-max-body-mb", &f->http_max_body_mb,
+          "Largest HTTP request body, in MiB; a larger one gets 413.");
+  fs->Int("http-idle-timeout-s", &f->http_idle_timeout_s,
+          "An HTTP connection with no request in progress for this long is closed; a request "
+          "whose head and body take longer than 30 s to arrive too.");
+  fs->Double("sse-ping-s", &f->sse_ping_s,
+             "A streamed HTTP response that has sent nothing for this long (queued, or in a "
+             "long prefill) gets an SSE comment line ': ping', so proxies keep it open.");
   fs->String("tokenizer", &f->tokenizer,
              "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
              "here. Default: the model path the first worker reports.");
@@ -162,6 +213,14 @@ Status Validate(const Flags& f) {
   if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
   if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
   if (f.step_timeout_ms < 0) return InvalidArgumentError("--step-timeout-ms must be >= 0");
+  ASTR_RETURN_IF_ERROR(positive(f.http_threads, "http-threads"));
+  if (f.http_threads > 64) return InvalidArgumentError("--http-threads must be <= 64");
+  ASTR_RETURN_IF_ERROR(positive(f.http_max_body_mb, "http-max-body-mb"));
+  if (f.http_max_body_mb > 2047) return InvalidArgumentError("--http-max-body-mb must be <= 2047");
+  ASTR_RETURN_IF_ERROR(positive(f.http_idle_timeout_s, "http-idle-timeout-s"));
+  if (!(f.sse_ping_s > 0) || f.sse_ping_s > 3600) {
+    return InvalidArgumentError("--sse-ping-s must be in (0, 3600]");
+  }
   return sched::ValidateSchedulerOptions(f.sched);
 }
 
@@ -385,18 +444,44 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     LOG(INFO) << "admin service on " << admin_host << ":" << admin_port;
   }
 
+  // The OpenAI-compatible HTTP API: in-process, on the same GenerateService as gRPC.
+  std::unique_ptr<front::HttpFront> http;
+  if (!f.http_listen.empty()) {
+    front::HttpFrontOptions options;
+    options.server.listen = f.http_listen;
+    options.server.threads = static_cast<int>(f.http_threads);
+    options.server.max_body_bytes = static_cast<size_t>(f.http_max_body_mb) << 20;
+    options.server.idle_timeout = std::chrono::seconds(f.http_idle_timeout_s);
+    options.server.write_timeout =
+        f.stream_stall_timeout_s > 0 ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
+                                     : std::chrono::milliseconds(24LL * 3600 * 1000);
+    options.served_model_name = f.served_model_name;
+    options.api_keys = f.api_keys;
+    options.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_s * 1000));
+    options.threads = static_cast<int>(f.front_threads);
+    http = std::make_unique<front::HttpFront>(&service, std::move(options));
+    if (Status s = http->Start(); !s.ok()) {
+      LOG(ERROR) << "--http-listen: " << s.message();
+      return 1;
+    }
+    const std::string http_host = f.http_listen.substr(0, f.http_listen.rfind(':'));
+    LOG(INFO) << "http api on " << http_host << ":" << http->port();
+  }
+
   const int sig = rpc::WaitForShutdownSignal();
   health.Stop();
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
             << ": draining (new requests get UNAVAILABLE)";
   server->GetHealthCheckService()->SetServingStatus(false);
   Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
+  if (http != nullptr) http->Stop();
   if (admin_server != nullptr) {
     admin_server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     admin_server->Wait();
   }
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
+  http.reset();
   scheduler.reset();
   LOG(INFO) << "stopped";
   return 0;
@@ -421,6 +506,14 @@ int Main(int argc, const char* const* argv) {
       f.admin_token = std::move(*token);
     } else {
       valid = token.status();
+    }
+  }
+  if (valid.ok() && !f.api_key_file.empty()) {
+    auto keys = ReadApiKeys(f.api_key_file);
+    if (keys.ok()) {
+      f.api_keys = std::move(*keys);
+    } else {
+      valid = keys.status();
     }
   }
   if (valid.ok()) valid = InitLogging(argv[0], log);

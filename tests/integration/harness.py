@@ -122,6 +122,7 @@ def _with_parent_death_signal(argv):
 ALL_PROCS = []  # every ServerProcess of this pytest process, for log tails on failure
 _LISTEN_RE = re.compile(r"listening on (\S+):(\d+)")
 _ADMIN_RE = re.compile(r"admin service on (\S+):(\d+)")
+_HTTP_RE = re.compile(r"http api on (\S+):(\d+)")
 
 
 class ServerProcess:
@@ -262,6 +263,13 @@ class Scheduler:
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.GenerateStub(self.channel)
         self.admin_address = getattr(proc, "admin_address", None)
+        # "HOST:PORT" of the OpenAI-compatible HTTP API (None when started without one).
+        self.http_address = getattr(proc, "http_address", None)
+
+    @property
+    def http_url(self):
+        """Base URL of the HTTP API, e.g. http://127.0.0.1:PORT (OpenAI client: + "/v1")."""
+        return f"http://{self.http_address}" if self.http_address else None
 
     def admin_stub(self):
         """An Admin stub on its own channel (the caller adds the token metadata)."""
@@ -305,11 +313,14 @@ class Cluster:
         addrs = ",".join(w.address for w in self.workers)
         # A free admin port per scheduler, so that tests running at once never collide.
         flags.setdefault("admin_listen", "127.0.0.1:0")
+        flags.setdefault("http_listen", "127.0.0.1:0")
         argv = [SCHEDULER_BIN, "--workers", addrs, "--listen", "127.0.0.1:0"] + _flag_args(flags)
         proc = ServerProcess("scheduler", argv, self.log_dir)
         proc.wait_listening()
         if flags["admin_listen"]:
             proc.admin_address = proc.wait_log(_ADMIN_RE)
+        if flags["http_listen"]:
+            proc.http_address = proc.wait_log(_HTTP_RE)
         wait_serving(proc.address)
         self.scheduler = Scheduler(proc)
         return self.scheduler
