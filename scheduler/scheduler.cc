@@ -80,6 +80,8 @@ bool Scheduler::draining() const { return loop_->draining(); }
 bool Scheduler::Idle() const { return loop_->Idle(); }
 v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
 std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }
+metrics::Registry& Scheduler::metrics() { return loop_->metrics(); }
+std::string Scheduler::RenderMetrics() const { return loop_->metrics().Render(); }
 StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
   return loop_->Pause(mode, deadline);
 }

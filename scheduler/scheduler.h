@@ -31,6 +31,7 @@
 #include "astr/v1/worker.pb.h"
 #include "common/base/sampling_params.h"
 #include "common/base/status.h"
+#include "common/metrics/registry.h"
 #include "scheduler/request_channel.h"
 #include "scheduler/worker_connection.h"
 
@@ -168,6 +169,14 @@ class Scheduler {
   v1::GetServerStatsResponse Stats() const;
   // Every worker's Info, in --workers order.
   std::vector<v1::InfoResponse> WorkerInfos() const;
+
+  // Prometheus metrics (docs/metrics.md). The registry holds the core's families (astr:...,
+  // label `model` = the first worker's model name); the front may add its own families to it
+  // (thread-safe; a name registered twice CHECK-fails). It lives as long as the Scheduler.
+  metrics::Registry& metrics();
+  // Every family of metrics() in the Prometheus text format 0.0.4, the body of GET /metrics
+  // (Content-Type metrics::kTextContentType). Thread-safe.
+  std::string RenderMetrics() const;
 
  private:
   explicit Scheduler(std::unique_ptr<SchedulerLoop> loop);

@@ -36,6 +36,8 @@ v1::FinishReason ToProto(FinishReason reason) {
 // Reconnecting workers and stuck plans are polled this often while nothing else wakes the loop.
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
 
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 }  // namespace
 
 void SchedulerLoop::Run() {
@@ -154,7 +156,10 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
     } else if (command.index >= 0 &&
                command.index < static_cast<int32_t>(request->samples.size())) {
       Sequence* seq = request->samples[command.index].get();
-      if (seq->state != Sequence::State::kDone) EndSample(seq, now);
+      if (seq->state != Sequence::State::kDone) {
+        metrics_->finished(v1::FINISH_REASON_STOP).Increment();  // the front matched a stop string
+        EndSample(seq, now);
+      }
     }
   }
 }
@@ -231,6 +236,8 @@ bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
     return false;
   }
   ++w->plans_sent;
+  w->metrics.batch_size->Observe(w->plan.entries_size());
+  w->metrics.iteration_tokens->Observe(static_cast<double>(out.num_tokens));
   return true;
 }
 
@@ -277,6 +284,7 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
   }
   // Before the tokens: sample 0's first token comes after its prompt's scores.
   ASTR_RETURN_IF_ERROR(ApplyPromptScores(result, out));
+  int64_t accepted = 0;
   for (size_t i = 0; i < sampling.size(); ++i) {
     Sequence* seq = sampling[i];
     // A sequence finished, cancelled or preempted since this plan went out: its token is dropped
@@ -285,7 +293,10 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
       continue;
     --seq->in_flight;
     AcceptToken(seq, result.samples(static_cast<int>(i)), result.weight_version(), now);
+    ++accepted;
   }
+  metrics_->generation_tokens->Increment(accepted);
+  metrics_->inter_token_latency.Flush();
   return OkStatus();
 }
 
@@ -293,10 +304,16 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
                                 int64_t weight_version, Clock::time_point now) {
   RequestState* r = seq->request;
   const int32_t id = token.token_id();
+  if (!seq->generated.empty()) {
+    metrics_->inter_token_latency.Observe(Seconds(now - seq->last_token_at));
+  }
   seq->generated.push_back(id);
+  seq->last_token_at = now;
   if (!r->has_first_token) {
     r->has_first_token = true;
     r->first_token = now;
+    metrics_->time_to_first_token_seconds->Observe(Seconds(now - r->req.arrival));
+    metrics_->prompt_tokens->Increment(static_cast<int64_t>(r->req.prompt.size()));
   }
   OutputEvent& out = out_.events.emplace_back();
   out.channel = r->channel.get();
@@ -333,6 +350,7 @@ void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32
   out.event.finish = reason;
   out.event.stop_token_id = stop_token_id;
   out.event.top.clear();
+  metrics_->finished(reason).Increment();
   EndSample(seq, now);
 }
 
@@ -352,8 +370,10 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
     if (seq->state == Sequence::State::kDone) continue;
     Unplace(seq.get());
     seq->state = Sequence::State::kDone;
+    metrics_->finished(v1::FINISH_REASON_ABORT).Increment();  // cancelled, deadline, failure
   }
   if (!r->scheduled) LeaveQueue(1, r->queued_tokens());
+  ObserveClosedRequest(*r, now);
   RequestTimings timings;
   timings.queue_ns = Nanos((r->scheduled ? r->first_scheduled : now) - r->req.arrival);
   timings.time_to_first_token_ns = r->has_first_token ? Nanos(r->first_token - r->req.arrival) : 0;
@@ -363,6 +383,23 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
   out_.closes.push_back(OutputClose{std::move(r->channel), std::move(status), timings});
   closed_.push_back(r->key);
   stat_finished_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Once per request that started: it has a queue time, and prefill and decode times once a token
+// came back.
+void SchedulerLoop::ObserveClosedRequest(const RequestState& r, Clock::time_point now) {
+  if (!r.scheduled) return;
+  const SchedulerMetrics& m = *metrics_;
+  m.e2e_request_latency_seconds->Observe(Seconds(now - r.req.arrival));
+  m.request_queue_time_seconds->Observe(Seconds(r.first_scheduled - r.req.arrival));
+  if (r.has_first_token) {
+    m.request_prefill_time_seconds->Observe(Seconds(r.first_token - r.first_scheduled));
+    m.request_decode_time_seconds->Observe(Seconds(now - r.first_token));
+  }
+  int64_t generated = 0;
+  for (const auto& seq : r.samples) generated += static_cast<int64_t>(seq->generated.size());
+  m.request_prompt_tokens->Observe(static_cast<double>(r.req.prompt.size()));
+  m.request_generation_tokens->Observe(static_cast<double>(generated));
 }
 
 // Requests stop counting against admission once scheduled (or ended). One lock per plan that

@@ -19,10 +19,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metrics/registry.h"
 #include "scheduler/batch_planner.h"
 #include "scheduler/output_queue.h"
 #include "scheduler/policies.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/sequence.h"
 
 namespace astr::sched {
@@ -53,6 +55,8 @@ struct WorkerSlot {
   Status last_error;
   std::thread reconnector;
   std::atomic<bool> reconnected{false};  // set by the reconnector when it succeeded
+
+  SchedulerMetrics::Worker metrics;  // its children of the per-worker histograms
 
   // Loop wall time of this worker's last steps (ring), for mean_step_ns.
   std::array<int64_t, 256> step_ns{};
@@ -89,6 +93,9 @@ class SchedulerLoop {
   StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label);
   WeightVersionInfo weight_version() const;
   std::vector<std::string> UpWorkerAddresses() const;
+  // The registry of the core's metrics (see Scheduler::metrics).
+  metrics::Registry& metrics() { return registry_; }
+  const metrics::Registry& metrics() const { return registry_; }
 
  private:
   // An admin operation handed to the loop; the caller waits on `done`.
@@ -145,6 +152,10 @@ class SchedulerLoop {
   void CloseRequest(RequestState* request, Status status, Clock::time_point now);
   void LeaveQueue(int64_t requests, int64_t tokens);
   void PublishStats();
+  // Registers the gauges and counters that read the atomics Stats() reads (callback families).
+  void RegisterStatMetrics(const std::string& model);
+  // A request's histograms (metrics_), when it closes.
+  void ObserveClosedRequest(const RequestState& r, Clock::time_point now);
 
   // Loop side of the admin operations (scheduler_loop_admin.cc).
   void ApplyAdmin(Command& command, Clock::time_point now);
@@ -192,6 +203,10 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
   std::atomic<bool> stop_reconnecting_{false};
+  // Thread-safe; callback families in it read the stat_ atomics. metrics_ (set in the
+  // constructor) holds the children the loop thread updates.
+  metrics::Registry registry_;
+  std::unique_ptr<SchedulerMetrics> metrics_;
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
   // Weight version served (written by the loop at a commit) and its label (under mu_).

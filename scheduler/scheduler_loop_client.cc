@@ -24,6 +24,12 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
   }
   // Workers that come back must serve this version (PollWorkers).
   if (!infos_.empty()) weight_version_.store(infos_[0].weight_version());
+  const std::string model = infos_.empty() ? "" : infos_[0].model_name();
+  std::vector<std::string> addresses;
+  for (const auto& w : workers_) addresses.push_back(w->conn->address());
+  metrics_ = std::make_unique<SchedulerMetrics>(&registry_, model, addresses, max_context_tokens_);
+  for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->metrics = metrics_->workers[i];
+  RegisterStatMetrics(model);
   PublishStats();
   output_ = std::make_unique<OutputQueue>(&open_requests_);
   loop_thread_ = std::thread([this] { Run(); });
@@ -174,5 +180,60 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
 }
 
 std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const { return infos_; }
+
+// The same atomics as Stats(), read when the registry renders.
+void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  auto read = [](const auto& atomic) {
+    return [&atomic] { return static_cast<double>(atomic.load(std::memory_order_relaxed)); };
+  };
+  metrics::Registry& r = registry_;
+  r.AddCallbackGauge("astr:num_requests_running",
+                     "Requests started on a worker and not ended (their sequences may be "
+                     "preempted or waiting for a worker meanwhile).",
+                     {"model"})
+      .Add({model}, read(stat_running_));
+  r.AddCallbackGauge("astr:num_requests_waiting",
+                     "Requests admitted and not started on any worker yet.", {"model"})
+      .Add({model}, read(stat_waiting_));
+  r.AddCallbackGauge("astr:weight_version",
+                     "Weight version served (0: the weights loaded at "
+                     "start).",
+                     {"model"})
+      .Add({model}, read(weight_version_));
+  r.AddCallbackCounter("astr:requests_admitted_total", "Requests admitted into the queue.",
+                       {"model"})
+      .Add({model}, read(stat_admitted_));
+  r.AddCallbackCounter("astr:requests_refused_total",
+                       "Requests refused by admission: queue full, draining, or too long for "
+                       "every worker's KV pool.",
+                       {"model"})
+      .Add({model}, read(stat_refused_));
+  r.AddCallbackCounter("astr:num_preemptions_total",
+                       "Running sequences stopped to be recomputed later: pages ran out, or "
+                       "their worker's step stream broke.",
+                       {"model"})
+      .Add({model}, read(stat_preemptions_));
+  metrics::CallbackFamily& used = r.AddCallbackGauge(
+      "astr:kv_pages_used", "KV pages of a worker held by the scheduler's sequences.",
+      {"model", "worker"});
+  metrics::CallbackFamily& total = r.AddCallbackGauge(
+      "astr:kv_pages_total", "KV pages of a worker's pool.", {"model", "worker"});
+  metrics::CallbackFamily& up = r.AddCallbackGauge(
+      "astr:worker_up", "1 while a worker's step stream is up, else 0 (reconnecting or down).",
+      {"model", "worker"});
+  metrics::CallbackFamily& steps =
+      r.AddCallbackCounter("astr:steps_total", "Steps a worker answered.", {"model", "worker"});
+  for (const auto& slot : workers_) {
+    const WorkerSlot* w = slot.get();
+    const std::string& address = w->conn->address();
+    const int64_t pages = w->info.num_pages();
+    used.Add({model, address},
+             [w, pages] { return static_cast<double>(pages - w->stat_free_pages.load(kRelaxed)); });
+    total.Add({model, address}, [pages] { return static_cast<double>(pages); });
+    up.Add({model, address}, [w] { return w->stat_up.load(kRelaxed) ? 1.0 : 0.0; });
+    steps.Add({model, address}, read(w->stat_steps));
+  }
+}
 
 }  // namespace astr::sched

@@ -186,6 +186,7 @@ void SchedulerLoop::RecordStepTime(WorkerSlot* w, int64_t ns) {
   w->step_ns_next = (w->step_ns_next + 1) % w->step_ns.size();
   if (w->step_ns_count < w->step_ns.size()) ++w->step_ns_count;
   w->stat_steps.fetch_add(1, std::memory_order_relaxed);
+  w->metrics.step_time_seconds->Observe(static_cast<double>(ns) * 1e-9);
   w->stat_mean_step_ns.store(w->step_ns_sum / static_cast<int64_t>(w->step_ns_count),
                              std::memory_order_relaxed);
 }

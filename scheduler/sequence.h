@@ -25,6 +25,7 @@ struct Sequence {
   // Tokens generated so far (accepted by the loop). On a restart the worker is given
   // prompt + generated, so it continues the same RNG stream.
   std::vector<int32_t> generated;
+  Clock::time_point last_token_at{};  // when the loop accepted generated.back()
 
   // While running on a worker. A sequence is known across restarts, preemptions and moves by
   // (request->key, sample_index); its live id names one start on one worker: a fresh one on every
