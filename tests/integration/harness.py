@@ -17,6 +17,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 
 import grpc
@@ -241,15 +243,37 @@ def _flag_args(flags):
     return args
 
 
+_METRICS_RE = re.compile(r"metrics on (\S+):(\d+)")
+
+
+def http_get(url, method="GET", timeout=RPC_TIMEOUT_S):
+    """(status, headers, body text) of one HTTP request; an error status is returned, not
+    raised."""
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode("utf-8", "replace")
+
+
 class Worker:
     def __init__(self, proc):
         self.proc = proc
         self.address = proc.address
         self.channel = grpc.insecure_channel(self.address)
         self.stub = wpb_grpc.WorkerStub(self.channel)
+        # "HOST:PORT" of GET /metrics (None when started without metrics_listen).
+        self.metrics_address = getattr(proc, "metrics_address", None)
 
     def info(self):
         return self.stub.Info(wpb.InfoRequest(), timeout=RPC_TIMEOUT_S)
+
+    def metrics_text(self):
+        """The body of GET /metrics (Prometheus text format); the worker must serve metrics."""
+        status, _, body = http_get(f"http://{self.metrics_address}/metrics")
+        assert status == 200, f"GET /metrics: {status} {body}"
+        return body
 
     def close(self):
         self.channel.close()
@@ -298,12 +322,15 @@ class Cluster:
         self.scheduler = None
 
     def start_worker(self, model=STORIES, **flags):
+        """A worker; metrics_listen="127.0.0.1:0" serves its metrics too (Worker.metrics_text)."""
         flags.setdefault("threads", 1)
         flags.setdefault("backend", "cpu")
         name = f"worker{len(self.workers)}"
         argv = [WORKER_BIN, "--model", model, "--listen", "127.0.0.1:0"] + _flag_args(flags)
         proc = ServerProcess(name, argv, self.log_dir)
         proc.wait_listening()
+        if flags.get("metrics_listen"):
+            proc.metrics_address = proc.wait_log(_METRICS_RE)
         wait_serving(proc.address)
         w = Worker(proc)
         self.workers.append(w)

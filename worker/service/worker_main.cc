@@ -1,5 +1,6 @@
 // astr-worker: loads a model and serves astr.v1.Worker (Info and the step stream) to
-// astr-scheduler, plus grpc.health.v1 and server reflection. See docs/worker.md.
+// astr-scheduler, plus grpc.health.v1 and server reflection, and optionally Prometheus metrics
+// over HTTP (--metrics-listen). See docs/worker.md.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -15,6 +16,8 @@
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/shutdown_signal.h"
+#include "common/http/http_server.h"
+#include "common/metrics/registry.h"
 #include "worker/backend_loader.h"
 #include "worker/engine_flags.h"
 #include "worker/service/worker_loader.h"
@@ -34,7 +37,26 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
-int Serve(const std::string& listen, LoadedWorker worker) {
+// GET /metrics answers the service's metrics; any other path is 404, another method 405.
+http::Handler MetricsHandler(const WorkerService* service) {
+  return [service](std::shared_ptr<http::Exchange> exchange) {
+    const http::Request& request = exchange->request();
+    if (request.path != "/metrics") {
+      exchange->Respond({.status = 404, .content_type = "text/plain", .body = "not found\n"});
+    } else if (request.method != "GET") {
+      exchange->Respond({.status = 405,
+                         .content_type = "text/plain",
+                         .headers = {{"Allow", "GET"}},
+                         .body = "only GET\n"});
+    } else {
+      exchange->Respond({.status = 200,
+                         .content_type = std::string(metrics::kTextContentType),
+                         .body = service->RenderMetrics()});
+    }
+  };
+}
+
+int Serve(const std::string& listen, const std::string& metrics_listen, LoadedWorker worker) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   WorkerService service(std::move(worker.info), std::move(worker.executor),
@@ -58,6 +80,19 @@ int Serve(const std::string& listen, LoadedWorker worker) {
                << " (address in use, or not a local address)";
     return 1;
   }
+  std::unique_ptr<http::Server> metrics_server;  // stopped before `service` goes
+  if (!metrics_listen.empty()) {
+    auto started =
+        http::Server::Start({.listen = metrics_listen, .threads = 1}, MetricsHandler(&service));
+    if (!started.ok()) {
+      LOG(ERROR) << "--metrics-listen: " << started.status().message();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    // Tests read this line to learn the port (--metrics-listen HOST:0).
+    LOG(INFO) << "metrics on " << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
+              << metrics_server->port();
+  }
   const std::string host = listen.substr(0, listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
   LOG(INFO) << "listening on " << host << ":" << port;
@@ -80,11 +115,16 @@ int Main(int argc, const char* const* argv) {
              "or SIGINT once the current step has finished.");
   std::string model, backend;
   std::string listen = "127.0.0.1:50061";
+  std::string metrics_listen;
   int64_t max_batch = 256;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
             "logged (INFO) as 'listening on HOST:PORT' once the model is loaded.");
+  fs.String("metrics-listen", &metrics_listen,
+            "Serve Prometheus metrics (GET /metrics, docs/metrics.md) over HTTP on HOST:PORT; "
+            "empty (the default) = off. Port 0 picks a free port; the bound address is logged "
+            "(INFO) as 'metrics on HOST:PORT'.");
   fs.String("backend", &backend,
             "auto (CUDA where a usable GPU and the CUDA plugin exist, else cpu; the log says "
             "why CUDA was not used), cpu, cuda (an error if it cannot run), or instant "
@@ -116,7 +156,7 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << worker.status().ToString();
     return 1;
   }
-  return Serve(listen, std::move(*worker));
+  return Serve(listen, metrics_listen, std::move(*worker));
 }
 
 }  // namespace

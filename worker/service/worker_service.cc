@@ -77,6 +77,7 @@ grpc::Status WorkerService::ServeStream(
       std::lock_guard<std::mutex> exec(exec_mu_);
       status = executor_->Execute(plan, &result);
     }
+    const bool executed = status.ok();
     if (!status.ok()) {
       if (status.code() != StatusCode::kInvalidArgument) return rpc::ToGrpcStatus(status);
       result.Clear();
@@ -85,6 +86,7 @@ grpc::Status WorkerService::ServeStream(
       result.set_error_message(status.message());
     }
     result.set_step_ns(NanosSince(received));
+    if (executed) metrics_.ObserveStep(plan, result);
     const bool written = stream->Write(result);
     {
       std::lock_guard<std::mutex> lock(mu_);

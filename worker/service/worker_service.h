@@ -15,8 +15,10 @@
 #include <mutex>
 
 #include "astr/v1/worker.grpc.pb.h"
+#include "common/metrics/registry.h"
 #include "worker/service/executor.h"
 #include "worker/service/weight_updates.h"
+#include "worker/service/worker_metrics.h"
 
 namespace astr {
 
@@ -53,6 +55,10 @@ class WorkerService final : public v1::Worker::Service {
   // for but idle connections.
   void Drain(std::chrono::milliseconds timeout);
 
+  // The worker's Prometheus metrics (docs/metrics.md) in the text format 0.0.4, the body of
+  // GET /metrics (Content-Type metrics::kTextContentType). Thread-safe.
+  std::string RenderMetrics() const { return registry_.Render(); }
+
  private:
   // Runs the plans of one stream until it ends.
   grpc::Status ServeStream(grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream);
@@ -62,6 +68,8 @@ class WorkerService final : public v1::Worker::Service {
   const v1::InfoResponse static_info_;
   const std::unique_ptr<WorkerExecutor> executor_;
   const std::unique_ptr<WeightUpdates> updates_;
+  metrics::Registry registry_;
+  WorkerMetrics metrics_{&registry_, static_info_, executor_.get()};  // observed by the stream
   // Held while a step executes and while weights are swapped: a swap happens between steps.
   std::mutex exec_mu_;
 
