@@ -66,7 +66,10 @@ bool SameKey(const std::string& a, const std::string& b) {
 class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
  public:
   HttpGeneration(HttpFront* front, std::shared_ptr<http::Exchange> exchange, oa::Endpoint endpoint)
-      : front_(front), exchange_(std::move(exchange)), endpoint_(endpoint) {}
+      : front_(front),
+        exchange_(std::move(exchange)),
+        endpoint_(endpoint),
+        route_(endpoint == oa::Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions") {}
 
   void Start() {
     front_->Register(shared_from_this());
@@ -146,6 +149,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     choices_.assign(calls_.size() * n, oa::ChoiceOutput());
     first_sent_.assign(calls_.size() * n, false);
     if (req_.stream) {
+      front_->CountResponse(route_, 200);
       streaming_ = true;
       last_write_ = SteadyClock::now();
       exchange_->StartStream(200, "text/event-stream",
@@ -185,6 +189,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     r.body = oa::UnaryResponse(ctx_, choices_, prompts_, n_, usage_);
     r.headers.emplace_back("X-Request-Id", calls_[0]->request_id());
     exchange_->Respond(std::move(r));
+    front_->CountResponse(route_, 200);
     FinishLocked();
   }
 
@@ -296,6 +301,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       exchange_->End();
     } else {
       exchange_->Respond(ErrorResponse(e));
+      front_->CountResponse(route_, e.status);
     }
     FinishLocked();
   }
@@ -333,6 +339,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   HttpFront* const front_;
   const std::shared_ptr<http::Exchange> exchange_;
   const oa::Endpoint endpoint_;
+  const char* const route_;
   std::atomic<bool> pump_scheduled_{false};
 
   std::mutex mu_;
@@ -364,6 +371,15 @@ HttpFront::HttpFront(GenerateService* service, HttpFrontOptions options)
   max_model_len_ = info.max_context_tokens();
   started_unix_ = UnixNow();
   token_texts_ = std::make_unique<const oa::TokenTexts>(*service_->model().tokenizer);
+  if (options_.registry != nullptr) {
+    requests_ = &options_.registry->AddCounter(
+        "astr:http_requests_total",
+        "HTTP requests answered, by route and status code (a stream counts when it starts).",
+        {"route", "code"});
+    options_.registry->AddCallbackGauge("astr:http_open_requests",
+                                        "Completions and chat requests open on the HTTP API.", {})
+        .Add({}, [this] { return static_cast<double>(open_generations()); });
+  }
 }
 
 HttpFront::~HttpFront() {
@@ -418,6 +434,10 @@ void HttpFront::Unregister(const HttpGeneration* g) {
   open_.erase(it);
 }
 
+void HttpFront::CountResponse(const char* route, int status) {
+  if (requests_ != nullptr) requests_->WithLabels({route, std::to_string(status)}).Increment();
+}
+
 void HttpFront::Ping() {
   const auto tick = std::clamp(options_.ping_interval / 4, std::chrono::milliseconds(20),
                                std::chrono::milliseconds(1000));
@@ -438,12 +458,23 @@ void HttpFront::Ping() {
 void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
   const http::Request& req = ex->request();
   const std::string& path = req.path;
+  const char* route = "other";
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
+                            "/detokenize", "/health", "/metrics"}) {
+    if (path == known) route = known;
+  }
+  if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models";
+  // Answers and counts (generations count themselves).
+  auto reply = [this, route](const std::shared_ptr<http::Exchange>& to, http::Response r) {
+    CountResponse(route, r.status);
+    to->Respond(std::move(r));
+  };
   auto method_is = [&](const char* m) {
     if (req.method == m) return true;
     http::Response r = ErrorResponse(
         Error(405, "method " + req.method + " is not allowed on " + path + " (use " + m + ")"));
     r.headers.emplace_back("Allow", m);
-    ex->Respond(std::move(r));
+    reply(ex, std::move(r));
     return false;
   };
   auto authorized = [&] {
@@ -455,7 +486,7 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
       for (const std::string& k : options_.api_keys) ok |= SameKey(key, k);
       if (ok) return true;
     }
-    ex->Respond(ErrorResponse(Error(401,
+    reply(ex, ErrorResponse(Error(401,
                                     auth == nullptr ? "missing API key (Authorization: Bearer KEY)"
                                                     : "incorrect API key",
                                     "invalid_request_error", "", "invalid_api_key")));
@@ -480,19 +511,19 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
       r.body = json{{"status", "unavailable"}, {"reason", stats.not_accepting_reason()}}.dump();
       r.headers.emplace_back("Retry-After", "1");
     }
-    ex->Respond(std::move(r));
+    reply(ex, std::move(r));
     return;
   }
   if (path == "/metrics") {
     if (!method_is("GET")) return;
     if (!options_.metrics) {
-      ex->Respond(ErrorResponse(Error(404, "no metrics")));
+      reply(ex, ErrorResponse(Error(404, "no metrics")));
       return;
     }
     http::Response r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = options_.metrics();
-    ex->Respond(std::move(r));
+    reply(ex, std::move(r));
     return;
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
@@ -510,28 +541,28 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     } else {
       r = ErrorResponse(ModelNotFound(path.substr(11)));
     }
-    ex->Respond(std::move(r));
+    reply(ex, std::move(r));
     return;
   }
   if (path == "/tokenize" || path == "/detokenize") {
     if (!method_is("POST") || !authorized()) return;
     const bool tokenize = path == "/tokenize";
-    pool_->Post([this, ex = std::move(ex), tokenize] {
+    pool_->Post([this, ex = std::move(ex), tokenize, reply] {
       http::Response r;
       oa::ApiRequest as;  // for naming fields in errors
       if (tokenize) {
         oa::TokenizeParse t = oa::ParseTokenize(ex->request().body);
         if (!t.request) {
           service_->CountInvalid();
-          return ex->Respond(ErrorResponse(t.error));
+          return reply(ex, ErrorResponse(t.error));
         }
         if (!t.model.empty() && t.model != model_name_) {
-          return ex->Respond(ErrorResponse(ModelNotFound(t.model)));
+          return reply(ex, ErrorResponse(ModelNotFound(t.model)));
         }
         as.endpoint = t.request->has_chat() ? oa::Endpoint::kChat : oa::Endpoint::kCompletions;
         v1::TokenizeResponse out;
         Status s = service_->Tokenize(*t.request, &out);
-        if (!s.ok()) return ex->Respond(ErrorResponse(oa::ApiErrorFromStatus(s, as)));
+        if (!s.ok()) return reply(ex, ErrorResponse(oa::ApiErrorFromStatus(s, as)));
         json body = {{"count", out.token_ids_size()},
                      {"max_model_len", max_model_len_},
                      {"tokens", std::vector<int32_t>(out.token_ids().begin(),
@@ -545,10 +576,10 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
         oa::DetokenizeParse d = oa::ParseDetokenize(ex->request().body);
         if (!d.request) {
           service_->CountInvalid();
-          return ex->Respond(ErrorResponse(d.error));
+          return reply(ex, ErrorResponse(d.error));
         }
         if (!d.model.empty() && d.model != model_name_) {
-          return ex->Respond(ErrorResponse(ModelNotFound(d.model)));
+          return reply(ex, ErrorResponse(ModelNotFound(d.model)));
         }
         v1::DetokenizeResponse out;
         Status s = service_->Detokenize(*d.request, &out);
@@ -556,15 +587,15 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
           oa::ApiError e = oa::ApiErrorFromStatus(s, as);
           e.param = "tokens";
           if (e.message.rfind("token_ids", 0) == 0) e.message = "tokens" + e.message.substr(9);
-          return ex->Respond(ErrorResponse(e));
+          return reply(ex, ErrorResponse(e));
         }
         r.body = json{{"prompt", out.text()}}.dump(-1, ' ', false, json::error_handler_t::replace);
       }
-      ex->Respond(std::move(r));
+      reply(ex, std::move(r));
     });
     return;
   }
-  ex->Respond(ErrorResponse(Error(404, "no route " + req.method + " " + path, "invalid_request_error",
+  reply(ex, ErrorResponse(Error(404, "no route " + req.method + " " + path, "invalid_request_error",
                                   "", "not_found")));
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/http/http_server.h"
+#include "common/metrics/registry.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/task_pool.h"
 
@@ -41,6 +42,9 @@ struct HttpFrontOptions {
   int threads = 4;  // task pool: parsing, admission, response assembly
   // Renders GET /metrics (Prometheus text format 0.0.4); null: 404.
   std::function<std::string()> metrics;
+  // Where the front adds astr:http_requests_total{route,code} and astr:http_open_streams; null:
+  // none.
+  metrics::Registry* registry = nullptr;
 };
 
 class HttpGeneration;
@@ -72,6 +76,8 @@ class HttpFront {
   const openai::TokenTexts& token_texts() const { return *token_texts_; }
   void Register(const std::shared_ptr<HttpGeneration>& g);
   void Unregister(const HttpGeneration* g);
+  // Counts one answered request (astr:http_requests_total).
+  void CountResponse(const char* route, int status);
 
  private:
   void Handle(std::shared_ptr<http::Exchange> exchange);
@@ -92,6 +98,7 @@ class HttpFront {
   // Owns every open generation (a generation unregisters itself when its response ends).
   std::unordered_map<const HttpGeneration*, std::shared_ptr<HttpGeneration>> open_;  // mu_
   std::thread pinger_;
+  metrics::CounterFamily* requests_ = nullptr;
 };
 
 }  // namespace astr::front

@@ -459,6 +459,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     options.api_keys = f.api_keys;
     options.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_s * 1000));
     options.threads = static_cast<int>(f.front_threads);
+    options.metrics = [s = scheduler.get()] { return s->RenderMetrics(); };
+    options.registry = &scheduler->metrics();
     http = std::make_unique<front::HttpFront>(&service, std::move(options));
     if (Status s = http->Start(); !s.ok()) {
       LOG(ERROR) << "--http-listen: " << s.message();
