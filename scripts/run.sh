@@ -5,7 +5,8 @@
 # server, and keeps serving until Ctrl-C.
 #   Extra arguments go to `astr generate` (e.g. --max-tokens 64 --temperature 0.7 --seed 1).
 #   ASTR_CHAT: the message (default "What is the capital of France?").
-#   ASTR_PORT: the scheduler's port (default 50051).
+#   ASTR_PORT: the scheduler's gRPC port (default 50051).
+#   ASTR_HTTP_PORT: the port of its OpenAI-compatible HTTP API (default 8000; 'off' for none).
 #   ASTR_RUN_ONESHOT=1: stop the servers after the answer and exit 0 (for tests and scripts).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,8 +22,9 @@ MESSAGE="${ASTR_CHAT:-What is the capital of France?}"
 START_LOG="$ROOT/.cache/local/run-start.log"
 mkdir -p "$(dirname "$START_LOG")"
 echo "astr: starting astr-worker and astr-scheduler for $(basename "$MODEL")" >&2
-if ! ADDR="$("$LOCAL" --detach --model "$MODEL" --port "${ASTR_PORT:-50051}" --build-dir "$BUILD" \
-  --pid-file "$PID_FILE" 2>"$START_LOG")"; then
+HTTP_PORT="${ASTR_HTTP_PORT:-8000}"
+if ! ADDR="$("$LOCAL" --detach --model "$MODEL" --port "${ASTR_PORT:-50051}" --http-port "$HTTP_PORT" \
+  --build-dir "$BUILD" --pid-file "$PID_FILE" 2>"$START_LOG")"; then
   cat "$START_LOG" >&2
   exit 1
 fi
@@ -37,6 +39,7 @@ echo "astr: user: $MESSAGE" >&2
 if [ "${ASTR_RUN_ONESHOT:-0}" = 1 ]; then exit 0; fi
 
 ASTR_REL="${ASTR#"$ROOT"/}"
+HTTP_URL="$(grep -a -o 'at http://[^ ]*/v1' "$START_LOG" | tail -1 | cut -c4-)"
 cat >&2 <<EOF
 
 astr: serving $(basename "$MODEL") at $ADDR. Talk to it:
@@ -45,8 +48,18 @@ astr: serving $(basename "$MODEL") at $ADDR. Talk to it:
   $ASTR_REL info --server $ADDR
   grpcurl -plaintext -d '{"text": "Once upon a time", "sampling": {"max_tokens": 32}}' \\
       $ADDR astr.v1.Generate/GenerateStream
-astr: Ctrl-C stops the servers.
 EOF
+if [ -n "$HTTP_URL" ]; then
+  cat >&2 <<EOF
+
+astr: the OpenAI-compatible HTTP API is at $HTTP_URL:
+  curl $HTTP_URL/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"messages": [{"role": "user", "content": "Write a haiku about rain"}], "max_tokens": 64}'
+  python3 -c 'from openai import OpenAI; c = OpenAI(base_url="$HTTP_URL", api_key="none"); \\
+print(c.chat.completions.create(model=c.models.list().data[0].id, messages=[{"role": "user", "content": "Hi!"}]).choices[0].message.content)'
+EOF
+fi
+echo "astr: Ctrl-C stops the servers." >&2
 while "$LOCAL" status --pid-file "$PID_FILE" >/dev/null; do sleep 1; done
 echo "astr: a server process exited; see .cache/local/logs" >&2
 exit 1

@@ -1,8 +1,11 @@
 """The `astr` client subcommands against a running scheduler: generate prints what the unary API
 returns, health and info answer; deploy/local/astr-local starts and stops a local deployment."""
 
+import json
 import os
+import re
 import socket
+import urllib.request
 import subprocess
 
 import pytest
@@ -59,7 +62,7 @@ def test_astr_local_detach_status_stop(tmp_path):
     pid_file = str(tmp_path / "astr-local.pid")
     common = ["--pid-file", pid_file]
     start = subprocess.run(
-        [LOCAL, "--detach", "--model", harness.STORIES, "--workers", "2", "--port", "0",
+        [LOCAL, "--detach", "--model", harness.STORIES, "--workers", "2", "--port", "0", "--http-port", "0",
          "--threads", "1", "--num-pages", "256", "--log-dir", str(tmp_path / "logs"),
          "--build-dir", os.path.dirname(harness.BIN_DIR), "--start-timeout-s", "60"] + common,
         capture_output=True, text=True, timeout=120,
@@ -77,6 +80,12 @@ def test_astr_local_detach_status_stop(tmp_path):
         assert r.stdout.startswith(", there was a little girl")  # llama.cpp golden (models/README.md)
         r = harness.run_cli("info", "--server", addr)
         assert r.returncode == 0 and r.stdout.count("127.0.0.1:") >= 2, r.stdout  # both workers
+        # The OpenAI-compatible HTTP API answers on the port astr-local reported.
+        m = re.search(r"HTTP API \(OpenAI-compatible\) at (http://127\.0\.0\.1:\d+/v1)", start.stderr)
+        assert m, start.stderr
+        with urllib.request.urlopen(m.group(1) + "/models", timeout=30) as resp:
+            model = json.loads(resp.read())["data"][0]
+        assert model["object"] == "model" and model["id"] and model["id"] in r.stdout, (model, r.stdout)
     finally:
         stop = subprocess.run([LOCAL, "stop", "--stop-timeout-s", "30"] + common,
                               capture_output=True, text=True, timeout=120)
