@@ -13,10 +13,16 @@ constrain what the vendor meant:
 - `#/components/schemas/...` references resolve inside the document (a `referencing` registry
   holding the whole document as one resource).
 
+One schema is derived here, because the document describes completions streaming only in words
+("both the streamed and non-streamed response objects share the same shape"), while the chunks
+OpenAI actually streams carry `finish_reason: null` until the last one: `CreateCompletionStreamResponse`
+is `CreateCompletionResponse` with a nullable `choices[].finish_reason` and `usage`.
+
 Parsing the 3 MB YAML takes ~1.5 s, so the rewritten document is kept in a module global and
 pickled beside the build (or in the temp dir), keyed by the file's path, size and mtime.
 """
 
+import copy
 import hashlib
 import os
 import pickle
@@ -122,9 +128,21 @@ def document(spec_path=SPEC_PATH):
             except OSError:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
+    if "CreateCompletionResponse" in doc["components"]["schemas"]:
+        _derive(doc["components"]["schemas"])
     if spec_path == SPEC_PATH:
         _document = doc
     return doc
+
+
+def _derive(schemas):
+    """Adds the derived schemas (see the module comment) to the normalized `schemas`, in place."""
+    chunk = copy.deepcopy(schemas["CreateCompletionResponse"])
+    props = chunk["properties"]
+    choice = props["choices"]["items"]["properties"]
+    choice["finish_reason"] = {"anyOf": [choice["finish_reason"], {"type": "null"}]}
+    props["usage"] = {"anyOf": [props["usage"], {"type": "null"}]}
+    schemas["CreateCompletionStreamResponse"] = chunk
 
 
 def schema_names():

@@ -297,7 +297,7 @@ def test_completion_stream_equals_unary(client, model):
     whole = completion(client, extra_body={"return_token_ids": True}, **kw)
     chunks = chunks_of(client.completions.create(stream=True, stream_options={"include_usage": True},
                                                  extra_body={"return_token_ids": True}, **kw),
-                       "CreateCompletionResponse")
+                       "CreateCompletionStreamResponse")
     assert chunks
     final = chunks[-1]
     assert final["choices"] == [] and final["usage"] == whole["usage"], final
@@ -316,7 +316,7 @@ def test_completion_stream_equals_unary(client, model):
 def test_completion_stream_n_and_logprobs(client, model):
     chunks = chunks_of(client.completions.create(model=model, prompt=PROMPTS[:2], n=2, max_tokens=6,
                                                  temperature=1.0, seed=5, logprobs=2, stream=True),
-                       "CreateCompletionResponse")
+                       "CreateCompletionStreamResponse")
     whole = completion(client, model=model, prompt=PROMPTS[:2], n=2, max_tokens=6, temperature=1.0, seed=5,
                        logprobs=2)
     texts, tokens, finish = {}, {}, {}
@@ -343,7 +343,7 @@ def test_raw_sse_framing(cluster, model):
     assert sse.data[-1] == "[DONE]" and sse.data.count("[DONE]") == 1
     assert r.text().endswith("data: [DONE]\n\n")
     values = [json.loads(d) for d in sse.data[:-1]]
-    oh.validated(values, "CreateCompletionResponse")
+    oh.validated(values, "CreateCompletionStreamResponse")
     whole = oh.post(cluster.scheduler.http_address, "/v1/completions",
                     {"model": model, "prompt": ONCE, "max_tokens": 8, "temperature": 0}).json()
     assert "".join(c["text"] for v in values for c in v["choices"]) == whole["choices"][0]["text"]
@@ -359,7 +359,7 @@ def test_async_client_concurrent(cluster, model):
             ids, text = [], ""
             async for chunk in stream:
                 d = chunk.to_dict(mode="json")
-                validate(d, "CreateCompletionResponse")
+                validate(d, "CreateCompletionStreamResponse")
                 for c in d["choices"]:
                     ids += c.get("token_ids") or []
                     text += c["text"]

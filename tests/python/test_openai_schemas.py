@@ -83,6 +83,9 @@ def broken(value, path, new=None, delete=False):
     return out
 
 
+# A completions stream chunk: finish_reason null until the last (the derived schema).
+COMPLETION_CHUNK = broken(broken(COMPLETION, ["choices", 0, "finish_reason"], None), ["usage"], delete=True)
+
 VALID = [
     ("chat", CHAT, "CreateChatCompletionResponse"),
     ("chat_no_logprobs", broken(CHAT, ["choices", 0, "logprobs"], None), "CreateChatCompletionResponse"),
@@ -95,6 +98,11 @@ VALID = [
      "CreateChatCompletionStreamResponse"),
     ("completion", COMPLETION, "CreateCompletionResponse"),
     ("completion_no_usage", broken(COMPLETION, ["usage"], delete=True), "CreateCompletionResponse"),
+    ("completion_chunk", COMPLETION_CHUNK, "CreateCompletionStreamResponse"),
+    ("completion_chunk_last", COMPLETION, "CreateCompletionStreamResponse"),
+    ("completion_chunk_usage_null", dict(COMPLETION_CHUNK, usage=None), "CreateCompletionStreamResponse"),
+    ("completion_usage_only", dict(COMPLETION_CHUNK, choices=[], usage=COMPLETION["usage"]),
+     "CreateCompletionStreamResponse"),
     ("models", MODELS, "ListModelsResponse"),
     ("error", ERROR, "ErrorResponse"),
     ("error_null_param", broken(ERROR, ["error", "param"], None), "ErrorResponse"),
@@ -142,6 +150,11 @@ INVALID = [
                                                  ["a"]), "CreateCompletionResponse", "token_logprobs"),
     ("completion_top_logprobs_list", broken(COMPLETION, ["choices", 0, "logprobs", "top_logprobs"], [[",", -0.1]]),
      "CreateCompletionResponse", "top_logprobs"),
+    ("completion_null_finish", COMPLETION_CHUNK, "CreateCompletionResponse", "finish_reason"),
+    ("completion_chunk_bad_finish", broken(COMPLETION_CHUNK, ["choices", 0, "finish_reason"], "eos"),
+     "CreateCompletionStreamResponse", "finish_reason"),
+    ("completion_chunk_text_number", broken(COMPLETION_CHUNK, ["choices", 0, "text"], 1),
+     "CreateCompletionStreamResponse", "text"),
     ("models_no_owner", broken(MODELS, ["data", 0, "owned_by"], delete=True), "ListModelsResponse", "owned_by"),
     ("models_object", broken(MODELS, ["object"], "models"), "ListModelsResponse", "object"),
     ("error_missing_param", broken(ERROR, ["error", "param"], delete=True), "ErrorResponse", "param"),
