@@ -59,20 +59,38 @@ def run(c):
             for p in prompts]
     before = proc_status(c)
     samples = []
-    opened = [0]
+    opened = [0]  # streams whose 200 head arrived
+    heads = [0]  # streams whose head (any status) arrived, or that failed before it
+    open_now = [0, 0]  # streams open at this moment, and the most at once
+    all_open = None  # set once every stream has its head: only then do they read their events
+    at_all_open = {}
     errors = []
+
+    def head_done():
+        heads[0] += 1
+        if heads[0] == STREAMS:
+            at_all_open.update(proc_status(c))
+            all_open.set()
 
     async def one(i):
         prompt = prompts[i % DISTINCT_PROMPTS]
         s = await oh.AsyncStream.open(c.scheduler.http_address, "POST", "/v1/completions",
                                       {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
                                        "temperature": 0, "stream": True})
+        status = None
         try:
-            status = await s.read_head()
+            try:
+                status = await s.read_head()
+            finally:
+                head_done()
             if status != 200:
                 errors.append(f"stream {i}: HTTP {status} {(await s.read_all())[:200]!r}")
                 return
             opened[0] += 1
+            open_now[0] += 1
+            open_now[1] = max(open_now[1], open_now[0])
+            # Every stream stays open until all have started: 1,000 at once, not in turn.
+            await asyncio.wait_for(all_open.wait(), 120)
             text, events = "", []
             while (ev := await s.next_event()) is not None:
                 events.append(ev)
@@ -90,6 +108,8 @@ def run(c):
         except (OSError, asyncio.IncompleteReadError, ValueError) as e:
             errors.append(f"stream {i}: {type(e).__name__}: {e}")
         finally:
+            if status == 200:
+                open_now[0] -= 1
             s.close()
 
     async def sampler(done):
@@ -98,6 +118,8 @@ def run(c):
             await asyncio.sleep(0.05)
 
     async def main():
+        nonlocal all_open
+        all_open = asyncio.Event()
         done = asyncio.Event()
         watch = asyncio.create_task(sampler(done))
         start = time.monotonic()
@@ -111,14 +133,15 @@ def run(c):
     elapsed = asyncio.run(main())
     stats, _ = harness.wait_pages_free(c, timeout=30)
     after = proc_status(c)
+    assert not errors, f"{len(errors)} failed streams, e.g.:\n" + "\n".join(errors[:10])
+    samples.append((STREAMS, at_all_open))
     during_threads = max(s["Threads"] for _, s in samples)
     during_rss = max(s["VmRSS"] for _, s in samples)
-    peak_open = max(n for n, _ in samples)
-    print(f"{STREAMS} streams in {elapsed:.1f} s ({STREAMS / elapsed:.0f}/s); "
-          f"threads before {before['Threads']} during(max) {during_threads} after {after['Threads']}; "
-          f"RSS kB before {before['VmRSS']} during(max) {during_rss} after {after['VmRSS']}; "
-          f"streams with a 200 head at the busiest sample: {peak_open}")
-    assert not errors, f"{len(errors)} failed streams, e.g.:\n" + "\n".join(errors[:10])
+    print(f"{STREAMS} streams in {elapsed:.1f} s ({STREAMS / elapsed:.0f}/s), {open_now[1]} open at once; "
+          f"scheduler threads before {before['Threads']}, with all {STREAMS} open {at_all_open['Threads']}, "
+          f"max during {during_threads}, after {after['Threads']}; RSS kB before {before['VmRSS']}, "
+          f"with all open {at_all_open['VmRSS']}, max during {during_rss}, after {after['VmRSS']}")
+    assert open_now[1] == STREAMS
     assert during_threads <= before["Threads"] + THREAD_SLACK, \
         f"scheduler threads grew from {before['Threads']} to {during_threads} with {STREAMS} streams"
     assert after["Threads"] <= before["Threads"] + THREAD_SLACK

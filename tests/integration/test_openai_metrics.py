@@ -52,13 +52,15 @@ def test_metrics_count_what_was_sent(c):
     for name in HISTOGRAMS:
         assert has(before, name + "_count") and has(before, name + "_bucket"), name
 
-    # Requests of known usage: some end on length, some on a stop string, one is streamed.
+    # Requests of known usage: some end on length, some on a stop string or stop id, one is
+    # streamed.
     sent = []
     for i, (prompt, fields) in enumerate([
         ("Once upon a time", {"max_tokens": 8}),
         ("The little dog", {"max_tokens": 5}),
         ([1, 403, 407], {"max_tokens": 12}),
         ("Once upon a time", {"max_tokens": 24, "stop": ["girl"]}),
+        ("Once upon a time", {"max_tokens": 24, "stop_token_ids": [261]}),
         ("Tom and Sue", {"max_tokens": 6, "n": 2, "temperature": 1.0, "seed": 3}),
     ]):
         body = {"model": model, "prompt": prompt, "temperature": 0}
