@@ -265,7 +265,7 @@ def test_completion_logprobs(cluster, client, model):
     lp = c["logprobs"]
     n = len(c["token_ids"])
     assert n == 8
-    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == n
+    assert [len(lp[key]) for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")] == [n] * 4
     assert "".join(lp["tokens"]) == c["text"]
     for i in range(1, n):
         assert lp["text_offset"][i] - lp["text_offset"][i - 1] == len(lp["tokens"][i - 1])
@@ -374,7 +374,8 @@ def test_async_client_concurrent(cluster, model):
     for p, (ids, text) in zip(prompts, results):
         want = grpc_greedy(cluster, token_ids=p, max_tokens=12).one()
         assert text == want.text
-        assert ids == want.token_ids or (want.finish_reason == harness.FINISH["eos"] and ids == want.token_ids[:-1])
+        assert ids == want.token_ids or (want.finish_reason == harness.FINISH["eos"]
+                                         and ids == want.token_ids[:-1])
 
 
 def test_pings_while_queued_are_comments_clients_ignore(make_cluster):
@@ -422,7 +423,8 @@ def test_accepted_extras(cluster, client, model):
     # Fields a client may send that change nothing about greedy tokens.
     plain = completion(client, model=model, prompt=ONCE, max_tokens=6, temperature=0)
     extra = completion(client, model=model, prompt=ONCE, max_tokens=6, temperature=0, user="tester-1",
-                       extra_body={"priority": 1, "request_id": "openai-test-extras", "skip_special_tokens": True})
+                       extra_body={"priority": 1, "request_id": "openai-test-extras",
+                                   "skip_special_tokens": True})
     assert extra["choices"][0]["text"] == plain["choices"][0]["text"]
 
 
@@ -466,7 +468,8 @@ def test_chat_content_parts_and_max_completion_tokens(smol):
     assert b["usage"]["completion_tokens"] <= 8
     # Several text parts are one message: their texts joined (with nothing between them, or a
     # newline as vLLM does; OpenAI does not say which).
-    parts = [{"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "2+2?"}]}]
+    parts = [{"role": "user",
+              "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "2+2?"}]}]
     c = chat(smol.client, model=smol.model, messages=parts, max_tokens=2, temperature=0,
              extra_body={"return_token_ids": True})
     joined = [grpc_greedy(smol, chat=[("user", "What is" + sep + "2+2?")], max_tokens=1).prompt_ids
@@ -524,14 +527,14 @@ def test_chat_logprobs(smol):
 def test_chat_stream_equals_unary_with_usage(smol):
     kw = dict(model=smol.model, messages=MESSAGES, max_tokens=12, temperature=0)
     whole = chat(smol.client, **kw)
-    chunks = chunks_of(smol.client.chat.completions.create(stream=True, stream_options={"include_usage": True},
-                                                           **kw),
-                       "CreateChatCompletionStreamResponse")
+    stream = smol.client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw)
+    chunks = chunks_of(stream, "CreateChatCompletionStreamResponse")
     final = chunks[-1]
     assert final["choices"] == [] and final["usage"] == whole["usage"], final
     deltas = [ch["choices"][0] for ch in chunks[:-1]]
     assert deltas and deltas[0]["delta"].get("role") == "assistant"
-    assert "".join(d["delta"].get("content") or "" for d in deltas) == whole["choices"][0]["message"]["content"]
+    text = "".join(d["delta"].get("content") or "" for d in deltas)
+    assert text == whole["choices"][0]["message"]["content"]
     assert deltas[-1]["finish_reason"] == whole["choices"][0]["finish_reason"]
     assert all(d["finish_reason"] is None for d in deltas[:-1])
     assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)

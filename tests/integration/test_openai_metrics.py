@@ -74,7 +74,8 @@ def test_metrics_count_what_was_sent(c):
     streamed_usage = values[-1]["usage"]
 
     prompt_tokens = sum(b["usage"]["prompt_tokens"] for b in sent) + streamed_usage["prompt_tokens"]
-    generation_tokens = sum(b["usage"]["completion_tokens"] for b in sent) + streamed_usage["completion_tokens"]
+    generation_tokens = (sum(b["usage"]["completion_tokens"] for b in sent)
+                         + streamed_usage["completion_tokens"])
     finishes = [ch["finish_reason"] for b in sent for ch in b["choices"]] + ["length"]
     requests = len(sent) + 1
     sequences = len(finishes)
