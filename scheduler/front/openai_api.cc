@@ -343,7 +343,14 @@ void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g) {
       return;
     }
     msg->set_role(role->get<std::string>());
-    if (msg->role() == "developer") msg->set_role("system");  // OpenAI's newer name
+    // OpenAI's roles; "developer" is its newer name for "system".
+    if (msg->role() == "developer") msg->set_role("system");
+    if (msg->role() != "system" && msg->role() != "user" && msg->role() != "assistant" &&
+        msg->role() != "tool") {
+      r.Fail(path + ".role", path + ".role: '" + msg->role() +
+                                 "' is not one of system, developer, user, assistant, tool");
+      return;
+    }
     auto content = m.find("content");
     if (content != m.end() && !content->is_null()) {
       std::string text;
@@ -890,8 +897,7 @@ json Envelope(const ResponseContext& ctx, bool chunk) {
           {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
                           : "text_completion"},
           {"created", ctx.created},
-          {"model", ctx.model},
-          {"system_fingerprint", nullptr}};
+          {"model", ctx.model}};
 }
 
 }  // namespace

@@ -163,6 +163,8 @@ TEST(OpenAiParse, TypeErrorsNameTheField) {
       {Endpoint::kChat, R"({"messages": []})", "messages"},
       {Endpoint::kChat, R"({"messages": "hi"})", "messages"},
       {Endpoint::kChat, R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {Endpoint::kChat, R"({"messages": [{"role": "wizard", "content": "x"}]})",
+       "messages[0].role"},
       {Endpoint::kChat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
       {Endpoint::kChat, R"({"messages": [{"role": "user", "content": 3}]})",
        "messages[0].content"},
