@@ -62,6 +62,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::mutex mu;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;  // mu
   std::atomic<int64_t> open{0};
+  std::atomic<int64_t> busy{0};  // connections answering a request
   std::atomic<bool> stopped{false};
 
   void Accept();
@@ -280,6 +281,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       keep_alive_ = false;
       started_ = true;
       done_ = true;
+      if (!has_exchange_) server_->busy.fetch_add(1);
       has_exchange_ = true;
       const std::string body = ErrorBody(message);
       out_ += Head(status, "application/json", {}, body.size(), false);
@@ -311,6 +313,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       version_ = request.version;
       keep_alive_ = msg.keep_alive();
       started_ = done_ = chunked_ = false;
+      if (!has_exchange_) server_->busy.fetch_add(1);
       has_exchange_ = true;
     }
     parser_.reset();
@@ -390,7 +393,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool keep;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      keep = keep_alive_;
+      keep = keep_alive_ && !server_->stopped.load();
+      if (has_exchange_) server_->busy.fetch_sub(1);
       has_exchange_ = false;
       ++exchange_id_;  // the finished exchange's handle does nothing from now on
       on_close_ = nullptr;
@@ -415,7 +419,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       closed_ = true;
-      if (has_exchange_) on_close = std::move(on_close_);
+      if (has_exchange_) {
+        on_close = std::move(on_close_);
+        server_->busy.fetch_sub(1);
+        has_exchange_ = false;
+      }
       on_close_ = nullptr;
       on_writable_ = nullptr;
       out_.clear();
@@ -573,12 +581,17 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler h
   return server;
 }
 
-void Server::Stop() {
+void Server::Stop(std::chrono::milliseconds grace) {
   if (impl_ == nullptr || impl_->stopped.exchange(true)) return;
   asio::post(impl_->io, [impl = impl_] {
     beast::error_code ec;
     impl->acceptor->close(ec);
   });
+  // Responses being written get `grace` to finish (their connections close after them).
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (impl_->busy.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   std::vector<std::shared_ptr<Connection>> open;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -121,9 +121,10 @@ class Server {
 
   // The bound port.
   int port() const { return port_; }
-  // Stops accepting, closes every connection (their exchanges' OnClose run) and joins the I/O
-  // threads. Exchanges the handler still holds stay valid and do nothing.
-  void Stop();
+  // Stops accepting, gives the responses being written up to `grace` to complete, then closes
+  // every connection (their exchanges' OnClose run) and joins the I/O threads. Exchanges the
+  // handler still holds stay valid and do nothing.
+  void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
   // Connections open now.
   int64_t open_connections() const;
 

@@ -408,7 +408,12 @@ void HttpFront::Stop() {
   }
   stop_cv_.notify_all();
   if (pinger_.joinable()) pinger_.join();
-  if (server_) server_->Stop();  // every open exchange's OnClose runs: their calls are cancelled
+  // Requests the drain ended (CancelAll) still write their last events: give them a moment, then
+  // close what is left (every open exchange's OnClose runs: their calls are cancelled).
+  for (int i = 0; i < 1000 && open_generations() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (server_) server_->Stop(std::chrono::milliseconds(1000));
   // Generations still admitting finish on the pool; they see their client gone.
   for (int i = 0; i < 500 && open_generations() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
