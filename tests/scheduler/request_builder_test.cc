@@ -456,6 +456,29 @@ TEST_F(ChatRequestTest, ContinueFinalMessageLeavesTheTurnOpen) {
             "<|im_start|>assistant\nHel");
 }
 
+TEST_F(ChatRequestTest, AddGenerationPromptFalseLeavesTheAssistantTurnOut) {
+  auto p = TokenizeChat(model_,
+                        Parse("chat { messages { role: 'system' content: 'S' } "
+                              "messages { role: 'user' content: 'Hi' } "
+                              "add_generation_prompt: false }")
+                            .chat(),
+                        "chat");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->rendered, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  auto both = TokenizeChat(model_,
+                           Parse("chat { messages { role: 'user' content: 'Hi' } "
+                                 "messages { role: 'assistant' content: 'Hel' } "
+                                 "add_generation_prompt: true continue_final_message: true }")
+                               .chat(),
+                           "chat");
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(both.status().message().find("chat.add_generation_prompt: cannot be true with "
+                                         "continue_final_message"),
+            std::string::npos)
+      << both.status().message();
+}
+
 TEST_F(ChatRequestTest, SpecialTokensInTextArePartOfThePrompt) {
   // Ids from HF tokenizers for this string (tokenizers/hf/README.md).
   auto p = TokenizeText(model_, "<|im_start|>user\nHi<|im_end|>", /*add_special=*/false, "text");
