@@ -148,6 +148,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     statuses_.assign(calls_.size(), OkStatus());
     choices_.assign(calls_.size() * n, oa::ChoiceOutput());
     first_sent_.assign(calls_.size() * n, false);
+    sent_bytes_.assign(calls_.size() * n, 0);
     if (req_.stream) {
       front_->CountResponse(route_, 200);
       streaming_ = true;
@@ -229,8 +230,10 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
         const size_t c = p * n_ + index;
         oa::ChoiceOutput piece;
         piece.Append(delta);
-        out += oa::StreamChunk(ctx_, static_cast<int32_t>(c), piece, &prompts_[p],
-                               !first_sent_[c]);
+        const bool first = !first_sent_[c];
+        out += oa::StreamChunk(ctx_, static_cast<int32_t>(c), piece, &prompts_[p], first,
+                               sent_bytes_[c]);
+        sent_bytes_[c] += piece.text.size() + (first && req_.echo ? prompts_[p].text.size() : 0);
         first_sent_[c] = true;
       }
       if (update_.closed && !close_seen_[p]) {
@@ -352,6 +355,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   std::vector<Status> statuses_;
   std::vector<oa::ChoiceOutput> choices_;  // unary: accumulated; index p * n + j
   std::vector<bool> first_sent_;           // stream: per choice
+  std::vector<size_t> sent_bytes_;         // stream: per choice, text streamed (echo included)
   std::vector<oa::PromptInfo> prompts_;
   oa::UsageTotals usage_;
   int32_t n_ = 1;

@@ -943,7 +943,7 @@ std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOu
 }
 
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& delta,
-                        const PromptInfo* echo_prompt, bool first) {
+                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes) {
   const ApiRequest& req = *ctx.request;
   const bool chat = req.endpoint == Endpoint::kChat;
   json out = Envelope(ctx, true);
@@ -959,9 +959,10 @@ std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceO
   } else {
     const PromptInfo* echo = first && req.echo ? echo_prompt : nullptr;
     choice["text"] = echo != nullptr ? echo->text + delta.text : delta.text;
-    choice["logprobs"] = req.logprobs >= 0 && (echo != nullptr || !delta.token_ids.empty())
-                             ? CompletionLogprobs(ctx, delta, echo, echo ? echo->text.size() : 0)
-                             : json(nullptr);
+    choice["logprobs"] =
+        req.logprobs >= 0 && (echo != nullptr || !delta.token_ids.empty())
+            ? CompletionLogprobs(ctx, delta, echo, sent_bytes + (echo ? echo->text.size() : 0))
+            : json(nullptr);
   }
   if (req.return_token_ids) {
     choice["token_ids"] = delta.token_ids;

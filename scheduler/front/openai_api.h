@@ -147,8 +147,10 @@ std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOu
 
 // One stream event ("data: {...}\n\n") for new output of choice `index`. `first`: the choice's
 // first event (chat: the assistant role; completions with echo: the prompt's text first).
+// `sent_bytes`: text of this choice already streamed (the echoed prompt included), where the
+// delta's text starts (completions' text_offset).
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& delta,
-                        const PromptInfo* echo_prompt, bool first);
+                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes = 0);
 // The final usage event (stream_options.include_usage): choices [] and usage.
 std::string UsageChunk(const ResponseContext& ctx, const UsageTotals& usage);
 // A mid-stream failure: "data: {"error": ...}\n\n".

@@ -371,6 +371,16 @@ TEST_F(OpenAiResponse, CompletionLogprobsAndEcho) {
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   EXPECT_FLOAT_EQ(lp["top_logprobs"][1][" upon"].get<float>(), -0.25f);
   EXPECT_EQ(lp["text_offset"], json::array({0, 4}));
+
+  // Streamed, offsets continue across chunks: the first chunk carries the echoed prompt, a later
+  // one starts where the text streamed so far ends.
+  req.stream = true;
+  const json first = json::parse(StreamChunk(ctx, 0, ChoiceOutput{}, &p, true, 0).substr(6));
+  EXPECT_EQ(first["choices"][0]["text"], "Once");
+  EXPECT_EQ(first["choices"][0]["logprobs"]["text_offset"], json::array({0}));
+  const json later = json::parse(StreamChunk(ctx, 0, c, &p, false, 4).substr(6));
+  EXPECT_EQ(later["choices"][0]["text"], " upon");
+  EXPECT_EQ(later["choices"][0]["logprobs"]["text_offset"], json::array({4}));
 }
 
 }  // namespace
