@@ -334,12 +334,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnWatched(beast::error_code ec, size_t n) {
     watching_ = false;
-    if (ec) return DoClose();
     buffer_.commit(n);
-    if (read_next_) {
+    if (read_next_ && (!ec || ec == asio::error::operation_aborted)) {
+      // The exchange finished and stopped the watcher (FinishExchange): parse the next request,
+      // from what was read ahead and what comes.
       read_next_ = false;
       return ReadHeader(false);
     }
+    if (ec) return DoClose();
     Watch();
   }
 
@@ -406,8 +408,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return DoClose();
     }
     if (watching_) {
-      read_next_ = true;  // the watcher's read completes when the next request arrives
-      ArmReadTimer(server_->options.idle_timeout);
+      // Only one read may be pending: stop the watcher; its completion starts the next read
+      // (the next request may already be in buffer_, read ahead while this one was answered).
+      read_next_ = true;
+      beast::error_code ec;
+      socket_.cancel(ec);
       return;
     }
     ReadHeader(false);

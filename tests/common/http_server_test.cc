@@ -107,6 +107,23 @@ TEST(HttpServer, AnswersAndKeepsTheConnectionAlive) {
   EXPECT_EQ(seen.load(), 2);
 }
 
+// Two requests in one write: the second is read ahead while the first is answered (by the
+// parser or the disconnect watcher) and must be answered next, not wait for more bytes.
+TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
+  auto server = Server::Start(Loopback(), [](std::shared_ptr<Exchange> ex) {
+    ex->Respond(Response{.body = "path=" + ex->request().path + ";"});
+  });
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  c.Send("GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = c.ReadUntil("path=/second;");
+  const size_t first = got.find("path=/first;");
+  const size_t second = got.find("path=/second;");
+  ASSERT_NE(first, std::string::npos) << got;
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_LT(first, second);
+}
+
 TEST(HttpServer, ConnectionCloseIsHonoured) {
   auto server = Server::Start(Loopback(), [](std::shared_ptr<Exchange> ex) {
     ex->Respond(Response{.body = "bye"});
