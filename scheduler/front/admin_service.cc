@@ -1,5 +1,6 @@
 #include "scheduler/front/admin_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -72,7 +73,12 @@ class Forwarder {
     closed_ = true;
     ready_.notify_one();
   }
-  void Cancel() { context_.TryCancel(); }
+  // Ends the stream from this side; its status (CANCELLED) is then not the worker's failure.
+  void Cancel() {
+    cancelled_.store(true);
+    context_.TryCancel();
+  }
+  bool cancelled() const { return cancelled_.load(); }
   // Waits for the worker's answer.
   grpc::Status Finish() {
     Close();
@@ -123,6 +129,7 @@ class Forwarder {
   std::deque<std::shared_ptr<const v1::UpdateWeightsRequest>> queue_;
   bool closed_ = false;
   bool failed_ = false;
+  std::atomic<bool> cancelled_{false};
   grpc::Status status_;
   std::thread thread_;
 };
@@ -338,7 +345,8 @@ grpc::Status AdminService::UpdateWeights(grpc::ServerContext* context,
     grpc::Status s = f->Finish();
     if (s.ok()) {
       staged.push_back({f->address(), f->response().staged_id()});
-    } else if (failure.ok() && s.error_code() != grpc::StatusCode::CANCELLED) {
+    } else if (failure.ok() && !f->cancelled()) {
+      // The worker's own failure, whatever its code (a killed worker's stream may end CANCELLED).
       failure = WithWorker(f->address(), s);
     }
   }
