@@ -12,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <regex>
 #include <thread>
+#include <vector>
 
 #include "common/base/file_util.h"
 
@@ -32,6 +34,38 @@ std::string SharedFile(const std::string& rel) {
   return std::filesystem::exists(path) ? path : "";
 }
 
+namespace {
+
+// The folders TempDir made, removed when the test process exits normally (ASTR_KEEP_TEST_DIRS=1
+// keeps them for a look after a failure).
+class TempDirs {
+ public:
+  ~TempDirs() {
+    const char* keep = std::getenv("ASTR_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) == "1") return;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& dir : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
+  void Add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(dir);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+TempDirs& MadeTempDirs() {
+  static TempDirs dirs;  // destroyed at exit
+  return dirs;
+}
+
+}  // namespace
+
 std::string TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
   auto dir =
@@ -39,6 +73,7 @@ std::string TempDir(const std::string& tag) {
       ("astr_test_" + tag + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  MadeTempDirs().Add(dir);
   return dir.string();
 }
 

@@ -17,7 +17,8 @@ namespace astr::testing {
 std::string SharedDir();
 // SharedDir() + "/" + rel if that file exists, else "" (the caller then GTEST_SKIP()s).
 std::string SharedFile(const std::string& rel);
-// A fresh empty temporary folder for this test (removed at process exit is not guaranteed).
+// A fresh empty temporary folder for this test, removed when the test process exits normally
+// (ASTR_KEEP_TEST_DIRS=1 keeps it).
 std::string TempDir(const std::string& tag);
 // Folder of the built binaries (build/bin).
 std::string BinDir();
