@@ -74,7 +74,9 @@ StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request
   return loop_->Submit(std::move(request));
 }
 void Scheduler::Cancel(uint64_t key, Status why) { loop_->Cancel(key, std::move(why)); }
-void Scheduler::FinishSample(uint64_t key, int32_t index) { loop_->FinishSample(key, index); }
+void Scheduler::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
+  loop_->FinishSample(key, index, kept_tokens);
+}
 void Scheduler::StartDrain() { loop_->StartDrain(); }
 bool Scheduler::draining() const { return loop_->draining(); }
 bool Scheduler::Idle() const { return loop_->Idle(); }

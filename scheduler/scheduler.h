@@ -136,8 +136,9 @@ class Scheduler {
   void Cancel(uint64_t key, Status why);
   // Ends one sample early (the front matched a stop string): released at the next step; no
   // further events for it (a token already in flight is dropped). The request closes OK once
-  // its other samples finish. Thread-safe.
-  void FinishSample(uint64_t key, int32_t index);
+  // its other samples finish. `kept_tokens`: how many of its tokens the front returned (the
+  // tokens sampled after those are not counted as generated); -1: all. Thread-safe.
+  void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens = -1);
   // Refuses new requests from now on; running and queued ones go on.
   void StartDrain();
   // Whether StartDrain was called: the process's one draining flag, which the front asks too.

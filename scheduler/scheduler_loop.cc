@@ -158,6 +158,12 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
       Sequence* seq = request->samples[command.index].get();
       if (seq->state != Sequence::State::kDone) {
         metrics_->finished(v1::FINISH_REASON_STOP).Increment();  // the front matched a stop string
+        // Tokens sampled after the ones the front returned (while its finish was on the way)
+        // were never delivered: they are not the sample's.
+        if (command.kept_tokens >= 0 &&
+            command.kept_tokens < static_cast<int64_t>(seq->generated.size())) {
+          seq->generated.resize(command.kept_tokens);
+        }
         EndSample(seq, now);
       }
     }
@@ -284,7 +290,6 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
   }
   // Before the tokens: sample 0's first token comes after its prompt's scores.
   ASTR_RETURN_IF_ERROR(ApplyPromptScores(result, out));
-  int64_t accepted = 0;
   for (size_t i = 0; i < sampling.size(); ++i) {
     Sequence* seq = sampling[i];
     // A sequence finished, cancelled or preempted since this plan went out: its token is dropped
@@ -293,9 +298,7 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
       continue;
     --seq->in_flight;
     AcceptToken(seq, result.samples(static_cast<int>(i)), result.weight_version(), now);
-    ++accepted;
   }
-  metrics_->generation_tokens->Increment(accepted);
   metrics_->inter_token_latency.Flush();
   return OkStatus();
 }
@@ -357,6 +360,8 @@ void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32
 // A sample ends (finished, or FinishSample): its pages are free now and its live id is released
 // with the worker's next plan. The request closes with its last sample.
 void SchedulerLoop::EndSample(Sequence* seq, Clock::time_point now) {
+  // Generated tokens count once the sample ends, so that those a stop string cut off are not.
+  metrics_->generation_tokens->Increment(static_cast<int64_t>(seq->generated.size()));
   Unplace(seq);
   seq->state = Sequence::State::kDone;
   RequestState* r = seq->request;
@@ -368,6 +373,7 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
   r->closed = true;
   for (auto& seq : r->samples) {
     if (seq->state == Sequence::State::kDone) continue;
+    metrics_->generation_tokens->Increment(static_cast<int64_t>(seq->generated.size()));
     Unplace(seq.get());
     seq->state = Sequence::State::kDone;
     metrics_->finished(v1::FINISH_REASON_ABORT).Increment();  // cancelled, deadline, failure

@@ -81,7 +81,7 @@ class SchedulerLoop {
   // Client-thread side (see Scheduler; scheduler_loop_client.cc with the constructor).
   StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
   void Cancel(uint64_t key, Status why);
-  void FinishSample(uint64_t key, int32_t index);
+  void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens);
   void StartDrain();
   bool draining() const { return draining_.load(); }
   bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
@@ -123,6 +123,7 @@ class SchedulerLoop {
     std::unique_ptr<RequestState> request;  // kSubmit
     Status status;                          // kCancel
     int32_t index = 0;                      // kFinishSample
+    int32_t kept_tokens = -1;               // kFinishSample
     std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit
   };
   void PushCommand(Command command);

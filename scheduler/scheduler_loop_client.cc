@@ -127,11 +127,12 @@ void SchedulerLoop::Cancel(uint64_t key, Status why) {
   PushCommand(std::move(command));
 }
 
-void SchedulerLoop::FinishSample(uint64_t key, int32_t index) {
+void SchedulerLoop::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
   Command command;
   command.kind = Command::Kind::kFinishSample;
   command.key = key;
   command.index = index;
+  command.kept_tokens = kept_tokens;
   PushCommand(std::move(command));
 }
 

@@ -132,7 +132,9 @@ bool GenerateService::Call::Absorb() {
   sched::RequestChannel::Batch batch = channel_->Take();
   stopped_.clear();
   processor_->Apply(batch.events, &stopped_);
-  for (int32_t index : stopped_) service_->scheduler_->FinishSample(key(), index);
+  for (int32_t index : stopped_) {
+    service_->scheduler_->FinishSample(key(), index, processor_->sample(index).num_tokens());
+  }
   if (batch.closed) {
     // Samples the scheduler did not finish (abort, or a closed request) end here.
     processor_->AbortUnfinished();

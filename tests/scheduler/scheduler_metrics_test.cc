@@ -246,7 +246,7 @@ TEST_P(SchedulerMetricsTest, FinishedReasonsPerSample) {
   bool finished_one = false;
   const Status two_status = Drain(ch_two.get(), [&](const SampleEvent& e) {
     if (e.index != 1 || finished_one) return;
-    s->FinishSample(ch_two->key(), 1);
+    s->FinishSample(ch_two->key(), 1, /*kept_tokens=*/1);
     finished_one = true;
   });
   EXPECT_TRUE(two_status.ok()) << two_status.ToString();
