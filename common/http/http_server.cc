@@ -341,7 +341,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
       read_next_ = false;
       return ReadHeader(false);
     }
-    if (ec) return DoClose();
+    if (ec) {
+      // The client closed after the whole response was queued, before the last write's
+      // completion ran: the response did reach it; the write's completion ends the exchange.
+      bool last_write_pending = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_write_pending = writing_ && done_ && out_.empty();
+      }
+      if (last_write_pending) {
+        peer_gone_ = true;
+        return;
+      }
+      return DoClose();
+    }
     Watch();
   }
 
@@ -386,8 +399,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
           }
           self->writing_buf_.clear();
           if (ec) return self->DoClose();
+          if (self->peer_gone_) return self->EndAfterPeerLeft();
           self->Flush();
         }));
+  }
+
+  // The last write completed after the client had closed its side (OnWatched): the exchange is
+  // complete (no OnClose), the connection ends.
+  void EndAfterPeerLeft() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (out_.empty() && done_ && has_exchange_) {
+        has_exchange_ = false;
+        server_->busy.fetch_sub(1);
+        ++exchange_id_;
+        on_close_ = nullptr;
+        on_writable_ = nullptr;
+      }
+    }
+    DoClose();
   }
 
   // The response is written: the next request, or the end of the connection.
@@ -454,6 +484,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Strand only.
   bool writing_ = false;
   bool watching_ = false;
+  bool peer_gone_ = false;  // the client closed while the response's last write was in flight
   bool read_next_ = false;
   std::string writing_buf_;
 
