@@ -504,22 +504,37 @@ std::string ApiError::Json() const {
   return Dump(json{{"error", std::move(e)}});
 }
 
-ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
-                         const std::string& request_id_header) {
-  ParseResult result;
-  auto fail = [&](std::string message) {
-    result.error.status = 400;
-    result.error.message = std::move(message);
-    return result;
-  };
-  if (Status depth = CheckJsonDepth(body, "body"); !depth.ok()) return fail(depth.message());
+namespace {
+
+// The body as a JSON object, or the error.
+std::optional<json> ParseObject(const std::string& body, ApiError* error) {
+  error->status = 400;
+  if (Status depth = CheckJsonDepth(body, "body"); !depth.ok()) {
+    error->message = depth.message();
+    return std::nullopt;
+  }
   json j;
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
-    return fail(std::string("the body is not valid JSON: ") + e.what());
+    error->message = std::string("the body is not valid JSON: ") + e.what();
+    return std::nullopt;
   }
-  if (!j.is_object()) return fail("the body must be a JSON object, got " + Reader::TypeName(j));
+  if (!j.is_object()) {
+    error->message = "the body must be a JSON object, got " + Reader::TypeName(j);
+    return std::nullopt;
+  }
+  return j;
+}
+
+}  // namespace
+
+ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
+                         const std::string& request_id_header) {
+  ParseResult result;
+  std::optional<json> parsed = ParseObject(body, &result.error);
+  if (!parsed) return result;
+  const json& j = *parsed;
 
   ApiRequest req;
   req.endpoint = endpoint;
@@ -573,31 +588,6 @@ ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
   result.request = std::move(req);
   return result;
 }
-
-namespace {
-
-// The body as a JSON object, or the error.
-std::optional<json> ParseObject(const std::string& body, ApiError* error) {
-  error->status = 400;
-  if (Status depth = CheckJsonDepth(body, "body"); !depth.ok()) {
-    error->message = depth.message();
-    return std::nullopt;
-  }
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    error->message = std::string("the body is not valid JSON: ") + e.what();
-    return std::nullopt;
-  }
-  if (!j.is_object()) {
-    error->message = "the body must be a JSON object, got " + Reader::TypeName(j);
-    return std::nullopt;
-  }
-  return j;
-}
-
-}  // namespace
 
 TokenizeParse ParseTokenize(const std::string& body) {
   TokenizeParse out;
