@@ -50,6 +50,10 @@ Status ValidateSchedulerOptions(const SchedulerOptions& o) {
                                 std::to_string(o.worker_down_after_ms));
   }
   ASTR_RETURN_IF_ERROR(CheckPositive(o.reconnect_attempt_ms, "reconnect-attempt-ms"));
+  if (o.worker_drain_timeout_ms < 0) {
+    return InvalidArgumentError("--worker-drain-timeout-s must be >= 0, got " +
+                                std::to_string(o.worker_drain_timeout_ms / 1000));
+  }
   if (o.max_worker_failures < 0) {
     return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
                                 std::to_string(o.max_worker_failures));
@@ -92,7 +96,23 @@ StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> a
                                                 std::string label) {
   return loop_->CommitWeights(std::move(apply), std::move(label));
 }
+StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
+                                                std::string label,
+                                                std::vector<std::string> workers) {
+  return loop_->CommitWeights(std::move(apply), std::move(label), std::move(workers));
+}
 WeightVersionInfo Scheduler::weight_version() const { return loop_->weight_version(); }
+Status Scheduler::AddWorker(std::unique_ptr<WorkerConnection> worker) {
+  return loop_->AddWorker(std::move(worker));
+}
+StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
+                                             std::chrono::milliseconds timeout, bool wait,
+                                             Clock::time_point wait_deadline, bool exclude) {
+  return loop_->DrainWorker(address, timeout, wait, wait_deadline, exclude);
+}
+void Scheduler::Readmit(const std::string& address) { loop_->Readmit(address); }
+bool Scheduler::Excluded(const std::string& address) const { return loop_->Excluded(address); }
+std::vector<WorkerMember> Scheduler::Members() const { return loop_->Members(); }
 std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   return loop_->UpWorkerAddresses();
 }

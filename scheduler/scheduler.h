@@ -76,6 +76,10 @@ struct SchedulerOptions {
   // one caught in more than this many breaks is aborted with UNAVAILABLE, so a request that makes
   // its worker fail every time cannot keep restarting it forever.
   int64_t max_worker_failures = 3;
+  // A worker being drained (it left the --workers DNS name, DrainWorker, or it said it shuts
+  // down) gets no new sequence; its running ones may finish there for this long, then restart on
+  // the other workers.
+  int64_t worker_drain_timeout_ms = 60000;
 };
 
 // Checks every option's range; INVALID_ARGUMENT names the flag (--max-batch-tokens, ...).
@@ -111,6 +115,22 @@ struct WeightVersionInfo {
   std::string label;
   int64_t committed_unix_ns = 0;
   PauseMode paused = PauseMode::kNone;
+};
+
+// One member of the worker pool (Scheduler::Members).
+struct WorkerMember {
+  std::string address;
+  v1::InfoResponse info;  // as read when it joined
+  bool up = false;        // its step stream is up
+  bool draining = false;  // no new sequence goes to it; it leaves once its sequences are done
+};
+
+// What a drain did (Scheduler::DrainWorker).
+struct DrainResult {
+  std::string address;
+  int32_t finished = 0;  // sequences that ended on it during the drain
+  int32_t moved = 0;     // sequences restarted on other workers
+  int64_t drain_ns = 0;  // from the call until it was dropped
 };
 
 class SchedulerLoop;
@@ -162,13 +182,43 @@ class Scheduler {
   // apply changes nothing. One at a time (the admin service serializes updates).
   StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t version)> apply,
                                        std::string label);
+  // Same, where `workers` names the workers that `apply` switched: a member not in it (one
+  // that joined while the update was staged) would serve the old weights, so it is dropped
+  // (its sequences restart on the others).
+  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t version)> apply,
+                                       std::string label, std::vector<std::string> workers);
   WeightVersionInfo weight_version() const;
-  // Addresses of the workers up now, in --workers order.
+  // Addresses of the workers up now, in pool order (--workers order, then joining order).
   std::vector<std::string> UpWorkerAddresses() const;
+
+  // Dynamic membership (docs/deploy.md). Thread-safe; each blocks until the loop has acted.
+  //
+  // Adds a connected worker (Info read) to the pool while requests run; it takes new sequences
+  // from the next step (its KV pool and limits may differ from the others'). FAILED_PRECONDITION
+  // when it serves another model (the message names both content hashes) or another weight
+  // version, when it is draining (shutting down), or when its address was drained on purpose
+  // (DrainWorker with `exclude`) and not readmitted; ALREADY_EXISTS when its address is a member.
+  Status AddWorker(std::unique_ptr<WorkerConnection> worker);
+  // Drains the member at `address`: no new sequence goes to it, its waiting sequences move to
+  // the other workers at once (those no other worker can take stay), its running ones may finish
+  // there for `timeout` (0 = SchedulerOptions::worker_drain_timeout_ms) and then restart
+  // elsewhere (same outputs); then its step stream is closed and it leaves the pool. A worker
+  // that is down leaves at once. With `wait`, returns when it has left (DEADLINE_EXCEEDED at
+  // `wait_deadline`; the drain goes on); else once the drain began. `exclude`: AddWorker
+  // refuses the address from now on, until Readmit. NOT_FOUND when no member has the address.
+  StatusOr<DrainResult> DrainWorker(const std::string& address, std::chrono::milliseconds timeout,
+                                    bool wait, Clock::time_point wait_deadline, bool exclude);
+  // Lifts DrainWorker's exclusion of `address` (its name stopped resolving to it, so a worker
+  // seen there later is a new one). Thread-safe.
+  void Readmit(const std::string& address);
+  // Whether AddWorker would refuse `address` because it was drained on purpose.
+  bool Excluded(const std::string& address) const;
+  // The members now, in pool order.
+  std::vector<WorkerMember> Members() const;
 
   // Snapshot of the counters (thread-safe).
   v1::GetServerStatsResponse Stats() const;
-  // Every worker's Info, in --workers order.
+  // Every member's Info (as read when it joined), in pool order.
   std::vector<v1::InfoResponse> WorkerInfos() const;
 
   // Prometheus metrics (docs/metrics.md). The registry holds the core's families (astr:...,

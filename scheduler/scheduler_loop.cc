@@ -50,6 +50,7 @@ void SchedulerLoop::Run() {
     output_->Post(&out_);
     progressed_ = StepWorkers(now) || !applying_.empty();
     applying_.clear();
+    AdvanceDrains(Clock::now());
     AdvanceAdmin(now);
     output_->Post(&out_);
     BuryClosed();
@@ -133,7 +134,13 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
   Clock::time_point wake = Clock::time_point::max();
   if (!deadlines_.empty()) wake = deadlines_.front().first;
   bool poll = !progressed_ && HasWork();  // work that could not be planned: retry soon
-  for (const auto& w : workers_) poll |= w->health != WorkerSlot::Health::kUp;
+  for (const auto& w : workers_) {
+    // Broken workers, draining ones (their deadline), removed ones whose connection waits for
+    // its reconnector to end.
+    poll |= w->draining || (w->health == WorkerSlot::Health::kRemoved
+                                ? w->conn != nullptr
+                                : w->health != WorkerSlot::Health::kUp);
+  }
   if (poll) wake = std::min(wake, now + kPollInterval);
   return std::min(wake, next_idle_check_);
 }
@@ -290,6 +297,10 @@ Status SchedulerLoop::ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::
   }
   // Before the tokens: sample 0's first token comes after its prompt's scores.
   ASTR_RETURN_IF_ERROR(ApplyPromptScores(result, out));
+  if (result.draining() && !w->draining) {
+    StartDraining(w, "the worker is shutting down",
+                  std::chrono::milliseconds(options_.worker_drain_timeout_ms), now);
+  }
   for (size_t i = 0; i < sampling.size(); ++i) {
     Sequence* seq = sampling[i];
     // A sequence finished, cancelled or preempted since this plan went out: its token is dropped

@@ -7,6 +7,11 @@
 //   output thread   (OutputQueue) pushes events into RequestChannels and closes them.
 //   reconnectors    one per broken worker, only while it is broken; they call
 //                   WorkerConnection::Reconnect and touch nothing else.
+//
+// Membership: the loop adds and drops workers (AddWorker, DrainWorker) at the top of an iteration.
+// A dropped worker's slot stays in workers_ (sequences name workers by index), marked kRemoved
+// with its connection closed, until a joining worker reuses it; workers_mu_ guards the vector and
+// the slots' replacement, so that client threads (Stats, Members) read them safely.
 #pragma once
 
 #include <array>
@@ -14,6 +19,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,12 +38,13 @@ namespace astr::sched {
 
 // One worker: its connection, its queues and planner (loop-owned), and the counters Stats() reads.
 struct WorkerSlot {
-  enum class Health { kUp, kReconnecting, kDown };
+  enum class Health { kUp, kReconnecting, kDown, kRemoved };
 
-  WorkerSlot(std::unique_ptr<WorkerConnection> connection, StepLimits limits);
+  WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity);
 
-  std::unique_ptr<WorkerConnection> conn;
-  v1::InfoResponse info;  // as read at Create
+  std::unique_ptr<WorkerConnection> conn;  // null once removed (and its reconnector ended)
+  const std::string address;               // conn->address(), kept after the connection goes
+  v1::InfoResponse info;                   // as read when it joined
   WorkerQueues queues;
   BatchPlanner planner;
   v1::StepPlan plan;      // reused every step
@@ -55,6 +63,18 @@ struct WorkerSlot {
   Status last_error;
   std::thread reconnector;
   std::atomic<bool> reconnected{false};  // set by the reconnector when it succeeded
+  std::atomic<bool> stop_reconnect{false};       // the slot was removed: give up
+  std::atomic<bool> reconnector_done{true};      // the reconnector thread has returned
+  std::atomic<bool> refused_draining{false};     // a redial found the worker shutting down
+
+  // Draining (loop-owned): no new sequence is placed here; once it holds none, it is removed.
+  bool draining = false;
+  Clock::time_point drain_started{};
+  Clock::time_point drain_deadline{};  // running sequences restart elsewhere after it
+  std::string drain_reason;
+  int32_t drain_finished = 0;  // sequences that ended here during the drain
+  int32_t drain_moved = 0;     // sequences moved to other workers
+  bool Placeable() const { return health == Health::kUp && !draining; }
 
   SchedulerMetrics::Worker metrics;  // its children of the per-worker histograms
 
@@ -66,6 +86,8 @@ struct WorkerSlot {
 
   // Published for Stats() (relaxed; written by the loop only).
   std::atomic<bool> stat_up{true};
+  std::atomic<bool> stat_draining{false};
+  std::atomic<bool> stat_removed{false};
   std::atomic<int64_t> stat_free_pages{0};
   std::atomic<int32_t> stat_running{0};
   std::atomic<int64_t> stat_steps{0};
@@ -91,8 +113,17 @@ class SchedulerLoop {
   StatusOr<PauseResult> Pause(PauseMode mode, Clock::time_point deadline);
   ResumeResult Resume();
   StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label);
+  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label,
+                                       std::vector<std::string> workers);
   WeightVersionInfo weight_version() const;
   std::vector<std::string> UpWorkerAddresses() const;
+  // Membership (scheduler_loop_members.cc).
+  Status AddWorker(std::unique_ptr<WorkerConnection> worker);
+  StatusOr<DrainResult> DrainWorker(const std::string& address, std::chrono::milliseconds timeout,
+                                    bool wait, Clock::time_point wait_deadline, bool exclude);
+  void Readmit(const std::string& address);
+  bool Excluded(const std::string& address) const;
+  std::vector<WorkerMember> Members() const;
   // The registry of the core's metrics (see Scheduler::metrics).
   metrics::Registry& metrics() { return registry_; }
   const metrics::Registry& metrics() const { return registry_; }
@@ -103,6 +134,13 @@ class SchedulerLoop {
     PauseMode mode = PauseMode::kNone;         // kPause
     std::function<Status(int64_t)> apply;      // kCommit
     std::string label;                         // kCommit
+    std::optional<std::vector<std::string>> updated_workers;  // kCommit: those apply switched
+    std::unique_ptr<WorkerConnection> conn;    // kAddWorker
+    std::string address;                       // kDrainWorker
+    std::chrono::milliseconds timeout{0};      // kDrainWorker
+    bool exclude = false;                      // kDrainWorker
+    bool wait = false;                         // kDrainWorker: answer once the worker left
+    DrainResult drain;                         // kDrainWorker
     Clock::time_point requested = Clock::now();
     int32_t drain_target = 0;                  // kPause kDrain: started requests at the pause
     Status status;
@@ -117,14 +155,23 @@ class SchedulerLoop {
     bool Wait(Clock::time_point deadline);
   };
   struct Command {
-    enum class Kind { kSubmit, kCancel, kFinishSample, kPause, kResume, kCommit };
+    enum class Kind {
+      kSubmit,
+      kCancel,
+      kFinishSample,
+      kPause,
+      kResume,
+      kCommit,
+      kAddWorker,
+      kDrainWorker
+    };
     Kind kind = Kind::kSubmit;
     uint64_t key = 0;
     std::unique_ptr<RequestState> request;  // kSubmit
     Status status;                          // kCancel
     int32_t index = 0;                      // kFinishSample
     int32_t kept_tokens = -1;               // kFinishSample
-    std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit
+    std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit, kAddWorker, kDrainWorker
   };
   void PushCommand(Command command);
 
@@ -178,11 +225,33 @@ class SchedulerLoop {
   void MoveSequencesAway(WorkerSlot* w, Clock::time_point now);
   void RecordStepTime(WorkerSlot* w, int64_t ns);
 
+  // Membership, loop side (scheduler_loop_members.cc).
+  void ApplyAddWorker(AdminOp* op, Clock::time_point now);
+  void ApplyDrainWorker(const std::shared_ptr<AdminOp>& op, Clock::time_point now);
+  // Starts draining `w` (no-op when it is already); `timeout` bounds its running sequences.
+  void StartDraining(WorkerSlot* w, std::string reason, std::chrono::milliseconds timeout,
+                     Clock::time_point now);
+  // Moves a draining worker's waiting sequences to placeable workers (those none can take stay).
+  void MoveWaitingAway(WorkerSlot* w);
+  // Each iteration: draining workers past their deadline give up their running sequences; empty
+  // ones are removed; removed ones whose reconnector ended are closed.
+  void AdvanceDrains(Clock::time_point now);
+  void RemoveWorker(WorkerSlot* w, Clock::time_point now);
+  // The metrics children that read a slot's atomics.
+  void AddWorkerStatMetrics(const WorkerSlot* w);
+  void RemoveWorkerStatMetrics(const std::string& address);
+  // The pool-wide limits Submit and the finish rule use, after a member joined or left.
+  void RecomputePoolLimits();
+
   const SchedulerOptions options_;
   const AdmissionPolicy admission_;
   const Router router_{};
-  int64_t max_pool_tokens_ = 0;     // largest pool over the workers (Submit's fit check)
-  int32_t max_context_tokens_ = 0;  // smallest context over the workers (0 = unknown)
+  const StepCapacity capacity_;
+  // Largest pool over the members (Submit's fit check, on client threads).
+  std::atomic<int64_t> max_pool_tokens_{0};
+  int32_t max_context_tokens_ = 0;  // smallest context over the members (0 = unknown)
+  std::string model_name_;           // the first worker's, the `model` label of the metrics
+  std::string content_hash_;         // every member serves this model
 
   // Client threads <-> loop.
   mutable std::mutex mu_;
@@ -203,11 +272,18 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_refused_{0};
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
+  std::atomic<int64_t> stat_members_{0};  // workers in the pool (not removed)
   std::atomic<bool> stop_reconnecting_{false};
   // Thread-safe; callback families in it read the stat_ atomics. metrics_ (set in the
   // constructor) holds the children the loop thread updates.
   metrics::Registry registry_;
   std::unique_ptr<SchedulerMetrics> metrics_;
+  // The per-worker callback families (children added and removed with the members).
+  metrics::CallbackFamily* kv_pages_used_ = nullptr;
+  metrics::CallbackFamily* kv_pages_total_ = nullptr;
+  metrics::CallbackFamily* worker_up_ = nullptr;
+  metrics::CallbackFamily* worker_steps_ = nullptr;
+  metrics::CallbackFamily* worker_draining_ = nullptr;
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
   // Weight version served (written by the loop at a commit) and its label (under mu_).
@@ -217,10 +293,16 @@ class SchedulerLoop {
   std::atomic<int> stat_pause_mode_{0};  // PauseMode, for weight_version()
   std::mutex commit_mu_;                 // one CommitWeights at a time
 
-  // Loop-owned. Workers are declared before requests: sequences' page allocations point into
-  // the workers' page pools, so requests must be destroyed first.
+  // Addresses AddWorker refuses (DrainWorker with exclude), under mu_.
+  std::set<std::string> excluded_;
+
+  // Loop-owned; workers_mu_ is held where the loop changes the vector or replaces a slot, and by
+  // client threads that read it. Workers are declared before requests: sequences' page
+  // allocations point into the workers' page pools, so requests must be destroyed first.
+  mutable std::mutex workers_mu_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
-  std::vector<v1::InfoResponse> infos_;
+  // DrainWorker calls waiting for their worker to leave.
+  std::vector<std::shared_ptr<AdminOp>> worker_drain_waiters_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
   std::vector<Command> applying_;  // commands being applied (swapped with commands_)
   std::vector<std::pair<Clock::time_point, uint64_t>> deadlines_;  // min-heap

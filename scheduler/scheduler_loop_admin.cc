@@ -70,10 +70,17 @@ ResumeResult SchedulerLoop::Resume() {
 
 StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t)> apply,
                                                     std::string label) {
+  return CommitWeights(std::move(apply), std::move(label), {});
+}
+
+StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t)> apply,
+                                                    std::string label,
+                                                    std::vector<std::string> workers) {
   std::lock_guard<std::mutex> one(commit_mu_);
   auto op = std::make_shared<AdminOp>();
   op->apply = std::move(apply);
   op->label = std::move(label);
+  if (!workers.empty()) op->updated_workers = std::move(workers);
   PushCommand(Command{.kind = Command::Kind::kCommit, .admin = op});
   op->Wait(Clock::time_point::max());
   if (!op->status.ok()) return op->status;
@@ -92,8 +99,8 @@ WeightVersionInfo SchedulerLoop::weight_version() const {
 
 std::vector<std::string> SchedulerLoop::UpWorkerAddresses() const {
   std::vector<std::string> out;
-  for (const auto& w : workers_) {
-    if (w->stat_up.load(std::memory_order_relaxed)) out.push_back(w->conn->address());
+  for (const WorkerMember& m : Members()) {
+    if (m.up) out.push_back(m.address);
   }
   return out;
 }
@@ -124,6 +131,12 @@ void SchedulerLoop::ApplyAdmin(Command& command, Clock::time_point now) {
       break;
     case Command::Kind::kResume:
       ApplyResume(op, now);
+      break;
+    case Command::Kind::kAddWorker:
+      ApplyAddWorker(op, now);
+      break;
+    case Command::Kind::kDrainWorker:
+      ApplyDrainWorker(command.admin, now);
       break;
     case Command::Kind::kCommit:
       if (pending_commit_ != nullptr) {
@@ -238,6 +251,22 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
               << (op->label.empty() ? "" : " (" + op->label + ")") << " serving; "
               << result.recomputed << " running sequences recompute, " << result.reused
               << " keep their KV";
+    // A member the update did not reach (it joined while the update was staged) serves the old
+    // weights: it leaves at once and its sequences restart on the others.
+    if (op->updated_workers) {
+      const std::vector<std::string>& updated = *op->updated_workers;
+      for (auto& w : workers_) {
+        if (w->health == WorkerSlot::Health::kRemoved ||
+            std::find(updated.begin(), updated.end(), w->address) != updated.end()) {
+          continue;
+        }
+        LOG(WARNING) << "worker " << w->address << " joined during the update to version "
+                     << version << " and serves version " << version - 1 << ": dropped";
+        StartDraining(w.get(), "it missed the update to version " + std::to_string(version),
+                      std::chrono::milliseconds(0), now);
+      }
+      AdvanceDrains(now);
+    }
   }
   progressed_ = true;  // plans may go out again
   op->Finish();

@@ -9,27 +9,26 @@ namespace astr::sched {
 
 SchedulerLoop::SchedulerLoop(SchedulerOptions options,
                              std::vector<std::unique_ptr<WorkerConnection>> workers)
-    : options_(options), admission_(options), max_in_flight_(options.overlap_steps ? 2 : 1) {
-  const StepCapacity capacity(options_);
-  for (auto& conn : workers) {
-    const StepLimits limits = capacity.For(conn->info());
-    infos_.push_back(conn->info());
-    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), limits));
-    const WorkerSlot& w = *workers_.back();
-    max_pool_tokens_ = std::max(max_pool_tokens_, w.queues.pool.capacity_tokens());
-    const int32_t context = w.info.max_context_tokens();
-    if (context > 0 && (max_context_tokens_ == 0 || context < max_context_tokens_)) {
-      max_context_tokens_ = context;
-    }
+    : options_(options),
+      admission_(options),
+      capacity_(options_),
+      max_in_flight_(options.overlap_steps ? 2 : 1) {
+  if (!workers.empty()) {
+    // Workers that come back or join must serve this model and version (PollWorkers, AddWorker).
+    weight_version_.store(workers[0]->info().weight_version());
+    model_name_ = workers[0]->info().model_name();
+    content_hash_ = workers[0]->info().content_hash();
   }
-  // Workers that come back must serve this version (PollWorkers).
-  if (!infos_.empty()) weight_version_.store(infos_[0].weight_version());
-  const std::string model = infos_.empty() ? "" : infos_[0].model_name();
   std::vector<std::string> addresses;
-  for (const auto& w : workers_) addresses.push_back(w->conn->address());
-  metrics_ = std::make_unique<SchedulerMetrics>(&registry_, model, addresses, max_context_tokens_);
+  for (auto& conn : workers) {
+    addresses.push_back(conn->address());
+    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_));
+  }
+  RecomputePoolLimits();
+  metrics_ =
+      std::make_unique<SchedulerMetrics>(&registry_, model_name_, addresses, max_context_tokens_);
   for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->metrics = metrics_->workers[i];
-  RegisterStatMetrics(model);
+  RegisterStatMetrics(model_name_);
   PublishStats();
   output_ = std::make_unique<OutputQueue>(&open_requests_);
   loop_thread_ = std::thread([this] { Run(); });
@@ -46,6 +45,10 @@ SchedulerLoop::~SchedulerLoop() {
   for (auto& w : workers_) {
     if (w->reconnector.joinable()) w->reconnector.join();
   }
+  for (auto& waiter : worker_drain_waiters_) {
+    waiter->status = UnavailableError("the scheduler is shutting down");
+    waiter->Finish();
+  }
   output_.reset();  // delivers the closes
 }
 
@@ -60,13 +63,14 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
                                 "] (0 = no prompt scoring)");
   }
   const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  if (footprint > max_pool_tokens_) {
+  const int64_t max_pool_tokens = max_pool_tokens_.load(std::memory_order_relaxed);
+  if (footprint > max_pool_tokens) {
     stat_refused_.fetch_add(1, std::memory_order_relaxed);
     return ResourceExhaustedError("prompt (" + std::to_string(request.prompt.size()) +
                                   " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                                   ") = " + std::to_string(footprint) +
                                   " tokens do not fit in the KV pool of any worker (largest: " +
-                                  std::to_string(max_pool_tokens_) + " tokens)");
+                                  std::to_string(max_pool_tokens) + " tokens)");
   }
   // Built outside the lock: n sequences, one per sample.
   auto state = std::make_unique<RequestState>();
@@ -153,8 +157,12 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   stats.set_requests_finished(stat_finished_.load(kRelaxed));
   stats.set_preemptions(stat_preemptions_.load(kRelaxed));
   stats.set_draining(draining_.load(kRelaxed));
+  std::lock_guard<std::mutex> members(workers_mu_);
   bool any_up = false;
-  for (const auto& w : workers_) any_up = any_up || w->stat_up.load(kRelaxed);
+  for (const auto& w : workers_) {
+    any_up = any_up || (w->stat_up.load(kRelaxed) && !w->stat_draining.load(kRelaxed) &&
+                        !w->stat_removed.load(kRelaxed));
+  }
   std::string refusing;
   if (stats.draining()) {
     refusing = "draining";
@@ -167,9 +175,11 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   stats.set_accepting_requests(refusing.empty());
   stats.set_not_accepting_reason(refusing);
   for (const auto& w : workers_) {
+    if (w->stat_removed.load(kRelaxed)) continue;
     v1::WorkerStats* ws = stats.add_workers();
-    ws->set_address(w->conn->address());
+    ws->set_address(w->address);
     ws->set_up(w->stat_up.load(kRelaxed));
+    ws->set_draining(w->stat_draining.load(kRelaxed));
     ws->set_total_pages(w->info.num_pages());
     ws->set_free_pages(w->stat_free_pages.load(kRelaxed));
     ws->set_running_sequences(w->stat_running.load(kRelaxed));
@@ -180,7 +190,11 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   return stats;
 }
 
-std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const { return infos_; }
+std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const {
+  std::vector<v1::InfoResponse> out;
+  for (WorkerMember& m : Members()) out.push_back(std::move(m.info));
+  return out;
+}
 
 // The same atomics as Stats(), read when the registry renders.
 void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
@@ -215,26 +229,48 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
                        "their worker's step stream broke.",
                        {"model"})
       .Add({model}, read(stat_preemptions_));
-  metrics::CallbackFamily& used = r.AddCallbackGauge(
+  kv_pages_used_ = &r.AddCallbackGauge(
       "astr:kv_pages_used", "KV pages of a worker held by the scheduler's sequences.",
       {"model", "worker"});
-  metrics::CallbackFamily& total = r.AddCallbackGauge(
-      "astr:kv_pages_total", "KV pages of a worker's pool.", {"model", "worker"});
-  metrics::CallbackFamily& up = r.AddCallbackGauge(
+  kv_pages_total_ = &r.AddCallbackGauge("astr:kv_pages_total", "KV pages of a worker's pool.",
+                                        {"model", "worker"});
+  worker_up_ = &r.AddCallbackGauge(
       "astr:worker_up", "1 while a worker's step stream is up, else 0 (reconnecting or down).",
       {"model", "worker"});
-  metrics::CallbackFamily& steps =
-      r.AddCallbackCounter("astr:steps_total", "Steps a worker answered.", {"model", "worker"});
-  for (const auto& slot : workers_) {
-    const WorkerSlot* w = slot.get();
-    const std::string& address = w->conn->address();
-    const int64_t pages = w->info.num_pages();
-    used.Add({model, address},
-             [w, pages] { return static_cast<double>(pages - w->stat_free_pages.load(kRelaxed)); });
-    total.Add({model, address}, [pages] { return static_cast<double>(pages); });
-    up.Add({model, address}, [w] { return w->stat_up.load(kRelaxed) ? 1.0 : 0.0; });
-    steps.Add({model, address}, read(w->stat_steps));
-  }
+  worker_draining_ = &r.AddCallbackGauge(
+      "astr:worker_draining",
+      "1 while a worker is being drained (no new sequences; it leaves the pool once its "
+      "sequences are done), else 0.",
+      {"model", "worker"});
+  worker_steps_ =
+      &r.AddCallbackCounter("astr:steps_total", "Steps a worker answered.", {"model", "worker"});
+  r.AddCallbackGauge("astr:num_workers", "Workers in the pool (up, reconnecting, down or draining).",
+                     {"model"})
+      .Add({model}, read(stat_members_));
+  for (const auto& slot : workers_) AddWorkerStatMetrics(slot.get());
+}
+
+void SchedulerLoop::AddWorkerStatMetrics(const WorkerSlot* w) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  const std::string& address = w->address;
+  const int64_t pages = w->info.num_pages();
+  kv_pages_used_->Add({model_name_, address}, [w, pages] {
+    return static_cast<double>(pages - w->stat_free_pages.load(kRelaxed));
+  });
+  kv_pages_total_->Add({model_name_, address}, [pages] { return static_cast<double>(pages); });
+  worker_up_->Add({model_name_, address}, [w] { return w->stat_up.load(kRelaxed) ? 1.0 : 0.0; });
+  worker_draining_->Add({model_name_, address},
+                        [w] { return w->stat_draining.load(kRelaxed) ? 1.0 : 0.0; });
+  worker_steps_->Add({model_name_, address},
+                     [w] { return static_cast<double>(w->stat_steps.load(kRelaxed)); });
+}
+
+void SchedulerLoop::RemoveWorkerStatMetrics(const std::string& address) {
+  kv_pages_used_->Remove({model_name_, address});
+  kv_pages_total_->Remove({model_name_, address});
+  worker_up_->Remove({model_name_, address});
+  worker_draining_->Remove({model_name_, address});
+  worker_steps_->Remove({model_name_, address});
 }
 
 }  // namespace astr::sched

@@ -15,22 +15,23 @@ int64_t Footprint(const Sequence& seq) {
 
 }  // namespace
 
-WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, StepLimits limits)
+WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity)
     : conn(std::move(connection)),
+      address(conn->address()),
       info(conn->info()),
       queues(info.num_pages(), info.page_size()),
-      planner(limits) {}
+      planner(capacity.For(info)) {}
 
 bool SchedulerLoop::Place(Sequence* seq) {
   const int64_t footprint = Footprint(*seq);
   // Up workers first; a worker that is reconnecting only when no worker is up (its sequences
-  // move on if it is declared down).
+  // move on if it is declared down). Never one that is draining.
   int chosen = -1;
   for (WorkerSlot::Health accept : {WorkerSlot::Health::kUp, WorkerSlot::Health::kReconnecting}) {
     loads_.clear();
     for (const auto& w : workers_) {
-      loads_.push_back(WorkerLoad{w->health == accept, w->queues.num_sequences(), w->placed_tokens,
-                                  w->queues.pool.capacity_tokens()});
+      loads_.push_back(WorkerLoad{w->health == accept && !w->draining, w->queues.num_sequences(),
+                                  w->placed_tokens, w->queues.pool.capacity_tokens()});
     }
     chosen = router_.Pick(loads_, footprint);
     if (chosen >= 0) break;
@@ -47,6 +48,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
 void SchedulerLoop::Unplace(Sequence* seq) {
   if (seq->worker < 0) return;
   WorkerSlot* w = workers_[seq->worker].get();
+  if (w->draining) ++w->drain_finished;  // it ended here (finished, cancelled, failed)
   w->queues.Remove(seq);
   w->placed_tokens -= Footprint(*seq);
   seq->worker = -1;
@@ -88,17 +90,26 @@ void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time
 void SchedulerLoop::StartReconnect(WorkerSlot* w) {
   if (w->reconnector.joinable()) w->reconnector.join();
   w->reconnected.store(false, std::memory_order_relaxed);
+  w->refused_draining.store(false, std::memory_order_relaxed);
+  w->reconnector_done.store(false, std::memory_order_relaxed);
   const auto attempt = std::chrono::milliseconds(options_.reconnect_attempt_ms);
   w->reconnector = std::thread([this, w, attempt] {
-    while (!stop_reconnecting_.load(std::memory_order_acquire)) {
-      if (w->conn->Reconnect(attempt).ok()) {
+    while (!stop_reconnecting_.load(std::memory_order_acquire) &&
+           !w->stop_reconnect.load(std::memory_order_acquire)) {
+      const Status s = w->conn->Reconnect(attempt);
+      if (s.ok()) {
         w->reconnected.store(true, std::memory_order_release);
-        return;
+        break;
+      }
+      // The worker answers but is shutting down: its sequences need not wait for it.
+      if (s.code() == StatusCode::kFailedPrecondition) {
+        w->refused_draining.store(true, std::memory_order_release);
       }
       // Reconnect itself waits up to `attempt` for the channel; a refused connection returns at
       // once, so pace the retries.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    w->reconnector_done.store(true, std::memory_order_release);
   });
 }
 
@@ -115,7 +126,9 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
   }
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
-    if (w->health == WorkerSlot::Health::kUp) continue;
+    if (w->health == WorkerSlot::Health::kUp || w->health == WorkerSlot::Health::kRemoved) {
+      continue;
+    }
     if (w->reconnected.load(std::memory_order_acquire)) {
       w->reconnector.join();
       const v1::InfoResponse& info = w->conn->info();
@@ -146,6 +159,14 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       }
       LOG(INFO) << "worker " << w->conn->address() << ": step stream reconnected";
       w->health = WorkerSlot::Health::kUp;
+      continue;
+    }
+    if (w->health == WorkerSlot::Health::kReconnecting &&
+        w->refused_draining.load(std::memory_order_acquire)) {
+      LOG(WARNING) << "worker " << w->address
+                   << ": shutting down (it answers as draining), marked down";
+      w->health = WorkerSlot::Health::kDown;  // the reconnector keeps trying: it may restart
+      MoveSequencesAway(w, now);
       continue;
     }
     if (w->health == WorkerSlot::Health::kReconnecting &&

@@ -28,7 +28,8 @@ const std::vector<double>& RequestSecondsBuckets() {
 
 SchedulerMetrics::SchedulerMetrics(metrics::Registry* registry, const std::string& model,
                                    const std::vector<std::string>& worker_addresses,
-                                   int32_t max_context_tokens) {
+                                   int32_t max_context_tokens)
+    : model_(model) {
   metrics::Registry& r = *registry;
   prompt_tokens = &r.AddCounter("astr:prompt_tokens_total",
                                 "Prompt tokens of the requests that produced a first token "
@@ -87,24 +88,26 @@ SchedulerMetrics::SchedulerMetrics(metrics::Registry* registry, const std::strin
                 "Tokens generated for each started request, all its samples together.",
                 metrics::OneTwoFiveBuckets(max_tokens));
 
-  metrics::HistogramFamily& step_time = r.AddHistogram(
+  step_time_ = &r.AddHistogram(
       "astr:step_time_seconds",
       "The loop's wall time of one step of a worker: from planning to the result applied, "
       "seconds.",
       {"model", "worker"}, metrics::ExponentialBuckets(0.0005, 2, 16));
-  metrics::HistogramFamily& batch_size =
-      r.AddHistogram("astr:batch_size", "Sequences (plan entries) in one step sent to a worker.",
+  batch_size_ =
+      &r.AddHistogram("astr:batch_size", "Sequences (plan entries) in one step sent to a worker.",
                      {"model", "worker"}, metrics::ExponentialBuckets(1, 2, 11));
-  metrics::HistogramFamily& iteration_tokens =
-      r.AddHistogram("astr:iteration_tokens",
+  iteration_tokens_ =
+      &r.AddHistogram("astr:iteration_tokens",
                      "Tokens (prefill chunks and decode rows) in one step sent to a "
                      "worker.",
                      {"model", "worker"}, metrics::ExponentialBuckets(1, 2, 15));
-  for (const std::string& address : worker_addresses) {
-    workers.push_back({.step_time_seconds = &step_time.WithLabels({model, address}),
-                       .batch_size = &batch_size.WithLabels({model, address}),
-                       .iteration_tokens = &iteration_tokens.WithLabels({model, address})});
-  }
+  for (const std::string& address : worker_addresses) workers.push_back(ForWorker(address));
+}
+
+SchedulerMetrics::Worker SchedulerMetrics::ForWorker(const std::string& address) const {
+  return {.step_time_seconds = &step_time_->WithLabels({model_, address}),
+          .batch_size = &batch_size_->WithLabels({model_, address}),
+          .iteration_tokens = &iteration_tokens_->WithLabels({model_, address})};
 }
 
 metrics::Counter& SchedulerMetrics::finished(v1::FinishReason reason) const {

@@ -34,6 +34,10 @@ struct SchedulerMetrics {
   SchedulerMetrics(metrics::Registry* registry, const std::string& model,
                    const std::vector<std::string>& worker_addresses, int32_t max_context_tokens);
 
+  // The per-worker children of a worker (one that joins later, or again: the same children).
+  // Thread-safe.
+  Worker ForWorker(const std::string& address) const;
+
   // The counter of samples that finished with `reason` (UNSPECIFIED counts as abort).
   metrics::Counter& finished(v1::FinishReason reason) const;
 
@@ -52,7 +56,13 @@ struct SchedulerMetrics {
   metrics::Histogram* request_decode_time_seconds = nullptr;
   metrics::Histogram* request_prompt_tokens = nullptr;
   metrics::Histogram* request_generation_tokens = nullptr;
-  std::vector<Worker> workers;
+  std::vector<Worker> workers;  // of worker_addresses
+
+ private:
+  std::string model_;
+  metrics::HistogramFamily* step_time_ = nullptr;
+  metrics::HistogramFamily* batch_size_ = nullptr;
+  metrics::HistogramFamily* iteration_tokens_ = nullptr;
 };
 
 }  // namespace astr::sched

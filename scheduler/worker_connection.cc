@@ -71,6 +71,10 @@ class GrpcWorkerConnection final : public WorkerConnection {
   Status Open(Clock::time_point deadline) {
     StatusOr<v1::InfoResponse> info = CallInfo(deadline);
     if (!info.ok()) return info.status();
+    if (info->draining()) {
+      // It would refuse the stream: a worker that is shutting down takes no new scheduler.
+      return FailedPreconditionError("worker " + address_ + " is shutting down (draining)");
+    }
     info_ = std::move(*info);
     auto context = std::make_unique<grpc::ClientContext>();
     stream_ = stub_->Step(context.get());

@@ -25,8 +25,8 @@ class WorkerConnection {
   virtual Status Receive(v1::StepResult* result) = 0;
   // Drops the current step stream and opens a fresh one (the worker starts it with no live
   // sequences), re-dialing as needed for at most `timeout`. UNAVAILABLE if the worker cannot be
-  // reached. The scheduler calls it from a helper thread while the loop leaves this connection
-  // alone.
+  // reached, FAILED_PRECONDITION if it answers but is shutting down (draining). The scheduler
+  // calls it from a helper thread while the loop leaves this connection alone.
   virtual Status Reconnect(std::chrono::milliseconds timeout) = 0;
   // False once the connection under an idle step stream is known to be lost (the worker died or
   // stopped answering keepalive pings): the loop, which only reads while a step is in flight,
@@ -35,6 +35,7 @@ class WorkerConnection {
 };
 
 // Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.
+// FAILED_PRECONDITION when the worker answers that it is shutting down (InfoResponse.draining).
 // With `step_timeout` > 0, a Receive that gets no result for that long cancels the stream and
 // fails with UNAVAILABLE: a worker that stops answering (hung step, stopped process) without
 // closing its connection is treated like one that died.

@@ -104,6 +104,12 @@ void CallbackFamily::Add(std::initializer_list<std::string_view> values,
   children_[std::move(key)] = std::move(read);
 }
 
+void CallbackFamily::Remove(std::initializer_list<std::string_view> values) {
+  std::vector<std::string> key = CheckedValues(values);
+  std::lock_guard<std::mutex> lock(mu_);
+  children_.erase(key);
+}
+
 void CallbackFamily::RenderSamples(std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [values, read] : children_) {

@@ -176,6 +176,9 @@ class CallbackFamily final : public FamilyBase {
   // family's lock: it must be cheap and thread-safe, and whatever it reads must outlive the
   // registry's renders. Thread-safe.
   void Add(std::initializer_list<std::string_view> values, std::function<double()> read);
+  // Removes the child for `values` (nothing if there is none). Once it returns, its `read` is
+  // not running and will not run again, so what it read may go. Thread-safe.
+  void Remove(std::initializer_list<std::string_view> values);
   void RenderSamples(std::string* out) const override;
 
  private:

@@ -258,7 +258,9 @@ grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::
                                 staged.end()));
     return UnavailableError(failure.error_message());
   };
-  auto committed = scheduler_->CommitWeights(apply, label);
+  std::vector<std::string> updated;
+  for (const Staged& s : staged) updated.push_back(s.address);
+  auto committed = scheduler_->CommitWeights(apply, label, std::move(updated));
   if (!committed.ok()) {
     const grpc::StatusCode code =
         failure.ok() ? static_cast<grpc::StatusCode>(committed.status().code())
@@ -570,6 +572,38 @@ grpc::Status AdminService::FlushCache(grpc::ServerContext* context, const v1::Fl
   }
   // No prefix cache yet: every page belongs to a live sequence, none is cached for reuse.
   response->set_pages_freed(0);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DrainWorker(grpc::ServerContext* context,
+                                       const v1::DrainWorkerRequest* request,
+                                       v1::DrainWorkerResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  if (request->address().empty()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "address: empty (GetServerStats lists them)");
+  }
+  if (request->timeout_s() < 0 || request->timeout_s() > 24 * 3600) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "timeout_s: " + std::to_string(request->timeout_s()) + " outside [0, 86400]");
+  }
+  // Waits until the worker left, or the call's deadline (the drain goes on then).
+  const auto deadline =
+      context->deadline() == std::chrono::system_clock::time_point::max()
+          ? sched::Clock::time_point::max()
+          : sched::Clock::now() + (context->deadline() - std::chrono::system_clock::now());
+  auto drained = scheduler_->DrainWorker(request->address(),
+                                         std::chrono::seconds(request->timeout_s()),
+                                         /*wait=*/true, deadline, /*exclude=*/true);
+  if (!drained.ok()) {
+    return Error(static_cast<grpc::StatusCode>(drained.status().code()),
+                 std::string(drained.status().message()));
+  }
+  response->set_address(drained->address);
+  response->set_finished(drained->finished);
+  response->set_moved(drained->moved);
+  response->set_drain_ns(drained->drain_ns);
+  LOG(INFO) << "admin: worker " << drained->address << " drained (" << drained->finished
+            << " sequences finished there, " << drained->moved << " moved)";
   return grpc::Status::OK;
 }
 

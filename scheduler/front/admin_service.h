@@ -58,6 +58,8 @@ class AdminService final : public v1::Admin::Service {
                       v1::ResumeResponse* response) override;
   grpc::Status FlushCache(grpc::ServerContext* context, const v1::FlushCacheRequest* request,
                           v1::FlushCacheResponse* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context, const v1::DrainWorkerRequest* request,
+                           v1::DrainWorkerResponse* response) override;
   grpc::Status ReleaseMemory(grpc::ServerContext* context, const v1::ReleaseMemoryRequest* request,
                              v1::ReleaseMemoryResponse* response) override;
   grpc::Status ResumeMemory(grpc::ServerContext* context, const v1::ResumeMemoryRequest* request,

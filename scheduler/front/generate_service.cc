@@ -164,13 +164,11 @@ void GenerateService::Call::Cancel(Status why) {
 }
 
 GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
-                                 RequestLimits limits, FrontLimits front_limits,
-                                 std::vector<std::string> worker_addresses)
+                                 RequestLimits limits, FrontLimits front_limits)
     : scheduler_(scheduler),
       model_(std::move(model)),
       limits_(limits),
       front_limits_(front_limits),
-      worker_addresses_(std::move(worker_addresses)),
       peer_limiter_(front_limits.max_calls_per_peer, "--max-calls-per-peer") {}
 
 GenerateService::~GenerateService() = default;
@@ -261,13 +259,15 @@ Status GenerateService::Detokenize(const v1::DetokenizeRequest& request,
 }
 
 void GenerateService::GetModelInfo(v1::GetModelInfoResponse* response) const {
-  const std::vector<v1::InfoResponse> infos = scheduler_->WorkerInfos();
-  if (!infos.empty()) {
-    response->set_model_name(infos[0].model_name());
-    response->set_architecture(infos[0].architecture());
-    response->set_content_hash(infos[0].content_hash());
-    response->set_weight_version(infos[0].weight_version());
+  const std::vector<sched::WorkerMember> members = scheduler_->Members();
+  if (!members.empty()) {
+    const v1::InfoResponse& first = members[0].info;
+    response->set_model_name(first.model_name());
+    response->set_architecture(first.architecture());
+    response->set_content_hash(first.content_hash());
   }
+  // The version served now (members' Info is as read when they joined).
+  response->set_weight_version(scheduler_->weight_version().version);
   response->set_vocab_size(model_.vocab_size);
   response->set_max_context_tokens(model_.max_context_tokens);
   response->mutable_eos_token_ids()->Add(model_.eos_token_ids.begin(), model_.eos_token_ids.end());
@@ -275,10 +275,10 @@ void GenerateService::GetModelInfo(v1::GetModelInfoResponse* response) const {
   response->set_has_chat_template(model_.chat_template != nullptr);
   response->set_max_n(limits_.max_n);
   response->set_max_stop_strings(limits_.max_stop_strings);
-  for (size_t i = 0; i < infos.size(); ++i) {
-    const v1::InfoResponse& info = infos[i];
+  for (const sched::WorkerMember& member : members) {
+    const v1::InfoResponse& info = member.info;
     v1::WorkerDescription* w = response->add_workers();
-    if (i < worker_addresses_.size()) w->set_address(worker_addresses_[i]);
+    w->set_address(member.address);
     w->set_backend(info.backend());
     w->set_dtype(info.dtype());
     w->set_num_pages(info.num_pages());

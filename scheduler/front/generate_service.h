@@ -41,10 +41,9 @@ class GenerateService {
  public:
   class Call;
 
-  // `scheduler` must outlive the service. `worker_addresses`: as given to --workers (the order of
-  // Scheduler::WorkerInfos).
+  // `scheduler` must outlive the service.
   GenerateService(sched::Scheduler* scheduler, ServedModel model, RequestLimits limits,
-                  FrontLimits front_limits, std::vector<std::string> worker_addresses);
+                  FrontLimits front_limits);
   // Every Call must have been destroyed first.
   ~GenerateService();
 
@@ -83,7 +82,6 @@ class GenerateService {
   const ServedModel model_;
   const RequestLimits limits_;
   const FrontLimits front_limits_;
-  const std::vector<std::string> worker_addresses_;
   PeerLimiter peer_limiter_;
   std::atomic<int64_t> invalid_{0};
   std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler

@@ -24,6 +24,7 @@
 #include "common/base/logging.h"
 #include "common/base/token_ids.h"
 #include "common/grpc/grpc_logging.h"
+#include "common/grpc/health.h"
 #include "common/grpc/shutdown_signal.h"
 #include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
@@ -31,6 +32,7 @@
 #include "scheduler/front/http_front.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
+#include "scheduler/worker_membership.h"
 
 namespace astr {
 namespace {
@@ -55,6 +57,8 @@ struct Flags {
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
   int64_t connect_timeout_s = 30;
+  double worker_refresh_s = 5;
+  int64_t worker_drain_timeout_s = 60;
   int64_t step_timeout_ms = 300000;
   int64_t drain_timeout_s = 60;
   int64_t max_calls_per_peer = 0;
@@ -94,9 +98,21 @@ StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
 
 void Register(FlagSet* fs, Flags* f) {
   fs->String("workers", &f->workers,
-             "astr-worker addresses, HOST:PORT[,HOST:PORT...]. All must serve the same model "
-             "(same content hash); a new request goes to the least-loaded one.",
+             "astr-worker addresses, comma-separated: HOST:PORT (a fixed worker: it must answer "
+             "at start, within --connect-timeout-s) or dns:///NAME:PORT (every address the name "
+             "resolves to, e.g. a Kubernetes headless Service, re-resolved every "
+             "--worker-refresh-s: new addresses join, vanished ones are drained; at start the "
+             "scheduler waits for the first). All must serve the same model (content hash) "
+             "and weight version, else a worker is refused with a log line naming both; a new "
+             "request goes to the least-loaded one.",
              /*required=*/true);
+  fs->Double("worker-refresh-s", &f->worker_refresh_s,
+             "How often the dns:/// names of --workers are resolved again, and fixed workers "
+             "that left the pool (they shut down) are dialled again, in seconds.");
+  fs->Int("worker-drain-timeout-s", &f->worker_drain_timeout_s,
+          "A worker being drained (its address left the --workers name, `astr admin "
+          "drain-worker`, or it shuts down) gets no new sequence; its running ones may finish "
+          "there for this long, then restart on the other workers (same outputs).");
   fs->String("listen", &f->listen,
              "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
              "logged (INFO) as 'listening on HOST:PORT' once every worker is connected.");
@@ -203,6 +219,12 @@ Status Validate(const Flags& f) {
   ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
   ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
+  if (!(f.worker_refresh_s >= 0.1) || f.worker_refresh_s > 3600) {
+    return InvalidArgumentError("--worker-refresh-s must be in [0.1, 3600]");
+  }
+  if (f.worker_drain_timeout_s < 0) {
+    return InvalidArgumentError("--worker-drain-timeout-s must be >= 0");
+  }
   if (f.max_calls_per_peer < 0) return InvalidArgumentError("--max-calls-per-peer must be >= 0");
   ASTR_RETURN_IF_ERROR(positive(f.front_threads, "front-threads"));
   if (f.front_threads > 256) return InvalidArgumentError("--front-threads must be <= 256");
@@ -224,41 +246,73 @@ Status Validate(const Flags& f) {
   return sched::ValidateSchedulerOptions(f.sched);
 }
 
-std::vector<std::string> SplitAddresses(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
+void LogWorker(const std::string& address, const v1::InfoResponse& info) {
+  LOG(INFO) << "worker " << address << ": " << info.model_name() << " (" << info.architecture()
+            << ", hash " << info.content_hash() << "), backend " << info.backend() << ", "
+            << info.num_pages() << " pages of " << info.page_size() << " tokens, max batch "
+            << info.max_batch();
 }
 
-StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectAll(
-    const std::vector<std::string>& addresses, std::chrono::seconds timeout,
-    std::chrono::milliseconds step_timeout) {
+// The workers to start with: every fixed entry of --workers (each must answer within the
+// timeout), and, when there are dns:/// entries, the first worker their names resolve to that
+// answers (waiting for one until the timeout when no fixed entry gave a worker). The other
+// addresses join afterwards through WorkerMembership.
+StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
+    const std::vector<sched::WorkerSpec>& specs, sched::WorkerMembership* membership,
+    std::chrono::seconds timeout, std::chrono::milliseconds step_timeout) {
   std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
-  for (const std::string& address : addresses) {
-    auto conn = sched::ConnectWorker(address, timeout, step_timeout);
+  bool any_dns = false;
+  for (const sched::WorkerSpec& spec : specs) {
+    any_dns |= spec.dns;
+    if (spec.dns) continue;
+    auto conn = sched::ConnectWorker(spec.text, timeout, step_timeout);
     if (!conn.ok()) return conn.status().WithContext("--workers");
-    const v1::InfoResponse& info = (*conn)->info();
-    LOG(INFO) << "worker " << address << ": " << info.model_name() << " (" << info.architecture()
-              << ", hash " << info.content_hash() << "), backend " << info.backend() << ", "
-              << info.num_pages() << " pages of " << info.page_size() << " tokens, max batch "
-              << info.max_batch();
-    if (!workers.empty() && info.weight_version() != workers[0]->info().weight_version()) {
+    LogWorker(spec.text, (*conn)->info());
+    workers.push_back(std::move(*conn));
+  }
+  if (any_dns && workers.empty()) {
+    const auto deadline = Clock::now() + timeout;
+    Status last = UnavailableError("no address yet");
+    while (workers.empty()) {
+      for (const std::string& address : membership->Resolve()) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) break;
+        auto conn = sched::ConnectWorker(
+            address, std::min<std::chrono::milliseconds>(left, std::chrono::seconds(2)),
+            step_timeout);
+        if (!conn.ok()) {
+          last = conn.status();
+          continue;
+        }
+        LogWorker(address, (*conn)->info());
+        workers.push_back(std::move(*conn));
+        break;
+      }
+      if (!workers.empty()) break;
+      if (Clock::now() >= deadline) {
+        return UnavailableError("--workers: no worker answered within " +
+                                std::to_string(timeout.count()) +
+                                " s (--connect-timeout-s); last: " + std::string(last.message()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  for (const auto& w : workers) {
+    const v1::InfoResponse& info = w->info();
+    const v1::InfoResponse& first = workers[0]->info();
+    if (info.weight_version() != first.weight_version()) {
       return FailedPreconditionError(
           "--workers must all serve the same weight version: " + workers[0]->address() +
-          " serves version " + std::to_string(workers[0]->info().weight_version()) + ", " +
-          address + " version " + std::to_string(info.weight_version()));
+          " serves version " + std::to_string(first.weight_version()) + ", " + w->address() +
+          " version " + std::to_string(info.weight_version()));
     }
-    if (!workers.empty() && info.content_hash() != workers[0]->info().content_hash()) {
+    if (info.content_hash() != first.content_hash()) {
       return FailedPreconditionError(
           "--workers must all serve the same model: " + workers[0]->address() + " serves " +
-          workers[0]->info().model_path() + " (hash " + workers[0]->info().content_hash() + "), " +
-          address + " serves " + info.model_path() + " (hash " + info.content_hash() + ")");
+          first.model_path() + " (hash " + first.content_hash() + "), " + w->address() +
+          " serves " + info.model_path() + " (hash " + info.content_hash() + ")");
     }
-    workers.push_back(std::move(*conn));
   }
   return workers;
 }
@@ -370,7 +424,7 @@ void Drain(sched::Scheduler* scheduler, front::GenerateService* service,
 }
 
 int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::ServedModel model,
-          std::vector<std::string> addresses) {
+          sched::WorkerMembership* membership) {
   front::RequestLimits limits;
   limits.max_n = static_cast<int32_t>(f.max_n);
   limits.max_stop_strings = static_cast<int32_t>(f.max_stop_strings);
@@ -389,8 +443,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
             << " open calls per client connection (--max-calls-per-peer)";
   front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
   front_limits.threads = static_cast<int>(f.front_threads);
-  front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits,
-                                 std::move(addresses));
+  front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits);
   front::GenerateGrpcService grpc_service(&service);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -412,6 +465,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   // Every worker is connected: serving. Both the server ("") and the service by name answer.
   server->GetHealthCheckService()->SetServingStatus(v1::Generate::service_full_name(), true);
   server->GetHealthCheckService()->SetServingStatus(true);
+  // Liveness (a probe that restarts the process) must not follow admission: SERVING until exit.
+  server->GetHealthCheckService()->SetServingStatus(std::string(rpc::kLivenessService), true);
   const std::string host = f.listen.substr(0, f.listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
   LOG(INFO) << "listening on " << host << ":" << port;
@@ -470,12 +525,15 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     LOG(INFO) << "http api on " << http_host << ":" << http->port();
   }
 
+  // Workers join and leave from here on (stopped before the scheduler goes).
+  membership->Start(scheduler.get());
   const int sig = rpc::WaitForShutdownSignal();
   health.Stop();
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
             << ": draining (new requests get UNAVAILABLE)";
   server->GetHealthCheckService()->SetServingStatus(false);
   Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
+  membership->Stop();
   if (http != nullptr) http->Stop();
   if (admin_server != nullptr) {
     admin_server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
@@ -501,6 +559,7 @@ int Main(int argc, const char* const* argv) {
   LogOptions log;
   log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  f.sched.worker_drain_timeout_ms = f.worker_drain_timeout_s * 1000;
   Status valid = Validate(f);
   if (valid.ok() && !f.admin_token_file.empty()) {
     auto token = front::ReadAdminToken(f.admin_token_file);
@@ -524,14 +583,22 @@ int Main(int argc, const char* const* argv) {
     return 2;
   }
   rpc::ForwardGrpcLogs();
-  std::vector<std::string> addresses = SplitAddresses(f.workers);
-  if (addresses.empty()) {
-    std::fprintf(stderr, "astr-scheduler: --workers: no address given\n");
+  auto specs = sched::ParseWorkerSpecs(f.workers);
+  if (!specs.ok()) {
+    std::fprintf(stderr, "astr-scheduler: %s\n", specs.status().message().c_str());
     return 2;
   }
-
-  auto workers = ConnectAll(addresses, std::chrono::seconds(f.connect_timeout_s),
-                            std::chrono::milliseconds(f.step_timeout_ms));
+  const auto step_timeout = std::chrono::milliseconds(f.step_timeout_ms);
+  sched::MembershipOptions membership_options;
+  membership_options.refresh =
+      std::chrono::milliseconds(static_cast<int64_t>(f.worker_refresh_s * 1000));
+  membership_options.connect = [step_timeout](const std::string& address,
+                                              std::chrono::milliseconds timeout) {
+    return sched::ConnectWorker(address, timeout, step_timeout);
+  };
+  sched::WorkerMembership membership(*specs, membership_options);
+  auto workers = ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s),
+                                step_timeout);
   if (!workers.ok()) {
     LOG(ERROR) << workers.status().ToString();
     return 1;
@@ -548,7 +615,7 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << scheduler.status().ToString();
     return 1;
   }
-  return Serve(f, std::move(*scheduler), std::move(*model), std::move(addresses));
+  return Serve(f, std::move(*scheduler), std::move(*model), &membership);
 }
 
 }  // namespace

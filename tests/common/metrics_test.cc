@@ -74,6 +74,26 @@ TEST(MetricsTest, CallbackChildrenAreReadAtRender) {
             "astr:waiting{model=\"m\"} 5\n");
 }
 
+TEST(MetricsTest, ARemovedCallbackChildIsNeitherRenderedNorRead) {
+  Registry r;
+  CallbackFamily& up = r.AddCallbackGauge("astr:worker_up", "Up.", {"worker"});
+  int reads = 0;
+  up.Add({"a:1"}, [&] {
+    ++reads;
+    return 1.0;
+  });
+  up.Add({"b:2"}, [] { return 0.0; });
+  up.Remove({"a:1"});
+  up.Remove({"never-added"});
+  EXPECT_EQ(r.Render(),
+            "# HELP astr:worker_up Up.\n"
+            "# TYPE astr:worker_up gauge\n"
+            "astr:worker_up{worker=\"b:2\"} 0\n");
+  EXPECT_EQ(reads, 0);
+  up.Add({"a:1"}, [] { return 1.0; });  // the same worker joins again
+  EXPECT_NE(r.Render().find("astr:worker_up{worker=\"a:1\"} 1\n"), std::string::npos);
+}
+
 TEST(MetricsTest, ABufferAddsItsObservationsAtFlush) {
   Registry r;
   Histogram& h = r.AddHistogram("h", "H.", {}, {1, 2}).WithLabels({});

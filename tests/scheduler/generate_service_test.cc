@@ -65,8 +65,7 @@ class GenerateServiceTest : public ::testing::Test {
     RequestLimits limits;
     limits.max_n = 4;
     service_ = std::make_unique<GenerateService>(scheduler_.get(), std::move(model), limits,
-                                                 FrontLimitsForTest(),
-                                                 std::vector<std::string>{"fake-worker"});
+                                                 FrontLimitsForTest());
     grpc_service_ = std::make_unique<GenerateGrpcService>(service_.get());
     grpc::ServerBuilder builder;
     int port = 0;

@@ -116,7 +116,7 @@ TEST_F(WorkerServiceFailureTest, AfterARunnerFailureAnIdleStreamIsCancelledAtOnc
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
 
   const auto started = Clock::now();
-  service_->Drain(std::chrono::seconds(10));
+  service_->Drain(std::chrono::seconds(10), std::chrono::seconds(10));
   const auto waited = Clock::now() - started;
   EXPECT_LT(waited, std::chrono::seconds(2)) << "Drain waited for the idle stream's next plan";
   v1::StepResult result;

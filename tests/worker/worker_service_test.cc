@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -217,18 +219,70 @@ TEST_F(WorkerServiceTest, OneStreamAtATimeAndAClosedStreamDropsItsSequences) {
   EXPECT_TRUE(again->Finish().ok());
 }
 
-// SIGTERM while a scheduler holds a stream open: the worker still exits 0.
+// SIGTERM while a scheduler holds a stream open with a live sequence and never closes it: after
+// --drain-timeout-s the stream is cut and the worker still exits 0.
 TEST_F(WorkerServiceTest, SigtermWithAnOpenStreamExitsZero) {
-  ASSERT_NO_FATAL_FAILURE(StartCpu());
+  ASSERT_NO_FATAL_FAILURE(Start({"--threads", "1", "--page-size", "4", "--num-pages", "64",
+                                 "--drain-timeout-s", "1"}));
   auto stub = Stub();
   grpc::ClientContext ctx;
   std::unique_ptr<StepStream> stream = stub->Step(&ctx);
   v1::StepResult r = Exchange(stream.get(), StartPlan(1, 7, {0, 1}));
   ASSERT_EQ(r.error_code(), 0) << r.error_message();
+  EXPECT_FALSE(r.draining());
   EXPECT_EQ(worker_.Terminate(), 0) << worker_.log();
   v1::StepResult none;
   EXPECT_FALSE(stream->Read(&none));  // the server ended the stream
   EXPECT_FALSE(stream->Finish().ok());
+}
+
+// SIGTERM drains: Info and every step answer say `draining`, the running sequence keeps being
+// stepped (same greedy tokens), a new stream is refused, and once the scheduler closes its stream
+// the worker exits 0 at once, without waiting out --drain-timeout-s.
+TEST_F(WorkerServiceTest, SigtermLetsTheRunningSequenceFinishThenExitsWhenTheStreamCloses) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--threads", "1", "--page-size", "4", "--num-pages", "64",
+                                 "--drain-timeout-s", "60"}));
+  auto stub = Stub();
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  std::unique_ptr<StepStream> stream = stub->Step(ctx.get());
+  v1::StepResult r = Exchange(stream.get(), StartPlan(1, 7, {0, 1}));
+  ASSERT_EQ(r.error_code(), 0) << r.error_message();
+  ASSERT_EQ(r.samples_size(), 1);
+  EXPECT_EQ(r.samples(0).token_id(), kGolden[0]);
+  EXPECT_FALSE(r.draining());
+  EXPECT_FALSE(GetInfo(*stub).draining());
+
+  ASSERT_EQ(kill(worker_.pid(), SIGTERM), 0);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!GetInfo(*stub).draining() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(GetInfo(*stub).draining());
+  EXPECT_EQ(GetInfo(*stub).live_sequences(), 1);
+
+  // The sequence goes on: the next greedy tokens, each answer marked draining.
+  for (int i = 1; i < 3; ++i) {
+    r = Exchange(stream.get(), DecodePlan(1 + i, 7, static_cast<int32_t>(kPrompt.size()) + i - 1));
+    ASSERT_EQ(r.error_code(), 0) << r.error_message();
+    ASSERT_EQ(r.samples_size(), 1);
+    EXPECT_EQ(r.samples(0).token_id(), kGolden[i]);
+    EXPECT_TRUE(r.draining());
+  }
+  {
+    grpc::ClientContext other;
+    std::unique_ptr<StepStream> refused = stub->Step(&other);
+    refused->Write(StartPlan(1, 8, {2, 3}));
+    v1::StepResult none;
+    EXPECT_FALSE(refused->Read(&none));
+    const grpc::Status s = refused->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  }
+  // The scheduler is done with it: closing the stream ends the drain.
+  const auto closed = Clock::now();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(worker_.Terminate(), 0) << worker_.log();
+  EXPECT_LT(Clock::now() - closed, std::chrono::seconds(10)) << "waited out the drain timeout";
 }
 
 TEST_F(WorkerServiceTest, InstantBackendAnswersWithOrdinaryTokens) {

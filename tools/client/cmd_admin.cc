@@ -330,6 +330,41 @@ int FlushCacheVerb(int argc, const char* const* argv) {
       });
 }
 
+int DrainWorkerVerb(int argc, const char* const* argv) {
+  const std::string program = argv[0];
+  FlagSet fs(program,
+             "Drain one worker before a scale-down: the scheduler sends it no new sequence, "
+             "moves its waiting ones to the other workers, lets its running ones finish there "
+             "(up to --drain-timeout-s, then they restart elsewhere with the same outputs) and "
+             "drops it. Returns once it left the pool. It is not added back while its address "
+             "stays listed in --workers (see docs/deploy.md).");
+  AdminFlags admin;
+  admin.Register(&fs);
+  std::string worker;
+  int64_t drain_timeout_s = 0;
+  fs.String("worker", &worker,
+            "The worker's address, as `astr info` lists it (HOST:PORT, or IP:PORT for workers "
+            "found through a dns:/// name).",
+            /*required=*/true);
+  fs.Int("drain-timeout-s", &drain_timeout_s,
+         "How long its running sequences may take to finish there; 0 = the scheduler's "
+         "--worker-drain-timeout-s.");
+  if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (Status s = admin.Check(); !s.ok()) return UsageError(program, s);
+  if (drain_timeout_s < 0) {
+    return UsageError(program, InvalidArgumentError("--drain-timeout-s must be >= 0"));
+  }
+  return CallAndPrint<v1::DrainWorkerResponse>(
+      program, admin,
+      [&](client::AdminClient& c) {
+        return c.DrainWorker(worker, drain_timeout_s, admin.CallOptions());
+      },
+      [](const v1::DrainWorkerResponse& r) {
+        std::printf("worker %s drained in %.1f ms: %d sequences finished there, %d moved\n",
+                    r.address().c_str(), Ms(r.drain_ns()), r.finished(), r.moved());
+      });
+}
+
 struct Verb {
   const char* name;
   const char* summary;
@@ -337,6 +372,8 @@ struct Verb {
 };
 constexpr Verb kVerbs[] = {
     {"checksum", "XXH64 of the served tensors per worker, flagging disagreements.", ChecksumVerb},
+    {"drain-worker", "Drain one worker and drop it from the pool (before a scale-down).",
+     DrainWorkerVerb},
     {"flush-cache", "Drop the prefix cache's KV.", FlushCacheVerb},
     {"pause", "Pause generation (--mode abort|drain|keep).", PauseVerb},
     {"resume", "Resume generation.", ResumeVerb},

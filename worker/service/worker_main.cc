@@ -14,6 +14,7 @@
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/grpc/grpc_logging.h"
+#include "common/grpc/health.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/shutdown_signal.h"
 #include "common/http/http_server.h"
@@ -26,8 +27,10 @@
 namespace astr {
 namespace {
 
-// On SIGTERM the open step stream is drained first: the step being executed finishes and is
-// answered (bounded by kStepGrace), then the stream ends. After that only idle connections and
+// On SIGTERM the open step stream is drained first: the worker tells the scheduler (every answer
+// says `draining`), which starts nothing new here and closes the stream once the running
+// sequences are done, for up to --drain-timeout-s; then the step being executed finishes and is
+// answered (bounded by kStepGrace) and the stream ends. After that only idle connections and
 // unary calls remain; kShutdownGrace bounds how long they may hold the server.
 constexpr auto kStepGrace = std::chrono::seconds(60);
 constexpr auto kShutdownGrace = std::chrono::milliseconds(200);
@@ -56,7 +59,8 @@ http::Handler MetricsHandler(const WorkerService* service) {
   };
 }
 
-int Serve(const std::string& listen, const std::string& metrics_listen, LoadedWorker worker) {
+int Serve(const std::string& listen, const std::string& metrics_listen, int64_t drain_timeout_s,
+          LoadedWorker worker) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   WorkerService service(std::move(worker.info), std::move(worker.executor),
@@ -93,14 +97,19 @@ int Serve(const std::string& listen, const std::string& metrics_listen, LoadedWo
     LOG(INFO) << "metrics on " << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
               << metrics_server->port();
   }
+  // Readiness is the server's overall status (""); liveness a service of its own that stays
+  // SERVING while the process runs, so that a probe never restarts a draining worker.
+  server->GetHealthCheckService()->SetServingStatus(std::string(rpc::kLivenessService), true);
   const std::string host = listen.substr(0, listen.rfind(':'));
   // Launchers and tests read this line to learn the port (--listen HOST:0).
   LOG(INFO) << "listening on " << host << ":" << port;
 
   const int sig = rpc::WaitForShutdownSignal();
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-            << ": finishing the current step, then shutting down";
-  service.Drain(kStepGrace);
+            << ": draining (running sequences may finish for up to " << drain_timeout_s
+            << " s), then shutting down";
+  server->GetHealthCheckService()->SetServingStatus("", false);
+  service.Drain(std::chrono::seconds(drain_timeout_s), kStepGrace);
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
   LOG(INFO) << "stopped";
@@ -111,12 +120,14 @@ int Main(int argc, const char* const* argv) {
   rpc::BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
   FlagSet fs("astr-worker",
              "Serve a model to astr-scheduler: the astr.v1.Worker gRPC service (Info and "
-             "the step stream), grpc.health.v1 and server reflection. Exits 0 on SIGTERM "
-             "or SIGINT once the current step has finished.");
+             "the step stream), grpc.health.v1 (readiness: the server's status; liveness: "
+             "service 'liveness') and server reflection. On SIGTERM or SIGINT it drains "
+             "(--drain-timeout-s) and exits 0.");
   std::string model, backend;
   std::string listen = "127.0.0.1:50061";
   std::string metrics_listen;
   int64_t max_batch = 256;
+  int64_t drain_timeout_s = 60;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
@@ -134,6 +145,12 @@ int Main(int argc, const char* const* argv) {
   EngineFlags engine;
   engine.RegisterBackend(&fs);
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
+  fs.Int("drain-timeout-s", &drain_timeout_s,
+         "On SIGTERM / SIGINT: how long the sequences running here may take to finish. Every "
+         "step answer tells the scheduler the worker is draining, so it starts nothing new "
+         "here; after this long the stream is cut and the rest restart on other workers (same "
+         "outputs). 0 = cut at once. Kubernetes' terminationGracePeriodSeconds should exceed "
+         "it.");
   LogOptions log;
   log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
@@ -146,6 +163,7 @@ int Main(int argc, const char* const* argv) {
     return UsageError(s.message());
   }
   if (max_batch < 1) return UsageError("--max-batch must be >= 1");
+  if (drain_timeout_s < 0) return UsageError("--drain-timeout-s must be >= 0");
   engine.max_running = max_batch;  // EngineFlags sizes the backend's sample rows from it
   if (Status s = engine.Validate(); !s.ok()) return UsageError(s.message());
 
@@ -156,7 +174,7 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << worker.status().ToString();
     return 1;
   }
-  return Serve(listen, metrics_listen, std::move(*worker));
+  return Serve(listen, metrics_listen, drain_timeout_s, std::move(*worker));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ grpc::Status WorkerService::Info(grpc::ServerContext* /*context*/,
   response->set_pages_in_use(counters.pages_in_use);
   response->set_steps(counters.steps);
   response->set_weight_version(executor_->weight_version());
+  response->set_draining(draining_.load(std::memory_order_relaxed));
   return grpc::Status::OK;
 }
 
@@ -28,7 +29,9 @@ grpc::Status WorkerService::Step(grpc::ServerContext* context,
                                  grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (draining_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+    if (draining_.load()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+    }
     if (stream_ != nullptr) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "another Step stream is open on this worker; one scheduler drives a "
@@ -69,7 +72,7 @@ grpc::Status WorkerService::ServeStream(
     const auto received = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (draining_) return draining;  // a plan that arrives after Drain is not executed
+      if (stopping_) return draining;  // a plan that arrives after the cut is not executed
       in_step_ = true;
     }
     Status status;
@@ -86,24 +89,36 @@ grpc::Status WorkerService::ServeStream(
       result.set_error_message(status.message());
     }
     result.set_step_ns(NanosSince(received));
+    // While draining, every answer tells the scheduler to start nothing new here.
+    result.set_draining(draining_.load(std::memory_order_relaxed));
     if (executed) metrics_.ObserveStep(plan, result);
     const bool written = stream->Write(result);
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_step_ = false;
-      if (draining_) return draining;
+      if (stopping_) return draining;
     }
     if (!written) break;
   }
   return grpc::Status::OK;
 }
 
-void WorkerService::Drain(std::chrono::milliseconds timeout) {
+void WorkerService::Drain(std::chrono::milliseconds finish_timeout,
+                          std::chrono::milliseconds step_grace) {
   std::unique_lock<std::mutex> lock(mu_);
-  draining_ = true;
-  // An idle stream is blocked in Read: cancelling it is the only way to wake it.
+  draining_.store(true);
+  // Graceful part: the scheduler learns of the drain from the next answer (or Info) and closes
+  // the stream once the sequences running here are done. A stream with nothing live on it, idle
+  // in Read, is ended now: no answer would ever carry the news.
+  const bool idle = !in_step_ && executor_->counters().live_sequences == 0;
+  if (stream_ != nullptr && !idle && finish_timeout.count() > 0) {
+    stream_closed_.wait_for(lock, finish_timeout, [this] { return stream_ == nullptr; });
+  }
+  // The cut: the step being executed is answered, then the stream ends; an idle stream is blocked
+  // in Read, and cancelling it is the only way to wake it.
+  stopping_ = true;
   if (stream_ != nullptr && !in_step_) stream_->TryCancel();
-  stream_closed_.wait_for(lock, timeout, [this] { return stream_ == nullptr; });
+  stream_closed_.wait_for(lock, step_grace, [this] { return stream_ == nullptr; });
 }
 
 }  // namespace astr

@@ -9,6 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -49,11 +50,16 @@ class WorkerService final : public v1::Worker::Service {
                                const v1::GetWeightsChecksumRequest* request,
                                v1::GetWeightsChecksumResponse* response) override;
 
-  // Shutdown, step one: refuses new streams and ends the open one (UNAVAILABLE) once the step it
-  // is executing has been answered, or at once when it is waiting for a plan. Returns when no
-  // stream is open or `timeout` has passed. Then grpc::Server::Shutdown has nothing left to wait
-  // for but idle connections.
-  void Drain(std::chrono::milliseconds timeout);
+  // Shutdown, step one. Refuses new streams and marks Info and every step answer `draining`, so
+  // the scheduler starts nothing new here; the sequences running on the open stream may finish
+  // for up to `finish_timeout` (the scheduler closes the stream once they are done; a stream with
+  // nothing live is ended at once). Then the cut: the stream ends (UNAVAILABLE) once the step it
+  // is executing has been answered (at most `step_grace`), or at once when it waits for a plan.
+  // Returns when no stream is open. Then grpc::Server::Shutdown has nothing left to wait for but
+  // idle connections.
+  void Drain(std::chrono::milliseconds finish_timeout, std::chrono::milliseconds step_grace);
+  // Whether Drain has begun.
+  bool draining() const { return draining_.load(std::memory_order_relaxed); }
 
   // The worker's Prometheus metrics (docs/metrics.md) in the text format 0.0.4, the body of
   // GET /metrics (Content-Type metrics::kTextContentType). Thread-safe.
@@ -79,7 +85,8 @@ class WorkerService final : public v1::Worker::Service {
   std::condition_variable stream_closed_;
   grpc::ServerContext* stream_ = nullptr;  // the open Step stream, if any
   bool in_step_ = false;                   // between reading a plan and writing its result
-  bool draining_ = false;
+  bool stopping_ = false;                  // Drain's cut: no further plan is executed
+  std::atomic<bool> draining_{false};      // Drain began (read by Info and each step unlocked)
 };
 
 }  // namespace astr

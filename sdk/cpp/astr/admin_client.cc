@@ -139,4 +139,16 @@ StatusOr<v1::FlushCacheResponse> AdminClient::FlushCache(const CallOptions& opti
   });
 }
 
+StatusOr<v1::DrainWorkerResponse> AdminClient::DrainWorker(const std::string& address,
+                                                           int64_t timeout_s,
+                                                           const CallOptions& options) {
+  v1::DrainWorkerRequest request;
+  request.set_address(address);
+  request.set_timeout_s(timeout_s);
+  return UnaryCall<v1::DrainWorkerResponse>(options, [&](grpc::ClientContext* ctx, auto* r) {
+    Authorize(ctx);
+    return stub_->DrainWorker(ctx, request, r);
+  });
+}
+
 }  // namespace astr::client

@@ -63,6 +63,10 @@ class AdminClient {
   StatusOr<v1::PauseResponse> Pause(v1::PauseMode mode, const CallOptions& options = {});
   StatusOr<v1::ResumeResponse> Resume(const CallOptions& options = {});
   StatusOr<v1::FlushCacheResponse> FlushCache(const CallOptions& options = {});
+  // Drains one worker (no new sequences; its running ones finish there for up to `timeout_s`,
+  // 0 = the scheduler's --worker-drain-timeout-s, then move) and returns once it left the pool.
+  StatusOr<v1::DrainWorkerResponse> DrainWorker(const std::string& address, int64_t timeout_s,
+                                                const CallOptions& options = {});
 
  private:
   AdminClient(std::shared_ptr<grpc::Channel> channel, std::string token);

@@ -162,6 +162,15 @@ class AdminClient:
         request = apb.FlushCacheRequest()
         return self._call("FlushCache", request, apb.FlushCacheResponse, timeout)
 
+    def drain_worker(
+        self, address: str, *, drain_timeout_s: int = 0, timeout: Optional[float] = None
+    ) -> apb.DrainWorkerResponse:
+        """Drains one worker (no new sequences; running ones finish there for up to
+        drain_timeout_s, 0 = the scheduler's --worker-drain-timeout-s, then move) and returns
+        once it has left the pool."""
+        request = apb.DrainWorkerRequest(address=address, timeout_s=drain_timeout_s)
+        return self._call("DrainWorker", request, apb.DrainWorkerResponse, timeout)
+
     def init_weight_update_group(
         self,
         nccl_unique_id: bytes,
@@ -309,6 +318,13 @@ class AsyncAdminClient:
         """See AdminClient.flush_cache."""
         request = apb.FlushCacheRequest()
         return await self._call("FlushCache", request, apb.FlushCacheResponse, timeout)
+
+    async def drain_worker(
+        self, address: str, *, drain_timeout_s: int = 0, timeout: Optional[float] = None
+    ) -> apb.DrainWorkerResponse:
+        """See AdminClient.drain_worker."""
+        request = apb.DrainWorkerRequest(address=address, timeout_s=drain_timeout_s)
+        return await self._call("DrainWorker", request, apb.DrainWorkerResponse, timeout)
 
     async def init_weight_update_group(
         self,

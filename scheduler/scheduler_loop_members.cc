@@ -1,0 +1,318 @@
+// The loop's worker pool membership: workers that join a running scheduler (AddWorker), and
+// workers that are drained and leave it (DrainWorker, a worker's own SIGTERM, a weight commit
+// they missed). See docs/deploy.md "Scaling workers".
+#include <algorithm>
+#include <string>
+
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "scheduler/scheduler_loop.h"
+
+namespace astr::sched {
+namespace {
+
+int64_t Footprint(const Sequence& seq) {
+  return seq.num_prompt_tokens() + static_cast<int64_t>(seq.request->req.max_tokens);
+}
+
+}  // namespace
+
+// ---- Client-thread side.
+
+Status SchedulerLoop::AddWorker(std::unique_ptr<WorkerConnection> worker) {
+  if (worker == nullptr) return InvalidArgumentError("AddWorker: no connection");
+  auto op = std::make_shared<AdminOp>();
+  op->conn = std::move(worker);
+  PushCommand(Command{.kind = Command::Kind::kAddWorker, .admin = op});
+  op->Wait(Clock::time_point::max());
+  return op->status;
+}
+
+StatusOr<DrainResult> SchedulerLoop::DrainWorker(const std::string& address,
+                                                 std::chrono::milliseconds timeout, bool wait,
+                                                 Clock::time_point wait_deadline, bool exclude) {
+  if (timeout.count() < 0) return InvalidArgumentError("timeout_s: must be >= 0");
+  auto op = std::make_shared<AdminOp>();
+  op->address = address;
+  op->timeout = timeout.count() > 0 ? timeout
+                                    : std::chrono::milliseconds(options_.worker_drain_timeout_ms);
+  op->exclude = exclude;
+  op->wait = wait;
+  PushCommand(Command{.kind = Command::Kind::kDrainWorker, .admin = op});
+  if (!op->Wait(wait ? wait_deadline : Clock::time_point::max())) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "worker " + address + " is still draining (it goes on)");
+  }
+  if (!op->status.ok()) return op->status;
+  return op->drain;
+}
+
+void SchedulerLoop::Readmit(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  excluded_.erase(address);
+}
+
+bool SchedulerLoop::Excluded(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return excluded_.count(address) > 0;
+}
+
+std::vector<WorkerMember> SchedulerLoop::Members() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  std::vector<WorkerMember> out;
+  std::lock_guard<std::mutex> lock(workers_mu_);
+  for (const auto& w : workers_) {
+    if (w->stat_removed.load(kRelaxed)) continue;
+    out.push_back(WorkerMember{.address = w->address,
+                               .info = w->info,
+                               .up = w->stat_up.load(kRelaxed),
+                               .draining = w->stat_draining.load(kRelaxed)});
+  }
+  return out;
+}
+
+// ---- Loop side.
+
+void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
+  const v1::InfoResponse& info = op->conn->info();
+  const std::string address = op->conn->address();
+  const int64_t version = weight_version_.load(std::memory_order_relaxed);
+  auto refuse = [&](Status status) {
+    // The caller logs it (WorkerMembership: once per reason, not at every retry).
+    VLOG(1) << "worker " << address << " not added: " << status.message();
+    op->status = std::move(status);
+    op->conn.reset();
+    op->Finish();
+  };
+  bool excluded = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    excluded = excluded_.count(address) > 0;
+  }
+  if (excluded) {
+    return refuse(FailedPreconditionError(
+        "worker " + address +
+        " was drained on purpose (DrainWorker) and is not added back while its address stays "
+        "listed"));
+  }
+  for (const auto& w : workers_) {
+    if (w->health != WorkerSlot::Health::kRemoved && w->address == address) {
+      return refuse(Status(StatusCode::kAlreadyExists, "worker " + address + " is a member"));
+    }
+  }
+  if (info.draining()) {
+    return refuse(FailedPreconditionError("worker " + address + " is shutting down (draining)"));
+  }
+  if (!content_hash_.empty() && info.content_hash() != content_hash_) {
+    return refuse(FailedPreconditionError(
+        "worker " + address + " serves model hash " + info.content_hash() + " (" +
+        info.model_path() + "), the pool serves model hash " + content_hash_));
+  }
+  if (info.weight_version() != version) {
+    return refuse(FailedPreconditionError(
+        "worker " + address + " serves weight version " + std::to_string(info.weight_version()) +
+        ", the pool serves version " + std::to_string(version) +
+        " (push the weights to it first, or restart it from the current checkpoint)"));
+  }
+  if (info.num_pages() < 1 || info.page_size() < 1) {
+    return refuse(FailedPreconditionError(
+        "worker " + address + " reports a KV pool of " + std::to_string(info.num_pages()) +
+        " pages of " + std::to_string(info.page_size()) + " tokens"));
+  }
+  auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_);
+  slot->metrics = metrics_->ForWorker(address);
+  slot->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
+  WorkerSlot* w = slot.get();
+  {
+    // A removed slot whose connection is gone holds nothing: reuse its index.
+    std::lock_guard<std::mutex> lock(workers_mu_);
+    auto reusable = std::find_if(workers_.begin(), workers_.end(), [](const auto& s) {
+      return s->health == WorkerSlot::Health::kRemoved && s->conn == nullptr;
+    });
+    if (reusable != workers_.end()) {
+      *reusable = std::move(slot);
+    } else {
+      workers_.push_back(std::move(slot));
+    }
+  }
+  AddWorkerStatMetrics(w);
+  RecomputePoolLimits();
+  PublishStats();
+  LOG(INFO) << "worker " << address << " joined: " << info.model_name() << " (hash "
+            << info.content_hash() << ", weight version " << info.weight_version()
+            << "), backend " << info.backend() << ", " << info.num_pages() << " pages of "
+            << info.page_size() << " tokens, max batch " << info.max_batch();
+  progressed_ = true;
+  op->Finish();
+  (void)now;
+}
+
+void SchedulerLoop::ApplyDrainWorker(const std::shared_ptr<AdminOp>& op, Clock::time_point now) {
+  WorkerSlot* w = nullptr;
+  for (const auto& slot : workers_) {
+    if (slot->health != WorkerSlot::Health::kRemoved && slot->address == op->address) {
+      w = slot.get();
+    }
+  }
+  if (w == nullptr) {
+    op->status = NotFoundError("address: no worker " + op->address + " in the pool");
+    op->Finish();
+    return;
+  }
+  if (op->exclude) {
+    std::lock_guard<std::mutex> lock(mu_);
+    excluded_.insert(op->address);
+  }
+  op->drain.address = op->address;
+  StartDraining(w, op->exclude ? "DrainWorker" : "its address left the --workers name",
+                op->timeout, now);
+  if (op->wait) {
+    worker_drain_waiters_.push_back(op);
+  } else {
+    op->Finish();
+  }
+  AdvanceDrains(now);  // a worker that holds nothing, or is down, leaves at once
+}
+
+void SchedulerLoop::StartDraining(WorkerSlot* w, std::string reason,
+                                  std::chrono::milliseconds timeout, Clock::time_point now) {
+  if (w->health == WorkerSlot::Health::kRemoved) return;
+  if (w->draining) {
+    w->drain_deadline = std::min(w->drain_deadline, now + timeout);
+    return;
+  }
+  w->draining = true;
+  w->stat_draining.store(true, std::memory_order_relaxed);
+  w->drain_started = now;
+  w->drain_deadline = now + timeout;
+  w->drain_reason = std::move(reason);
+  w->drain_finished = 0;
+  w->drain_moved = 0;
+  MoveWaitingAway(w);
+  LOG(INFO) << "worker " << w->address << ": draining (" << w->drain_reason << "): "
+            << w->queues.running.size() << " running sequences may finish there for up to "
+            << timeout.count() / 1000 << " s; " << w->drain_moved << " waiting ones moved";
+}
+
+void SchedulerLoop::MoveWaitingAway(WorkerSlot* w) {
+  if (w->queues.waiting.empty()) return;
+  std::vector<Sequence*> moving;
+  moving.swap(w->queues.waiting);
+  const int index = static_cast<int>(
+      std::find_if(workers_.begin(), workers_.end(), [w](const auto& s) { return s.get() == w; }) -
+      workers_.begin());
+  for (Sequence* seq : moving) {
+    w->placed_tokens -= Footprint(*seq);
+    seq->worker = -1;
+    if (Place(seq)) {
+      ++w->drain_moved;
+      continue;
+    }
+    // No other worker can take it: it stays, and may still start here.
+    seq->worker = index;
+    w->placed_tokens += Footprint(*seq);
+    w->queues.Enqueue(seq);
+  }
+}
+
+void SchedulerLoop::AdvanceDrains(Clock::time_point now) {
+  for (auto& slot : workers_) {
+    WorkerSlot* w = slot.get();
+    if (w->health == WorkerSlot::Health::kRemoved) {
+      // The connection closes once the reconnector (which uses it) has given up.
+      if (w->conn != nullptr && w->reconnector_done.load(std::memory_order_acquire)) {
+        if (w->reconnector.joinable()) w->reconnector.join();
+        std::lock_guard<std::mutex> lock(workers_mu_);  // Members() reads slots under it
+        w->conn.reset();
+      }
+      continue;
+    }
+    if (!w->draining) continue;
+    if (w->health != WorkerSlot::Health::kUp) {
+      // It broke (or was down) while draining: nothing will finish there.
+      w->drain_moved += static_cast<int32_t>(w->queues.waiting.size());
+      MoveSequencesAway(w, now);
+      RemoveWorker(w, now);
+      continue;
+    }
+    if (!w->queues.waiting.empty()) MoveWaitingAway(w);  // a worker may have joined since
+    if (now >= w->drain_deadline && !w->queues.running.empty()) {
+      const int64_t running = static_cast<int64_t>(w->queues.running.size());
+      LOG(WARNING) << "worker " << w->address << ": drain timeout: " << running
+                   << " running sequences restart on the other workers";
+      // As after a broken stream: they restart from prompt + generated tokens (same RNG
+      // counters); the plans in flight are dropped with the stream.
+      w->queues.ResetStream();
+      w->results_received = w->plans_sent;
+      w->receive_due = false;
+      stat_preemptions_.fetch_add(running, std::memory_order_relaxed);
+      w->drain_moved += static_cast<int32_t>(w->queues.waiting.size());
+      MoveSequencesAway(w, now);
+      RemoveWorker(w, now);
+      continue;
+    }
+    if (w->queues.running.empty() && w->queues.waiting.empty() && w->in_flight() == 0) {
+      RemoveWorker(w, now);
+    }
+  }
+}
+
+void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
+  w->health = WorkerSlot::Health::kRemoved;
+  w->draining = false;
+  w->stop_reconnect.store(true, std::memory_order_release);
+  w->results_received = w->plans_sent;
+  w->receive_due = false;
+  RemoveWorkerStatMetrics(w->address);
+  w->stat_up.store(false, std::memory_order_relaxed);
+  w->stat_draining.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(workers_mu_);
+    w->stat_removed.store(true, std::memory_order_relaxed);
+    // Closing the connection ends the step stream: the worker drops whatever is live there.
+    if (w->reconnector_done.load(std::memory_order_acquire)) {
+      if (w->reconnector.joinable()) w->reconnector.join();
+      w->conn.reset();
+    }
+  }
+  const int64_t drain_ns = Nanos(now - w->drain_started);
+  LOG(INFO) << "worker " << w->address << " left the pool (" << w->drain_reason << "): "
+            << w->drain_finished << " sequences finished there, " << w->drain_moved
+            << " moved, drained in " << drain_ns / 1000000 << " ms";
+  for (auto it = worker_drain_waiters_.begin(); it != worker_drain_waiters_.end();) {
+    if ((*it)->address != w->address) {
+      ++it;
+      continue;
+    }
+    (*it)->drain.finished = w->drain_finished;
+    (*it)->drain.moved = w->drain_moved;
+    (*it)->drain.drain_ns = Nanos(now - (*it)->requested);
+    (*it)->Finish();
+    it = worker_drain_waiters_.erase(it);
+  }
+  RecomputePoolLimits();
+  PublishStats();
+}
+
+void SchedulerLoop::RecomputePoolLimits() {
+  int64_t pool = 0;
+  int32_t context = 0;
+  int64_t members = 0;
+  for (const auto& w : workers_) {
+    if (w->health == WorkerSlot::Health::kRemoved) continue;
+    ++members;
+    pool = std::max(pool, w->queues.pool.capacity_tokens());
+    const int32_t c = w->info.max_context_tokens();
+    if (c > 0 && (context == 0 || c < context)) context = c;
+  }
+  // With no member left, the last limits stay: Submit then refuses with "no worker is up".
+  if (members == 0) {
+    stat_members_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  max_pool_tokens_.store(pool, std::memory_order_relaxed);
+  max_context_tokens_ = context;
+  stat_members_.store(members, std::memory_order_relaxed);
+}
+
+}  // namespace astr::sched
