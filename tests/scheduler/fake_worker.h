@@ -48,6 +48,7 @@ struct FakeWorkerConfig {
   int32_t max_context_tokens = 4096;
   int32_t vocab_size = 1000;
   std::string content_hash = "fake-model";
+  int64_t weight_version = 0;  // as Info reports it
   std::chrono::microseconds step_delay{0};  // simulated compute per step
 };
 
@@ -91,6 +92,8 @@ class FakeWorker {
     info.set_page_size(config_.page_size);
     info.set_max_batch(config_.max_batch);
     info.set_max_batch_tokens(config_.max_batch_tokens);
+    info.set_weight_version(config_.weight_version);
+    info.set_draining(draining_.load());
     return info;
   }
 
@@ -354,16 +357,32 @@ class FakeWorker {
       t->set_logprob(-0.5f);
     }
     result->set_weight_version(weight_version_.load());
+    result->set_draining(draining_.load());
   }
 
  public:
   // The version results report (7 until set), and the plans sent whose results were not read.
   void set_weight_version(int64_t v) { weight_version_.store(v); }
+  // Shutting down (SIGTERM): Info and every result say `draining`.
+  void set_draining(bool d) { draining_.store(d); }
+  // The scheduler closed its connection (the stream ended): the worker drops what was live.
+  void StreamClosed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.clear();
+    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+    ++streams_closed_;
+  }
+  int64_t streams_closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return streams_closed_;
+  }
   int in_flight() const { return in_flight_.load(); }
   void AddInFlight(int d) { in_flight_.fetch_add(d); }
 
  private:
   std::atomic<int64_t> weight_version_{7};
+  std::atomic<bool> draining_{false};
+  int64_t streams_closed_ = 0;
   std::atomic<int> in_flight_{0};
 
   const FakeWorkerConfig config_;
@@ -388,6 +407,7 @@ class FakeConnection : public WorkerConnection {
  public:
   explicit FakeConnection(std::shared_ptr<FakeWorker> worker)
       : worker_(std::move(worker)), address_(worker_->config().address), info_(worker_->Info()) {}
+  ~FakeConnection() override { worker_->StreamClosed(); }
 
   const std::string& address() const override { return address_; }
   const v1::InfoResponse& info() const override { return info_; }
