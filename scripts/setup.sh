@@ -24,6 +24,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# kubectl renders deploy/k8s for tests/deploy (`kubectl kustomize`). Debian's kubernetes-client
+# (kubectl 1.20, kustomize v2.0.3: the manifests keep to its syntax) only where no kubectl is
+# installed, so a newer one already on the machine is never replaced.
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: installing Debian package: kubernetes-client (kubectl)"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends kubernetes-client
+fi
+
 # Python packages used by the tests and tools, in a project-local virtual environment.
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.cache/venv"
