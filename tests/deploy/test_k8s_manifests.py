@@ -250,6 +250,17 @@ def test_termination_grace_exceeds_drain_timeout(name):
 
 
 @pytest.mark.parametrize("name", INSTALLS)
+def test_scheduler_waits_for_a_leaving_worker_as_long_as_it_drains(name):
+    """A worker that leaves is drained from both ends: the scheduler keeps its sequences there
+    for --worker-drain-timeout-s, the worker lets them run for its --drain-timeout-s. Equal, so
+    the drain lasts what the worker's flag says."""
+    scheduler, worker = scheduler_and_worker(name)
+    waits = k8s.parse_args(astr_container(scheduler)).get("worker-drain-timeout-s")
+    drains = k8s.parse_args(astr_container(worker)).get("drain-timeout-s")
+    assert waits is not None and waits == drains, (waits, drains)
+
+
+@pytest.mark.parametrize("name", INSTALLS)
 def test_probes_are_grpc_health_checks_on_declared_ports(name):
     for binary, t in astr_pods(name).items():
         c = astr_container(t)
