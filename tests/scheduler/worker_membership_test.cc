@@ -133,8 +133,9 @@ void ExpectAllFree(Scheduler* s, const std::vector<std::shared_ptr<FakeWorker>>&
 }
 
 TEST_P(WorkerMembershipTest, AJoiningWorkerTakesNewSequencesAndOutputsAreUnchanged) {
-  auto f0 = Fake("fake-0");
-  auto f1 = Fake("fake-1");
+  // Steps take 5 ms, so fake-0's four requests still run when the next four arrive.
+  auto f0 = Fake("fake-0", 256, 64, 5000us);
+  auto f1 = Fake("fake-1", 256, 64, 5000us);
   auto s = Make({f0});
   ASSERT_TRUE(s);
   std::vector<std::shared_ptr<RequestChannel>> channels;
@@ -142,7 +143,7 @@ TEST_P(WorkerMembershipTest, AJoiningWorkerTakesNewSequencesAndOutputsAreUnchang
   ASSERT_TRUE(s->AddWorker(std::make_unique<FakeConnection>(f1)).ok());
   EXPECT_EQ(Addresses(*s), (std::vector<std::string>{"fake-0", "fake-1"}));
   EXPECT_EQ(s->Stats().workers_size(), 2);
-  // The joiner is the least loaded: new requests go to it first.
+  // The joiner is the least loaded: new requests go to it (all four unless fake-0 finished some).
   for (int i = 4; i < 8; ++i) channels.push_back(MustSubmit(s.get(), MakeRequest(30, 100 + i)));
   for (int i = 0; i < 8; ++i) {
     Outcome out = Collect(channels[i].get());
