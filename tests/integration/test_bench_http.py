@@ -22,6 +22,9 @@ def test_smoke_run_prints_positive_figures_for_both_transports():
     r = run_bench("--smoke", "--model", harness.STORIES, "--bin-dir", harness.BIN_DIR)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)  # one JSON document, nothing else on stdout
+    failed = [(run["server"], run["level"], run["error_samples"]) for run in doc["runs"]
+              if run.get("errors")]
+    assert not failed, f"failed requests: {failed}\n{r.stderr[-3000:]}"
     assert doc["config"]["levels"] == [1, 2]
     assert doc["config"]["max_tokens"] == 4
     for server in ("astr_http", "astr_grpc"):
@@ -33,7 +36,10 @@ def test_smoke_run_prints_positive_figures_for_both_transports():
             assert fig["requests"] == 2, where
             assert fig["tokens_per_s"]["median"] > 0, where
             assert fig["ttft_ms_p50"] > 0 and fig["ttft_ms_p99"] >= fig["ttft_ms_p50"], where
-            assert fig["itl_ms_p50"] >= 0 and fig["itl_ms_p99"] >= fig["itl_ms_p50"], where
+            # No inter-token gap at all when a loaded machine delivers each stream's 4 tokens
+            # in one message: then there is no ITL to report.
+            if fig["itl_ms_p50"] is not None:
+                assert fig["itl_ms_p50"] >= 0 and fig["itl_ms_p99"] >= fig["itl_ms_p50"], where
             assert fig["prompt_tokens_mean"] > 1, where
     # Interleaved: each level runs on HTTP, then on gRPC, before the next level.
     order = [(run["level"], run["server"]) for run in doc["runs"]]

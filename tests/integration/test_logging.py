@@ -63,7 +63,8 @@ def test_worker_json_log_is_one_object_per_line_from_start_to_sigterm(log_dir):
     assert any(m.startswith("model: ") for m in msgs), msgs
     assert any(m.startswith("KV pool: ") for m in msgs), msgs
     assert f"listening on {w.address}" in msgs, msgs
-    assert "received SIGTERM: finishing the current step, then shutting down" in msgs, msgs
+    assert ("received SIGTERM: draining (running sequences may finish for up to 60 s), then "
+            "shutting down") in msgs, msgs
     assert msgs[-1] == "stopped", msgs
 
 
