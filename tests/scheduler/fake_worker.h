@@ -4,6 +4,8 @@
 // output of a request without running any scheduler code.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
 
 namespace astr::sched::testing {
@@ -457,5 +460,23 @@ class FakeConnection : public WorkerConnection {
   int64_t sent_ = 0;
   std::deque<v1::StepResult> results_;
 };
+
+// Polls `pred` every millisecond; false when it is still false after `timeout`.
+template <typename Pred>
+bool WaitUntil(Pred&& pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto give_up = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Submit that must succeed (a test failure and nullptr otherwise).
+inline std::shared_ptr<RequestChannel> MustSubmit(Scheduler* s, SchedRequest r) {
+  auto submitted = s->Submit(std::move(r));
+  EXPECT_TRUE(submitted.ok()) << submitted.status().ToString();
+  return submitted.ok() ? *submitted : nullptr;
+}
 
 }  // namespace astr::sched::testing

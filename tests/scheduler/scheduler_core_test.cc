@@ -18,6 +18,8 @@ using testing::FakePromptLogprob;
 using testing::FakeToken;
 using testing::FakeWorker;
 using testing::FakeWorkerConfig;
+using testing::MustSubmit;
+using testing::WaitUntil;
 using testing::PlanRecord;
 
 constexpr int32_t kVocab = 1000;
@@ -86,16 +88,6 @@ Outcome Collect(RequestChannel* channel) {
   return Collect(channel, [](const SampleEvent&) {});
 }
 
-template <typename Pred>
-bool WaitUntil(Pred&& pred, std::chrono::milliseconds timeout = 10s) {
-  const auto give_up = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 std::unique_ptr<Scheduler> MakeScheduler(SchedulerOptions options,
                                          const std::vector<std::shared_ptr<FakeWorker>>& fakes) {
   std::vector<std::unique_ptr<WorkerConnection>> conns;
@@ -114,12 +106,6 @@ class SchedulerCoreTest : public ::testing::TestWithParam<bool> {
     return MakeScheduler(options, fakes);
   }
 };
-
-std::shared_ptr<RequestChannel> MustSubmit(Scheduler* s, SchedRequest r) {
-  auto submitted = s->Submit(std::move(r));
-  EXPECT_TRUE(submitted.ok()) << submitted.status().ToString();
-  return submitted.ok() ? *submitted : nullptr;
-}
 
 // After all requests ended: every page back in the scheduler's pools and every fake empty.
 void ExpectAllFree(Scheduler* s, const std::vector<std::shared_ptr<FakeWorker>>& fakes) {

@@ -21,6 +21,8 @@ using testing::FakeConnection;
 using testing::FakeToken;
 using testing::FakeWorker;
 using testing::FakeWorkerConfig;
+using testing::MustSubmit;
+using testing::WaitUntil;
 using testing::PlanRecord;
 
 constexpr int32_t kVocab = 1000;
@@ -64,16 +66,6 @@ Outcome Collect(RequestChannel* channel) {
   return out;
 }
 
-template <typename Pred>
-bool WaitUntil(Pred&& pred, std::chrono::milliseconds timeout = 10s) {
-  const auto give_up = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 std::shared_ptr<FakeWorker> Fake(const std::string& address, int64_t num_pages = 256,
                                  int32_t max_batch = 64, std::chrono::microseconds delay = 0us) {
   FakeWorkerConfig c;
@@ -110,12 +102,6 @@ class WorkerMembershipTest : public ::testing::TestWithParam<bool> {
     return created.ok() ? std::move(*created) : nullptr;
   }
 };
-
-std::shared_ptr<RequestChannel> MustSubmit(Scheduler* s, SchedRequest r) {
-  auto submitted = s->Submit(std::move(r));
-  EXPECT_TRUE(submitted.ok()) << submitted.status().ToString();
-  return submitted.ok() ? *submitted : nullptr;
-}
 
 // Every member's pool full again, the scheduler idle, and no fake saw a bad plan.
 void ExpectAllFree(Scheduler* s, const std::vector<std::shared_ptr<FakeWorker>>& fakes) {
