@@ -10,12 +10,14 @@ APT_PACKAGES=(
   python3 python3-pip python3-venv
   clang-format clang-tidy
 )
+# The container image tests (tests/deploy): shellcheck lints the images' entrypoint.
+DEPLOY_TEST_PACKAGES=(shellcheck)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 missing=()
-for p in "${APT_PACKAGES[@]}"; do
+for p in "${APT_PACKAGES[@]}" "${DEPLOY_TEST_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
