@@ -10,8 +10,9 @@ APT_PACKAGES=(
   python3 python3-pip python3-venv
   clang-format clang-tidy
 )
-# The container image tests (tests/deploy): shellcheck lints the images' entrypoint.
-DEPLOY_TEST_PACKAGES=(shellcheck)
+# The container image tests (tests/deploy): podman (run through runc) builds and runs the images,
+# debootstrap makes their Debian base here, shellcheck lints the images' entrypoint.
+DEPLOY_TEST_PACKAGES=(podman runc debootstrap shellcheck)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
