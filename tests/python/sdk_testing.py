@@ -144,6 +144,11 @@ class FakeAdmin(apb_grpc.AdminServicer):
         self._check("FlushCache", request, context)
         return self._reply("FlushCache", apb.FlushCacheResponse(pages_freed=9))
 
+    def DrainWorker(self, request, context):
+        self._check("DrainWorker", request, context)
+        return self._reply("DrainWorker", apb.DrainWorkerResponse(
+            address=request.address, finished=3, moved=1, drain_ns=5))
+
     def ReleaseMemory(self, request, context):
         self._check("ReleaseMemory", request, context)
         return self._reply("ReleaseMemory", apb.ReleaseMemoryResponse(bytes_released=1 << 20))

@@ -31,6 +31,7 @@ def every_call(admin):
         "Pause": admin.pause("drain"),
         "Resume": admin.resume(),
         "FlushCache": admin.flush_cache(),
+        "DrainWorker": admin.drain_worker("10.0.0.7:50052", drain_timeout_s=30),
         "InitWeightUpdateGroup": admin.init_weight_update_group(b"\x01" * 128, 3, "g"),
         "UpdateWeightsFromDistributed": admin.update_weights_from_distributed(
             "g", manifest, bucket_bytes=1 << 20),
@@ -56,6 +57,8 @@ def check_requests(fake):
         ("w", "bf16", [2, 3])]
     (destroy,) = fake.record.only("DestroyWeightUpdateGroup")
     assert destroy.group_name == "g"
+    (drain,) = fake.record.only("DrainWorker")
+    assert (drain.address, drain.timeout_s) == ("10.0.0.7:50052", 30)
     (release,) = fake.record.only("ReleaseMemory")
     assert list(release.tags) == ["kv_cache"]
     (resume_memory,) = fake.record.only("ResumeMemory")
@@ -69,7 +72,7 @@ def test_every_method_sends_its_request_and_the_token(admin_server):
     with astr.AdminClient(address, token=TOKEN, timeout=30) as admin:
         replies = every_call(admin)
     check_requests(fake)
-    assert len(fake.record.calls) == len(replies) == 11
+    assert len(fake.record.calls) == len(replies) == 12
     version = replies["GetWeightVersion"]
     assert (version.version, version.label, version.paused) == (5, "step-5", apb.PAUSE_MODE_KEEP)
     assert [(t.name, t.xxh64) for t in replies["GetWeightsChecksum"].tensors] == [
@@ -77,6 +80,8 @@ def test_every_method_sends_its_request_and_the_token(admin_server):
     assert [(r.address, r.rank) for r in replies["InitWeightUpdateGroup"].ranks] == [
         ("w0", 1), ("w1", 2)]
     assert replies["FlushCache"].pages_freed == 9
+    assert (replies["DrainWorker"].address, replies["DrainWorker"].finished,
+            replies["DrainWorker"].moved) == ("10.0.0.7:50052", 3, 1)
 
 
 def test_token_file(admin_server, tmp_path):
