@@ -176,27 +176,19 @@ TEST_P(WorkerMembershipTest, AddWorkerRefusesAnotherModelVersionADrainingWorkerO
 }
 
 // fake-0 runs two sequences (max batch 2) and holds a third waiting when the drain begins: the
-// waiting one moves to fake-1 at once, the running ones finish on fake-0, then it leaves.
+// waiting one moves to fake-1 at once, the running ones finish on fake-0, then it leaves. Steps
+// take 2 ms, so the 200-token requests run for 400 ms while the drain begins within a few.
 TEST_P(WorkerMembershipTest, DrainLetsRunningSequencesFinishThereAndMovesWaitingOnes) {
-  auto f0 = Fake("fake-0", 256, /*max_batch=*/2, 1000us);
-  auto f1 = Fake("fake-1", 256, /*max_batch=*/2, 1000us);
+  auto f0 = Fake("fake-0", 256, /*max_batch=*/2, 2000us);
+  auto f1 = Fake("fake-1", 256, /*max_batch=*/2, 2000us);
   auto s = Make({f0, f1});
   ASSERT_TRUE(s);
-  f0->SetGated(true);
-  f1->SetGated(true);
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (int i = 0; i < 6; ++i) channels.push_back(MustSubmit(s.get(), MakeRequest(200, 300 + i)));
-  // Both have started their two; the third of each waits.
-  ASSERT_TRUE(f0->WaitForPlans(1));
-  ASSERT_TRUE(f1->WaitForPlans(1));
-  std::thread unblock([&] {
-    std::this_thread::sleep_for(20ms);
-    f0->SetGated(false);
-    f1->SetGated(false);
-  });
+  // Both have started their two; the third of each waits (the router alternates).
+  ASSERT_TRUE(WaitUntil([&] { return Started(*f0) == 2 && Started(*f1) == 2; }));
   auto drained = s->DrainWorker("fake-0", 20s, /*wait=*/true, Clock::now() + 30s,
                                 /*exclude=*/true);
-  unblock.join();
   ASSERT_TRUE(drained.ok()) << drained.status().ToString();
   EXPECT_EQ(drained->address, "fake-0");
   EXPECT_EQ(drained->finished, 2);

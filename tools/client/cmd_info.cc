@@ -47,7 +47,9 @@ void PrintServerStats(const v1::GetServerStatsResponse& stats) {
     std::printf(
         "worker %s: %s, %lld / %lld pages free, %d sequences, %lld steps (mean %.1f us), %lld "
         "sequences assigned\n",
-        w.address().c_str(), w.up() ? "up" : "DOWN", static_cast<long long>(w.free_pages()),
+        w.address().c_str(),
+        w.up() ? (w.draining() ? "up, DRAINING" : "up") : (w.draining() ? "DOWN, DRAINING" : "DOWN"),
+        static_cast<long long>(w.free_pages()),
         static_cast<long long>(w.total_pages()), w.running_sequences(),
         static_cast<long long>(w.steps()), w.mean_step_ns() / 1e3,
         static_cast<long long>(w.sequences_assigned()));
