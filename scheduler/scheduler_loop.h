@@ -222,7 +222,11 @@ class SchedulerLoop {
   void OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now);
   void StartReconnect(WorkerSlot* w);
   void PollWorkers(Clock::time_point now);
-  void MoveSequencesAway(WorkerSlot* w, Clock::time_point now);
+  // Moves `w`'s waiting sequences (not live there: all of a down worker's, since ResetStream) to
+  // the least-loaded placeable workers; returns how many moved. One that no worker can take
+  // stays on `w` with `keep_unplaceable` (a draining worker may still start it), else its request
+  // ends with UNAVAILABLE.
+  int32_t MoveWaiting(WorkerSlot* w, bool keep_unplaceable, Clock::time_point now);
   void RecordStepTime(WorkerSlot* w, int64_t ns);
 
   // Membership, loop side (scheduler_loop_members.cc).
@@ -231,12 +235,12 @@ class SchedulerLoop {
   // Starts draining `w` (no-op when it is already); `timeout` bounds its running sequences.
   void StartDraining(WorkerSlot* w, std::string reason, std::chrono::milliseconds timeout,
                      Clock::time_point now);
-  // Moves a draining worker's waiting sequences to placeable workers (those none can take stay).
-  void MoveWaitingAway(WorkerSlot* w);
   // Each iteration: draining workers past their deadline give up their running sequences; empty
   // ones are removed; removed ones whose reconnector ended are closed.
   void AdvanceDrains(Clock::time_point now);
   void RemoveWorker(WorkerSlot* w, Clock::time_point now);
+  // A removed slot's connection closes once its reconnector (which uses it) has returned.
+  void CloseRemovedConnection(WorkerSlot* w);
   // The metrics children that read a slot's atomics.
   void AddWorkerStatMetrics(const WorkerSlot* w);
   void RemoveWorkerStatMetrics(const std::string& address);

@@ -198,7 +198,6 @@ std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const {
 
 // The same atomics as Stats(), read when the registry renders.
 void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
-  constexpr auto kRelaxed = std::memory_order_relaxed;
   auto read = [](const auto& atomic) {
     return [&atomic] { return static_cast<double>(atomic.load(std::memory_order_relaxed)); };
   };

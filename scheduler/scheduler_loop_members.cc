@@ -9,13 +9,6 @@
 #include "scheduler/scheduler_loop.h"
 
 namespace astr::sched {
-namespace {
-
-int64_t Footprint(const Sequence& seq) {
-  return seq.num_prompt_tokens() + static_cast<int64_t>(seq.request->req.max_tokens);
-}
-
-}  // namespace
 
 // ---- Client-thread side.
 
@@ -187,67 +180,37 @@ void SchedulerLoop::StartDraining(WorkerSlot* w, std::string reason,
   w->drain_deadline = now + timeout;
   w->drain_reason = std::move(reason);
   w->drain_finished = 0;
-  w->drain_moved = 0;
-  MoveWaitingAway(w);
+  w->drain_moved = MoveWaiting(w, /*keep_unplaceable=*/true, now);
   LOG(INFO) << "worker " << w->address << ": draining (" << w->drain_reason << "): "
             << w->queues.running.size() << " running sequences may finish there for up to "
             << timeout.count() / 1000 << " s; " << w->drain_moved << " waiting ones moved";
-}
-
-void SchedulerLoop::MoveWaitingAway(WorkerSlot* w) {
-  if (w->queues.waiting.empty()) return;
-  std::vector<Sequence*> moving;
-  moving.swap(w->queues.waiting);
-  const int index = static_cast<int>(
-      std::find_if(workers_.begin(), workers_.end(), [w](const auto& s) { return s.get() == w; }) -
-      workers_.begin());
-  for (Sequence* seq : moving) {
-    w->placed_tokens -= Footprint(*seq);
-    seq->worker = -1;
-    if (Place(seq)) {
-      ++w->drain_moved;
-      continue;
-    }
-    // No other worker can take it: it stays, and may still start here.
-    seq->worker = index;
-    w->placed_tokens += Footprint(*seq);
-    w->queues.Enqueue(seq);
-  }
 }
 
 void SchedulerLoop::AdvanceDrains(Clock::time_point now) {
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
     if (w->health == WorkerSlot::Health::kRemoved) {
-      // The connection closes once the reconnector (which uses it) has given up.
-      if (w->conn != nullptr && w->reconnector_done.load(std::memory_order_acquire)) {
-        if (w->reconnector.joinable()) w->reconnector.join();
-        std::lock_guard<std::mutex> lock(workers_mu_);  // Members() reads slots under it
-        w->conn.reset();
-      }
+      CloseRemovedConnection(w);
       continue;
     }
     if (!w->draining) continue;
     if (w->health != WorkerSlot::Health::kUp) {
       // It broke (or was down) while draining: nothing will finish there.
-      w->drain_moved += static_cast<int32_t>(w->queues.waiting.size());
-      MoveSequencesAway(w, now);
+      w->drain_moved += MoveWaiting(w, /*keep_unplaceable=*/false, now);
       RemoveWorker(w, now);
       continue;
     }
-    if (!w->queues.waiting.empty()) MoveWaitingAway(w);  // a worker may have joined since
+    // A worker may have joined since.
+    w->drain_moved += MoveWaiting(w, /*keep_unplaceable=*/true, now);
     if (now >= w->drain_deadline && !w->queues.running.empty()) {
       const int64_t running = static_cast<int64_t>(w->queues.running.size());
       LOG(WARNING) << "worker " << w->address << ": drain timeout: " << running
                    << " running sequences restart on the other workers";
       // As after a broken stream: they restart from prompt + generated tokens (same RNG
-      // counters); the plans in flight are dropped with the stream.
+      // counters); the plans in flight are dropped with the stream (RemoveWorker).
       w->queues.ResetStream();
-      w->results_received = w->plans_sent;
-      w->receive_due = false;
       stat_preemptions_.fetch_add(running, std::memory_order_relaxed);
-      w->drain_moved += static_cast<int32_t>(w->queues.waiting.size());
-      MoveSequencesAway(w, now);
+      w->drain_moved += MoveWaiting(w, /*keep_unplaceable=*/false, now);
       RemoveWorker(w, now);
       continue;
     }
@@ -269,12 +232,9 @@ void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
   {
     std::lock_guard<std::mutex> lock(workers_mu_);
     w->stat_removed.store(true, std::memory_order_relaxed);
-    // Closing the connection ends the step stream: the worker drops whatever is live there.
-    if (w->reconnector_done.load(std::memory_order_acquire)) {
-      if (w->reconnector.joinable()) w->reconnector.join();
-      w->conn.reset();
-    }
   }
+  // Closing the connection ends the step stream: the worker drops whatever is live there.
+  CloseRemovedConnection(w);
   const int64_t drain_ns = Nanos(now - w->drain_started);
   LOG(INFO) << "worker " << w->address << " left the pool (" << w->drain_reason << "): "
             << w->drain_finished << " sequences finished there, " << w->drain_moved
@@ -292,6 +252,13 @@ void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
   }
   RecomputePoolLimits();
   PublishStats();
+}
+
+void SchedulerLoop::CloseRemovedConnection(WorkerSlot* w) {
+  if (w->conn == nullptr || !w->reconnector_done.load(std::memory_order_acquire)) return;
+  if (w->reconnector.joinable()) w->reconnector.join();
+  std::lock_guard<std::mutex> lock(workers_mu_);  // Members() reads slots under it
+  w->conn.reset();
 }
 
 void SchedulerLoop::RecomputePoolLimits() {

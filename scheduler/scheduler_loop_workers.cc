@@ -7,13 +7,6 @@
 #include "scheduler/scheduler_loop.h"
 
 namespace astr::sched {
-namespace {
-
-int64_t Footprint(const Sequence& seq) {
-  return seq.num_prompt_tokens() + static_cast<int64_t>(seq.request->req.max_tokens);
-}
-
-}  // namespace
 
 WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity)
     : conn(std::move(connection)),
@@ -23,7 +16,7 @@ WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepC
       planner(capacity.For(info)) {}
 
 bool SchedulerLoop::Place(Sequence* seq) {
-  const int64_t footprint = Footprint(*seq);
+  const int64_t footprint = seq->footprint();
   // Up workers first; a worker that is reconnecting only when no worker is up (its sequences
   // move on if it is declared down). Never one that is draining.
   int chosen = -1;
@@ -50,7 +43,7 @@ void SchedulerLoop::Unplace(Sequence* seq) {
   WorkerSlot* w = workers_[seq->worker].get();
   if (w->draining) ++w->drain_finished;  // it ended here (finished, cancelled, failed)
   w->queues.Remove(seq);
-  w->placed_tokens -= Footprint(*seq);
+  w->placed_tokens -= seq->footprint();
   seq->worker = -1;
 }
 
@@ -140,7 +133,7 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
                    << ", " << info.num_pages() << " pages of " << info.page_size()
                    << "); keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
-        if (w->health == WorkerSlot::Health::kReconnecting) MoveSequencesAway(w, now);
+        if (w->health == WorkerSlot::Health::kReconnecting) MoveWaiting(w, /*keep_unplaceable=*/false, now);
         w->health = WorkerSlot::Health::kDown;
         w->broken_since = Clock::time_point::max();  // no further attempts
         continue;
@@ -152,7 +145,7 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
                    << info.weight_version() << ", not the current "
                    << weight_version_.load(std::memory_order_relaxed) << "; keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
-        if (w->health == WorkerSlot::Health::kReconnecting) MoveSequencesAway(w, now);
+        if (w->health == WorkerSlot::Health::kReconnecting) MoveWaiting(w, /*keep_unplaceable=*/false, now);
         w->health = WorkerSlot::Health::kDown;
         w->broken_since = Clock::time_point::max();
         continue;
@@ -166,7 +159,7 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       LOG(WARNING) << "worker " << w->address
                    << ": shutting down (it answers as draining), marked down";
       w->health = WorkerSlot::Health::kDown;  // the reconnector keeps trying: it may restart
-      MoveSequencesAway(w, now);
+      MoveWaiting(w, /*keep_unplaceable=*/false, now);
       continue;
     }
     if (w->health == WorkerSlot::Health::kReconnecting &&
@@ -174,31 +167,40 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       LOG(WARNING) << "worker " << w->conn->address() << ": unreachable for "
                    << options_.worker_down_after_ms << " ms, marked down";
       w->health = WorkerSlot::Health::kDown;  // the reconnector keeps trying
-      MoveSequencesAway(w, now);
+      MoveWaiting(w, /*keep_unplaceable=*/false, now);
     }
   }
 }
 
-// Every sequence of a down worker goes to the least-loaded worker that is up; requests that no
-// worker can take end with UNAVAILABLE.
-void SchedulerLoop::MoveSequencesAway(WorkerSlot* w, Clock::time_point now) {
+int32_t SchedulerLoop::MoveWaiting(WorkerSlot* w, bool keep_unplaceable, Clock::time_point now) {
+  if (w->queues.waiting.empty()) return 0;
   std::vector<Sequence*> moving;
-  moving.swap(w->queues.waiting);  // running is empty since ResetStream
+  moving.swap(w->queues.waiting);
+  const int home = moving.front()->worker;
   for (Sequence* seq : moving) {
-    w->placed_tokens -= Footprint(*seq);
+    w->placed_tokens -= seq->footprint();
     seq->worker = -1;
     seq->state = Sequence::State::kWaiting;
   }
+  int32_t moved = 0;
   for (Sequence* seq : moving) {
     RequestState* r = seq->request;
+    // A request closed below (another of its samples found no worker) has ended this one too.
     if (r->closed || seq->state == Sequence::State::kDone) continue;
-    if (!Place(seq)) {
+    if (Place(seq)) {
+      ++moved;
+    } else if (keep_unplaceable) {
+      seq->worker = home;
+      w->placed_tokens += seq->footprint();
+      w->queues.Enqueue(seq);
+    } else {
       CloseRequest(r,
-                   UnavailableError("worker " + w->conn->address() + " is down (" +
+                   UnavailableError("worker " + w->address + " is down (" +
                                     w->last_error.message() + ") and no other worker is up"),
                    now);
     }
   }
+  return moved;
 }
 
 void SchedulerLoop::RecordStepTime(WorkerSlot* w, int64_t ns) {

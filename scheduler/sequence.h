@@ -47,6 +47,8 @@ struct Sequence {
   uint64_t preempted_at_step = 0;  // step id of its last preemption (not re-admitted then)
 
   int32_t num_prompt_tokens() const;
+  // What routing counts against a worker: prompt + max_tokens positions.
+  int64_t footprint() const;
   int32_t num_tokens() const {
     return num_prompt_tokens() + static_cast<int32_t>(generated.size());
   }
@@ -84,6 +86,10 @@ struct RequestState {
 
 inline int32_t Sequence::num_prompt_tokens() const {
   return static_cast<int32_t>(request->req.prompt.size());
+}
+
+inline int64_t Sequence::footprint() const {
+  return num_prompt_tokens() + static_cast<int64_t>(request->req.max_tokens);
 }
 
 inline int32_t Sequence::PromptScoreFrom() const {

@@ -187,16 +187,16 @@ bool WorkerMembership::Wanted(const std::string& address) { return wanted_.count
 
 void WorkerMembership::RefreshOnce() {
   const std::vector<std::string> listed = Resolve();
+  const std::set<std::string> listed_set(listed.begin(), listed.end());
   const std::vector<WorkerMember> members = scheduler_->Members();
   std::set<std::string> gone;  // listed at the previous refresh, not now
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
-    std::set<std::string> now(listed.begin(), listed.end());
     for (const std::string& a : wanted_) {
-      if (now.count(a) == 0) gone.insert(a);
+      if (listed_set.count(a) == 0) gone.insert(a);
     }
-    wanted_ = std::move(now);
+    wanted_ = listed_set;
     // Dials that ended are joined here.
     for (auto it = dials_.begin(); it != dials_.end();) {
       if (it->second->done) {
@@ -212,13 +212,7 @@ void WorkerMembership::RefreshOnce() {
   std::set<std::string> member_addresses;
   for (const WorkerMember& m : members) {
     member_addresses.insert(m.address);
-    if (m.draining) continue;
-    bool listed_now = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      listed_now = Wanted(m.address);
-    }
-    if (listed_now) continue;
+    if (m.draining || listed_set.count(m.address) > 0) continue;
     LOG(INFO) << "workers: " << m.address << " is no longer listed: draining it";
     auto drained = scheduler_->DrainWorker(m.address, std::chrono::milliseconds(0),
                                            /*wait=*/false, Clock::time_point::max(),
