@@ -11,8 +11,9 @@ APT_PACKAGES=(
   clang-format clang-tidy
 )
 # The container image tests (tests/deploy): podman (run through runc) builds and runs the images,
-# debootstrap makes their Debian base here, shellcheck lints the images' entrypoint.
-DEPLOY_TEST_PACKAGES=(podman runc debootstrap shellcheck)
+# debootstrap makes their Debian base here, shellcheck lints the images' entrypoint. iproute2's
+# `ip netns` makes the hosts of tests/integration/test_worker_membership_netns.py.
+DEPLOY_TEST_PACKAGES=(podman runc debootstrap shellcheck iproute2)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -35,6 +35,8 @@ pytestmark = pytest.mark.skipif(
         ("--front-threads", "257"),
         ("--stream-stall-timeout-s", "-1"),
         ("--max-message-mb", "0"),
+        ("--worker-refresh-s", "0"),
+        ("--worker-drain-timeout-s", "-1"),
     ],
 )
 def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
@@ -46,6 +48,16 @@ def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
     )
     assert proc.returncode == 2, proc.stderr
     assert flag in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("workers", ["nohost", "host:0", "dns:///name", "[::1", "a:1,a:1", ","])
+def test_bad_workers_entry_is_refused_naming_it(workers):
+    proc = subprocess.run(
+        [harness.SCHEDULER_BIN, "--workers", workers, "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=10,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--workers" in proc.stderr, proc.stderr
 
 
 def test_help_lists_the_failure_handling_flags():

@@ -9,6 +9,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
+import pytest
+
 import harness
 from harness import STORIES, request, stream
 
@@ -81,9 +84,22 @@ def test_admin_drain_worker_under_load_keeps_every_output(make_cluster, tmp_path
                         "--token-file", token, "--worker", "127.0.0.1:1")
     assert r.returncode == 1
     assert "NOT_FOUND" in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
-    # The pool still serves.
+    # Bad requests name the field.
+    admin = c.scheduler.admin_stub()
+    auth = [("authorization", "Bearer drain-test-token")]
+    for req, field in ((harness.apb.DrainWorkerRequest(), "address"),
+                       (harness.apb.DrainWorkerRequest(address=w1, timeout_s=-1), "timeout_s")):
+        with pytest.raises(grpc.RpcError) as e:
+            admin.DrainWorker(req, metadata=auth, timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+        assert e.value.details().startswith(field + ":"), e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        admin.DrainWorker(harness.apb.DrainWorkerRequest(address=w1), timeout=30)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, e.value
+    # The pool still serves, on the worker left.
     one = stream(c.stub, request(token_ids=prompts[0], max_tokens=8))
     assert len(one.one().token_ids) == 8
+    assert [w.address for w in c.stats().workers] == [w1]
 
 
 def test_worker_sigterm_finishes_its_sequences_and_a_restarted_worker_rejoins(make_cluster):

@@ -328,6 +328,9 @@ TEST_F(WorkerServiceTest, BadFlagsAreUsageErrorsNamingTheFlag) {
   r = testing::RunCommand(bin + " --model " + model_ + " --max-batch 0 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("--max-batch"), std::string::npos) << r.out;
+  r = testing::RunCommand(bin + " --model " + model_ + " --drain-timeout-s -1 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--drain-timeout-s"), std::string::npos) << r.out;
   r = testing::RunCommand(bin + " --model " + model_ +
                           " --listen 127.0.0.1:0 --metrics-listen no-port 2>&1");
   EXPECT_EQ(r.exit_code, 1);
