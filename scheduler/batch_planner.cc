@@ -24,6 +24,7 @@ void ResetPlacement(Sequence* seq) {
   seq->score_from = 0;
   seq->step_tokens = 0;
   seq->in_flight = 0;  // tokens still in flight for the old id are dropped when they arrive
+  seq->cache_cursor = {};
 }
 
 // The rows of a chunk of `tokens` from seq.num_computed that score a prompt token.
@@ -54,6 +55,35 @@ int32_t FitLogitsRows(const Sequence& seq, int32_t tokens, int64_t rows) {
 
 }  // namespace
 
+WorkerQueues::~WorkerQueues() = default;
+
+std::span<const int32_t> WorkerQueues::TokensOf(const Sequence* seq, int64_t limit) {
+  const std::vector<int32_t>& prompt = seq->request->req.prompt;
+  const int64_t n = std::min<int64_t>(limit, seq->num_tokens());
+  tokens_.clear();
+  const int64_t from_prompt = std::min<int64_t>(n, static_cast<int64_t>(prompt.size()));
+  tokens_.insert(tokens_.end(), prompt.begin(), prompt.begin() + from_prompt);
+  tokens_.insert(tokens_.end(), seq->generated.begin(),
+                 seq->generated.begin() + (n - from_prompt));
+  return tokens_;
+}
+
+void WorkerQueues::CachePages(Sequence* seq, uint64_t ready_step) {
+  if (cache == nullptr || seq->cache_version != cache_version || seq->pages.pool() != &pool) {
+    return;
+  }
+  // Positions whose K/V the worker holds (or computes in the step being planned) and whose token
+  // the loop knows (a decode row feeds a token that may still be on its way).
+  const int64_t full = std::min<int64_t>(seq->num_computed, seq->num_tokens()) / pool.page_size();
+  if (full <= seq->cache_cursor.pages || seq->cache_cursor.blocked) {
+    if (seq->cache_cursor.epoch == cache->epoch()) return;  // nothing new (and not flushed)
+  }
+  const std::span<const int32_t> tokens = TokensOf(seq, full * pool.page_size());
+  cache->Insert(seq->cache_ns, tokens, seq->pages.pages(), ready_step, &seq->cache_cursor);
+}
+
+int64_t WorkerQueues::FlushCache() { return cache == nullptr ? 0 : cache->Flush(); }
+
 void WorkerQueues::Enqueue(Sequence* seq) {
   seq->state = Sequence::State::kWaiting;
   InsertSorted(&waiting, seq);
@@ -64,6 +94,7 @@ void WorkerQueues::Remove(Sequence* seq) {
     auto it = std::find(running.begin(), running.end(), seq);
     if (it != running.end()) running.erase(it);
     release.push_back(seq->live_id);
+    CachePages(seq, 0);  // what it computed stays for others (e.g. a conversation's next turn)
     ResetPlacement(seq);
   } else if (seq->state == Sequence::State::kWaiting) {
     auto it = std::find(waiting.begin(), waiting.end(), seq);
@@ -75,12 +106,15 @@ void WorkerQueues::Requeue(size_t index, bool count_preemption) {
   Sequence* seq = running[index];
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
   release.push_back(seq->live_id);
+  CachePages(seq, 0);  // its restart (here) reuses what it computed
   ResetPlacement(seq);
   if (count_preemption) ++seq->request->preemptions;
   Enqueue(seq);
 }
 
 void WorkerQueues::ResetStream() {
+  // The worker's KV is gone with its stream (the process may have restarted).
+  FlushCache();
   for (Sequence* seq : running) {
     ResetPlacement(seq);
     ++seq->request->preemptions;
@@ -100,6 +134,9 @@ void PlanOutcome::Clear() {
   num_preempted = 0;
   requests_started = 0;
   queued_tokens_started = 0;
+  cache_query_tokens = 0;
+  cache_hit_tokens = 0;
+  cache_deferred = 0;
 }
 
 void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now,
@@ -116,6 +153,11 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
   }
   for (Sequence* seq : q->running) {
     if (seq->step_tokens > 0 && seq->prefilling()) EmitEntry(seq, plan, out);
+  }
+  // Pages this step fills are cached now, pending until the next step: a sequence admitted below
+  // that needs one waits for it rather than computing it again.
+  if (q->cache != nullptr) {
+    for (Sequence* seq : q->running) q->CachePages(seq, step_id + 1);
   }
   Admit(q, used, step_id, now, plan, out);
   // Releases (finished, cancelled, preempted just now) go out with this plan; the worker applies
@@ -259,16 +301,22 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     seq->num_start_tokens = known;
     seq->num_computed = 0;
     seq->score_from = seq->PromptScoreFrom();
+    if (seq->pages.pool() != &pool) seq->pages = pool.NewList();
+    if (!ReuseCachedPrefix(q, seq, step_id, out)) continue;  // waits for a page being computed
+    const int32_t cached = seq->num_computed;
     const int32_t tokens = FitLogitsRows(
         *seq,
-        static_cast<int32_t>(
-            std::min<int64_t>({known, limits_.prefill_chunk, limits_.max_tokens - used})),
+        static_cast<int32_t>(std::min<int64_t>(
+            {known - cached, limits_.prefill_chunk, limits_.max_tokens - used})),
         limits_.max_logits_rows - logits_rows_);
-    if (tokens == 0) break;  // no logits row left this step
-    if (pool.PagesFor(tokens) > pool.num_free()) break;
+    const int64_t grow = pool.PagesFor(cached + tokens) - seq->pages.size();
+    if (tokens == 0 || grow > pool.num_free()) {  // no logits row, or too few pages, this step
+      seq->pages.Release();
+      seq->num_computed = 0;
+      break;
+    }
     const int64_t rows = LogitsRowsOf(*seq, tokens);
-    if (seq->pages.pool() != &pool) seq->pages = pool.NewList();
-    const bool ok = seq->pages.GrowTo(pool.PagesFor(tokens));
+    const bool ok = seq->pages.GrowTo(seq->pages.size() + grow);
     assert(ok);
     (void)ok;
     seq->live_id = next_live_id_++;
@@ -277,8 +325,10 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     seq->step_pages_before = seq->pages.size();  // its first pages travel in SequenceStart
     seq->step_tokens = tokens;
     EmitEntry(seq, plan, out);
+    q->CachePages(seq, step_id + 1);
     RequestState* request = seq->request;
     if (!request->scheduled) {
+      request->cached_tokens = std::min(cached, seq->num_prompt_tokens());
       request->scheduled = true;
       request->first_scheduled = now;
       ++out->requests_started;
@@ -308,9 +358,44 @@ void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
   ids->Add(req.prompt.begin(), req.prompt.end());
   ids->Add(seq->generated.begin(), seq->generated.end());
   start->set_num_prompt_tokens(static_cast<int32_t>(req.prompt.size()));
-  start->set_num_cached_tokens(0);  // no prefix cache yet
+  start->set_num_cached_tokens(seq->num_computed);  // the reused prefix (0 without one)
   for (int32_t page : seq->pages.pages()) start->add_pages(page);
   start->set_score_from(seq->score_from);
+}
+
+}  // namespace astr::sched
+
+namespace astr::sched {
+
+bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id,
+                                     PlanOutcome* out) {
+  if (q->cache == nullptr) return true;
+  const SchedRequest& req = seq->request->req;
+  seq->cache_version = q->cache_version;
+  seq->cache_ns = PrefixCache::Namespace(q->cache_version, req.cache_salt);
+  seq->cache_cursor = {};
+  // At least the last known token is fed (it samples), and every scored row is computed here.
+  int64_t reusable = seq->num_tokens() - 1;
+  if (seq->score_from > 0) reusable = std::min<int64_t>(reusable, seq->score_from - 1);
+  const int32_t page_size = q->pool.page_size();
+  const int64_t max_pages = reusable / page_size;
+  if (max_pages <= 0) {
+    out->cache_query_tokens += seq->num_tokens();
+    return true;
+  }
+  matched_.clear();
+  const std::span<const int32_t> tokens = q->TokensOf(seq, max_pages * page_size);
+  const PrefixCache::MatchResult m =
+      q->cache->Match(seq->cache_ns, tokens, max_pages, step_id, /*touch=*/true, &matched_);
+  if (m.pending_next) {
+    ++out->cache_deferred;
+    return false;
+  }
+  for (int32_t page : matched_) seq->pages.AppendShared(page);
+  seq->num_computed = static_cast<int32_t>(m.pages * page_size);
+  out->cache_query_tokens += seq->num_tokens();  // counted once the sequence does not wait
+  out->cache_hit_tokens += seq->num_computed;
+  return true;
 }
 
 }  // namespace astr::sched

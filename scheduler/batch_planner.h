@@ -12,6 +12,12 @@
 // per scored row, so such a chunk is cut where its rows run out. A running sequence always keeps
 // one row for each running sequence after it, so everyone progresses; admission takes what is
 // left.
+// Prefix cache (when the queues have one): a sequence that starts reuses the longest run of cached
+// full pages that prefixes its known tokens (at least one token is always computed, and a scoring
+// sequence computes every row it scores), and every entry's newly full pages are inserted as the
+// plan is built, pending until the next step. A sequence whose next page is pending (being
+// computed by this very step, e.g. by another sample of its request) waits a step to reuse it
+// instead of computing it twice; later sequences may pass it.
 // Pages are granted to running sequences in queue order. When a running sequence needs a page and
 // none is free, the preemption policy picks a victim among the sequences not yet granted this
 // step (itself included): its pages are freed, its live id is released in this very plan, and it
@@ -19,11 +25,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
 #include "scheduler/page_pool.h"
 #include "scheduler/policies.h"
+#include "scheduler/prefix_cache.h"
 #include "scheduler/sequence.h"
 
 namespace astr::sched {
@@ -31,8 +40,19 @@ namespace astr::sched {
 // One worker's sequences as the planner sees them. Owned by the loop thread.
 struct WorkerQueues {
   WorkerQueues(int64_t num_pages, int32_t page_size) : pool(num_pages, page_size) {}
+  ~WorkerQueues();
 
   PagePool pool;
+  // The radix prefix cache over `pool` (nullptr = off) and the weight version whose K/V the loop
+  // lets it keep (a sequence computed under another version inserts nothing).
+  std::unique_ptr<PrefixCache> cache;
+  int64_t cache_version = 0;
+  void EnableCache() { cache = std::make_unique<PrefixCache>(&pool); }
+  // Inserts the full pages of `seq` whose K/V are computed, or computed by step ready_step - 1
+  // (0 = already computed), and whose tokens are known.
+  void CachePages(Sequence* seq, uint64_t ready_step);
+  // Prompt + generated tokens of `seq` (scratch, valid until the next call).
+  std::span<const int32_t> TokensOf(const Sequence* seq, int64_t limit);
   std::vector<Sequence*> running;  // live on the worker, in QueueOrder
   std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
   std::vector<uint64_t> release;   // live ids to release with the next plan
@@ -49,7 +69,12 @@ struct WorkerQueues {
   // The step stream restarted empty (worker failure): every running sequence goes back to the
   // waiting queue as preempted and nothing is left to release.
   void ResetStream();
+  // Empties the prefix cache; returns the pages that became unused.
+  int64_t FlushCache();
   int64_t num_sequences() const { return static_cast<int64_t>(running.size() + waiting.size()); }
+
+ private:
+  std::vector<int32_t> tokens_;  // TokensOf's scratch
 };
 
 // What Plan did, besides the plan itself. Reused across steps (Clear keeps the capacity).
@@ -72,6 +97,10 @@ struct PlanOutcome {
   int32_t num_preempted = 0;
   int32_t requests_started = 0;       // requests whose first sequence started
   int64_t queued_tokens_started = 0;  // their RequestState::queued_tokens()
+  // Prefix cache, over the sequences started: tokens looked up and tokens found.
+  int64_t cache_query_tokens = 0;
+  int64_t cache_hit_tokens = 0;
+  int32_t cache_deferred = 0;  // sequences that wait a step for a pending page
   void Clear();
 };
 
@@ -102,6 +131,9 @@ class BatchPlanner {
   void Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
              v1::StepPlan* plan, PlanOutcome* out);
   void Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan);
+  // Prefix cache at a start: takes the cached pages that prefix seq's tokens (sets num_computed);
+  // false when it should wait for a page this step is computing.
+  bool ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id, PlanOutcome* out);
 
   StepLimits limits_;
   int64_t logits_rows_ = 0;  // logits rows granted in the step being planned
@@ -109,6 +141,7 @@ class BatchPlanner {
   PreemptionPolicy preemption_;
   uint64_t next_live_id_ = 1;
   bool hold_new_requests_ = false;
+  std::vector<int32_t> matched_;  // ReuseCachedPrefix's scratch
 };
 
 }  // namespace astr::sched

@@ -5,13 +5,18 @@
 namespace astr::sched {
 
 PagePool::PagePool(int64_t num_pages, int32_t page_size)
-    : num_pages_(num_pages), page_size_(page_size), refcount_(num_pages, 0) {
+    : num_pages_(num_pages),
+      page_size_(page_size),
+      refcount_(num_pages, 0),
+      cached_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 
 bool PagePool::Take(int64_t count, std::vector<int32_t>* out) {
   if (count > num_free()) return false;
+  if (count > num_unused() && reclaimer_ != nullptr) reclaimer_->Reclaim(count - num_unused());
+  if (count > num_unused()) return false;  // only when the reclaimer broke its count
   for (int64_t i = 0; i < count; ++i) {
     const int32_t page = free_.back();
     free_.pop_back();
@@ -24,6 +29,7 @@ bool PagePool::Take(int64_t count, std::vector<int32_t>* out) {
 void PagePool::AddRef(int32_t page) {
   // Only a held page can be shared; a free page is handed out by Take.
   assert(page >= 0 && page < num_pages_ && refcount_[page] > 0);
+  if (cached_[page] && refcount_[page] == 1) --evictable_;
   ++refcount_[page];
 }
 
@@ -32,8 +38,26 @@ void PagePool::Unref(std::span<const int32_t> pages) {
   // regrowing one sequence gives it the same ids back.
   for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
     assert(refcount_[*it] > 0);
-    if (--refcount_[*it] == 0) free_.push_back(*it);
+    const int32_t left = --refcount_[*it];
+    if (left == 0) {
+      free_.push_back(*it);
+    } else if (left == 1 && cached_[*it]) {
+      ++evictable_;
+    }
   }
+}
+
+void PagePool::AddCacheRef(int32_t page) {
+  assert(page >= 0 && page < num_pages_ && refcount_[page] > 0 && !cached_[page]);
+  cached_[page] = 1;
+  ++refcount_[page];
+}
+
+void PagePool::DropCacheRef(int32_t page) {
+  assert(cached_[page] && refcount_[page] > 0);
+  if (refcount_[page] == 1) --evictable_;
+  cached_[page] = 0;
+  if (--refcount_[page] == 0) free_.push_back(page);
 }
 
 }  // namespace astr::sched

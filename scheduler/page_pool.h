@@ -2,9 +2,12 @@
 // hold the others. The worker never allocates pages; it receives the ids this class hands out (see
 // DESIGN.md "The step contract").
 //
-// Every page carries a reference count so that one page can later sit in several sequences (a
-// radix prefix cache over full pages shares a prompt's pages between requests). Nothing shares
-// pages yet: today every count is 0 or 1.
+// Every page carries a reference count, so that one page can sit in several sequences: the prefix
+// cache (prefix_cache.h) shares a prompt's full pages between requests and holds one reference of
+// its own on each page it keeps. A cached page that nobody else holds is *evictable*: it counts as
+// free (num_free), and Take evicts such pages, least recently used first, when the truly unused
+// ones run out. So the cache never makes a sequence wait or be preempted where an empty cache
+// would not.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,15 @@
 
 namespace astr::sched {
 
+// What the pool asks of a prefix cache (PrefixCache implements it).
+class PageReclaimer {
+ public:
+  virtual ~PageReclaimer() = default;
+  // Drops the cache's reference on up to `pages` evictable pages (they become unused); returns how
+  // many it dropped.
+  virtual int64_t Reclaim(int64_t pages) = 0;
+};
+
 class PagePool {
  public:
   PagePool(int64_t num_pages, int32_t page_size);
@@ -23,18 +35,31 @@ class PagePool {
 
   int64_t num_pages() const { return num_pages_; }
   int32_t page_size() const { return page_size_; }
-  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  // Pages a Take may hand out: unused ones plus evictable cached ones.
+  int64_t num_free() const { return num_unused() + evictable_; }
+  // Pages nobody holds, not even the cache.
+  int64_t num_unused() const { return static_cast<int64_t>(free_.size()); }
+  // Cached pages nobody but the cache holds.
+  int64_t num_evictable() const { return evictable_; }
   // Tokens the whole pool holds.
   int64_t capacity_tokens() const { return num_pages_ * page_size_; }
   // Pages needed to hold `tokens` positions.
   int64_t PagesFor(int64_t tokens) const { return (tokens + page_size_ - 1) / page_size_; }
-  // References on `page` (0 = free).
+  // References on `page` (0 = free), the cache's included.
   int32_t refcount(int32_t page) const { return refcount_[page]; }
+  bool cached(int32_t page) const { return cached_[page] != 0; }
 
   // An empty page list bound to this pool. Every list must be destroyed (or released) before the
   // pool. Destroying a list (or Release()) drops one reference on each of its pages; a page
   // whose count reaches zero is free again.
   PageList<PagePool> NewList() { return PageList<PagePool>(this); }
+
+  // The prefix cache's side. `reclaimer` (nullptr = none) must outlive its registration.
+  void set_reclaimer(PageReclaimer* reclaimer) { reclaimer_ = reclaimer; }
+  // The cache takes its own reference on a held page (refcount >= 1).
+  void AddCacheRef(int32_t page);
+  // The cache drops its reference; the page is unused once nobody else holds it.
+  void DropCacheRef(int32_t page);
 
  private:
   friend class PageList<PagePool>;
@@ -45,6 +70,9 @@ class PagePool {
   int64_t num_pages_;
   int32_t page_size_;
   std::vector<int32_t> refcount_;  // [num_pages]
+  std::vector<uint8_t> cached_;    // [num_pages]: the cache holds a reference
+  int64_t evictable_ = 0;          // cached pages whose only reference is the cache's
+  PageReclaimer* reclaimer_ = nullptr;
   // Free page ids, used as a stack with the lowest id on top, so a fresh pool hands out 0, 1, 2 ...
   // (predictable plans in tests) and recently freed pages are reused first.
   std::vector<int32_t> free_;

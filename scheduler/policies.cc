@@ -73,6 +73,21 @@ int Router::Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) c
     const WorkerLoad& b = workers[best];
     if (w.sequences < b.sequences || (w.sequences == b.sequences && w.tokens < b.tokens)) best = i;
   }
+  if (best < 0) return best;
+  // Cache-aware: the worker holding the longest cached prefix, unless it is too far behind.
+  int cached = -1;
+  for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
+    const WorkerLoad& w = workers[i];
+    if (!w.accepting || w.capacity_tokens < sequence_tokens || w.cached_tokens == 0) continue;
+    if (cached < 0 || w.cached_tokens > workers[cached].cached_tokens ||
+        (w.cached_tokens == workers[cached].cached_tokens &&
+         w.sequences < workers[cached].sequences)) {
+      cached = i;
+    }
+  }
+  if (cached >= 0 && workers[cached].sequences <= workers[best].sequences + cache_slack_) {
+    return cached;
+  }
   return best;
 }
 

@@ -78,14 +78,24 @@ struct WorkerLoad {
   int64_t sequences = 0;        // running + waiting sequences placed on it
   int64_t tokens = 0;           // their tokens still to be computed or generated
   int64_t capacity_tokens = 0;  // tokens its whole KV pool holds
+  int64_t cached_tokens = 0;    // leading tokens of the sequence its prefix cache holds
 };
 
-// Least loaded: fewest sequences, then fewest tokens, then lowest index. Only workers whose pool
-// can hold the sequence alone qualify.
+// Cache-aware least loaded. Only workers whose pool can hold the sequence alone qualify. The
+// least-loaded one has the fewest sequences, then the fewest tokens, then the lowest index. A
+// worker whose prefix cache holds part of the sequence's tokens is chosen instead when it has at
+// most `cache_slack` sequences more than the least-loaded one (the longest cached prefix first,
+// then the fewest sequences): reusing K/V beats spreading load until the imbalance passes
+// SchedulerOptions::cache_route_slack (SGLang's router applies the same idea with its balance
+// thresholds).
 class Router {
  public:
+  explicit Router(int64_t cache_slack = 0) : cache_slack_(cache_slack) {}
   // Index of the chosen worker, or -1 when none qualifies.
   int Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) const;
+
+ private:
+  int64_t cache_slack_;
 };
 
 }  // namespace astr::sched

@@ -58,6 +58,10 @@ Status ValidateSchedulerOptions(const SchedulerOptions& o) {
     return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
                                 std::to_string(o.max_worker_failures));
   }
+  if (o.cache_route_slack < 0) {
+    return InvalidArgumentError("--cache-route-slack must be >= 0, got " +
+                                std::to_string(o.cache_route_slack));
+  }
   return OkStatus();
 }
 
@@ -113,6 +117,7 @@ StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
 void Scheduler::Readmit(const std::string& address) { loop_->Readmit(address); }
 bool Scheduler::Excluded(const std::string& address) const { return loop_->Excluded(address); }
 std::vector<WorkerMember> Scheduler::Members() const { return loop_->Members(); }
+int64_t Scheduler::FlushCache() { return loop_->FlushCache(); }
 std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   return loop_->UpWorkerAddresses();
 }

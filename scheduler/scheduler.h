@@ -55,6 +55,9 @@ struct SchedRequest {
   // logprobs of prompt tokens [logprob_start, prompt.size()) arrive as kPromptLogprob events, each
   // once, before sample 0's first token (sample 0 scores them during its prefill).
   int32_t logprob_start = 0;
+  // Prefix cache isolation (GenerateRequest.cache_salt): only requests with the same salt share
+  // cached K/V. Empty = the shared namespace.
+  std::string cache_salt;
 };
 
 struct SchedulerOptions {
@@ -80,6 +83,13 @@ struct SchedulerOptions {
   // down) gets no new sequence; its running ones may finish there for this long, then restart on
   // the other workers.
   int64_t worker_drain_timeout_ms = 60000;
+  // Radix prefix cache over each worker's full KV pages (scheduler/prefix_cache.h): requests that
+  // start with the same tokens reuse the K/V computed for them, and an n-sample request prefills
+  // its prompt once.
+  bool prefix_cache = true;
+  // Cache-aware routing: a sequence goes to the worker holding the longest cached prefix of it
+  // unless that worker has more than this many sequences over the least-loaded one.
+  int64_t cache_route_slack = 8;
 };
 
 // Checks every option's range; INVALID_ARGUMENT names the flag (--max-batch-tokens, ...).
@@ -215,6 +225,10 @@ class Scheduler {
   bool Excluded(const std::string& address) const;
   // The members now, in pool order.
   std::vector<WorkerMember> Members() const;
+
+  // Empties every worker's prefix cache (pages that running sequences hold stay theirs); returns
+  // the pages that became free. Safe while requests run. Thread-safe; blocks until the loop acted.
+  int64_t FlushCache();
 
   // Snapshot of the counters (thread-safe).
   v1::GetServerStatsResponse Stats() const;

@@ -242,7 +242,7 @@ bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
   if (q.running.empty() && q.waiting.empty() && q.release.empty()) return false;
   PlanOutcome& out = w->outcomes[w->plans_sent % 2];
   w->planner.Plan(&q, next_step_id_++, now, &w->plan, &out);
-  RecordOutcome(out);
+  RecordOutcome(w, out);
   if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) return false;
   if (Status s = w->conn->Send(w->plan); !s.ok()) {
     OnWorkerBroken(w, s, now);
@@ -268,7 +268,13 @@ void SchedulerLoop::ReceiveResult(WorkerSlot* w, Clock::time_point started) {
   RecordStepTime(w, Nanos(Clock::now() - started));
 }
 
-void SchedulerLoop::RecordOutcome(const PlanOutcome& out) {
+void SchedulerLoop::RecordOutcome(WorkerSlot* w, const PlanOutcome& out) {
+  if (out.cache_query_tokens > 0) {
+    w->stat_cache_query_tokens.fetch_add(out.cache_query_tokens, std::memory_order_relaxed);
+    w->stat_cache_hit_tokens.fetch_add(out.cache_hit_tokens, std::memory_order_relaxed);
+    stat_cache_queries_.fetch_add(out.cache_query_tokens, std::memory_order_relaxed);
+    stat_cache_hits_.fetch_add(out.cache_hit_tokens, std::memory_order_relaxed);
+  }
   if (out.requests_started > 0) LeaveQueue(out.requests_started, out.queued_tokens_started);
   if (out.num_preempted > 0) {
     stat_preemptions_.fetch_add(out.num_preempted, std::memory_order_relaxed);
@@ -396,7 +402,7 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
   timings.time_to_first_token_ns = r->has_first_token ? Nanos(r->first_token - r->req.arrival) : 0;
   timings.total_ns = Nanos(now - r->req.arrival);
   timings.preemptions = r->preemptions;
-  timings.cached_tokens = 0;  // no prefix cache yet
+  timings.cached_tokens = r->cached_tokens;
   out_.closes.push_back(OutputClose{std::move(r->channel), std::move(status), timings});
   closed_.push_back(r->key);
   stat_finished_.fetch_add(1, std::memory_order_relaxed);
@@ -437,6 +443,8 @@ void SchedulerLoop::PublishStats() {
     w->stat_free_pages.store(w->queues.pool.num_free(), std::memory_order_relaxed);
     w->stat_running.store(static_cast<int32_t>(w->queues.running.size()),
                           std::memory_order_relaxed);
+    w->stat_cached_pages.store(w->queues.cache ? w->queues.cache->cached_pages() : 0,
+                               std::memory_order_relaxed);
   }
 }
 

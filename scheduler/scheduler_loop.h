@@ -40,7 +40,10 @@ namespace astr::sched {
 struct WorkerSlot {
   enum class Health { kUp, kReconnecting, kDown, kRemoved };
 
-  WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity);
+  // With `prefix_cache`, its queues keep a prefix cache (of K/V computed under the version the
+  // worker serves).
+  WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
+             bool prefix_cache);
 
   std::unique_ptr<WorkerConnection> conn;  // null once removed (and its reconnector ended)
   const std::string address;               // conn->address(), kept after the connection goes
@@ -93,6 +96,9 @@ struct WorkerSlot {
   std::atomic<int64_t> stat_steps{0};
   std::atomic<int64_t> stat_assigned{0};
   std::atomic<int64_t> stat_mean_step_ns{0};
+  std::atomic<int64_t> stat_cached_pages{0};
+  std::atomic<int64_t> stat_cache_query_tokens{0};  // totals since it joined
+  std::atomic<int64_t> stat_cache_hit_tokens{0};
 };
 
 class SchedulerLoop {
@@ -124,6 +130,7 @@ class SchedulerLoop {
   void Readmit(const std::string& address);
   bool Excluded(const std::string& address) const;
   std::vector<WorkerMember> Members() const;
+  int64_t FlushCache();  // scheduler_loop_admin.cc
   // The registry of the core's metrics (see Scheduler::metrics).
   metrics::Registry& metrics() { return registry_; }
   const metrics::Registry& metrics() const { return registry_; }
@@ -141,6 +148,7 @@ class SchedulerLoop {
     bool exclude = false;                      // kDrainWorker
     bool wait = false;                         // kDrainWorker: answer once the worker left
     DrainResult drain;                         // kDrainWorker
+    int64_t pages_freed = 0;                   // kFlushCache
     Clock::time_point requested = Clock::now();
     int32_t drain_target = 0;                  // kPause kDrain: started requests at the pause
     Status status;
@@ -163,7 +171,8 @@ class SchedulerLoop {
       kResume,
       kCommit,
       kAddWorker,
-      kDrainWorker
+      kDrainWorker,
+      kFlushCache
     };
     Kind kind = Kind::kSubmit;
     uint64_t key = 0;
@@ -186,7 +195,7 @@ class SchedulerLoop {
   bool StepWorkers(Clock::time_point now);
   bool SendPlan(WorkerSlot* w, Clock::time_point now);
   void ReceiveResult(WorkerSlot* w, Clock::time_point started);
-  void RecordOutcome(const PlanOutcome& out);
+  void RecordOutcome(WorkerSlot* w, const PlanOutcome& out);
   Status ApplyResult(WorkerSlot* w, const PlanOutcome& out, Clock::time_point now);
   // The result's prompt scores (scheduler_loop_scores.cc): checked against the plan's scoring
   // entries (UNAVAILABLE, applying nothing, when they disagree), then delivered once each.
@@ -218,6 +227,9 @@ class SchedulerLoop {
 
   // Routing and worker failure (scheduler_loop_workers.cc).
   bool Place(Sequence* seq);
+  // Leading tokens of `seq` that w's prefix cache holds (pending pages included: they are ready
+  // by the time it starts there).
+  int64_t CachedPrefixTokens(WorkerSlot* w, const Sequence* seq);
   void Unplace(Sequence* seq);
   void OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now);
   void StartReconnect(WorkerSlot* w);
@@ -249,7 +261,7 @@ class SchedulerLoop {
 
   const SchedulerOptions options_;
   const AdmissionPolicy admission_;
-  const Router router_{};
+  const Router router_;
   const StepCapacity capacity_;
   // Largest pool over the members (Submit's fit check, on client threads).
   std::atomic<int64_t> max_pool_tokens_{0};
@@ -277,6 +289,8 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
   std::atomic<int64_t> stat_members_{0};  // workers in the pool (not removed)
+  std::atomic<int64_t> stat_cache_queries_{0};  // prefix cache: tokens looked up, all workers
+  std::atomic<int64_t> stat_cache_hits_{0};     // and found
   std::atomic<bool> stop_reconnecting_{false};
   // Thread-safe; callback families in it read the stat_ atomics. metrics_ (set in the
   // constructor) holds the children the loop thread updates.
@@ -288,6 +302,7 @@ class SchedulerLoop {
   metrics::CallbackFamily* worker_up_ = nullptr;
   metrics::CallbackFamily* worker_steps_ = nullptr;
   metrics::CallbackFamily* worker_draining_ = nullptr;
+  metrics::CallbackFamily* cached_pages_ = nullptr;
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
   // Weight version served (written by the loop at a commit) and its label (under mu_).
@@ -316,6 +331,7 @@ class SchedulerLoop {
   std::vector<std::pair<uint64_t, std::unique_ptr<RequestState>>> graveyard_;
   const int max_in_flight_;        // 2 with SchedulerOptions::overlap_steps, else 1
   std::vector<WorkerLoad> loads_;  // Place's scratch
+  std::vector<int32_t> route_pages_;  // CachedPrefixTokens's scratch
   uint64_t worker_breaks_ = 0;     // worker stream breaks so far (counts each request once each)
   std::vector<RequestState*> failing_;  // OnWorkerBroken's scratch
   OutputBatch out_;

@@ -87,6 +87,13 @@ StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t
   return op->commit;
 }
 
+int64_t SchedulerLoop::FlushCache() {
+  auto op = std::make_shared<AdminOp>();
+  PushCommand(Command{.kind = Command::Kind::kFlushCache, .admin = op});
+  op->Wait(Clock::time_point::max());
+  return op->pages_freed;
+}
+
 WeightVersionInfo SchedulerLoop::weight_version() const {
   WeightVersionInfo info;
   info.version = weight_version_.load(std::memory_order_acquire);
@@ -137,6 +144,11 @@ void SchedulerLoop::ApplyAdmin(Command& command, Clock::time_point now) {
       break;
     case Command::Kind::kDrainWorker:
       ApplyDrainWorker(command.admin, now);
+      break;
+    case Command::Kind::kFlushCache:
+      for (auto& w : workers_) op->pages_freed += w->queues.FlushCache();
+      LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
+      op->Finish();
       break;
     case Command::Kind::kCommit:
       if (pending_commit_ != nullptr) {
@@ -246,6 +258,11 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
     }
     committed_unix_ns_.store(UnixNanosNow(), std::memory_order_relaxed);
     weight_version_.store(version, std::memory_order_release);
+    // Cached K/V of the old weights is of no use to anyone now (it is keyed by version anyway).
+    for (auto& w : workers_) {
+      w->queues.FlushCache();
+      w->queues.cache_version = version;
+    }
     result.commit_ns = Nanos(Clock::now() - op->requested);
     LOG(INFO) << "weights: version " << version
               << (op->label.empty() ? "" : " (" + op->label + ")") << " serving; "

@@ -11,6 +11,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
                              std::vector<std::unique_ptr<WorkerConnection>> workers)
     : options_(options),
       admission_(options),
+      router_(options.cache_route_slack),
       capacity_(options_),
       max_in_flight_(options.overlap_steps ? 2 : 1) {
   if (!workers.empty()) {
@@ -22,7 +23,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
   std::vector<std::string> addresses;
   for (auto& conn : workers) {
     addresses.push_back(conn->address());
-    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_));
+    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_, options_.prefix_cache));
   }
   RecomputePoolLimits();
   metrics_ =
@@ -186,7 +187,13 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
     ws->set_steps(w->stat_steps.load(kRelaxed));
     ws->set_sequences_assigned(w->stat_assigned.load(kRelaxed));
     ws->set_mean_step_ns(w->stat_mean_step_ns.load(kRelaxed));
+    ws->set_cached_pages(w->stat_cached_pages.load(kRelaxed));
+    ws->set_cache_query_tokens(w->stat_cache_query_tokens.load(kRelaxed));
+    ws->set_cache_hit_tokens(w->stat_cache_hit_tokens.load(kRelaxed));
   }
+  const int64_t queries = stat_cache_queries_.load(kRelaxed);
+  stats.set_prefix_cache_hit_rate(
+      queries > 0 ? static_cast<double>(stat_cache_hits_.load(kRelaxed)) / queries : 0.0);
   return stats;
 }
 
@@ -243,6 +250,21 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
       {"model", "worker"});
   worker_steps_ =
       &r.AddCallbackCounter("astr:steps_total", "Steps a worker answered.", {"model", "worker"});
+  r.AddCallbackCounter("astr:prefix_cache_queries_total",
+                       "Tokens of the sequences started (prompt + tokens generated before a "
+                       "restart), looked up in the prefix cache.",
+                       {"model"})
+      .Add({model}, read(stat_cache_queries_));
+  r.AddCallbackCounter("astr:prefix_cache_hits_total",
+                       "Of astr:prefix_cache_queries_total, the tokens whose K/V came from the "
+                       "prefix cache.",
+                       {"model"})
+      .Add({model}, read(stat_cache_hits_));
+  cached_pages_ = &r.AddCallbackGauge(
+      "astr:prefix_cache_pages",
+      "KV pages of a worker that its prefix cache keeps (shared by running sequences, or "
+      "evictable: astr:kv_pages_used does not count those).",
+      {"model", "worker"});
   r.AddCallbackGauge("astr:num_workers", "Workers in the pool (up, reconnecting, down or draining).",
                      {"model"})
       .Add({model}, read(stat_members_));
@@ -262,6 +284,8 @@ void SchedulerLoop::AddWorkerStatMetrics(const WorkerSlot* w) {
                         [w] { return w->stat_draining.load(kRelaxed) ? 1.0 : 0.0; });
   worker_steps_->Add({model_name_, address},
                      [w] { return static_cast<double>(w->stat_steps.load(kRelaxed)); });
+  cached_pages_->Add({model_name_, address},
+                     [w] { return static_cast<double>(w->stat_cached_pages.load(kRelaxed)); });
 }
 
 void SchedulerLoop::RemoveWorkerStatMetrics(const std::string& address) {
@@ -270,6 +294,7 @@ void SchedulerLoop::RemoveWorkerStatMetrics(const std::string& address) {
   worker_up_->Remove({model_name_, address});
   worker_draining_->Remove({model_name_, address});
   worker_steps_->Remove({model_name_, address});
+  cached_pages_->Remove({model_name_, address});
 }
 
 }  // namespace astr::sched

@@ -1,5 +1,6 @@
 // The loop's worker pool: routing sequences to workers, and what happens when a worker's step
 // stream breaks (reconnect, or mark down and move its sequences elsewhere).
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -8,12 +9,16 @@
 
 namespace astr::sched {
 
-WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity)
+WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
+                       bool prefix_cache)
     : conn(std::move(connection)),
       address(conn->address()),
       info(conn->info()),
       queues(info.num_pages(), info.page_size()),
-      planner(capacity.For(info)) {}
+      planner(capacity.For(info)) {
+  if (prefix_cache) queues.EnableCache();
+  queues.cache_version = info.weight_version();
+}
 
 bool SchedulerLoop::Place(Sequence* seq) {
   const int64_t footprint = seq->footprint();
@@ -23,8 +28,10 @@ bool SchedulerLoop::Place(Sequence* seq) {
   for (WorkerSlot::Health accept : {WorkerSlot::Health::kUp, WorkerSlot::Health::kReconnecting}) {
     loads_.clear();
     for (const auto& w : workers_) {
-      loads_.push_back(WorkerLoad{w->health == accept && !w->draining, w->queues.num_sequences(),
-                                  w->placed_tokens, w->queues.pool.capacity_tokens()});
+      const bool accepting = w->health == accept && !w->draining;
+      loads_.push_back(WorkerLoad{accepting, w->queues.num_sequences(), w->placed_tokens,
+                                  w->queues.pool.capacity_tokens(),
+                                  accepting ? CachedPrefixTokens(w.get(), seq) : 0});
     }
     chosen = router_.Pick(loads_, footprint);
     if (chosen >= 0) break;
@@ -36,6 +43,20 @@ bool SchedulerLoop::Place(Sequence* seq) {
   w->queues.Enqueue(seq);
   w->stat_assigned.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+int64_t SchedulerLoop::CachedPrefixTokens(WorkerSlot* w, const Sequence* seq) {
+  WorkerQueues& q = w->queues;
+  if (q.cache == nullptr || q.cache->cached_pages() == 0 || workers_.size() < 2) return 0;
+  const uint64_t ns = PrefixCache::Namespace(q.cache_version, seq->request->req.cache_salt);
+  const int32_t page_size = q.pool.page_size();
+  const int64_t max_pages = (seq->num_tokens() - 1) / page_size;
+  if (max_pages <= 0) return 0;
+  route_pages_.clear();
+  const PrefixCache::MatchResult m =
+      q.cache->Match(ns, q.TokensOf(seq, max_pages * page_size), max_pages,
+                     std::numeric_limits<uint64_t>::max(), /*touch=*/false, &route_pages_);
+  return m.pages * page_size;
 }
 
 void SchedulerLoop::Unplace(Sequence* seq) {

@@ -8,6 +8,7 @@
 
 #include "common/base/finish_rule.h"
 #include "scheduler/page_pool.h"
+#include "scheduler/prefix_cache.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::sched {
@@ -37,6 +38,11 @@ struct Sequence {
   // This start scores prompt tokens [score_from, prompt size) (SequenceStart.score_from); 0 =
   // none. Set from PromptScoreFrom() when it starts.
   int32_t score_from = 0;
+  // Prefix cache: the namespace its K/V goes under (weight version at the start + cache_salt),
+  // the version it was computed under, and where its pages stand in the worker's tree.
+  uint64_t cache_ns = 0;
+  int64_t cache_version = -1;
+  PrefixCache::Cursor cache_cursor;
   // Sampling entries sent whose tokens have not come back yet (0 or 1 without overlap; up to 2
   // with it). A sequence is not planned past its last token: see CanSample.
   int32_t in_flight = 0;
@@ -78,6 +84,8 @@ struct RequestState {
   int32_t preemptions = 0;
   // Prompt scoring: scores delivered so far, positions [req.logprob_start, + this).
   int32_t prompt_scores_sent = 0;
+  // Prompt tokens whose K/V came from the prefix cache at the request's first start (usage).
+  int32_t cached_tokens = 0;
   int32_t worker_failures = 0;      // worker stream breaks this request was running through
   uint64_t last_failure_break = 0;  // the loop's break counter when it was last counted
   // Prompt tokens it counts for in the admission queue (prompt length * n) until scheduled.

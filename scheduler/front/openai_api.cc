@@ -249,6 +249,8 @@ void ReadRequestFields(Reader& r, v1::GenerateRequest* g, ApiRequest* out) {
   if (r.Bool("return_token_ids", &b)) out->return_token_ids = b;
   if (r.Bool("return_weight_versions", &b)) out->return_weight_versions = b;
   g->set_return_prompt_ids(out->return_token_ids);
+  std::string salt;
+  if (r.String("cache_salt", &salt)) g->set_cache_salt(salt);  // checked by the request builder
   std::string kv;
   if (r.String("kv_on_weight_update", &kv)) {
     if (kv == "recompute") {

@@ -12,6 +12,9 @@
 namespace astr::front {
 namespace {
 
+// GenerateRequest.cache_salt's limit.
+constexpr size_t kMaxCacheSaltBytes = 256;
+
 Status Invalid(const std::string& field, const std::string& what) {
   return InvalidArgumentError(field + " " + what);
 }
@@ -388,6 +391,11 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   }
   sr.reuse_kv_on_weight_update = request.kv_on_weight_update() == v1::KV_ON_WEIGHT_UPDATE_REUSE;
   sr.logprob_start = out.output.logprob_start;
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return InvalidArgumentError("cache_salt: " + std::to_string(request.cache_salt().size()) +
+                                " bytes, at most " + std::to_string(kMaxCacheSaltBytes));
+  }
+  sr.cache_salt = request.cache_salt();
   sr.arrival = sched::Clock::now();
   sr.deadline = deadline;
   return out;

@@ -168,6 +168,17 @@ void Register(FlagSet* fs, Flags* f) {
            "worker never waits while the scheduler applies a result and plans (a token sampled "
            "for a sequence that finished meanwhile is dropped). --no-overlap-steps runs plan, "
            "step and result strictly in turn.");
+  fs->Bool("prefix-cache", &f->sched.prefix_cache,
+           "Radix prefix cache over each worker's full KV pages: a request whose tokens start "
+           "like an earlier one's reuses its K/V (usage.cached_tokens), and an n-sample request "
+           "prefills its prompt once. Cached pages are evicted, least recently used first, only "
+           "when a worker's pool needs them. Keyed by weight version and cache_salt. "
+           "--no-prefix-cache computes every prompt in full.");
+  fs->Int("cache-route-slack", &f->sched.cache_route_slack,
+          "Cache-aware routing: a new sequence goes to the worker whose prefix cache holds the "
+          "longest prefix of it, unless that worker has more than this many sequences over the "
+          "least-loaded worker (then to the least-loaded one). 0 = route on load alone when "
+          "loads differ.");
   fs->Int("worker-down-after-ms", &f->sched.worker_down_after_ms,
           "A worker whose step stream broke is redialed; after this long unreachable it is "
           "marked down and its sequences restart on the other workers (same outputs).");

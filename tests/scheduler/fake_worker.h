@@ -2,6 +2,11 @@
 // invariants a real worker validates, and more), keeps a record of each plan, and samples
 // deterministic tokens: FakeToken(sample_index, position, seed), so a test computes the expected
 // output of a request without running any scheduler code.
+//
+// Its KV pool is modelled by what each slot holds (the token written at a position): a start
+// that reuses cached pages (num_cached_tokens) must find exactly its tokens there, and a write
+// must go into a page that no other live sequence maps (a sequence never appends into a shared
+// page). A worker that dies or whose stream ends forgets every slot.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -80,7 +85,9 @@ struct PlanRecord {
 class FakeWorker {
  public:
   explicit FakeWorker(FakeWorkerConfig config = {})
-      : config_(std::move(config)), page_owner_(config_.num_pages, 0) {}
+      : config_(std::move(config)),
+        page_maps_(config_.num_pages, 0),
+        slots_(config_.num_pages * config_.page_size, -1) {}
 
   const FakeWorkerConfig& config() const { return config_; }
 
@@ -114,7 +121,7 @@ class FakeWorker {
         Violation(plan, "release of unknown seq " + std::to_string(id));
         continue;
       }
-      for (int32_t p : it->second.pages) page_owner_[p] = 0;
+      for (int32_t p : it->second.pages) --page_maps_[p];
       record.released.push_back(id);
       record.released_seeds.push_back(it->second.seed);
       live_.erase(it);
@@ -190,6 +197,11 @@ class FakeWorker {
     std::lock_guard<std::mutex> lock(mu_);
     return violations_;
   }
+  // Tokens the starts took from cached pages instead of computing them.
+  int64_t cached_tokens() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_tokens_;
+  }
   int64_t live_sequences() const {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int64_t>(live_.size());
@@ -212,13 +224,13 @@ class FakeWorker {
   void Die() {
     std::lock_guard<std::mutex> lock(mu_);
     live_.clear();
-    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+    ForgetKv();
   }
   bool Reconnect() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!reconnectable_) return false;
     live_.clear();  // a new stream starts with no live sequences
-    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+    ForgetKv();
     ++reconnects_;
     return true;
   }
@@ -246,19 +258,26 @@ class FakeWorker {
     violations_.push_back("step " + std::to_string(plan.step_id()) + ": " + what);
   }
 
-  // Takes ownership of `page` for `owner`; false (with a violation) when out of range or held.
-  bool TakePage(const v1::StepPlan& plan, int32_t page, uint64_t owner) {
+  // Maps `page` for `owner`; false (with a violation) when out of range, or when it must be
+  // private (`shared_ok` false: it will be written) and another live sequence maps it.
+  bool TakePage(const v1::StepPlan& plan, int32_t page, uint64_t owner, bool shared_ok = false) {
     if (page < 0 || page >= config_.num_pages) {
       Violation(plan, "page " + std::to_string(page) + " out of range");
       return false;
     }
-    if (page_owner_[page] != 0) {
+    if (!shared_ok && page_maps_[page] != 0) {
       Violation(plan, "page " + std::to_string(page) + " of seq " + std::to_string(owner) +
-                          " already held by seq " + std::to_string(page_owner_[page]));
+                          " is mapped by " + std::to_string(page_maps_[page]) +
+                          " other live sequence(s)");
       return false;
     }
-    page_owner_[page] = owner;
+    ++page_maps_[page];
     return true;
+  }
+
+  void ForgetKv() {
+    std::fill(page_maps_.begin(), page_maps_.end(), 0);
+    std::fill(slots_.begin(), slots_.end(), -1);
   }
 
   void CheckStart(const v1::StepPlan& plan, const v1::SequenceStart& s, PlanRecord* record) {
@@ -267,11 +286,14 @@ class FakeWorker {
       return;
     }
     if (s.tokens_size() == 0 || s.num_prompt_tokens() < 1 ||
-        s.num_prompt_tokens() > s.tokens_size() || s.num_cached_tokens() != 0) {
+        s.num_prompt_tokens() > s.tokens_size() || s.num_cached_tokens() < 0 ||
+        s.num_cached_tokens() >= s.tokens_size() ||
+        static_cast<int64_t>(s.pages_size()) * config_.page_size < s.num_cached_tokens()) {
       Violation(plan, "bad start of seq " + std::to_string(s.live_id()));
       return;
     }
-    if (s.score_from() != 0 && (s.score_from() < 1 || s.score_from() >= s.num_prompt_tokens())) {
+    if (s.score_from() != 0 &&
+        (s.score_from() <= s.num_cached_tokens() || s.score_from() >= s.num_prompt_tokens())) {
       Violation(plan, "bad score_from " + std::to_string(s.score_from()) + " of seq " +
                           std::to_string(s.live_id()));
       return;
@@ -282,8 +304,26 @@ class FakeWorker {
     seq.num_prompt = s.num_prompt_tokens();
     seq.score_from = s.score_from();
     seq.tokens.assign(s.tokens().begin(), s.tokens().end());
-    for (int32_t p : s.pages()) {
-      if (TakePage(plan, p, s.live_id())) seq.pages.push_back(p);
+    const int32_t cached = s.num_cached_tokens();
+    seq.num_computed = cached;
+    // The cached positions must hold this sequence's tokens (written by whoever computed them).
+    for (int32_t pos = 0; pos < cached; ++pos) {
+      const int32_t page = s.pages(pos / config_.page_size);
+      if (page < 0 || page >= config_.num_pages) break;  // TakePage reports it
+      const int32_t held = slots_[page * config_.page_size + pos % config_.page_size];
+      if (held != seq.tokens[pos]) {
+        Violation(plan, "seq " + std::to_string(s.live_id()) + " reuses position " +
+                            std::to_string(pos) + " of page " + std::to_string(page) +
+                            ", which holds token " + std::to_string(held) + ", not " +
+                            std::to_string(seq.tokens[pos]));
+        break;
+      }
+    }
+    cached_tokens_ += cached;
+    for (int j = 0; j < s.pages_size(); ++j) {
+      // Pages wholly inside the cached prefix are read only and may be shared.
+      const bool read_only = (j + 1) * config_.page_size <= cached;
+      if (TakePage(plan, s.pages(j), s.live_id(), read_only)) seq.pages.push_back(s.pages(j));
     }
     live_.emplace(s.live_id(), std::move(seq));
     record->started.push_back(s.live_id());
@@ -338,6 +378,15 @@ class FakeWorker {
   void RunEntries(const v1::StepPlan& plan, v1::StepResult* result) {
     for (const v1::StepEntry& e : plan.entries()) {
       Seq& seq = live_.at(e.live_id());
+      for (int32_t pos = e.start_position(); pos < e.start_position() + e.num_tokens(); ++pos) {
+        const int32_t page = seq.pages[pos / config_.page_size];
+        if (page_maps_[page] != 1) {
+          ADD_FAILURE() << "step " << plan.step_id() << ": seq " << e.live_id()
+                        << " writes position " << pos << " into page " << page << ", mapped by "
+                        << page_maps_[page] << " live sequences";
+        }
+        slots_[page * config_.page_size + pos % config_.page_size] = seq.tokens[pos];
+      }
       seq.num_computed = e.start_position() + e.num_tokens();
       const auto [first, end] = ScoredRows(seq, e);
       for (int32_t row = first; row < end; ++row) {
@@ -372,7 +421,7 @@ class FakeWorker {
   void StreamClosed() {
     std::lock_guard<std::mutex> lock(mu_);
     live_.clear();
-    std::fill(page_owner_.begin(), page_owner_.end(), 0);
+    ForgetKv();
     ++streams_closed_;
   }
   int64_t streams_closed() const {
@@ -392,7 +441,9 @@ class FakeWorker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Seq> live_;
-  std::vector<uint64_t> page_owner_;  // [num_pages], 0 = free, else the holder's seq id
+  std::vector<int32_t> page_maps_;  // [num_pages]: live sequences whose page table holds it
+  std::vector<int32_t> slots_;      // [num_pages * page_size]: token whose K/V is there, -1 none
+  int64_t cached_tokens_ = 0;       // num_cached_tokens over every start
   std::vector<PlanRecord> history_;
   std::vector<std::string> violations_;
   uint64_t last_step_id_ = 0;

@@ -24,10 +24,16 @@ using testing::PlanRecord;
 
 constexpr int32_t kVocab = 1000;
 
+// Token i of MakeRequest's prompt: each seed its own prompt, so that requests share no cached
+// prefix unless a test means them to (the fake's tokens depend on positions only).
+int32_t PromptToken(uint64_t seed, int i) {
+  return static_cast<int32_t>((seed * 131 + static_cast<uint64_t>(i) * 7 + 10) % kVocab);
+}
+
 SchedRequest MakeRequest(int prompt_len, int max_tokens, uint64_t seed, int n = 1) {
   SchedRequest r;
   r.request_id = "r" + std::to_string(seed);
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(PromptToken(seed, i));
   r.sampling.set_seed(seed);
   r.max_tokens = max_tokens;
   r.n = n;
@@ -583,7 +589,7 @@ void ExpectPromptScores(const Outcome& out, int prompt_len, int start, uint64_t 
     const SampleEvent& e = out.prompt_scores[p - start];
     EXPECT_EQ(e.position, p) << what;
     EXPECT_EQ(e.index, 0) << what;
-    EXPECT_EQ(e.token_id, 10 + p) << what;  // MakeRequest's prompt
+    EXPECT_EQ(e.token_id, PromptToken(seed, p)) << what;  // MakeRequest's prompt
     EXPECT_EQ(e.logprob, FakePromptLogprob(0, p, seed)) << what << " position " << p;
     ASSERT_EQ(e.top.size(), 1u) << what;
     EXPECT_EQ(e.top[0].id, p) << what;

@@ -27,7 +27,11 @@ constexpr int32_t kVocab = 1000;  // FakeWorkerConfig's
 SchedRequest MakeRequest(int prompt_len, int max_tokens, uint64_t seed, int n = 1) {
   SchedRequest r;
   r.request_id = "r" + std::to_string(seed);
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
+  // Each seed its own prompt, so that requests share no cached prefix unless a test means them
+  // to (the fake's tokens depend on positions only).
+  for (int i = 0; i < prompt_len; ++i) {
+    r.prompt.push_back(static_cast<int32_t>((seed * 131 + uint64_t(i) * 7 + 10) % kVocab));
+  }
   r.sampling.set_seed(seed);
   r.max_tokens = max_tokens;
   r.n = n;
@@ -137,16 +141,23 @@ TEST_P(SchedulerMetricsTest, CountersAndHistogramsMatchWhatWasSent) {
   for (auto& ch : channels) EXPECT_TRUE(Drain(ch.get()).ok());
   WaitSettled(s.get(), {f0, f1});
 
-  int64_t prompt_tokens = 0, generated = 0, samples = 0, token_gaps = 0, fed = 0;
+  int64_t prompt_tokens = 0, generated = 0, samples = 0, token_gaps = 0, fed = 0, queried = 0;
   for (const Sent& r : sent) {
     prompt_tokens += r.prompt;
+    queried += int64_t{r.prompt} * r.n;
     generated += int64_t{r.max_tokens} * r.n;
     samples += r.n;
     token_gaps += int64_t{r.max_tokens - 1} * r.n;
-    // No preemption (the pools are large): each sample feeds its prompt once, then one decode row
-    // per token after the first.
+    // No preemption (the pools are large): each sample feeds its prompt once, less what it found
+    // in the prefix cache (another sample's full pages), then one decode row per token after the
+    // first.
     fed += int64_t{r.prompt + r.max_tokens - 1} * r.n;
   }
+  const int64_t cached = f0->cached_tokens() + f1->cached_tokens();
+  fed -= cached;
+  // The n > 1 requests' later samples reuse their prompt's full pages where they land with
+  // sample 0 (the 21-token prompt of n = 3 has 5 full pages of 4 to share).
+  EXPECT_GT(cached, 0);
   const auto m = Samples(s->RenderMetrics());
   const int64_t requests = static_cast<int64_t>(sent.size());
   EXPECT_EQ(Value(m, "astr:prompt_tokens_total{" + kModel + "}"), prompt_tokens);
@@ -181,6 +192,8 @@ TEST_P(SchedulerMetricsTest, CountersAndHistogramsMatchWhatWasSent) {
   EXPECT_EQ(Value(m, "astr:request_prompt_tokens_bucket{" + kModel + ",le=\"10\"}"), 3);
   EXPECT_EQ(Value(m, "astr:request_prompt_tokens_bucket{" + kModel + ",le=\"20\"}"), 4);
   EXPECT_EQ(Value(m, "astr:inter_token_latency_seconds_count{" + kModel + "}"), token_gaps);
+  EXPECT_EQ(Value(m, "astr:prefix_cache_queries_total{" + kModel + "}"), queried);
+  EXPECT_EQ(Value(m, "astr:prefix_cache_hits_total{" + kModel + "}"), cached);
 
   // Per worker: what each fake recorded.
   int64_t all_steps = 0, all_fed = 0;

@@ -31,7 +31,11 @@ constexpr int kPrompt = 5;
 SchedRequest MakeRequest(int max_tokens, uint64_t seed) {
   SchedRequest r;
   r.request_id = "r" + std::to_string(seed);
-  for (int i = 0; i < kPrompt; ++i) r.prompt.push_back(10 + i);
+  // Each seed its own prompt, so that requests share no cached prefix unless a test means them
+  // to (the fake's tokens depend on positions only).
+  for (int i = 0; i < kPrompt; ++i) {
+    r.prompt.push_back(static_cast<int32_t>((seed * 131 + uint64_t(i) * 7 + 10) % kVocab));
+  }
   r.sampling.set_seed(seed);
   r.max_tokens = max_tokens;
   return r;
