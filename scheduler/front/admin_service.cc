@@ -563,15 +563,8 @@ grpc::Status AdminService::Resume(grpc::ServerContext* context, const v1::Resume
 grpc::Status AdminService::FlushCache(grpc::ServerContext* context, const v1::FlushCacheRequest*,
                                       v1::FlushCacheResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  const bool paused = scheduler_->weight_version().paused != sched::PauseMode::kNone;
-  const int64_t running = scheduler_->Stats().running_requests();
-  if (!paused && running > 0) {
-    return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 std::to_string(running) +
-                     " requests are running: Pause generation first (their KV may be cached)");
-  }
-  // No prefix cache yet: every page belongs to a live sequence, none is cached for reuse.
-  response->set_pages_freed(0);
+  // Safe while requests run: pages their sequences hold stay theirs; only the cache lets go.
+  response->set_pages_freed(scheduler_->FlushCache());
   return grpc::Status::OK;
 }
 

@@ -24,10 +24,13 @@ using testing::FakeWorkerConfig;
 
 class PlannerHarness {
  public:
-  PlannerHarness(StepLimits limits, int64_t num_pages, int32_t page_size)
+  PlannerHarness(StepLimits limits, int64_t num_pages, int32_t page_size,
+                 bool prefix_cache = false)
       : queues_(num_pages, page_size),
         planner_(limits),
-        worker_(Config(limits, num_pages, page_size)) {}
+        worker_(Config(limits, num_pages, page_size)) {
+    if (prefix_cache) queues_.EnableCache();
+  }
 
   ~PlannerHarness() {
     // Sequences hold pages of queues_.pool: drop them first.
@@ -38,10 +41,18 @@ class PlannerHarness {
 
   RequestState* Add(const std::string& label, int prompt_len, int max_tokens, uint64_t seed,
                     int priority = 0, int n = 1, int logprob_start = 0) {
+    std::vector<int32_t> prompt(prompt_len);
+    for (int i = 0; i < prompt_len; ++i) prompt[i] = 100 + i;
+    return AddPrompt(label, std::move(prompt), max_tokens, seed, priority, n, logprob_start);
+  }
+
+  RequestState* AddPrompt(const std::string& label, std::vector<int32_t> prompt, int max_tokens,
+                          uint64_t seed, int priority = 0, int n = 1, int logprob_start = 0,
+                          std::string cache_salt = "") {
     auto r = std::make_unique<RequestState>();
     r->key = next_key_++;
-    r->req.prompt.resize(prompt_len);
-    for (int i = 0; i < prompt_len; ++i) r->req.prompt[i] = 100 + i;
+    r->req.prompt = std::move(prompt);
+    r->req.cache_salt = std::move(cache_salt);
     r->req.sampling.set_seed(seed);
     r->req.max_tokens = max_tokens;
     r->req.priority = priority;
@@ -419,6 +430,196 @@ TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
     EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
   }
   EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
+}
+
+}  // namespace
+}  // namespace astr::sched
+
+namespace astr::sched {
+namespace {
+
+// --- Prefix cache (page size 4). The fake worker checks that every reused position holds the
+// starting sequence's own token and that no write lands in a page another live sequence maps.
+
+std::vector<int32_t> Tokens(int32_t first, int count) {
+  std::vector<int32_t> out(count);
+  for (int i = 0; i < count; ++i) out[i] = first + i;
+  return out;
+}
+
+// A finished request leaves its full pages cached; the next one with the same prompt starts after
+// them. A's 10-token prompt fills pages 0 and 1 (positions 0..7); B may reuse at most (10 - 1) / 4
+// = 2 pages, since its last token must be fed to sample.
+TEST(BatchPlannerTest, PrefixCacheReusesTheFullPagesOfAFinishedRequest) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 8, 4, true);
+  h.AddPrompt("A", Tokens(100, 10), 2, 1);
+  EXPECT_EQ(h.Step(), "A0@0+10* +[A0]");
+  EXPECT_EQ(h.Step(), "A0@10+1*");
+  EXPECT_EQ(h.queues().cache->cached_pages(), 2);
+  EXPECT_EQ(h.queues().pool.num_evictable(), 2);  // only the cache holds them now
+  RequestState* b = h.AddPrompt("B", Tokens(100, 10), 2, 2);
+  EXPECT_EQ(h.Step(), "B0@8+2* +[B0] -[A0]");
+  EXPECT_EQ(h.plan().start(0).num_cached_tokens(), 8);
+  EXPECT_EQ(h.plan().start(0).pages_size(), 3);  // two shared, one of its own
+  EXPECT_EQ(h.queues().pool.refcount(0), 2);     // B and the cache
+  EXPECT_EQ(h.Step(), "B0@10+1*");
+  EXPECT_EQ(h.Step(), "-[B0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_EQ(b->cached_tokens, 8);
+  EXPECT_EQ(h.worker().cached_tokens(), 8);
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+  EXPECT_EQ(h.queues().FlushCache(), 2);  // pages 0 and 1; B's own third page was never full
+  EXPECT_EQ(h.queues().pool.num_unused(), h.queues().pool.num_pages());
+}
+
+// n samples prefill their prompt once: A0 computes it while A1 and A2 wait one step for its
+// pages (pending while A0's step is being planned), then each computes only the last partial page.
+TEST(BatchPlannerTest, PrefixCacheSamplesOfOneRequestPrefillThePromptOnce) {
+  PlannerHarness h({.max_tokens = 32, .max_sequences = 4, .prefill_chunk = 32}, 16, 4, true);
+  RequestState* a = h.AddPrompt("A", Tokens(100, 10), 2, 1, 0, /*n=*/3);
+  EXPECT_EQ(h.Step(), "A0@0+10* +[A0]");
+  EXPECT_EQ(h.outcome().cache_deferred, 2);
+  EXPECT_EQ(h.Step(), "A0@10+1* A1@8+2* A2@8+2* +[A1 A2]");
+  EXPECT_EQ(h.queues().pool.refcount(0), 3);  // A1, A2 and the cache (A0 has finished)
+  EXPECT_EQ(h.Step(), "A1@10+1* A2@10+1* -[A0]");
+  EXPECT_EQ(h.Step(), "-[A1 A2]");
+  EXPECT_TRUE(h.Done());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a->samples[i]->generated, PlannerHarness::Expected(*a, i));
+  EXPECT_EQ(a->cached_tokens, 0);  // the request's first start (A0) found nothing
+  EXPECT_EQ(h.worker().cached_tokens(), 16);
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+}
+
+// Cached pages are evicted only when the pool runs out of unused ones, least recently used leaf
+// first, and never keep a request out that an empty cache would let in. Six pages of 4.
+TEST(BatchPlannerTest, PrefixCacheEvictsLeastRecentlyUsedOnlyWhenPagesRunOut) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 6, 4, true);
+  h.AddPrompt("A", Tokens(100, 8), 1, 1);
+  EXPECT_EQ(h.Step(), "A0@0+8* +[A0]");  // A leaves pages 0, 1 cached
+  h.AddPrompt("B", Tokens(200, 8), 1, 2);
+  EXPECT_EQ(h.Step(), "B0@0+8* +[B0] -[A0]");  // B takes unused pages 2, 3 and leaves them cached
+  EXPECT_EQ(h.queues().pool.num_unused(), 2);
+  EXPECT_EQ(h.queues().pool.num_free(), 6);
+  // C needs four pages: the two unused ones and A's two, the least recently used.
+  h.AddPrompt("C", Tokens(300, 16), 1, 3);
+  EXPECT_EQ(h.Step(), "C0@0+16* +[C0] -[B0]");
+  EXPECT_EQ(h.queues().cache->cached_pages(), 2 + 4);  // B's, and C's (pending until next step)
+  // E has B's prompt: it reuses B's first page (touching it) and needs one more page, which
+  // evicts B's second page (older than C's). D has A's prompt, evicted: it computes it all,
+  // in two of C's pages.
+  RequestState* e = h.AddPrompt("E", Tokens(200, 8), 1, 4);
+  RequestState* d = h.AddPrompt("D", Tokens(100, 8), 1, 5);
+  EXPECT_EQ(h.Step(), "E0@4+4* D0@0+8* +[E0 D0] -[C0]");
+  EXPECT_EQ(e->cached_tokens, 4);
+  EXPECT_EQ(d->cached_tokens, 0);
+  EXPECT_EQ(h.Step(), "-[E0 D0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+}
+
+// K/V is found only under the same namespace: another cache_salt, or another weight version,
+// finds nothing. A scoring request reuses only pages before its first scored row.
+TEST(BatchPlannerTest, PrefixCacheIsolatesSaltsAndVersionsAndKeepsScoredRowsComputed) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 8, .prefill_chunk = 16}, 16, 4, true);
+  h.AddPrompt("A", Tokens(100, 10), 1, 1, 0, 1, 0, "tenant-x");
+  EXPECT_EQ(h.Step(), "A0@0+10* +[A0]");
+  h.AddPrompt("B", Tokens(100, 10), 1, 2, 0, 1, 0, "tenant-y");
+  EXPECT_EQ(h.Step(), "B0@0+10* +[B0] -[A0]");
+  h.AddPrompt("C", Tokens(100, 10), 1, 3, 0, 1, 0, "tenant-x");
+  EXPECT_EQ(h.Step(), "C0@8+2* +[C0] -[B0]");
+  // Scores prompt tokens from position 6: row 5 must be computed, so one page (0..3) is reused.
+  h.AddPrompt("S", Tokens(100, 10), 1, 4, 0, 1, /*logprob_start=*/6, "tenant-x");
+  EXPECT_EQ(h.Step(), "S0@4+6~4* +[S0~6] -[C0]");
+  h.queues().cache_version = 1;  // new weights: the old K/V is not found
+  h.AddPrompt("V", Tokens(100, 10), 1, 5, 0, 1, 0, "tenant-x");
+  EXPECT_EQ(h.Step(), "V0@0+10* +[V0] -[S0]");
+  EXPECT_EQ(h.Step(), "-[V0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_EQ(h.worker().cached_tokens(), 8 + 4);
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+}
+
+// A preempted sequence leaves what it computed cached and its restart reuses it. Pool of 5 pages
+// of 4: A (prompt 8) and B (prompt 4) decode until B needs a page none is left for; B (the
+// newest) is preempted, its first page stays cached, and it restarts from it.
+TEST(BatchPlannerTest, PrefixCacheAPreemptedSequenceRestartsFromItsCachedPages) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 5, 4, true);
+  RequestState* a = h.AddPrompt("A", Tokens(100, 8), 9, 1);
+  RequestState* b = h.AddPrompt("B", Tokens(200, 4), 9, 2);
+  int steps = 0;
+  while (!h.Done() && steps < 100) {
+    h.Step();
+    ++steps;
+  }
+  ASSERT_TRUE(h.Done());
+  EXPECT_GT(b->preemptions + a->preemptions, 0);
+  EXPECT_GT(h.worker().cached_tokens(), 0);  // the restart reused its own pages
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+}
+
+// Random load with shared prefixes (three system prompts, random suffixes, n up to 3, prompt
+// scoring) on pools far too small: every plan passes the fake's checks (reused K/V is the
+// sequence's own tokens, no write into a shared page), every output is exact, the cache is used,
+// sequences are preempted, and the pool is whole at the end.
+TEST(BatchPlannerTest, PrefixCacheRandomSharedPrefixesOnATinyPoolCompleteWithExactTokens) {
+  int64_t preemptions = 0, cached = 0;
+  for (uint32_t trial = 0; trial < 30; ++trial) {
+    std::mt19937 rng(trial);
+    const int32_t page_size = 1 + static_cast<int32_t>(rng() % 4);
+    const int64_t num_pages = 40 / page_size + static_cast<int64_t>(rng() % 8);
+    PlannerHarness h({.max_tokens = 1 + static_cast<int64_t>(rng() % 16),
+                      .max_sequences = 1 + static_cast<int64_t>(rng() % 6),
+                      .prefill_chunk = 1 + static_cast<int64_t>(rng() % 8)},
+                     num_pages, page_size, true);
+    std::vector<RequestState*> requests;
+    for (int r = 0; r < 14; ++r) {
+      std::vector<int32_t> prompt = Tokens(100 * (1 + static_cast<int>(rng() % 3)),
+                                           1 + static_cast<int>(rng() % 12));
+      const int suffix = static_cast<int>(rng() % 4);
+      for (int i = 0; i < suffix; ++i) prompt.push_back(500 + static_cast<int32_t>(rng() % 50));
+      const int len = static_cast<int>(prompt.size());
+      const int logprob_start = rng() % 3 == 0 ? 1 + static_cast<int>(rng() % len) : 0;
+      requests.push_back(h.AddPrompt(std::string(1, static_cast<char>('a' + r)), prompt,
+                                     1 + static_cast<int>(rng() % 10), 1000 + r,
+                                     static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 3),
+                                     logprob_start));
+      if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
+    }
+    int steps = 0;
+    while (!h.Done() && steps < 3000) {
+      h.Step();
+      ++steps;
+    }
+    ASSERT_TRUE(h.Done()) << "trial " << trial << " did not finish in 3000 steps";
+    const auto violations = h.worker().violations();
+    ASSERT_TRUE(violations.empty()) << "trial " << trial << ": " << violations.front();
+    for (RequestState* r : requests) {
+      preemptions += r->preemptions;
+      for (int i = 0; i < r->req.n; ++i) {
+        EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
+            << "trial " << trial << " request " << r->key << " sample " << i;
+      }
+      const int32_t len = static_cast<int32_t>(r->req.prompt.size());
+      std::vector<int32_t> positions;
+      for (int32_t p = r->req.logprob_start; r->req.logprob_start > 0 && p < len; ++p) {
+        positions.push_back(p);
+      }
+      EXPECT_EQ(h.scored(r), positions) << "trial " << trial << " request " << r->key;
+    }
+    cached += h.worker().cached_tokens();
+    EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
+    h.queues().FlushCache();
+    EXPECT_EQ(h.queues().pool.num_unused(), num_pages) << "trial " << trial;
+  }
+  EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
+  EXPECT_GT(cached, 200) << "the prompts were meant to share prefixes";
 }
 
 }  // namespace
