@@ -137,6 +137,7 @@ void PlanOutcome::Clear() {
   cache_query_tokens = 0;
   cache_hit_tokens = 0;
   cache_deferred = 0;
+  token_budget = 0;
 }
 
 void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now,
@@ -167,7 +168,6 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
 }
 
 int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t step_id) {
-  const int64_t budget = limits_.max_tokens;
   int64_t used = 0;
   logits_rows_ = 0;
   const int32_t context = limits_.max_context_tokens;
@@ -181,6 +181,12 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
     seq->step_tokens = 0;
     if (wants_decode(seq)) ++decode_left;
   }
+  // With decode rows in the step, its prefill is bounded so that their next token is not held
+  // up by a whole chunk of prompts (StepCostModel).
+  step_budget_ = cost_ != nullptr ? cost_->Budget(decode_left, limits_.max_tokens)
+                                  : limits_.max_tokens;
+  out->token_budget = step_budget_;
+  const int64_t budget = step_budget_;
   size_t i = 0;
   while (i < q->running.size()) {
     Sequence* seq = q->running[i];
@@ -288,7 +294,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
   size_t taken = 0;  // admitted so far; they leave the waiting queue once at the end
   for (size_t i = 0; i < q->waiting.size() &&
                      static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
-                     used < limits_.max_tokens;
+                     used < step_budget_;
        ++i) {
     Sequence* seq = q->waiting[i];
     // Held (drain): a request that has not started keeps its place; later sequences of started
@@ -307,7 +313,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const int32_t tokens = FitLogitsRows(
         *seq,
         static_cast<int32_t>(std::min<int64_t>(
-            {known - cached, limits_.prefill_chunk, limits_.max_tokens - used})),
+            {known - cached, limits_.prefill_chunk, step_budget_ - used})),
         limits_.max_logits_rows - logits_rows_);
     const int64_t grow = pool.PagesFor(cached + tokens) - seq->pages.size();
     if (tokens == 0 || grow > pool.num_free()) {  // no logits row, or too few pages, this step

@@ -101,6 +101,7 @@ struct PlanOutcome {
   int64_t cache_query_tokens = 0;
   int64_t cache_hit_tokens = 0;
   int32_t cache_deferred = 0;  // sequences that wait a step for a pending page
+  int64_t token_budget = 0;    // the step's token budget (StepCostModel; else max_tokens)
   void Clear();
 };
 
@@ -113,6 +114,9 @@ class BatchPlanner {
   // While set (Pause in drain mode), only sequences of requests that already started are
   // admitted; the others keep their places in the queue.
   void set_hold_new_requests(bool hold) { hold_new_requests_ = hold; }
+  // Bounds the tokens of a step that has decode rows (StepCostModel::Budget); nullptr = the
+  // limits' max_tokens always. `cost` must outlive the planner's use of it.
+  void set_cost_model(const StepCostModel* cost) { cost_ = cost; }
 
   // Plans one step of `queues` into `plan` (cleared first, storage reused) and `outcome`.
   // `now` stamps the first scheduling of a request.
@@ -141,6 +145,8 @@ class BatchPlanner {
   PreemptionPolicy preemption_;
   uint64_t next_live_id_ = 1;
   bool hold_new_requests_ = false;
+  const StepCostModel* cost_ = nullptr;
+  int64_t step_budget_ = 0;  // token budget of the step being planned
   std::vector<int32_t> matched_;  // ReuseCachedPrefix's scratch
 };
 

@@ -61,6 +61,45 @@ Status AdmissionPolicy::Admit(const QueueCounters& queue, const SchedRequest& re
   return OkStatus();
 }
 
+void StepCostModel::Observe(int64_t tokens, int64_t step_ns) {
+  if (tokens <= 0 || step_ns <= 0) return;
+  constexpr double kForget = 0.98;  // about the last 50 steps
+  const double t = static_cast<double>(tokens);
+  const double ms = static_cast<double>(step_ns) * 1e-6;
+  s0_ = s0_ * kForget + 1;
+  s1_ = s1_ * kForget + t;
+  s2_ = s2_ * kForget + t * t;
+  sy_ = sy_ * kForget + ms;
+  sty_ = sty_ * kForget + t * ms;
+  ++samples_;
+  const double det = s0_ * s2_ - s1_ * s1_;
+  double per_token = 0, fixed = 0;
+  // Token counts that barely vary (steady decode) cannot separate the two terms: then the whole
+  // time is taken as per-token, which overestimates prefill and so errs towards shorter steps.
+  if (det > 1e-9 * s0_ * s2_) {
+    per_token = (s0_ * sty_ - s1_ * sy_) / det;
+    fixed = (sy_ - per_token * s1_) / s0_;
+  }
+  if (per_token <= 0 || fixed < 0) {
+    per_token = sty_ / s2_;
+    fixed = 0;
+  }
+  per_token_ms_ = per_token;
+  fixed_ms_ = fixed;
+}
+
+int64_t StepCostModel::Budget(int64_t decode_rows, int64_t max_tokens) const {
+  if (max_step_ms_ < 0 || decode_rows <= 0 || !calibrated() || per_token_ms_ <= 0) {
+    return max_tokens;
+  }
+  const double target = max_step_ms_ > 0 ? static_cast<double>(max_step_ms_)
+                                         : kAutoFactor * PredictMs(decode_rows);
+  const double fit = (target - fixed_ms_) / per_token_ms_;
+  const int64_t tokens =
+      fit >= static_cast<double>(max_tokens) ? max_tokens : static_cast<int64_t>(fit);
+  return std::min(max_tokens, std::max(decode_rows + kMinPrefillTokens, tokens));
+}
+
 int Router::Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) const {
   int best = -1;
   for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
@@ -74,21 +113,22 @@ int Router::Pick(std::span<const WorkerLoad> workers, int64_t sequence_tokens) c
     if (w.sequences < b.sequences || (w.sequences == b.sequences && w.tokens < b.tokens)) best = i;
   }
   if (best < 0) return best;
-  // Cache-aware: the worker holding the longest cached prefix, unless it is too far behind.
+  // Cache-aware: of the workers within the slack of the least loaded, the one holding the
+  // longest cached prefix.
   int cached = -1;
   for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
     const WorkerLoad& w = workers[i];
-    if (!w.accepting || w.capacity_tokens < sequence_tokens || w.cached_tokens == 0) continue;
+    if (!w.accepting || w.capacity_tokens < sequence_tokens || w.cached_tokens == 0 ||
+        w.sequences > workers[best].sequences + cache_slack_) {
+      continue;
+    }
     if (cached < 0 || w.cached_tokens > workers[cached].cached_tokens ||
         (w.cached_tokens == workers[cached].cached_tokens &&
          w.sequences < workers[cached].sequences)) {
       cached = i;
     }
   }
-  if (cached >= 0 && workers[cached].sequences <= workers[best].sequences + cache_slack_) {
-    return cached;
-  }
-  return best;
+  return cached >= 0 ? cached : best;
 }
 
 }  // namespace astr::sched

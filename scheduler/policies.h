@@ -7,6 +7,7 @@
 //   PreemptionPolicy  which running sequence gives up its pages when a page is missing
 //   AdmissionPolicy   whether Submit queues a request
 //   Router            which worker a sequence is placed on
+//   StepCostModel     what a step of T tokens costs on a worker, and how many tokens fit a target
 #pragma once
 
 #include <cstdint>
@@ -82,10 +83,10 @@ struct WorkerLoad {
 };
 
 // Cache-aware least loaded. Only workers whose pool can hold the sequence alone qualify. The
-// least-loaded one has the fewest sequences, then the fewest tokens, then the lowest index. A
-// worker whose prefix cache holds part of the sequence's tokens is chosen instead when it has at
-// most `cache_slack` sequences more than the least-loaded one (the longest cached prefix first,
-// then the fewest sequences): reusing K/V beats spreading load until the imbalance passes
+// least-loaded one has the fewest sequences, then the fewest tokens, then the lowest index. Among
+// the workers with at most `cache_slack` sequences more than it, the one whose prefix cache holds
+// the longest prefix of the sequence's tokens is chosen instead (ties: fewer sequences, lower
+// index): reusing K/V beats spreading load until the imbalance passes
 // SchedulerOptions::cache_route_slack (SGLang's router applies the same idea with its balance
 // thresholds).
 class Router {
@@ -96,6 +97,42 @@ class Router {
 
  private:
   int64_t cache_slack_;
+};
+
+// A worker's step time as a function of its tokens, t(T) = fixed + per_token * T, fitted by least
+// squares with exponential forgetting over the worker's own step timings (StepResult.step_ns),
+// so it follows the model, the backend, the machine and its load. The planner asks it how many
+// tokens a step may hold so that the decode rows' inter-token latency stays bounded:
+//
+//   target = --max-step-ms, or (0 = auto) kAutoFactor * t(decode rows alone)
+//   budget = max(decode rows + kMinPrefillTokens, the largest T with t(T) <= target)
+//
+// so a step that also prefills takes at most about kAutoFactor decode steps (prefill spreads over
+// steps instead of stalling every stream for a whole chunk), while prompts always progress by at
+// least kMinPrefillTokens a step. A step without decode rows is not bounded (nobody waits on it).
+class StepCostModel {
+ public:
+  static constexpr double kAutoFactor = 3.0;
+  static constexpr int64_t kMinPrefillTokens = 64;
+  static constexpr int kMinSamples = 8;  // steps observed before the model bounds anything
+
+  // `max_step_ms`: > 0 a fixed target, 0 auto, < 0 no bound.
+  explicit StepCostModel(int64_t max_step_ms = 0) : max_step_ms_(max_step_ms) {}
+
+  void Observe(int64_t tokens, int64_t step_ns);
+  bool calibrated() const { return samples_ >= kMinSamples; }
+  double fixed_ms() const { return fixed_ms_; }
+  double per_token_ms() const { return per_token_ms_; }
+  double PredictMs(int64_t tokens) const { return fixed_ms_ + per_token_ms_ * tokens; }
+  // Token budget of a step with `decode_rows` decode rows, at most `max_tokens`.
+  int64_t Budget(int64_t decode_rows, int64_t max_tokens) const;
+
+ private:
+  int64_t max_step_ms_;
+  int samples_ = 0;
+  // Decayed sums of the fit: weights, T, T^2, t, T*t.
+  double s0_ = 0, s1_ = 0, s2_ = 0, sy_ = 0, sty_ = 0;
+  double fixed_ms_ = 0, per_token_ms_ = 0;
 };
 
 }  // namespace astr::sched

@@ -58,6 +58,10 @@ Status ValidateSchedulerOptions(const SchedulerOptions& o) {
     return InvalidArgumentError("--max-worker-failures must be >= 0, got " +
                                 std::to_string(o.max_worker_failures));
   }
+  if (o.max_step_ms < -1) {
+    return InvalidArgumentError("--max-step-ms must be >= -1 (-1 unbounded, 0 auto), got " +
+                                std::to_string(o.max_step_ms));
+  }
   if (o.cache_route_slack < 0) {
     return InvalidArgumentError("--cache-route-slack must be >= 0, got " +
                                 std::to_string(o.cache_route_slack));

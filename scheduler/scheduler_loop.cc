@@ -264,6 +264,7 @@ void SchedulerLoop::ReceiveResult(WorkerSlot* w, Clock::time_point started) {
     return;
   }
   ++w->results_received;
+  w->cost.Observe(out.num_tokens, w->result.step_ns());
   stat_steps_.fetch_add(1, std::memory_order_relaxed);
   RecordStepTime(w, Nanos(Clock::now() - started));
 }

@@ -43,12 +43,13 @@ struct WorkerSlot {
   // With `prefix_cache`, its queues keep a prefix cache (of K/V computed under the version the
   // worker serves).
   WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
-             bool prefix_cache);
+             const SchedulerOptions& options);
 
   std::unique_ptr<WorkerConnection> conn;  // null once removed (and its reconnector ended)
   const std::string address;               // conn->address(), kept after the connection goes
   v1::InfoResponse info;                   // as read when it joined
   WorkerQueues queues;
+  StepCostModel cost;  // fitted from this worker's step timings; bounds the planner's steps
   BatchPlanner planner;
   v1::StepPlan plan;      // reused every step
   v1::StepResult result;  // reused every step

@@ -23,7 +23,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
   std::vector<std::string> addresses;
   for (auto& conn : workers) {
     addresses.push_back(conn->address());
-    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_, options_.prefix_cache));
+    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_, options_));
   }
   RecomputePoolLimits();
   metrics_ =

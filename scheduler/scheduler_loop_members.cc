@@ -112,7 +112,7 @@ void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
         "worker " + address + " reports a KV pool of " + std::to_string(info.num_pages()) +
         " pages of " + std::to_string(info.page_size()) + " tokens"));
   }
-  auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_, options_.prefix_cache);
+  auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_, options_);
   slot->metrics = metrics_->ForWorker(address);
   slot->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
   WorkerSlot* w = slot.get();

@@ -10,13 +10,15 @@
 namespace astr::sched {
 
 WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
-                       bool prefix_cache)
+                       const SchedulerOptions& options)
     : conn(std::move(connection)),
       address(conn->address()),
       info(conn->info()),
       queues(info.num_pages(), info.page_size()),
+      cost(options.max_step_ms),
       planner(capacity.For(info)) {
-  if (prefix_cache) queues.EnableCache();
+  if (options.prefix_cache) queues.EnableCache();
+  planner.set_cost_model(&cost);
   queues.cache_version = info.weight_version();
 }
 

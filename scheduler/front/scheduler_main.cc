@@ -179,6 +179,13 @@ void Register(FlagSet* fs, Flags* f) {
           "longest prefix of it, unless that worker has more than this many sequences over the "
           "least-loaded worker (then to the least-loaded one). 0 = route on load alone when "
           "loads differ.");
+  fs->Int("max-step-ms", &f->sched.max_step_ms,
+          "Bounds the inter-token latency: a step that has decode rows holds at most the "
+          "tokens a cost model, fitted to each worker's own step timings, predicts fit in this "
+          "many ms (prompts are prefilled over more, smaller steps instead of stalling every "
+          "stream), and always the decode rows plus 64 prompt tokens. 0 = auto: 3x the "
+          "predicted time of the step's decode rows alone. -1 = unbounded (only "
+          "--max-batch-tokens).");
   fs->Int("worker-down-after-ms", &f->sched.worker_down_after_ms,
           "A worker whose step stream broke is redialed; after this long unreachable it is "
           "marked down and its sequences restart on the other workers (same outputs).");
