@@ -63,8 +63,12 @@ WORDS = (
 ).split()
 
 
+# The name log lines start with (a program that imports this module sets its own).
+LOG_NAME = "bench_http"
+
+
 def log(msg):
-    print(f"[bench_http {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{LOG_NAME} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def parse_levels(text):
@@ -196,19 +200,24 @@ def default_model():
     return path
 
 
-def start_astr(args, log_dir):
-    """Starts a worker and a scheduler; returns (servers, grpc address, http base URL)."""
-    worker = Server("worker", [
+def start_astr(args, log_dir, tag="", scheduler_args=None):
+    """Starts a worker and a scheduler; returns (servers, grpc address, http base URL).
+
+    `tag` is appended to their names (and log files), so several pairs can run side by side;
+    `scheduler_args` replaces args.scheduler_arg as the scheduler's extra flags."""
+    if scheduler_args is None:
+        scheduler_args = args.scheduler_arg
+    worker = Server(f"worker{tag}", [
         os.path.join(args.bin_dir, "astr-worker"), "--model", args.model,
         "--listen", "127.0.0.1:0", "--backend", "cpu", "--threads", str(args.threads),
         "--kv-cache-mb", str(args.kv_cache_mb)] + args.worker_arg, log_dir)
     servers = [worker]
     try:
         worker_addr = worker.wait_for(r"listening on (\S+):(\d+)")
-        sched = Server("scheduler", [
+        sched = Server(f"scheduler{tag}", [
             os.path.join(args.bin_dir, "astr-scheduler"), "--workers", worker_addr,
             "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--admin-listen", ""]
-            + args.scheduler_arg, log_dir)
+            + list(scheduler_args), log_dir)
         servers.insert(0, sched)
         grpc_addr = sched.wait_for(r"listening on (\S+):(\d+)")
         http_addr = sched.wait_for(r"http api on (\S+):(\d+)")
@@ -468,9 +477,9 @@ def pct_ms(values, q):
     return round(float(np.percentile(values, q)) * 1e3, 2) if values else None
 
 
-def series(values):
+def series(values, digits=2):
     return {"median": float(np.median(values)), "min": float(np.min(values)),
-            "values": [round(v, 2) for v in values]}
+            "values": [round(v, digits) for v in values]}
 
 
 def aggregate(runs):
