@@ -537,6 +537,26 @@ async def bench(args, targets):
     return runs, summary
 
 
+def write_document(doc, runs):
+    """The benchmark's one JSON document on stdout; logs the failed requests of `runs`."""
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    errors = sum(r["errors"] for r in runs)
+    if errors:
+        log(f"{errors} failed requests (see runs[].error_samples)")
+    return 0
+
+
+def cleanup(started, stub_dir, log_dir):
+    """Stops every started process and removes the stub and (unless kept) log directories."""
+    for s in started:
+        s.stop()
+    if stub_dir:
+        shutil.rmtree(stub_dir, ignore_errors=True)
+    if log_dir:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
 def machine_info():
     model = ""
     try:
@@ -591,23 +611,13 @@ def main(argv=None):
             "summary": summary,
             "runs": runs,
         }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        errors = sum(r["errors"] for r in runs)
-        if errors:
-            log(f"{errors} failed requests (see runs[].error_samples)")
-        return 0
+        return write_document(doc, runs)
     except BaseException:
         log(f"failed; server logs kept in {log_dir}")
         log_dir = None
         raise
     finally:
-        for s in started:
-            s.stop()
-        if stub_dir:
-            shutil.rmtree(stub_dir, ignore_errors=True)
-        if log_dir:
-            shutil.rmtree(log_dir, ignore_errors=True)
+        cleanup(started, stub_dir, log_dir)
 
 
 if __name__ == "__main__":

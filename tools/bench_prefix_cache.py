@@ -60,7 +60,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -866,23 +865,13 @@ def main(argv=None):
             "summary": summary,
             "runs": runs,
         }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        errors = sum(r["errors"] for r in runs)
-        if errors:
-            log(f"{errors} failed requests (see runs[].error_samples)")
-        return 0
+        return bh.write_document(doc, runs)
     except BaseException:
         log(f"failed; server logs kept in {log_dir}")
         log_dir = None
         raise
     finally:
-        for s in started:
-            s.stop()
-        if stub_dir:
-            shutil.rmtree(stub_dir, ignore_errors=True)
-        if log_dir:
-            shutil.rmtree(log_dir, ignore_errors=True)
+        bh.cleanup(started, stub_dir, log_dir)
 
 
 if __name__ == "__main__":

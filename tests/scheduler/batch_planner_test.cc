@@ -203,6 +203,33 @@ class PlannerHarness {
   std::map<const RequestState*, std::vector<int32_t>> scored_;
 };
 
+// Steps `h` until every request is done, then checks every plan passed the fake's checks, every
+// sample's tokens and every scoring request's delivered positions; adds the preemptions.
+void RunToCompletion(PlannerHarness* h, const std::vector<RequestState*>& requests, uint32_t trial,
+                     int64_t* preemptions) {
+  int steps = 0;
+  while (!h->Done() && steps < 3000) {
+    h->Step();
+    ++steps;
+  }
+  ASSERT_TRUE(h->Done()) << "trial " << trial << " did not finish in 3000 steps";
+  const auto violations = h->worker().violations();
+  ASSERT_TRUE(violations.empty()) << "trial " << trial << ": " << violations.front();
+  for (RequestState* r : requests) {
+    *preemptions += r->preemptions;
+    for (int i = 0; i < r->req.n; ++i) {
+      EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
+          << "trial " << trial << " request " << r->key << " sample " << i;
+    }
+    std::vector<int32_t> positions;
+    for (int32_t p = r->req.logprob_start;
+         r->req.logprob_start > 0 && p < static_cast<int32_t>(r->req.prompt.size()); ++p) {
+      positions.push_back(p);
+    }
+    EXPECT_EQ(h->scored(r), positions) << "trial " << trial << " request " << r->key;
+  }
+}
+
 void ExpectTable(PlannerHarness* h, const std::vector<std::string>& table) {
   for (size_t i = 0; i < table.size(); ++i) {
     EXPECT_EQ(h->Step(), table[i]) << "step " << i + 1;
@@ -406,27 +433,7 @@ TEST(BatchPlannerTest, RandomLoadOnATinyPoolCompletesWithExactTokens) {
                                1000 + r, static_cast<int>(rng() % 3),
                                1 + static_cast<int>(rng() % 2), logprob_start));
     }
-    int steps = 0;
-    while (!h.Done() && steps < 2000) {
-      h.Step();
-      ++steps;
-    }
-    ASSERT_TRUE(h.Done()) << "trial " << trial << " did not finish in 2000 steps";
-    const auto violations = h.worker().violations();
-    ASSERT_TRUE(violations.empty()) << "trial " << trial << ": " << violations.front();
-    for (RequestState* r : requests) {
-      preemptions += r->preemptions;
-      for (int i = 0; i < r->req.n; ++i) {
-        EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
-            << "trial " << trial << " request " << r->key << " sample " << i;
-      }
-      std::vector<int32_t> positions;
-      if (r->req.logprob_start > 0) {
-        for (int32_t p = r->req.logprob_start; p < static_cast<int32_t>(r->req.prompt.size()); ++p)
-          positions.push_back(p);
-      }
-      EXPECT_EQ(h.scored(r), positions) << "trial " << trial << " request " << r->key;
-    }
+    RunToCompletion(&h, requests, trial, &preemptions);
     EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
   }
   EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
@@ -592,27 +599,7 @@ TEST(BatchPlannerTest, PrefixCacheRandomSharedPrefixesOnATinyPoolCompleteWithExa
                                      logprob_start));
       if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
     }
-    int steps = 0;
-    while (!h.Done() && steps < 3000) {
-      h.Step();
-      ++steps;
-    }
-    ASSERT_TRUE(h.Done()) << "trial " << trial << " did not finish in 3000 steps";
-    const auto violations = h.worker().violations();
-    ASSERT_TRUE(violations.empty()) << "trial " << trial << ": " << violations.front();
-    for (RequestState* r : requests) {
-      preemptions += r->preemptions;
-      for (int i = 0; i < r->req.n; ++i) {
-        EXPECT_EQ(r->samples[i]->generated, PlannerHarness::Expected(*r, i))
-            << "trial " << trial << " request " << r->key << " sample " << i;
-      }
-      const int32_t len = static_cast<int32_t>(r->req.prompt.size());
-      std::vector<int32_t> positions;
-      for (int32_t p = r->req.logprob_start; r->req.logprob_start > 0 && p < len; ++p) {
-        positions.push_back(p);
-      }
-      EXPECT_EQ(h.scored(r), positions) << "trial " << trial << " request " << r->key;
-    }
+    RunToCompletion(&h, requests, trial, &preemptions);
     cached += h.worker().cached_tokens();
     EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
     h.queues().FlushCache();
