@@ -177,13 +177,16 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
   };
   // Decode rows not granted yet: prefill chunks only take budget those rows leave.
   int64_t decode_left = 0;
+  int64_t prefilling = 0;
   for (Sequence* seq : q->running) {
     seq->step_tokens = 0;
     if (wants_decode(seq)) ++decode_left;
+    if (seq->prefilling()) ++prefilling;
   }
   // With decode rows in the step, its prefill is bounded so that their next token is not held
   // up by a whole chunk of prompts (StepCostModel).
-  step_budget_ = cost_ != nullptr ? cost_->Budget(decode_left, limits_.max_tokens)
+  const int64_t waiting = prefilling + static_cast<int64_t>(q->waiting.size());
+  step_budget_ = cost_ != nullptr ? cost_->Budget(decode_left, waiting, limits_.max_tokens)
                                   : limits_.max_tokens;
   out->token_budget = step_budget_;
   const int64_t budget = step_budget_;

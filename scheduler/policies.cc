@@ -88,12 +88,13 @@ void StepCostModel::Observe(int64_t tokens, int64_t step_ns) {
   fixed_ms_ = fixed;
 }
 
-int64_t StepCostModel::Budget(int64_t decode_rows, int64_t max_tokens) const {
+int64_t StepCostModel::Budget(int64_t decode_rows, int64_t waiting, int64_t max_tokens) const {
   if (max_step_ms_ < 0 || decode_rows <= 0 || !calibrated() || per_token_ms_ <= 0) {
     return max_tokens;
   }
+  const double queue = std::max(1.0, static_cast<double>(waiting) / decode_rows);
   const double target = max_step_ms_ > 0 ? static_cast<double>(max_step_ms_)
-                                         : kAutoFactor * PredictMs(decode_rows);
+                                         : kAutoFactor * queue * PredictMs(decode_rows);
   const double fit = (target - fixed_ms_) / per_token_ms_;
   const int64_t tokens =
       fit >= static_cast<double>(max_tokens) ? max_tokens : static_cast<int64_t>(fit);

@@ -104,12 +104,16 @@ class Router {
 // so it follows the model, the backend, the machine and its load. The planner asks it how many
 // tokens a step may hold so that the decode rows' inter-token latency stays bounded:
 //
-//   target = --max-step-ms, or (0 = auto) kAutoFactor * t(decode rows alone)
+//   target = --max-step-ms, or (0 = auto) kAutoFactor * max(1, waiting / decode rows)
+//                                          * t(decode rows alone)
 //   budget = max(decode rows + kMinPrefillTokens, the largest T with t(T) <= target)
 //
 // so a step that also prefills takes at most about kAutoFactor decode steps (prefill spreads over
 // steps instead of stalling every stream for a whole chunk), while prompts always progress by at
-// least kMinPrefillTokens a step. A step without decode rows is not bounded (nobody waits on it).
+// least kMinPrefillTokens a step. `waiting` counts the sequences that wait for their first token
+// (queued or still prefilling): when more of them wait than decode, the auto target grows in
+// proportion, so a burst of arrivals is not held back for the sake of a few streams. A step
+// without decode rows is not bounded (nobody waits on it).
 class StepCostModel {
  public:
   static constexpr double kAutoFactor = 3.0;
@@ -124,8 +128,9 @@ class StepCostModel {
   double fixed_ms() const { return fixed_ms_; }
   double per_token_ms() const { return per_token_ms_; }
   double PredictMs(int64_t tokens) const { return fixed_ms_ + per_token_ms_ * tokens; }
-  // Token budget of a step with `decode_rows` decode rows, at most `max_tokens`.
-  int64_t Budget(int64_t decode_rows, int64_t max_tokens) const;
+  // Token budget of a step with `decode_rows` decode rows and `waiting` sequences waiting for
+  // their first token, at most `max_tokens`.
+  int64_t Budget(int64_t decode_rows, int64_t waiting, int64_t max_tokens) const;
 
  private:
   int64_t max_step_ms_;

@@ -91,8 +91,9 @@ struct SchedulerOptions {
   // unless that worker has more than this many sequences over the least-loaded one.
   int64_t cache_route_slack = 8;
   // Latency-bounded steps (StepCostModel): a step with decode rows holds at most the tokens its
-  // cost model predicts fit in this many ms (0 = auto: 3x a step of its decode rows alone; < 0 =
-  // unbounded, only max_batch_tokens), and always the decode rows plus 64 prefill tokens.
+  // cost model predicts fit in this many ms (0 = auto: 3x a step of its decode rows alone, times
+  // waiting / decode rows when more sequences wait for their first token; -1 = unbounded, only
+  // max_batch_tokens), and always the decode rows plus 64 prefill tokens.
   int64_t max_step_ms = 0;
 };
 

@@ -184,8 +184,9 @@ void Register(FlagSet* fs, Flags* f) {
           "tokens a cost model, fitted to each worker's own step timings, predicts fit in this "
           "many ms (prompts are prefilled over more, smaller steps instead of stalling every "
           "stream), and always the decode rows plus 64 prompt tokens. 0 = auto: 3x the "
-          "predicted time of the step's decode rows alone. -1 = unbounded (only "
-          "--max-batch-tokens).");
+          "predicted time of the step's decode rows alone, times the ratio of sequences "
+          "waiting for their first token to decoding ones when more wait. -1 = unbounded "
+          "(only --max-batch-tokens).");
   fs->Int("worker-down-after-ms", &f->sched.worker_down_after_ms,
           "A worker whose step stream broke is redialed; after this long unreachable it is "
           "marked down and its sequences restart on the other workers (same outputs).");

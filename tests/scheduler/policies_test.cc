@@ -37,18 +37,21 @@ TEST(StepCostModelTest, ConstantTokenCountsFallBackToPerTokenOnly) {
 
 TEST(StepCostModelTest, BudgetBoundsStepsWithDecodeRowsOnly) {
   StepCostModel uncalibrated;
-  EXPECT_EQ(uncalibrated.Budget(64, 2048), 2048);
+  EXPECT_EQ(uncalibrated.Budget(64, 0, 2048), 2048);
   StepCostModel m;  // auto: 3x the decode rows' own step
   for (int i = 0; i < 40; ++i) {
     const int64_t tokens = 1 + (i * 37) % 300;
     m.Observe(tokens, (10 + 2 * tokens) * kMs);
   }
-  EXPECT_EQ(m.Budget(0, 2048), 2048);  // no decode row waits on this step
+  EXPECT_EQ(m.Budget(0, 0, 2048), 2048);  // no decode row waits on this step
   // 64 rows: t(64) = 138 ms, target 414 ms: (414 - 10) / 2 = 202 tokens.
-  EXPECT_EQ(m.Budget(64, 2048), 202);
+  EXPECT_EQ(m.Budget(64, 0, 2048), 202);
   // 4 rows: t(4) = 18 ms, target 54 ms -> 22 tokens, below the floor of 4 + 64.
-  EXPECT_EQ(m.Budget(4, 2048), 68);
-  EXPECT_EQ(m.Budget(64, 100), 100);  // never above max_tokens
+  EXPECT_EQ(m.Budget(4, 0, 2048), 68);
+  EXPECT_EQ(m.Budget(64, 0, 100), 100);  // never above max_tokens
+  // 128 sequences wait for 64 decoding: the auto target doubles, 828 ms -> 409 tokens.
+  EXPECT_EQ(m.Budget(64, 128, 2048), 409);
+  EXPECT_EQ(m.Budget(64, 32, 2048), 202);  // fewer waiting than decoding: no change
   StepCostModel fixed(250);  // --max-step-ms 250: (250 - 10) / 2 = 120 tokens
   StepCostModel off(-1);
   for (int i = 0; i < 40; ++i) {
@@ -56,8 +59,8 @@ TEST(StepCostModelTest, BudgetBoundsStepsWithDecodeRowsOnly) {
     fixed.Observe(tokens, (10 + 2 * tokens) * kMs);
     off.Observe(tokens, (10 + 2 * tokens) * kMs);
   }
-  EXPECT_EQ(fixed.Budget(32, 2048), 120);
-  EXPECT_EQ(off.Budget(64, 2048), 2048);
+  EXPECT_EQ(fixed.Budget(32, 100, 2048), 120);  // a fixed target ignores the queue
+  EXPECT_EQ(off.Budget(64, 0, 2048), 2048);
 }
 
 // The planner holds a step with decode rows to the budget: A decodes, B's 300-token prompt is
