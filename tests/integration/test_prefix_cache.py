@@ -411,3 +411,24 @@ def test_cache_salt_isolates(new_cluster):
     stats = check_pages_back(c)
     # Three namespaces, each with its own copy of the prompt's pages.
     assert stats.workers[0].cached_pages >= 3 * full_pages(len(prompt) - 1) // PAGE_SIZE, stats
+
+
+def test_cli_generate_cache_salt(new_cluster):
+    """`astr generate --cache-salt` sends the salt: the second call with it reports its prompt's
+    full pages cached, a call with another salt none."""
+    c = cache_cluster(new_cluster, prefix_cache=True)
+    prompt = harness.story_prompts(1, SEED + 6, 40, 40)[0]
+    ids = ",".join(str(t) for t in prompt)
+
+    def cached(salt):
+        r = harness.run_cli("generate", "--server", c.scheduler.address, "--prompt-ids", ids,
+                            "--max-tokens", "4", "--no-stream", "--cache-salt", salt)
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"\((\d+) cached\)", r.stdout + r.stderr)
+        assert m, r.stdout + r.stderr
+        return int(m.group(1))
+
+    assert cached("cli-a") == 0
+    assert cached("cli-a") == full_pages(len(prompt) - 1)
+    assert cached("cli-b") == 0
+    check_pages_back(c)

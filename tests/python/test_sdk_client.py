@@ -36,7 +36,7 @@ def test_generate_text_with_every_option(generate_server):
         reply = client.generate(
             "Once upon a time", request_id="req-1", n=2, priority=3, return_prompt_ids=True,
             add_special_tokens=False, parse_special_tokens=False, kv_on_weight_update="reuse",
-            logprob_start=1, temperature=0.5, top_k=40, top_p=0.9, min_p=0.05,
+            logprob_start=1, cache_salt="tenant-a", temperature=0.5, top_k=40, top_p=0.9, min_p=0.05,
             repetition_penalty=1.1, frequency_penalty=0.5, presence_penalty=-0.5,
             penalty_window=64, logit_bias={7: -100.0, 9: 2.5}, seed=2**63 + 5, stop="\n\n",
             stop_token_ids=[2, 3], ignore_eos=True, min_tokens=4, max_tokens=32,
@@ -46,6 +46,7 @@ def test_generate_text_with_every_option(generate_server):
     assert request.WhichOneof("input") == "text" and request.text == "Once upon a time"
     assert (request.request_id, request.n, request.priority) == ("req-1", 2, 3)
     assert request.return_prompt_ids and request.logprob_start == 1
+    assert request.cache_salt == "tenant-a"
     assert request.HasField("add_special_tokens") and not request.add_special_tokens
     assert request.HasField("parse_special_tokens") and not request.parse_special_tokens
     assert request.kv_on_weight_update == pb.KV_ON_WEIGHT_UPDATE_REUSE

@@ -35,6 +35,9 @@ void RequestFlags::Register(FlagSet* fs, bool with_n) {
   if (with_n) fs->Int("n", &n, "Samples to generate for the prompt.");
   fs->Int("priority", &priority, "Scheduling priority: larger runs first and is preempted last.");
   fs->String("request-id", &request_id, "Request id shown in the server's logs; default: made up.");
+  fs->String("cache-salt", &cache_salt,
+             "Prefix cache namespace: only requests with the same salt share cached K/V "
+             "(GenerateRequest.cache_salt). Default: the shared one.");
   fs->Bool("include-stop", &include_stop, "Keep the matched stop string in the text.");
   fs->Bool("show-special", &show_special, "Show special tokens (e.g. <|im_end|>) in the text.");
   fs->Double("timeout-s", &timeout_s, "Deadline of the request in seconds; 0 = none.");
@@ -69,6 +72,7 @@ Status RequestFlags::Apply(const FlagSet& fs, v1::GenerateRequest* request) cons
   request->set_n(n);
   request->set_priority(priority);
   if (!request_id.empty()) request->set_request_id(request_id);
+  if (!cache_salt.empty()) request->set_cache_salt(cache_salt);
   return OkStatus();
 }
 

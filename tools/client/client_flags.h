@@ -38,6 +38,7 @@ struct RequestFlags {
   int n = 1;
   int priority = 0;
   std::string request_id;
+  std::string cache_salt;
   bool include_stop = false;
   bool show_special = false;
   double timeout_s = 0;

@@ -317,8 +317,8 @@ int ResumeVerb(int argc, const char* const* argv) {
 int FlushCacheVerb(int argc, const char* const* argv) {
   const std::string program = argv[0];
   FlagSet fs(program,
-             "Drop the cached KV of the prefix cache (refused while requests run, unless "
-             "generation is paused).");
+             "Empty every worker's prefix cache: cached pages no running sequence holds become "
+             "free (allowed while requests run).");
   AdminFlags admin;
   admin.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
@@ -374,7 +374,7 @@ constexpr Verb kVerbs[] = {
     {"checksum", "XXH64 of the served tensors per worker, flagging disagreements.", ChecksumVerb},
     {"drain-worker", "Drain one worker and drop it from the pool (before a scale-down).",
      DrainWorkerVerb},
-    {"flush-cache", "Drop the prefix cache's KV.", FlushCacheVerb},
+    {"flush-cache", "Empty the prefix cache.", FlushCacheVerb},
     {"pause", "Pause generation (--mode abort|drain|keep).", PauseVerb},
     {"resume", "Resume generation.", ResumeVerb},
     {"update-weights", "Replace the served weights (--from-disk or --from-safetensors).",

@@ -78,6 +78,8 @@ class GenerateOptions(SamplingOptions, ChatOptions, total=False):
     # "recompute" (the default) or "reuse" (or the KvOnWeightUpdate value).
     kv_on_weight_update: Union[str, int]
     logprob_start: int
+    # Prefix cache isolation: only requests with the same salt share cached K/V.
+    cache_salt: str
 
 
 _LOGPROBS_MODES = {"raw": pb.LOGPROBS_MODE_RAW, "processed": pb.LOGPROBS_MODE_PROCESSED}
