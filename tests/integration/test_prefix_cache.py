@@ -432,3 +432,28 @@ def test_cli_generate_cache_salt(new_cluster):
     assert cached("cli-a") == full_pages(len(prompt) - 1)
     assert cached("cli-b") == 0
     check_pages_back(c)
+
+
+def test_openai_usage_reports_cached_tokens(new_cluster):
+    """Through the official openai client: the second completion of a prompt reports its full
+    pages in usage.prompt_tokens_details.cached_tokens; cache_salt (extra_body) isolates."""
+    import openai_http as oh
+
+    c = cache_cluster(new_cluster, prefix_cache=True, http_listen="127.0.0.1:0")
+    client = oh.openai_client(c)
+    try:
+        model = oh.served_model(c)
+        prompt = harness.story_prompts(1, SEED + 7, 45, 45)[0]
+
+        def cached(**extra):
+            r = client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                          temperature=0, extra_body=extra or None)
+            return r.usage.prompt_tokens_details.cached_tokens
+
+        assert cached() == 0
+        assert cached() == full_pages(len(prompt) - 1)
+        assert cached(cache_salt="http-tenant") == 0
+        assert cached(cache_salt="http-tenant") == full_pages(len(prompt) - 1)
+    finally:
+        client.close()
+    check_pages_back(c)
