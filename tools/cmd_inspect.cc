@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/base/flags.h"
 #include "common/model/model_file.h"
@@ -96,6 +97,18 @@ StatusOr<json> Inspect(const model::ModelFile& m, bool with_tensors) {
   return j;
 }
 
+// One tensor's values, dequantized to f32 (as the backends read them, before any packing): a JSON
+// object with its name, stored dtype, shape and values in storage order.
+StatusOr<json> Dump(const model::ModelFile& m, const std::string& name) {
+  ASTR_ASSIGN_OR_RETURN(model::TensorView t, m.Raw(name));
+  std::vector<float> values(static_cast<size_t>(t.num_elements()));
+  model::DequantizeToF32(t.dtype, t.data, t.num_elements(), values.data());
+  return json{{"name", name},
+              {"dtype", model::DTypeName(t.dtype)},
+              {"shape", t.shape},
+              {"values", values}};
+}
+
 void PrintText(const json& j) {
   const json& c = j["config"];
   std::printf("%s (%s)\n", j["path"].get<std::string>().c_str(),
@@ -131,15 +144,28 @@ void PrintText(const json& j) {
 
 int RunInspect(int argc, const char* const* argv) {
   std::string path;
+  std::string dump;
   bool as_json = false, with_tensors = false;
   FlagSet fs(argv[0], "Show a model file's config, tensors and vocabulary.");
   fs.Positional("path", &path, "A .gguf file or a Hugging Face model folder.");
   fs.Bool("json", &as_json, "Print JSON instead of text.");
   fs.Bool("tensors", &with_tensors, "List every tensor (name, dtype, shape).");
+  fs.String("dump", &dump,
+            "Print one tensor (a name --tensors lists) as JSON: its stored dtype, shape and "
+            "values dequantized to f32, in storage order.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   // Unchecked, so that a config the tensors disagree with is shown with the disagreement; a file
   // whose metadata cannot be read at all (or is out of every range) is still an error.
   auto model = model::ModelFile::OpenUnchecked(path);
+  if (!dump.empty()) {
+    StatusOr<json> d = model.ok() ? Dump(**model, dump) : StatusOr<json>(model.status());
+    if (!d.ok()) {
+      std::fprintf(stderr, "astr inspect: %s\n", d.status().ToString().c_str());
+      return 1;
+    }
+    std::cout << d->dump() << "\n";
+    return 0;
+  }
   StatusOr<json> j = model.ok() ? Inspect(**model, with_tensors) : StatusOr<json>(model.status());
   if (!j.ok()) {
     std::fprintf(stderr, "astr inspect: %s\n", j.status().ToString().c_str());

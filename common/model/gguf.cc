@@ -197,13 +197,28 @@ StatusOr<DType> DTypeFromGgml(uint32_t t) {
       return DType::kQ4_0;
     case 3:
       return DType::kQ4_1;
+    case 6:
+      return DType::kQ5_0;
+    case 7:
+      return DType::kQ5_1;
     case 8:
       return DType::kQ8_0;
+    case 10:
+      return DType::kQ2_K;
+    case 11:
+      return DType::kQ3_K;
+    case 12:
+      return DType::kQ4_K;
+    case 13:
+      return DType::kQ5_K;
+    case 14:
+      return DType::kQ6_K;
     case 30:
       return DType::kBF16;
     default:
       return UnimplementedError("unsupported ggml type " + GgmlTypeName(t) +
-                                " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+                                " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
   }
 }
 
@@ -221,6 +236,20 @@ uint32_t GgmlFromDType(DType d) {
       return 8;
     case DType::kBF16:
       return 30;
+    case DType::kQ5_0:
+      return 6;
+    case DType::kQ5_1:
+      return 7;
+    case DType::kQ2_K:
+      return 10;
+    case DType::kQ3_K:
+      return 11;
+    case DType::kQ4_K:
+      return 12;
+    case DType::kQ5_K:
+      return 13;
+    case DType::kQ6_K:
+      return 14;
   }
   return 0;
 }

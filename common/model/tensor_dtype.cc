@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -45,6 +46,153 @@ void DequantizeQ4(bool with_min, const uint8_t* src, int64_t blocks, float* dst)
     for (int j = 0; j < 16; ++j) {
       dst[j] = static_cast<float>((q[j] & 0x0F) - offset) * d + m;
       dst[j + 16] = static_cast<float>((q[j] >> 4) - offset) * d + m;
+    }
+  }
+}
+
+// Q5_0 / Q5_1: the Q4 nibbles plus a fifth bit from qh.
+void DequantizeQ5(bool with_min, const uint8_t* src, int64_t blocks, float* dst) {
+  const int header = with_min ? 4 : 2;
+  for (int64_t b = 0; b < blocks; ++b, src += header + 4 + 16, dst += kQBlock) {
+    const float d = F16ToF32(LoadU16(src));
+    const float m = with_min ? F16ToF32(LoadU16(src + 2)) : 0.0f;
+    const uint32_t qh = static_cast<uint32_t>(src[header]) | (src[header + 1] << 8) |
+                        (src[header + 2] << 16) | (static_cast<uint32_t>(src[header + 3]) << 24);
+    const int offset = with_min ? 0 : 16;
+    const uint8_t* q = src + header + 4;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (q[j] & 0x0F) | (((qh >> j) & 1) << 4);
+      const int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      dst[j] = static_cast<float>(lo - offset) * d + m;
+      dst[j + 16] = static_cast<float>(hi - offset) * d + m;
+    }
+  }
+}
+
+constexpr int kKBlock = 256;
+
+// Q2_K: 16 sub-blocks of 16; sub-block s has scale (scales[s] & 15) * d and min (scales[s] >> 4) *
+// dmin. Its 2-bit values sit in qs: the 128 elements of each half are 4 shifts (0, 2, 4, 6) of 32
+// bytes, each shift covering two sub-blocks (bytes 0..15 and 16..31).
+void DequantizeQ2K(const uint8_t* src, int64_t blocks, float* dst) {
+  for (int64_t b = 0; b < blocks; ++b, src += 84) {
+    const uint8_t* scales = src;
+    const uint8_t* qs = src + 16;
+    const float d = F16ToF32(LoadU16(src + 80));
+    const float dmin = F16ToF32(LoadU16(src + 82));
+    int s = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = qs + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int part = 0; part < 2; ++part, ++s) {
+          const float scale = d * static_cast<float>(scales[s] & 15);
+          const float min = dmin * static_cast<float>(scales[s] >> 4);
+          for (int l = 0; l < 16; ++l) {
+            *dst++ = scale * static_cast<float>((q[16 * part + l] >> shift) & 3) - min;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (stored - 32): the low 4 bits of scale s are
+// nibble (s % 8) of bytes 0..7 (low nibbles for s < 8, high for s >= 8), the high 2 bits are bits
+// 2 * (s / 4 % 2 ...) of bytes 8..11 as laid out by ggml. Values are 2 low bits from qs (as Q2_K)
+// and a high bit from hmask, set meaning +0 and clear meaning -4.
+void DequantizeQ3K(const uint8_t* src, int64_t blocks, float* dst) {
+  for (int64_t b = 0; b < blocks; ++b, src += 110) {
+    const uint8_t* hmask = src;
+    const uint8_t* qs = src + 32;
+    const uint8_t* packed = src + 96;
+    const float d = F16ToF32(LoadU16(src + 108));
+    int scales[16];
+    for (int s = 0; s < 16; ++s) {
+      const int low = s < 8 ? packed[s] & 15 : packed[s - 8] >> 4;
+      const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+      scales[s] = (low | (high << 4)) - 32;
+    }
+    int s = 0;
+    uint8_t bit = 1;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = qs + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2, bit = static_cast<uint8_t>(bit << 1)) {
+        for (int part = 0; part < 2; ++part, ++s) {
+          const float scale = d * static_cast<float>(scales[s]);
+          for (int l = 0; l < 16; ++l) {
+            const int i = 16 * part + l;
+            const int v = ((q[i] >> shift) & 3) - ((hmask[i] & bit) ? 0 : 4);
+            *dst++ = scale * static_cast<float>(v);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q4_K / Q5_K's 8 sub-block scales and mins, 6 bits each, packed in 12 bytes.
+void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K (fifth_bit false) and Q5_K: 8 sub-blocks of 32, value = q * d * scale - dmin * min. Each 32
+// bytes of qs hold two sub-blocks (low nibbles, then high); Q5_K's qh bit 2k / 2k + 1 of byte l is
+// the fifth bit of element l of sub-block 2k / 2k + 1.
+void DequantizeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, float* dst) {
+  const int bytes = fifth_bit ? 176 : 144;
+  for (int64_t b = 0; b < blocks; ++b, src += bytes) {
+    const float d = F16ToF32(LoadU16(src));
+    const float dmin = F16ToF32(LoadU16(src + 2));
+    const uint8_t* packed = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + (fifth_bit ? 48 : 16);
+    for (int pair = 0; pair < 4; ++pair) {
+      const uint8_t* q = qs + 32 * pair;
+      for (int part = 0; part < 2; ++part) {
+        const int sub = 2 * pair + part;
+        int sc = 0, mn = 0;
+        ScaleMinK4(sub, packed, &sc, &mn);
+        const float scale = d * static_cast<float>(sc);
+        const float min = dmin * static_cast<float>(mn);
+        for (int l = 0; l < 32; ++l) {
+          int v = part == 0 ? q[l] & 15 : q[l] >> 4;
+          if (fifth_bit && ((qh[l] >> sub) & 1)) v += 16;
+          *dst++ = scale * static_cast<float>(v) - min;
+        }
+      }
+    }
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales; value = (6-bit q - 32) * d * scale. Each half of 128
+// elements takes 64 bytes of ql (low 4 bits: bytes 0..31 low nibbles -> elements 0..31, 32..63
+// low -> 32..63, 0..31 high -> 64..95, 32..63 high -> 96..127) and 32 bytes of qh (2 bits each, at
+// shifts 0, 2, 4, 6 for those four quarters).
+void DequantizeQ6K(const uint8_t* src, int64_t blocks, float* dst) {
+  for (int64_t b = 0; b < blocks; ++b, src += 210) {
+    const uint8_t* ql = src;
+    const uint8_t* qh = src + 128;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
+    const float d = F16ToF32(LoadU16(src + 208));
+    for (int half = 0; half < 2; ++half, dst += 128) {
+      const uint8_t* l4 = ql + 64 * half;
+      const uint8_t* h2 = qh + 32 * half;
+      const int8_t* sc = scales + 8 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int quarter_vals[4] = {
+            (l4[l] & 15) | (((h2[l] >> 0) & 3) << 4), (l4[l + 32] & 15) | (((h2[l] >> 2) & 3) << 4),
+            (l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4), (l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)};
+        for (int k = 0; k < 4; ++k) {
+          const float scale = d * static_cast<float>(sc[l / 16 + 2 * k]);
+          dst[l + 32 * k] = scale * static_cast<float>(quarter_vals[k] - 32);
+        }
+      }
     }
   }
 }
@@ -105,8 +253,36 @@ std::string_view DTypeName(DType dtype) {
       return "Q4_0";
     case DType::kQ4_1:
       return "Q4_1";
+    case DType::kQ5_0:
+      return "Q5_0";
+    case DType::kQ5_1:
+      return "Q5_1";
+    case DType::kQ2_K:
+      return "Q2_K";
+    case DType::kQ3_K:
+      return "Q3_K";
+    case DType::kQ4_K:
+      return "Q4_K";
+    case DType::kQ5_K:
+      return "Q5_K";
+    case DType::kQ6_K:
+      return "Q6_K";
   }
   return "?";
+}
+
+bool DTypeWritable(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+      return true;
+    default:
+      return false;
+  }
 }
 
 StatusOr<DType> ParseDType(std::string_view name) {
@@ -125,7 +301,15 @@ int64_t DTypeBlockElements(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
       return kQBlock;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return kKBlock;
     default:
       return 1;
   }
@@ -144,6 +328,20 @@ int64_t DTypeBlockBytes(DType dtype) {
       return 18;
     case DType::kQ4_1:
       return 20;
+    case DType::kQ5_0:
+      return 22;
+    case DType::kQ5_1:
+      return 24;
+    case DType::kQ2_K:
+      return 84;
+    case DType::kQ3_K:
+      return 110;
+    case DType::kQ4_K:
+      return 144;
+    case DType::kQ5_K:
+      return 176;
+    case DType::kQ6_K:
+      return 210;
   }
   return 0;
 }
@@ -221,6 +419,27 @@ void DequantizeToF32(DType dtype, const void* src, int64_t n, float* dst) {
     case DType::kQ4_1:
       DequantizeQ4(true, p, n / kQBlock, dst);
       return;
+    case DType::kQ5_0:
+      DequantizeQ5(false, p, n / kQBlock, dst);
+      return;
+    case DType::kQ5_1:
+      DequantizeQ5(true, p, n / kQBlock, dst);
+      return;
+    case DType::kQ2_K:
+      DequantizeQ2K(p, n / kKBlock, dst);
+      return;
+    case DType::kQ3_K:
+      DequantizeQ3K(p, n / kKBlock, dst);
+      return;
+    case DType::kQ4_K:
+      DequantizeQ45K(false, p, n / kKBlock, dst);
+      return;
+    case DType::kQ5_K:
+      DequantizeQ45K(true, p, n / kKBlock, dst);
+      return;
+    case DType::kQ6_K:
+      DequantizeQ6K(p, n / kKBlock, dst);
+      return;
   }
 }
 
@@ -245,6 +464,9 @@ void QuantizeFromF32(DType dtype, const float* src, int64_t n, void* dst) {
     case DType::kQ4_1:
       QuantizeQ4(true, src, n / kQBlock, p);
       return;
+    default:
+      // Not writable (DTypeWritable): ParseDType never yields these, so no caller asks.
+      std::abort();
   }
 }
 

@@ -4,7 +4,18 @@
 //   Q8_0: 32 elements in 34 bytes  {f16 d; int8 q[32]}          value = q * d
 //   Q4_0: 32 elements in 18 bytes  {f16 d; uint8 q[16]}         value = (nibble - 8) * d
 //   Q4_1: 32 elements in 20 bytes  {f16 d; f16 m; uint8 q[16]}  value = nibble * d + m
-// In the Q4 types byte j holds element j in its low nibble and element j + 16 in its high nibble.
+//   Q5_0: 32 elements in 22 bytes  {f16 d; u32 qh; uint8 q[16]}          value = (5-bit q - 16) * d
+//   Q5_1: 32 elements in 24 bytes  {f16 d; f16 m; u32 qh; uint8 q[16]}   value = 5-bit q * d + m
+// In the Q4/Q5 types byte j holds element j in its low nibble and element j + 16 in its high
+// nibble; Q5's fifth bits are bit j of qh (element j) and bit j + 16 (element j + 16).
+//
+// K-quants (super-blocks of 256 elements, sub-blocks with their own scales):
+//   Q2_K  84 bytes  {u8 scales[16] (4-bit scale | 4-bit min); u8 qs[64] (2-bit); f16 d; f16 dmin}
+//   Q3_K 110 bytes  {u8 hmask[32]; u8 qs[64] (2-bit low); u8 scales[12] (16 6-bit); f16 d}
+//   Q4_K 144 bytes  {f16 d; f16 dmin; u8 scales[12] (8 6-bit scales + 8 6-bit mins); u8 qs[128]}
+//   Q5_K 176 bytes  {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
+//   Q6_K 210 bytes  {u8 ql[128] (low 4 bits); u8 qh[64] (high 2 bits); i8 scales[16]; f16 d}
+// They are read (DequantizeToF32) but not written: QuantizeFromF32 takes DTypeWritable types.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +26,29 @@
 
 namespace astr::model {
 
-enum class DType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1 };
+enum class DType {
+  kF32,
+  kF16,
+  kBF16,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+};
 
-// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1".
+// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K" ... "Q6_K".
 std::string_view DTypeName(DType dtype);
-// Case-insensitive inverse of DTypeName ("bf16" -> kBF16).
+// Case-insensitive inverse of DTypeName ("bf16" -> kBF16), for the writable types only.
 StatusOr<DType> ParseDType(std::string_view name);
-// Elements per block (1 for plain float types, 32 for the quantized ones).
+// Whether QuantizeFromF32 can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+bool DTypeWritable(DType dtype);
+// Elements per block (1 for plain float types, 32 for Q4/Q5/Q8, 256 for the K-quants).
 int64_t DTypeBlockElements(DType dtype);
 // Bytes per block.
 int64_t DTypeBlockBytes(DType dtype);
@@ -36,8 +63,8 @@ uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
 
 // Converts `num_elements` elements (a whole number of blocks) of `src` to f32.
 void DequantizeToF32(DType dtype, const void* src, int64_t num_elements, float* dst);
-// Converts f32 to `dtype` (a whole number of blocks). Q8_0 uses ggml's scale amax / 127; Q4_0 /
-// Q4_1 use ggml's reference quantizers.
+// Converts f32 to `dtype` (a whole number of blocks; DTypeWritable). Q8_0 uses ggml's scale
+// amax / 127; Q4_0 / Q4_1 use ggml's reference quantizers.
 void QuantizeFromF32(DType dtype, const float* src, int64_t num_elements, void* dst);
 
 }  // namespace astr::model

@@ -294,11 +294,11 @@ TEST_F(GgufBadFileTest, UnsupportedTensorTypeNamesTensor) {
   auto it = std::search(b.begin(), b.end(), name.begin(), name.end());
   ASSERT_NE(it, b.end());
   const size_t type_pos = (it - b.begin()) + name.size() + 4 + 16;
-  b[type_pos] = 12;  // Q4_K
+  b[type_pos] = 16;  // IQ2_XXS (not read)
   Status s = OpenModified(b);
   EXPECT_TRUE(Contains(s.message(), "bad.gguf")) << s.message();
   EXPECT_TRUE(Contains(s.message(), name)) << s.message();
-  EXPECT_TRUE(Contains(s.message(), "Q4_K")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "IQ2_XXS")) << s.message();
   // A data offset past EOF.
   b = bytes_;
   b[type_pos + 4 + 5] = 1;
