@@ -75,11 +75,19 @@ void WorkerQueues::CachePages(Sequence* seq, uint64_t ready_step) {
   // Positions whose K/V the worker holds (or computes in the step being planned) and whose token
   // the loop knows (a decode row feeds a token that may still be on its way).
   const int64_t full = std::min<int64_t>(seq->num_computed, seq->num_tokens()) / pool.page_size();
-  if (full <= seq->cache_cursor.pages || seq->cache_cursor.blocked) {
-    if (seq->cache_cursor.epoch == cache->epoch()) return;  // nothing new (and not flushed)
-  }
+  const PrefixCache::Cursor& at = seq->cache_cursor;
+  if (at.epoch == cache->epoch() && (at.blocked || full <= at.pages)) return;  // nothing new
   const std::span<const int32_t> tokens = TokensOf(seq, full * pool.page_size());
   cache->Insert(seq->cache_ns, tokens, seq->pages.pages(), ready_step, &seq->cache_cursor);
+}
+
+PrefixCache::MatchResult WorkerQueues::MatchCachedPrefix(const Sequence* seq, uint64_t ns,
+                                                         int64_t reusable, uint64_t step,
+                                                         bool touch, std::vector<int32_t>* pages) {
+  const int64_t max_pages = reusable / pool.page_size();
+  if (cache == nullptr || max_pages <= 0) return {};
+  return cache->Match(ns, TokensOf(seq, max_pages * pool.page_size()), max_pages, step, touch,
+                      pages);
 }
 
 int64_t WorkerQueues::FlushCache() { return cache == nullptr ? 0 : cache->Flush(); }
@@ -356,6 +364,29 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
   std::erase_if(q->waiting, [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
 }
 
+bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id,
+                                     PlanOutcome* out) {
+  if (q->cache == nullptr) return true;
+  seq->cache_version = q->cache_version;
+  seq->cache_ns = PrefixCache::Namespace(q->cache_version, seq->request->req.cache_salt);
+  seq->cache_cursor = {};
+  // At least the last known token is fed (it samples), and every scored row is computed here.
+  int64_t reusable = seq->num_tokens() - 1;
+  if (seq->score_from > 0) reusable = std::min<int64_t>(reusable, seq->score_from - 1);
+  matched_.clear();
+  const PrefixCache::MatchResult m =
+      q->MatchCachedPrefix(seq, seq->cache_ns, reusable, step_id, /*touch=*/true, &matched_);
+  if (m.pending_next) {
+    ++out->cache_deferred;
+    return false;
+  }
+  for (int32_t page : matched_) seq->pages.AppendShared(page);
+  seq->num_computed = static_cast<int32_t>(m.pages * q->pool.page_size());
+  out->cache_query_tokens += seq->num_tokens();  // counted once the sequence does not wait
+  out->cache_hit_tokens += seq->num_computed;
+  return true;
+}
+
 void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
   const SchedRequest& req = seq->request->req;
   v1::SequenceStart* start = plan->add_start();
@@ -370,41 +401,6 @@ void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
   start->set_num_cached_tokens(seq->num_computed);  // the reused prefix (0 without one)
   for (int32_t page : seq->pages.pages()) start->add_pages(page);
   start->set_score_from(seq->score_from);
-}
-
-}  // namespace astr::sched
-
-namespace astr::sched {
-
-bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id,
-                                     PlanOutcome* out) {
-  if (q->cache == nullptr) return true;
-  const SchedRequest& req = seq->request->req;
-  seq->cache_version = q->cache_version;
-  seq->cache_ns = PrefixCache::Namespace(q->cache_version, req.cache_salt);
-  seq->cache_cursor = {};
-  // At least the last known token is fed (it samples), and every scored row is computed here.
-  int64_t reusable = seq->num_tokens() - 1;
-  if (seq->score_from > 0) reusable = std::min<int64_t>(reusable, seq->score_from - 1);
-  const int32_t page_size = q->pool.page_size();
-  const int64_t max_pages = reusable / page_size;
-  if (max_pages <= 0) {
-    out->cache_query_tokens += seq->num_tokens();
-    return true;
-  }
-  matched_.clear();
-  const std::span<const int32_t> tokens = q->TokensOf(seq, max_pages * page_size);
-  const PrefixCache::MatchResult m =
-      q->cache->Match(seq->cache_ns, tokens, max_pages, step_id, /*touch=*/true, &matched_);
-  if (m.pending_next) {
-    ++out->cache_deferred;
-    return false;
-  }
-  for (int32_t page : matched_) seq->pages.AppendShared(page);
-  seq->num_computed = static_cast<int32_t>(m.pages * page_size);
-  out->cache_query_tokens += seq->num_tokens();  // counted once the sequence does not wait
-  out->cache_hit_tokens += seq->num_computed;
-  return true;
 }
 
 }  // namespace astr::sched

@@ -53,6 +53,11 @@ struct WorkerQueues {
   void CachePages(Sequence* seq, uint64_t ready_step);
   // Prompt + generated tokens of `seq` (scratch, valid until the next call).
   std::span<const int32_t> TokensOf(const Sequence* seq, int64_t limit);
+  // The cached pages (in namespace `ns`) that prefix seq's tokens, covering at most `reusable`
+  // tokens (PrefixCache::Match; nothing without a cache).
+  PrefixCache::MatchResult MatchCachedPrefix(const Sequence* seq, uint64_t ns, int64_t reusable,
+                                             uint64_t step, bool touch,
+                                             std::vector<int32_t>* pages);
   std::vector<Sequence*> running;  // live on the worker, in QueueOrder
   std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
   std::vector<uint64_t> release;   // live ids to release with the next plan

@@ -99,8 +99,7 @@ int64_t PrefixCache::Insert(uint64_t ns, std::span<const int32_t> tokens,
                                       static_cast<int64_t>(tokens.size()) / page_size_);
   if (cursor->epoch != epoch_) *cursor = Cursor{.epoch = epoch_};  // flushed: walk from the root
   if (cursor->blocked || cursor->pages >= n) return 0;
-  Node* node = cursor->node != nullptr ? static_cast<Node*>(const_cast<void*>(cursor->node))
-                                       : nullptr;
+  Node* node = cursor->node;
   int64_t k = cursor->pages;
   if (node == nullptr) {
     node = Root(ns);

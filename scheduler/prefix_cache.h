@@ -40,6 +40,8 @@
 namespace astr::sched {
 
 class PrefixCache final : public PageReclaimer {
+  struct Node;
+
  public:
   // Registers itself as `pool`'s reclaimer; `pool` must outlive it.
   explicit PrefixCache(PagePool* pool);
@@ -53,7 +55,7 @@ class PrefixCache final : public PageReclaimer {
   // Where a sequence's pages stand in the tree (Sequence keeps one). `node` is the deepest node of
   // its own path, valid while `epoch` equals the cache's (a flush changes it).
   struct Cursor {
-    const void* node = nullptr;
+    Node* node = nullptr;
     uint64_t epoch = 0;
     int64_t pages = 0;     // leading pages of the sequence that are on its path in the tree
     bool blocked = false;  // the tree holds another page where the sequence's next one would go
@@ -87,7 +89,6 @@ class PrefixCache final : public PageReclaimer {
   int32_t page_size() const { return page_size_; }
 
  private:
-  struct Node;
   Node* Root(uint64_t ns);
   Node* Child(Node* parent, std::span<const int32_t> key) const;
   // Removes a leaf node (its page reference dropped).

@@ -51,14 +51,11 @@ int64_t SchedulerLoop::CachedPrefixTokens(WorkerSlot* w, const Sequence* seq) {
   WorkerQueues& q = w->queues;
   if (q.cache == nullptr || q.cache->cached_pages() == 0 || workers_.size() < 2) return 0;
   const uint64_t ns = PrefixCache::Namespace(q.cache_version, seq->request->req.cache_salt);
-  const int32_t page_size = q.pool.page_size();
-  const int64_t max_pages = (seq->num_tokens() - 1) / page_size;
-  if (max_pages <= 0) return 0;
   route_pages_.clear();
   const PrefixCache::MatchResult m =
-      q.cache->Match(ns, q.TokensOf(seq, max_pages * page_size), max_pages,
-                     std::numeric_limits<uint64_t>::max(), /*touch=*/false, &route_pages_);
-  return m.pages * page_size;
+      q.MatchCachedPrefix(seq, ns, seq->num_tokens() - 1, std::numeric_limits<uint64_t>::max(),
+                          /*touch=*/false, &route_pages_);
+  return m.pages * q.pool.page_size();
 }
 
 void SchedulerLoop::Unplace(Sequence* seq) {

@@ -97,9 +97,9 @@ void DequantizeQ2K(const uint8_t* src, int64_t blocks, float* dst) {
 }
 
 // Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (stored - 32): the low 4 bits of scale s are
-// nibble (s % 8) of bytes 0..7 (low nibbles for s < 8, high for s >= 8), the high 2 bits are bits
-// 2 * (s / 4 % 2 ...) of bytes 8..11 as laid out by ggml. Values are 2 low bits from qs (as Q2_K)
-// and a high bit from hmask, set meaning +0 and clear meaning -4.
+// the low nibble of byte s (s < 8) or the high nibble of byte s - 8, its high 2 bits are bits
+// 2 * (s / 4) and 2 * (s / 4) + 1 of byte 8 + s % 4. Values are 2 low bits from qs (as Q2_K) and
+// a high bit from hmask, set meaning +0 and clear meaning -4.
 void DequantizeQ3K(const uint8_t* src, int64_t blocks, float* dst) {
   for (int64_t b = 0; b < blocks; ++b, src += 110) {
     const uint8_t* hmask = src;
