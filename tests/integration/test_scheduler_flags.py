@@ -37,6 +37,8 @@ pytestmark = pytest.mark.skipif(
         ("--max-message-mb", "0"),
         ("--worker-refresh-s", "0"),
         ("--worker-drain-timeout-s", "-1"),
+        ("--max-step-ms", "-2"),
+        ("--cache-route-slack", "-1"),
     ],
 )
 def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
@@ -65,5 +67,6 @@ def test_help_lists_the_failure_handling_flags():
                           timeout=10)
     assert proc.returncode == 0
     for flag in ("--step-timeout-ms", "--max-worker-failures", "--worker-down-after-ms",
-                 "--reconnect-attempt-ms", "--overlap-steps"):
+                 "--reconnect-attempt-ms", "--overlap-steps", "--prefix-cache", "--max-step-ms",
+                 "--cache-route-slack"):
         assert flag in proc.stdout, flag

@@ -97,6 +97,14 @@ def test_dequantization_matches_gguf_py(model, qtype):
         np.testing.assert_allclose(values, want, rtol=2e-6, atol=1e-7, err_msg=name)
 
 
+def test_dump_of_an_unknown_tensor_names_it(model):
+    path, _ = model
+    r = subprocess.run([os.path.join(BIN_DIR, "astr"), "inspect", path, "--dump", "no.such"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "no.such" in r.stderr and "missing tensor" in r.stderr, r.stderr
+
+
 def test_inspect_lists_each_tensor_type(model):
     path, extra = model
     r = subprocess.run([os.path.join(BIN_DIR, "astr"), "inspect", path, "--tensors", "--json"],

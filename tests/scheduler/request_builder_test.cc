@@ -138,6 +138,8 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
        "got 3"},
       {ok_input + "logprob_start: -1", StatusCode::kInvalidArgument,
        "logprob_start must be in [1, 2]"},
+      {ok_input + "cache_salt: '" + std::string(257, 's') + "'", StatusCode::kInvalidArgument,
+       "cache_salt: 257 bytes, at most 256"},
       // A text prompt is checked against its tokenized length: BOS + 4 pieces.
       {"text: 'Once upon a time' logprob_start: 6", StatusCode::kInvalidArgument,
        "logprob_start must be in [1, 5] (the prompt has 5 tokens"},
