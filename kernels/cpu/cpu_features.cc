@@ -87,6 +87,11 @@ Isa DetectIsa() {
   return isa;
 }
 
+bool CpuHasAvx512Vnni() {
+  static const bool vnni = DetectIsa() >= Isa::kAvx512 && Bit(Cpuid(7, 0).ecx, 11);
+  return vnni;
+}
+
 std::vector<Isa> AvailableIsas() {
   std::vector<Isa> isas;
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {

@@ -20,6 +20,9 @@ enum class Isa {
 const char* IsaName(Isa isa);
 // The best path the CPU supports (CPUID feature bits + XGETBV: the OS saves the vector state).
 Isa DetectIsa();
+// Whether the CPU (and OS) runs AVX-512 VNNI (vpdpbusd): the block-quantized GEMM's AVX-512 tiles
+// need it, and use the AVX2 tiles on AVX-512 CPUs without it.
+bool CpuHasAvx512Vnni();
 // Every path this CPU can run, kScalar first, in increasing order.
 std::vector<Isa> AvailableIsas();
 // The path the kernels use: DetectIsa(), or $ASTR_CPU_ISA=scalar|avx2|avx512|avx512bf16 when set.

@@ -7,11 +7,13 @@
 
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/qgemm_kernels.h"
 
 namespace astr::cpu {
 namespace {
 
 using internal::KernelSet;
+using internal::SplitGemm;
 
 // Below this many multiply-adds a GEMM runs on the calling thread: waking a worker costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
@@ -63,8 +65,11 @@ void RunTiles(const KernelSet& ks, const void* x, int64_t ldx, int64_t row_begin
 
 void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
 
-PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type) : n_(n), k_(k), type_(type) {
-  const size_t elem = type == WeightType::kF32 ? sizeof(float) : sizeof(uint16_t);
+PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant)
+    : n_(n), k_(k), type_(type), quant_(quant) {
+  const size_t elem = type == WeightType::kF32    ? sizeof(float)
+                      : type == WeightType::kBF16 ? sizeof(uint16_t)
+                                                  : 1;
   bytes_ = static_cast<size_t>(panels() * panel_stride()) * elem;
   if (bytes_ == 0) return;
   // Round up so aligned_alloc's size requirement holds; zero so the padding rows/k contribute 0.
@@ -114,9 +119,40 @@ PackedMatrix PackedMatrix::FromBf16(const uint16_t* w, int64_t n, int64_t k) {
   return pm;
 }
 
+namespace internal {
+
+void SplitGemm(ThreadPool* pool, int64_t m, int64_t panels, int64_t panels_per_tile, int64_t macs,
+               const std::function<void(int64_t, int64_t, int64_t, int64_t)>& run) {
+  const int threads = pool == nullptr ? 1 : pool->size();
+  if (threads == 1 || macs < kMinParallelMacs) {
+    run(0, m, 0, panels);
+    return;
+  }
+  const int64_t groups = (panels + panels_per_tile - 1) / panels_per_tile;
+  if (groups >= threads) {
+    pool->Run([&](int t, int nt) {
+      const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
+      const int64_t p0 = g0 * panels_per_tile;
+      const int64_t p1 = std::min(panels, g1 * panels_per_tile);
+      if (p0 < p1) run(0, m, p0, p1);
+    });
+  } else {
+    pool->Run([&](int t, int nt) {
+      const int64_t r0 = m * t / nt, r1 = m * (t + 1) / nt;
+      if (r0 < r1) run(r0, r1, 0, panels);
+    });
+  }
+}
+
+}  // namespace internal
+
 void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
              int64_t ldy, bool accumulate, ThreadPool* pool) {
   if (m <= 0 || w.n() <= 0) return;
+  if (w.type() == WeightType::kQuant) {
+    internal::QuantGemmIsa(isa, x, ldx, m, w, y, ldy, accumulate, pool);
+    return;
+  }
   const KernelSet& ks = Kernels(isa, w.type(), m);
   const void* xk = x;
   int64_t ldxk = ldx;
@@ -133,28 +169,10 @@ void GemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix
     }
     xk = xb.data();
   }
-  const int64_t panels = w.panels();
-  const int threads = pool == nullptr ? 1 : pool->size();
-  if (threads == 1 || m * w.n() * w.k() < kMinParallelMacs) {
-    RunTiles(ks, xk, ldxk, 0, m, w, 0, panels, y, ldy, accumulate);
-    return;
-  }
-  // Static split: over panel groups (each thread streams its own share of the weights) when there
-  // are enough of them, else over rows. Either way no output's k-chain is split.
-  const int64_t groups = (panels + ks.panels_per_tile - 1) / ks.panels_per_tile;
-  if (groups >= threads) {
-    pool->Run([&](int t, int nt) {
-      const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
-      const int64_t p0 = g0 * ks.panels_per_tile;
-      const int64_t p1 = std::min(panels, g1 * ks.panels_per_tile);
-      if (p0 < p1) RunTiles(ks, xk, ldxk, 0, m, w, p0, p1, y, ldy, accumulate);
-    });
-  } else {
-    pool->Run([&](int t, int nt) {
-      const int64_t r0 = m * t / nt, r1 = m * (t + 1) / nt;
-      if (r0 < r1) RunTiles(ks, xk, ldxk, r0, r1, w, 0, panels, y, ldy, accumulate);
-    });
-  }
+  SplitGemm(pool, m, w.panels(), ks.panels_per_tile, m * w.n() * w.k(),
+            [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+              RunTiles(ks, xk, ldxk, r0, r1, w, p0, p1, y, ldy, accumulate);
+            });
 }
 
 void Gemm(const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,

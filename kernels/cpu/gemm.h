@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kernels/cpu/cpu_features.h"
@@ -15,13 +16,34 @@
 
 namespace astr::cpu {
 
-enum class WeightType { kF32, kBF16 };
+enum class WeightType { kF32, kBF16, kQuant };
+
+// How a block-quantized weight is stored (WeightType::kQuant): each row is cut into sub-blocks of
+// `sub` (16 or 32) elements with unsigned quants q of `bits` (4 or 8) bits and
+//   value = scale * (q - offset)          (has_min false)
+//   value = scale * q + min               (has_min true; offset unused)
+// scale and min are held as f16, one per sub-block. The ggml block types map onto this exactly
+// (common/model/tensor_dtype.h DecodeQuantRows), except that the K-quants' products
+// super-block scale x 6-bit scale are rounded to f16. For the AVX2 path, 8-bit quants must either
+// be offset-128 signed values (offset 128, no min) or at most 127.
+struct QuantFormat {
+  int bits = 8;   // 4 or 8
+  int sub = 32;   // 16 or 32
+  bool has_min = false;
+  int offset = 0;  // 0..255, without min
+  bool operator==(const QuantFormat&) const = default;
+};
 
 // A weight matrix W [n, k] (row = one output; y = x · Wᵀ) packed for the GEMM kernels, in panels of
 // kPanel outputs, n padded to a multiple of kPanel with zero rows:
 //   kF32:  [panels][k][16] floats                        (one 64-byte vector per k)
 //   kBF16: [panels][k_pairs][16][2] bf16, k padded even  (one 64-byte vector per pair of k: the
 //          operand of vdpbf16ps; other paths widen the low/high halves to f32)
+//   kQuant: [panels][k_blocks of 32][block]; a block holds the quants of 16 outputs x 32 k as
+//          [8 groups of 4 k][16 outputs][4] bytes (bits 8: 512 bytes), or with bits 4 the
+//          groups g and g + 4 in the low and high nibbles of one 64-byte vector (256 bytes),
+//          then f16 scale[32 / sub][16] and, with has_min, f16 min[32 / sub][16].
+//          k is padded to a multiple of 32 with zero quants and zero scales.
 // Storage is 64-byte aligned and owned. Move-only.
 class PackedMatrix {
  public:
@@ -34,6 +56,13 @@ class PackedMatrix {
                               ThreadPool* pool = nullptr);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
+  // Block-quantized rows. decode(row, q, scale, min) fills row `row`'s k quants q[k] (each
+  // < 2^bits), its k / sub scales and, with has_min, its mins (min is null otherwise); k must be
+  // a multiple of fmt.sub. Called once per row, from the pool's threads when pool is given.
+  using QuantRowDecoder =
+      std::function<void(int64_t row, uint8_t* q, float* scale, float* min)>;
+  static PackedMatrix FromQuantRows(int64_t n, int64_t k, const QuantFormat& fmt,
+                                    const QuantRowDecoder& decode, ThreadPool* pool = nullptr);
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -41,8 +70,13 @@ class PackedMatrix {
   size_t bytes() const { return bytes_; }
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
   int64_t k_pairs() const { return (k_ + 1) / 2; }
-  // Elements (floats or bf16) from one panel to the next.
+  const QuantFormat& quant() const { return quant_; }
+  // kQuant: 32-element k blocks, and bytes per block of one panel.
+  int64_t k_blocks() const { return (k_ + 31) / 32; }
+  int64_t block_bytes() const;
+  // Elements (floats or bf16; bytes for kQuant) from one panel to the next.
   int64_t panel_stride() const {
+    if (type_ == WeightType::kQuant) return k_blocks() * block_bytes();
     return type_ == WeightType::kF32 ? k_ * kPanel : k_pairs() * 2 * kPanel;
   }
   const float* f32_panel(int64_t p) const /*[k][16]*/ {
@@ -51,7 +85,11 @@ class PackedMatrix {
   const uint16_t* bf16_panel(int64_t p) const /*[k_pairs][16][2]*/ {
     return reinterpret_cast<const uint16_t*>(data_.get()) + p * panel_stride();
   }
+  const uint8_t* quant_panel(int64_t p) const {
+    return static_cast<const uint8_t*>(data_.get()) + p * panel_stride();
+  }
   const void* panel(int64_t p) const {
+    if (type_ == WeightType::kQuant) return quant_panel(p);
     return type_ == WeightType::kF32 ? static_cast<const void*>(f32_panel(p)) : bf16_panel(p);
   }
 
@@ -59,15 +97,22 @@ class PackedMatrix {
   struct AlignedFree {
     void operator()(void* p) const;
   };
-  PackedMatrix(int64_t n, int64_t k, WeightType type);
+  PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant = {});
 
   int64_t n_ = 0, k_ = 0;
   WeightType type_ = WeightType::kF32;
+  QuantFormat quant_;
   size_t bytes_ = 0;
   std::unique_ptr<void, AlignedFree> data_;
 };
 
 // y[m, n] = x[m, k] · Wᵀ (+ y if accumulate). x row stride ldx, y row stride ldy (in floats).
+// kQuant weights: each row of x is quantized per 32-element block to int8 (scale = max|x| / 127,
+// round to nearest even, as llama.cpp's Q8 activations), and each output is
+//   acc = 0; for each sub-block s ascending: acc = fma(float(sum_s q_x (q_w - offset)), scale_w *
+//   scale_x, acc) [with min: acc = fma(float(sum_s q_x q_w), scale_w * scale_x, acc); acc =
+//   fma(float(sum_s q_x), min_w * scale_x, acc)]
+// with exact integer sums, so the scalar, AVX2 and AVX-512 VNNI paths give bit-identical results.
 // Gemm runs ActiveIsa()'s tiles, except that on kAvx512Bf16 it uses the kAvx512 FMA tiles (faster
 // on the target CPU, see gemm.cc). The bf16-dot tiles (GemmIsa(kAvx512Bf16, ...) with bf16 weights)
 // round x to bf16 (round-to-nearest-even) and use vdpbf16ps; every other path keeps x in f32 and

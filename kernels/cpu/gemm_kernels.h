@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/cpu/gemm.h"
 
@@ -25,6 +26,13 @@ struct KernelSet {
   bool x_bf16 = false;  // kernels read x as bf16, k padded to even (row stride in bf16 elements)
   TileKernel kernels[kMaxTileRows][kMaxTilePanels] = {};  // [rows - 1][np - 1]
 };
+
+// Runs run(row_begin, row_end, panel_begin, panel_end) over the m x panels grid: inline when one
+// thread or fewer than ~2^15 multiply-adds, else statically over groups of panels_per_tile panels
+// (each thread streams its own share of the weights) when there are enough, else over rows. No
+// output's k-chain is ever split.
+void SplitGemm(ThreadPool* pool, int64_t m, int64_t panels, int64_t panels_per_tile, int64_t macs,
+               const std::function<void(int64_t, int64_t, int64_t, int64_t)>& run);
 
 const KernelSet& GemmKernelsScalar(WeightType type);
 const KernelSet& GemmKernelsAvx2(WeightType type);

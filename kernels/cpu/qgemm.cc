@@ -1,0 +1,180 @@
+// Block-quantized weights (WeightType::kQuant): packing, the activations' int8 quantization and the
+// GEMM driver. The tiles are in qgemm_{scalar,avx2,avx512vnni}.cc.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/base/logging.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/qgemm_kernels.h"
+
+namespace astr::cpu {
+namespace {
+
+using internal::QuantActivations;
+using internal::QuantKernelSet;
+
+constexpr int64_t kPanel = PackedMatrix::kPanel;
+
+uint16_t F32ToF16Rne(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0));
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
+  if (abs < 0x38800000u) {  // f16 subnormal (or zero): value / 2^-24, rounded to nearest even
+    float a;
+    std::memcpy(&a, &abs, sizeof(a));
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
+  }
+  const uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+const QuantKernelSet& Kernels(Isa isa) {
+  if (isa >= Isa::kAvx512 && CpuHasAvx512Vnni()) return internal::QuantKernelsAvx512Vnni();
+  if (isa >= Isa::kAvx2) return internal::QuantKernelsAvx2();
+  return internal::QuantKernelsScalar();
+}
+
+// Per row: per 32-element block, d = max|x| / 127 and q = nearest-even(x / d) (zero when the block
+// is all zero), and the sums of q over each half block. The same float steps on every path.
+void QuantizeRows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t k_blocks, int8_t* q,
+                  float* d, int32_t* s) {
+  const int64_t kp = k_blocks * 32;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * ldx;
+    int8_t* qr = q + i * kp;
+    for (int64_t b = 0; b < k_blocks; ++b) {
+      const int64_t k0 = b * 32, k1 = std::min(k, k0 + 32);
+      float amax = 0.0f;
+      for (int64_t j = k0; j < k1; ++j) amax = std::max(amax, std::fabs(xr[j]));
+      const float scale = amax / 127.0f;
+      const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+      int32_t sum[2] = {0, 0};
+      for (int64_t j = k0; j < k0 + 32; ++j) {
+        int v = 0;
+        if (j < k1) {
+          v = static_cast<int>(std::nearbyint(xr[j] * inv));
+          v = std::clamp(v, -127, 127);
+        }
+        qr[j] = static_cast<int8_t>(v);
+        sum[(j - k0) / 16] += v;
+      }
+      d[i * k_blocks + b] = scale;
+      s[i * k_blocks * 2 + b * 2] = sum[0];
+      s[i * k_blocks * 2 + b * 2 + 1] = sum[1];
+    }
+  }
+}
+
+}  // namespace
+
+int64_t PackedMatrix::block_bytes() const {
+  if (type_ != WeightType::kQuant) return 0;
+  const int64_t nh = quant_.sub == 16 ? 2 : 1;
+  return internal::QuantBlockQuantBytes(quant_.bits) + nh * kPanel * 2 * (quant_.has_min ? 2 : 1);
+}
+
+PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat& fmt,
+                                         const QuantRowDecoder& decode, ThreadPool* pool) {
+  CHECK(fmt.bits == 4 || fmt.bits == 8) << "quant bits " << fmt.bits;
+  CHECK(fmt.sub == 16 || fmt.sub == 32) << "quant sub-block " << fmt.sub;
+  CHECK(k % fmt.sub == 0) << "k " << k << " is not a multiple of " << fmt.sub;
+  CHECK(fmt.has_min ? fmt.offset == 0 : fmt.offset >= 0 && fmt.offset <= 255);
+  PackedMatrix pm(n, k, WeightType::kQuant, fmt);
+  if (pm.bytes_ == 0) return pm;
+  const int64_t nb = pm.k_blocks(), kp = nb * 32, subs = kp / fmt.sub;
+  const int64_t nh = fmt.sub == 16 ? 2 : 1;
+  const int64_t qbytes = internal::QuantBlockQuantBytes(fmt.bits);
+  const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 127);
+  ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
+    std::vector<uint8_t> q(kPanel * kp);
+    std::vector<float> scale(kPanel * subs), min(kPanel * subs);
+    for (int64_t p = p0; p < p1; ++p) {
+      std::fill(q.begin(), q.end(), 0);
+      std::fill(scale.begin(), scale.end(), 0.0f);
+      std::fill(min.begin(), min.end(), 0.0f);
+      const int64_t rows = std::min(kPanel, n - p * kPanel);
+      for (int64_t r = 0; r < rows; ++r) {
+        decode(p * kPanel + r, q.data() + r * kp, scale.data() + r * subs,
+               fmt.has_min ? min.data() + r * subs : nullptr);
+        for (int64_t j = 0; j < k; ++j) {
+          CHECK_LE(q[r * kp + j], max_q) << "quant out of range at row " << p * kPanel + r;
+        }
+      }
+      uint8_t* panel = static_cast<uint8_t*>(pm.data_.get()) + p * pm.panel_stride();
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = panel + b * pm.block_bytes();
+        for (int64_t r = 0; r < kPanel; ++r) {
+          const uint8_t* qr = q.data() + r * kp + b * 32;
+          for (int t = 0; t < 4; ++t) {
+            if (fmt.bits == 8) {
+              for (int g = 0; g < 8; ++g) blk[g * 64 + r * 4 + t] = qr[4 * g + t];
+            } else {
+              for (int v = 0; v < 4; ++v) {
+                blk[v * 64 + r * 4 + t] =
+                    static_cast<uint8_t>(qr[4 * v + t] | qr[4 * (v + 4) + t] << 4);
+              }
+            }
+          }
+          for (int64_t h = 0; h < nh; ++h) {
+            const int64_t sidx = r * subs + b * nh + h;
+            const uint16_t sc = F32ToF16Rne(scale[sidx]);
+            std::memcpy(blk + qbytes + (h * kPanel + r) * 2, &sc, 2);
+            if (fmt.has_min) {
+              const uint16_t mn = F32ToF16Rne(min[sidx]);
+              std::memcpy(blk + qbytes + ((nh + h) * kPanel + r) * 2, &mn, 2);
+            }
+          }
+        }
+      }
+    }
+  });
+  return pm;
+}
+
+namespace internal {
+
+void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
+                  int64_t ldy, bool accumulate, ThreadPool* pool) {
+  QuantGemmWith(Kernels(isa), x, ldx, m, w, y, ldy, accumulate, pool);
+}
+
+void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_t m,
+                   const PackedMatrix& w, float* y, int64_t ldy, bool accumulate, ThreadPool* pool) {
+  const int64_t nb = w.k_blocks();
+  // Grows only when a call needs more than any earlier one on this thread.
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int32_t> s;
+  if (q.size() < static_cast<size_t>(m * nb * 32)) q.resize(m * nb * 32);
+  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb);
+  if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2);
+  QuantizeRows(x, ldx, m, w.k(), nb, q.data(), d.data(), s.data());
+  const QuantActivations xa{q.data(), d.data(), s.data(), nb};
+  const int bits4 = w.quant().bits == 4 ? 1 : 0;
+  const int64_t np = ks.panels_per_tile;
+  SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),
+            [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+              for (int64_t p = p0; p < p1; p += np) {
+                const int64_t tile_np = std::min(np, p1 - p);
+                const int64_t col = p * kPanel;
+                const int64_t ncols = std::min(tile_np * kPanel, w.n() - col);
+                for (int64_t r = r0; r < r1; r += ks.max_rows) {
+                  const int64_t rows = std::min<int64_t>(ks.max_rows, r1 - r);
+                  ks.kernels[bits4][rows - 1][tile_np - 1](xa, r, w.quant_panel(p), w.panel_stride(),
+                                                           w.block_bytes(), w.quant(),
+                                                           y + r * ldy + col, ldy, ncols,
+                                                           accumulate);
+                }
+              }
+            });
+}
+
+}  // namespace internal
+}  // namespace astr::cpu

@@ -1,0 +1,82 @@
+// Internal: the block-quantized GEMM (WeightType::kQuant) tiles that gemm.cc drives. Not part of
+// the public API.
+//
+// A tile computes `rows` rows of the quantized activations against `np` consecutive panels (np * 16
+// outputs) over every k block and stores the first ncols columns. Every tile of every ISA computes
+// each output with the same integer sums and the same float operations in the same order
+// (gemm.h), so any tiling and any path give bit-identical results.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm.h"
+
+namespace astr::cpu::internal {
+
+// x quantized per row and 32-element block: q[m][k_blocks * 32] (zero padded), scale
+// d[m][k_blocks], and the sums of q over each half block s[m][k_blocks * 2].
+struct QuantActivations {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const int32_t* s = nullptr;
+  int64_t k_blocks = 0;
+};
+
+using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
+                                 const uint8_t* w /*first panel*/, int64_t panel_stride,
+                                 int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy,
+                                 int64_t ncols, bool accumulate);
+
+constexpr int kMaxQuantTileRows = 4;
+constexpr int kMaxQuantTilePanels = 2;
+
+struct QuantKernelSet {
+  int max_rows = 1;
+  int panels_per_tile = 1;
+  // [bits == 4][rows - 1][np - 1]
+  QuantTileKernel kernels[2][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
+};
+
+// Bytes of one block's quants for one panel (16 outputs x 32 k).
+constexpr int64_t QuantBlockQuantBytes(int bits) { return bits == 8 ? 512 : 256; }
+
+// y = x . Wt for kQuant weights on one path (gemm.cc's GemmIsa dispatches here).
+void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
+                  int64_t ldy, bool accumulate, ThreadPool* pool);
+
+// The same with a given tile set (tests run emulated tiles through it).
+void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_t m,
+                   const PackedMatrix& w, float* y, int64_t ldy, bool accumulate, ThreadPool* pool);
+
+const QuantKernelSet& QuantKernelsScalar();
+const QuantKernelSet& QuantKernelsAvx2();
+const QuantKernelSet& QuantKernelsAvx512Vnni();
+
+template <template <int, int, int> class Tile, int R, int P>
+void FillQuantRow(QuantKernelSet* set) {
+  if constexpr (P >= 1) {
+    set->kernels[0][R - 1][P - 1] = &Tile<R, P, 8>::Run;
+    set->kernels[1][R - 1][P - 1] = &Tile<R, P, 4>::Run;
+    FillQuantRow<Tile, R, P - 1>(set);
+  }
+}
+
+template <template <int, int, int> class Tile, int R, int P>
+void FillQuantTable(QuantKernelSet* set) {
+  if constexpr (R >= 1) {
+    FillQuantRow<Tile, R, P>(set);
+    FillQuantTable<Tile, R - 1, P>(set);
+  }
+}
+
+template <template <int, int, int> class Tile, int MaxRows, int PanelsPerTile>
+QuantKernelSet MakeQuantKernelSet() {
+  static_assert(MaxRows <= kMaxQuantTileRows && PanelsPerTile <= kMaxQuantTilePanels);
+  QuantKernelSet set;
+  set.max_rows = MaxRows;
+  set.panels_per_tile = PanelsPerTile;
+  FillQuantTable<Tile, MaxRows, PanelsPerTile>(&set);
+  return set;
+}
+
+}  // namespace astr::cpu::internal

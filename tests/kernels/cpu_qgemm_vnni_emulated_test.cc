@@ -1,0 +1,163 @@
+// The AVX-512 VNNI tile of the block-quantized GEMM compiled against scalar stand-ins of the
+// intrinsics it uses (written here from Intel's definitions), so that its indexing, nibble
+// handling and float steps are checked on CPUs without AVX-512 too: it must equal the scalar path
+// bit for bit. On AVX-512 VNNI CPUs cpu_qgemm_test runs the real instructions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/qgemm_kernels.h"
+#include "tests/support/test_util.h"
+
+namespace astr::cpu::internal {
+namespace emulated {
+
+struct __m512 {
+  float f[16];
+};
+union __m512i {
+  int32_t i32[16];
+  int16_t i16[32];
+  uint8_t u8[64];
+  int8_t i8[64];
+};
+union __m256i {
+  uint16_t u16[16];
+  uint8_t u8[32];
+};
+using __mmask16 = uint16_t;
+constexpr int _MM_HINT_T0 = 3;
+inline void _mm_prefetch(const char*, int) {}
+
+inline float HalfToFloat(uint16_t h) {
+  const int exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -24);
+  if (exp == 31) return mant ? NAN : sign * INFINITY;
+  return sign * std::ldexp(static_cast<float>(mant + 1024), exp - 25);
+}
+
+inline __m512 _mm512_setzero_ps() { return __m512{}; }
+inline __m512i _mm512_setzero_si512() { return __m512i{}; }
+inline __m512 _mm512_set1_ps(float v) {
+  __m512 r;
+  for (float& f : r.f) f = v;
+  return r;
+}
+inline __m512i _mm512_set1_epi32(int32_t v) {
+  __m512i r;
+  for (int32_t& x : r.i32) x = v;
+  return r;
+}
+inline __m512i _mm512_set1_epi8(char v) {
+  __m512i r;
+  for (uint8_t& x : r.u8) x = static_cast<uint8_t>(v);
+  return r;
+}
+inline __m512i _mm512_loadu_si512(const void* p) {
+  __m512i r;
+  std::memcpy(r.u8, p, 64);
+  return r;
+}
+inline __m256i _mm256_loadu_si256(const __m256i* p) {
+  __m256i r;
+  std::memcpy(r.u8, p, 32);
+  return r;
+}
+inline __m512i _mm512_and_si512(__m512i a, __m512i b) {
+  for (int j = 0; j < 64; ++j) a.u8[j] &= b.u8[j];
+  return a;
+}
+inline __m512i _mm512_srli_epi16(__m512i a, unsigned n) {
+  for (int16_t& x : a.i16) x = static_cast<int16_t>(static_cast<uint16_t>(x) >> n);
+  return a;
+}
+// Per 32-bit lane: src + sum over its 4 bytes of unsigned(a) * signed(b).
+inline __m512i _mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) {
+  for (int l = 0; l < 16; ++l) {
+    for (int t = 0; t < 4; ++t) src.i32[l] += a.u8[4 * l + t] * b.i8[4 * l + t];
+  }
+  return src;
+}
+inline __m512 _mm512_cvtph_ps(__m256i h) {
+  __m512 r;
+  for (int l = 0; l < 16; ++l) r.f[l] = HalfToFloat(h.u16[l]);
+  return r;
+}
+inline __m512 _mm512_mul_ps(__m512 a, __m512 b) {
+  for (int l = 0; l < 16; ++l) a.f[l] *= b.f[l];
+  return a;
+}
+inline __m512 _mm512_add_ps(__m512 a, __m512 b) {
+  for (int l = 0; l < 16; ++l) a.f[l] += b.f[l];
+  return a;
+}
+inline __m512 _mm512_fmadd_ps(__m512 a, __m512 b, __m512 c) {
+  for (int l = 0; l < 16; ++l) c.f[l] = std::fma(a.f[l], b.f[l], c.f[l]);
+  return c;
+}
+inline __m512i _mm512_sub_epi32(__m512i a, __m512i b) {
+  for (int l = 0; l < 16; ++l) a.i32[l] -= b.i32[l];
+  return a;
+}
+inline __m512 _mm512_cvtepi32_ps(__m512i a) {
+  __m512 r;
+  for (int l = 0; l < 16; ++l) r.f[l] = static_cast<float>(a.i32[l]);
+  return r;
+}
+inline __m512 _mm512_maskz_loadu_ps(__mmask16 m, const float* p) {
+  __m512 r{};
+  for (int l = 0; l < 16; ++l) r.f[l] = (m >> l) & 1 ? p[l] : 0.0f;
+  return r;
+}
+inline void _mm512_mask_storeu_ps(float* p, __mmask16 m, __m512 v) {
+  for (int l = 0; l < 16; ++l) {
+    if ((m >> l) & 1) p[l] = v.f[l];
+  }
+}
+
+#include "kernels/cpu/qgemm_avx512vnni_impl.h"
+
+}  // namespace emulated
+namespace {
+
+TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
+  const QuantKernelSet emu = MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>();
+  const std::vector<QuantFormat> formats = {{8, 32, false, 128}, {4, 32, false, 8},
+                                            {4, 32, true, 0},    {8, 32, true, 0},
+                                            {8, 16, false, 32},  {4, 16, true, 0}};
+  for (const QuantFormat& fmt : formats) {
+    for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 16, 32}, {3, 40, 96}, {9, 67, 256}, {5, 33, 48}}) {
+      if (k % fmt.sub != 0) continue;
+      SCOPED_TRACE("bits=" + std::to_string(fmt.bits) + " sub=" + std::to_string(fmt.sub) +
+                   " min=" + std::to_string(fmt.has_min) + " m=" + std::to_string(m) +
+                   " n=" + std::to_string(n) + " k=" + std::to_string(k));
+      const std::vector<float> raw = astr::testing::RandomFloats(n * k, 5 + n, 0.0f, 1.0f);
+      const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 127);
+      const PackedMatrix pm = PackedMatrix::FromQuantRows(
+          n, k, fmt, [&](int64_t r, uint8_t* q, float* scale, float* min) {
+            for (int64_t c = 0; c < k; ++c) q[c] = static_cast<uint8_t>(raw[r * k + c] * max_q);
+            for (int64_t s = 0; s < k / fmt.sub; ++s) {
+              scale[s] = (raw[r * k + s] - 0.5f) * 0.1f;
+              if (min != nullptr) min[s] = raw[r * k + s + 1] - 0.5f;
+            }
+          });
+      const std::vector<float> x = astr::testing::RandomFloats(m * k, 9 + m, -3.0f, 3.0f);
+      const std::vector<float> y0 = astr::testing::RandomFloats(m * n, 2, -1.0f, 1.0f);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> want = y0, got = y0;
+        GemmIsa(Isa::kScalar, x.data(), k, m, pm, want.data(), n, accumulate, nullptr);
+        QuantGemmWith(emu, x.data(), k, m, pm, got.data(), n, accumulate, nullptr);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace astr::cpu::internal
