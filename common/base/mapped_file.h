@@ -30,4 +30,9 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// Drops the resident pages covering [data, data + bytes) (rounded out to whole pages), which must
+// lie inside a MappedFile: the kernel reads them from the file again if they are touched later.
+// Only for mappings: on anonymous memory it would zero the pages.
+void ReleaseMappedPages(const void* data, uint64_t bytes);
+
 }  // namespace astr

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/base/mapped_file.h"
 #include "common/model/gguf.h"
 #include "common/model/safetensors.h"
 
@@ -220,6 +221,12 @@ StatusOr<TensorView> ModelFile::Raw(const std::string& canonical) const {
                          (file_name.empty() ? "" : " (" + file_name + ")"));
   }
   return it->second;
+}
+
+void ModelFile::ReleaseResident(const TensorView& view) const {
+  // Rounding out to whole pages may take a neighbour tensor's edge with it; it is read again from
+  // the file when needed.
+  ReleaseMappedPages(view.data, view.bytes);
 }
 
 Status ModelFile::LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,

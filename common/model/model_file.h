@@ -58,6 +58,10 @@ class TensorSource {
   // The stored bytes, when they are in the model's layout (readers may take a fast path on them);
   // an error otherwise, and then LoadF32 is the way.
   virtual StatusOr<TensorView> Raw(const std::string& canonical) const = 0;
+  // Hands the resident pages under a view from Raw back to the system once the reader has copied
+  // what it needs (a mapped file's pages are read again from disk if touched later). Sources whose
+  // tensors are not file mappings do nothing.
+  virtual void ReleaseResident(const TensorView& view) const { (void)view; }
 };
 
 class ModelFile final : public TensorSource {
@@ -89,6 +93,7 @@ class ModelFile final : public TensorSource {
                  std::vector<float>* out) const override;
   // The stored bytes as they are (for inspect / convert).
   StatusOr<TensorView> Raw(const std::string& canonical) const override;
+  void ReleaseResident(const TensorView& view) const override;
   // Canonical names of all tensors (file names for unmapped ones), in file order for GGUF and
   // sorted by file name for HF.
   std::vector<std::string> TensorNames() const;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 namespace astr::model {
 namespace {
@@ -28,53 +29,54 @@ void StoreU16(uint8_t* p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v >> 8);
 }
 
-void DequantizeQ8_0(const uint8_t* src, int64_t blocks, float* dst) {
-  for (int64_t b = 0; b < blocks; ++b, src += 34, dst += kQBlock) {
-    const float d = F16ToF32(LoadU16(src));
-    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-    for (int j = 0; j < kQBlock; ++j) dst[j] = static_cast<float>(q[j]) * d;
+// Decoders of the block types into QuantLayoutOf's form: unsigned quants q (one per element, in
+// element order), one scale per sub-block and, with has_min, one min per sub-block. Each takes
+// `blocks` blocks of src.
+
+void DecodeQ8_0(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+  for (int64_t b = 0; b < blocks; ++b, src += 34, q += kQBlock) {
+    scale[b] = F16ToF32(LoadU16(src));
+    for (int j = 0; j < kQBlock; ++j) q[j] = static_cast<uint8_t>(static_cast<int8_t>(src[2 + j]) + 128);
   }
 }
 
-void DequantizeQ4(bool with_min, const uint8_t* src, int64_t blocks, float* dst) {
+// Q4_0 / Q4_1: byte j holds element j (low nibble) and j + 16 (high nibble).
+void DecodeQ4(bool with_min, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
+              float* min) {
   const int header = with_min ? 4 : 2;
-  for (int64_t b = 0; b < blocks; ++b, src += header + 16, dst += kQBlock) {
-    const float d = F16ToF32(LoadU16(src));
-    const float m = with_min ? F16ToF32(LoadU16(src + 2)) : 0.0f;
-    const int offset = with_min ? 0 : 8;
-    const uint8_t* q = src + header;
+  for (int64_t b = 0; b < blocks; ++b, src += header + 16, q += kQBlock) {
+    scale[b] = F16ToF32(LoadU16(src));
+    if (with_min) min[b] = F16ToF32(LoadU16(src + 2));
     for (int j = 0; j < 16; ++j) {
-      dst[j] = static_cast<float>((q[j] & 0x0F) - offset) * d + m;
-      dst[j + 16] = static_cast<float>((q[j] >> 4) - offset) * d + m;
+      q[j] = src[header + j] & 0x0F;
+      q[j + 16] = src[header + j] >> 4;
     }
   }
 }
 
 // Q5_0 / Q5_1: the Q4 nibbles plus a fifth bit from qh.
-void DequantizeQ5(bool with_min, const uint8_t* src, int64_t blocks, float* dst) {
+void DecodeQ5(bool with_min, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
+              float* min) {
   const int header = with_min ? 4 : 2;
-  for (int64_t b = 0; b < blocks; ++b, src += header + 4 + 16, dst += kQBlock) {
-    const float d = F16ToF32(LoadU16(src));
-    const float m = with_min ? F16ToF32(LoadU16(src + 2)) : 0.0f;
+  for (int64_t b = 0; b < blocks; ++b, src += header + 4 + 16, q += kQBlock) {
+    scale[b] = F16ToF32(LoadU16(src));
+    if (with_min) min[b] = F16ToF32(LoadU16(src + 2));
     const uint32_t qh = static_cast<uint32_t>(src[header]) | (src[header + 1] << 8) |
                         (src[header + 2] << 16) | (static_cast<uint32_t>(src[header + 3]) << 24);
-    const int offset = with_min ? 0 : 16;
-    const uint8_t* q = src + header + 4;
+    const uint8_t* qs = src + header + 4;
     for (int j = 0; j < 16; ++j) {
-      const int lo = (q[j] & 0x0F) | (((qh >> j) & 1) << 4);
-      const int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-      dst[j] = static_cast<float>(lo - offset) * d + m;
-      dst[j + 16] = static_cast<float>(hi - offset) * d + m;
+      q[j] = static_cast<uint8_t>((qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+      q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
     }
   }
 }
 
 constexpr int kKBlock = 256;
 
-// Q2_K: 16 sub-blocks of 16; sub-block s has scale (scales[s] & 15) * d and min (scales[s] >> 4) *
-// dmin. Its 2-bit values sit in qs: the 128 elements of each half are 4 shifts (0, 2, 4, 6) of 32
-// bytes, each shift covering two sub-blocks (bytes 0..15 and 16..31).
-void DequantizeQ2K(const uint8_t* src, int64_t blocks, float* dst) {
+// Q2_K: 16 sub-blocks of 16; sub-block s has scale (scales[s] & 15) * d and min -(scales[s] >> 4)
+// * dmin. Its 2-bit values sit in qs: the 128 elements of each half are 4 shifts (0, 2, 4, 6) of
+// 32 bytes, each shift covering two sub-blocks (bytes 0..15 and 16..31).
+void DecodeQ2K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float* min) {
   for (int64_t b = 0; b < blocks; ++b, src += 84) {
     const uint8_t* scales = src;
     const uint8_t* qs = src + 16;
@@ -82,14 +84,12 @@ void DequantizeQ2K(const uint8_t* src, int64_t blocks, float* dst) {
     const float dmin = F16ToF32(LoadU16(src + 82));
     int s = 0;
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* q = qs + 32 * half;
+      const uint8_t* qh = qs + 32 * half;
       for (int shift = 0; shift < 8; shift += 2) {
         for (int part = 0; part < 2; ++part, ++s) {
-          const float scale = d * static_cast<float>(scales[s] & 15);
-          const float min = dmin * static_cast<float>(scales[s] >> 4);
-          for (int l = 0; l < 16; ++l) {
-            *dst++ = scale * static_cast<float>((q[16 * part + l] >> shift) & 3) - min;
-          }
+          *scale++ = d * static_cast<float>(scales[s] & 15);
+          *min++ = -(dmin * static_cast<float>(scales[s] >> 4));
+          for (int l = 0; l < 16; ++l) *q++ = (qh[16 * part + l] >> shift) & 3;
         }
       }
     }
@@ -99,30 +99,25 @@ void DequantizeQ2K(const uint8_t* src, int64_t blocks, float* dst) {
 // Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (stored - 32): the low 4 bits of scale s are
 // the low nibble of byte s (s < 8) or the high nibble of byte s - 8, its high 2 bits are bits
 // 2 * (s / 4) and 2 * (s / 4) + 1 of byte 8 + s % 4. Values are 2 low bits from qs (as Q2_K) and
-// a high bit from hmask, set meaning +0 and clear meaning -4.
-void DequantizeQ3K(const uint8_t* src, int64_t blocks, float* dst) {
+// a high bit from hmask, set meaning +0 and clear meaning -4; q = value + 4.
+void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
   for (int64_t b = 0; b < blocks; ++b, src += 110) {
     const uint8_t* hmask = src;
     const uint8_t* qs = src + 32;
     const uint8_t* packed = src + 96;
     const float d = F16ToF32(LoadU16(src + 108));
-    int scales[16];
-    for (int s = 0; s < 16; ++s) {
-      const int low = s < 8 ? packed[s] & 15 : packed[s - 8] >> 4;
-      const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
-      scales[s] = (low | (high << 4)) - 32;
-    }
     int s = 0;
     uint8_t bit = 1;
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* q = qs + 32 * half;
+      const uint8_t* qh = qs + 32 * half;
       for (int shift = 0; shift < 8; shift += 2, bit = static_cast<uint8_t>(bit << 1)) {
         for (int part = 0; part < 2; ++part, ++s) {
-          const float scale = d * static_cast<float>(scales[s]);
+          const int low = s < 8 ? packed[s] & 15 : packed[s - 8] >> 4;
+          const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+          *scale++ = d * static_cast<float>((low | (high << 4)) - 32);
           for (int l = 0; l < 16; ++l) {
             const int i = 16 * part + l;
-            const int v = ((q[i] >> shift) & 3) - ((hmask[i] & bit) ? 0 : 4);
-            *dst++ = scale * static_cast<float>(v);
+            *q++ = static_cast<uint8_t>(((qh[i] >> shift) & 3) + ((hmask[i] & bit) ? 4 : 0));
           }
         }
       }
@@ -144,7 +139,8 @@ void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
 // Q4_K (fifth_bit false) and Q5_K: 8 sub-blocks of 32, value = q * d * scale - dmin * min. Each 32
 // bytes of qs hold two sub-blocks (low nibbles, then high); Q5_K's qh bit 2k / 2k + 1 of byte l is
 // the fifth bit of element l of sub-block 2k / 2k + 1.
-void DequantizeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, float* dst) {
+void DecodeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
+                float* min) {
   const int bytes = fifth_bit ? 176 : 144;
   for (int64_t b = 0; b < blocks; ++b, src += bytes) {
     const float d = F16ToF32(LoadU16(src));
@@ -153,17 +149,17 @@ void DequantizeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, float* d
     const uint8_t* qh = src + 16;
     const uint8_t* qs = src + (fifth_bit ? 48 : 16);
     for (int pair = 0; pair < 4; ++pair) {
-      const uint8_t* q = qs + 32 * pair;
+      const uint8_t* qp = qs + 32 * pair;
       for (int part = 0; part < 2; ++part) {
         const int sub = 2 * pair + part;
         int sc = 0, mn = 0;
         ScaleMinK4(sub, packed, &sc, &mn);
-        const float scale = d * static_cast<float>(sc);
-        const float min = dmin * static_cast<float>(mn);
+        *scale++ = d * static_cast<float>(sc);
+        *min++ = -(dmin * static_cast<float>(mn));
         for (int l = 0; l < 32; ++l) {
-          int v = part == 0 ? q[l] & 15 : q[l] >> 4;
+          int v = part == 0 ? qp[l] & 15 : qp[l] >> 4;
           if (fifth_bit && ((qh[l] >> sub) & 1)) v += 16;
-          *dst++ = scale * static_cast<float>(v) - min;
+          *q++ = static_cast<uint8_t>(v);
         }
       }
     }
@@ -174,24 +170,22 @@ void DequantizeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, float* d
 // elements takes 64 bytes of ql (low 4 bits: bytes 0..31 low nibbles -> elements 0..31, 32..63
 // low -> 32..63, 0..31 high -> 64..95, 32..63 high -> 96..127) and 32 bytes of qh (2 bits each, at
 // shifts 0, 2, 4, 6 for those four quarters).
-void DequantizeQ6K(const uint8_t* src, int64_t blocks, float* dst) {
-  for (int64_t b = 0; b < blocks; ++b, src += 210) {
+void DecodeQ6K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+  for (int64_t b = 0; b < blocks; ++b, src += 210, q += kKBlock, scale += 16) {
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
     const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
     const float d = F16ToF32(LoadU16(src + 208));
-    for (int half = 0; half < 2; ++half, dst += 128) {
+    for (int s = 0; s < 16; ++s) scale[s] = d * static_cast<float>(scales[s]);
+    for (int half = 0; half < 2; ++half) {
       const uint8_t* l4 = ql + 64 * half;
       const uint8_t* h2 = qh + 32 * half;
-      const int8_t* sc = scales + 8 * half;
+      uint8_t* out = q + 128 * half;
       for (int l = 0; l < 32; ++l) {
-        const int quarter_vals[4] = {
-            (l4[l] & 15) | (((h2[l] >> 0) & 3) << 4), (l4[l + 32] & 15) | (((h2[l] >> 2) & 3) << 4),
-            (l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4), (l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)};
-        for (int k = 0; k < 4; ++k) {
-          const float scale = d * static_cast<float>(sc[l / 16 + 2 * k]);
-          dst[l + 32 * k] = scale * static_cast<float>(quarter_vals[k] - 32);
-        }
+        out[l] = static_cast<uint8_t>((l4[l] & 15) | (((h2[l] >> 0) & 3) << 4));
+        out[l + 32] = static_cast<uint8_t>((l4[l + 32] & 15) | (((h2[l] >> 2) & 3) << 4));
+        out[l + 64] = static_cast<uint8_t>((l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4));
+        out[l + 96] = static_cast<uint8_t>((l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4));
       }
     }
   }
@@ -410,36 +404,79 @@ void DequantizeToF32(DType dtype, const void* src, int64_t n, float* dst) {
     case DType::kBF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(LoadU16(p + 2 * i));
       return;
+    default:
+      break;
+  }
+  // Block types: decode a chunk of whole blocks at a time, then combine.
+  const QuantLayout layout = *QuantLayoutOf(dtype);
+  const int64_t block = DTypeBlockElements(dtype);
+  constexpr int64_t kChunk = 256;  // a multiple of every block size
+  uint8_t q[kChunk];
+  float scale[kChunk / 16], min[kChunk / 16];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    DecodeQuant(dtype, p + (i / block) * DTypeBlockBytes(dtype), len, q, scale, min);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t sb = j / layout.sub;
+      dst[i + j] = layout.has_min ? scale[sb] * static_cast<float>(q[j]) + min[sb]
+                                  : scale[sb] * static_cast<float>(q[j] - layout.offset);
+    }
+  }
+}
+
+std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
+  switch (dtype) {
     case DType::kQ8_0:
-      DequantizeQ8_0(p, n / kQBlock, dst);
-      return;
+      return QuantLayout{8, 32, false, 128};
     case DType::kQ4_0:
-      DequantizeQ4(false, p, n / kQBlock, dst);
-      return;
+      return QuantLayout{4, 32, false, 8};
     case DType::kQ4_1:
-      DequantizeQ4(true, p, n / kQBlock, dst);
-      return;
+      return QuantLayout{4, 32, true, 0};
     case DType::kQ5_0:
-      DequantizeQ5(false, p, n / kQBlock, dst);
-      return;
+      return QuantLayout{8, 32, false, 16};
     case DType::kQ5_1:
-      DequantizeQ5(true, p, n / kQBlock, dst);
-      return;
+      return QuantLayout{8, 32, true, 0};
     case DType::kQ2_K:
-      DequantizeQ2K(p, n / kKBlock, dst);
-      return;
+      return QuantLayout{4, 16, true, 0};
     case DType::kQ3_K:
-      DequantizeQ3K(p, n / kKBlock, dst);
-      return;
+      return QuantLayout{8, 16, false, 4};
     case DType::kQ4_K:
-      DequantizeQ45K(false, p, n / kKBlock, dst);
-      return;
+      return QuantLayout{4, 32, true, 0};
     case DType::kQ5_K:
-      DequantizeQ45K(true, p, n / kKBlock, dst);
-      return;
+      return QuantLayout{8, 32, true, 0};
     case DType::kQ6_K:
-      DequantizeQ6K(p, n / kKBlock, dst);
-      return;
+      return QuantLayout{8, 16, false, 32};
+    default:
+      return std::nullopt;
+  }
+}
+
+void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* scale, float* min) {
+  const uint8_t* p = static_cast<const uint8_t*>(src);
+  const int64_t blocks = n / DTypeBlockElements(dtype);
+  switch (dtype) {
+    case DType::kQ8_0:
+      return DecodeQ8_0(p, blocks, q, scale, min);
+    case DType::kQ4_0:
+      return DecodeQ4(false, p, blocks, q, scale, min);
+    case DType::kQ4_1:
+      return DecodeQ4(true, p, blocks, q, scale, min);
+    case DType::kQ5_0:
+      return DecodeQ5(false, p, blocks, q, scale, min);
+    case DType::kQ5_1:
+      return DecodeQ5(true, p, blocks, q, scale, min);
+    case DType::kQ2_K:
+      return DecodeQ2K(p, blocks, q, scale, min);
+    case DType::kQ3_K:
+      return DecodeQ3K(p, blocks, q, scale, min);
+    case DType::kQ4_K:
+      return DecodeQ45K(false, p, blocks, q, scale, min);
+    case DType::kQ5_K:
+      return DecodeQ45K(true, p, blocks, q, scale, min);
+    case DType::kQ6_K:
+      return DecodeQ6K(p, blocks, q, scale, min);
+    default:
+      std::abort();  // not a block type (QuantLayoutOf says which are)
   }
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,6 +61,26 @@ float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);  // round to nearest even; overflow -> inf
 float Bf16ToF32(uint16_t b);
 uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
+
+// The block types as unsigned quants with per-sub-block scales: each element's value is
+//   scale * (q - offset)      (has_min false), or
+//   scale * q + min           (has_min true),
+// with q < 2^bits and one scale (and min) per `sub` consecutive elements. DequantizeToF32 computes
+// exactly these floats. Q8_0 and Q5_0 / Q4_0 shift their signed values by the offset (128, 16,
+// 8), Q6_K by 32, Q3_K by 4; the K-quants' scales are d x the sub-block's scale and their mins
+// -(dmin x the sub-block's min), products taken in f32.
+struct QuantLayout {
+  int bits = 8;  // 4 or 8: how many bits the quants need (Q2_K's 2-bit values count as 4)
+  int sub = 32;  // 16 or 32
+  bool has_min = false;
+  int offset = 0;
+};
+// The layout of a block type; nullopt for F32 / F16 / BF16.
+std::optional<QuantLayout> QuantLayoutOf(DType dtype);
+// Decodes `num_elements` elements (a whole number of blocks) of a block type: q[num_elements],
+// scale[num_elements / sub] and, with has_min, min[num_elements / sub] (unused otherwise).
+void DecodeQuant(DType dtype, const void* src, int64_t num_elements, uint8_t* q, float* scale,
+                 float* min);
 
 // Converts `num_elements` elements (a whole number of blocks) of `src` to f32.
 void DequantizeToF32(DType dtype, const void* src, int64_t num_elements, float* dst);

@@ -26,11 +26,21 @@ enum class WeightType { kF32, kBF16, kQuant };
 // (common/model/tensor_dtype.h DecodeQuantRows), except that the K-quants' products
 // super-block scale x 6-bit scale are rounded to f16. For the AVX2 path, 8-bit quants must either
 // be offset-128 signed values (offset 128, no min) or at most 127.
+//
+// `act` says how each row of x is quantized to int8 (llama.cpp's schemes for the ggml type the
+// weights came from, so that results track llama.cpp's closely):
+//   kQ8_0: per 32 elements, d = max|x| / 127 rounded to f16, q = nearest-even(x * 127 / max|x|)
+//   kQ8_1: kQ8_0, and the block's sum d * sum(q) rounded to f16 (the min term's factor)
+//   kQ8_K: per 256 elements, with m the element of largest |x|: q = nearest-even(x * -127 / m)
+//          (at most 127), d = 1 / (-127 / m) in f32
+enum class ActQuant { kQ8_0, kQ8_1, kQ8_K };
+
 struct QuantFormat {
   int bits = 8;   // 4 or 8
   int sub = 32;   // 16 or 32
   bool has_min = false;
   int offset = 0;  // 0..255, without min
+  ActQuant act = ActQuant::kQ8_0;
   bool operator==(const QuantFormat&) const = default;
 };
 
@@ -107,11 +117,12 @@ class PackedMatrix {
 };
 
 // y[m, n] = x[m, k] · Wᵀ (+ y if accumulate). x row stride ldx, y row stride ldy (in floats).
-// kQuant weights: each row of x is quantized per 32-element block to int8 (scale = max|x| / 127,
-// round to nearest even, as llama.cpp's Q8 activations), and each output is
+// kQuant weights: each row of x is quantized to int8 as QuantFormat::act says (d_x: the scale of
+// the block holding sub-block s; S_x(s) = d_x * sum_s q_x in f32, or the kQ8_1 block sum), and
+// each output is
 //   acc = 0; for each sub-block s ascending: acc = fma(float(sum_s q_x (q_w - offset)), scale_w *
-//   scale_x, acc) [with min: acc = fma(float(sum_s q_x q_w), scale_w * scale_x, acc); acc =
-//   fma(float(sum_s q_x), min_w * scale_x, acc)]
+//   d_x, acc) [with min: acc = fma(float(sum_s q_x q_w), scale_w * d_x, acc); acc =
+//   fma(S_x(s), min_w, acc)]
 // with exact integer sums, so the scalar, AVX2 and AVX-512 VNNI paths give bit-identical results.
 // Gemm runs ActiveIsa()'s tiles, except that on kAvx512Bf16 it uses the kAvx512 FMA tiles (faster
 // on the target CPU, see gemm.cc). The bf16-dot tiles (GemmIsa(kAvx512Bf16, ...) with bf16 weights)

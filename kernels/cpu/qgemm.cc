@@ -41,33 +41,49 @@ const QuantKernelSet& Kernels(Isa isa) {
   return internal::QuantKernelsScalar();
 }
 
-// Per row: per 32-element block, d = max|x| / 127 and q = nearest-even(x / d) (zero when the block
-// is all zero), and the sums of q over each half block. The same float steps on every path.
-void QuantizeRows(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t k_blocks, int8_t* q,
-                  float* d, int32_t* s) {
+float RoundF16(float f) { return internal::F16BitsToF32(F32ToF16Rne(f)); }
+
+// Quantizes each row of x as `act` says (gemm.h), and fills the per-block sums.
+void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t k,
+                  int64_t k_blocks, int8_t* q, float* d, int32_t* s, float* sum16, float* sum32) {
   const int64_t kp = k_blocks * 32;
+  const int64_t group = act == ActQuant::kQ8_K ? 256 : 32;
   for (int64_t i = 0; i < m; ++i) {
     const float* xr = x + i * ldx;
     int8_t* qr = q + i * kp;
-    for (int64_t b = 0; b < k_blocks; ++b) {
-      const int64_t k0 = b * 32, k1 = std::min(k, k0 + 32);
-      float amax = 0.0f;
-      for (int64_t j = k0; j < k1; ++j) amax = std::max(amax, std::fabs(xr[j]));
-      const float scale = amax / 127.0f;
-      const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-      int32_t sum[2] = {0, 0};
-      for (int64_t j = k0; j < k0 + 32; ++j) {
-        int v = 0;
-        if (j < k1) {
-          v = static_cast<int>(std::nearbyint(xr[j] * inv));
-          v = std::clamp(v, -127, 127);
-        }
-        qr[j] = static_cast<int8_t>(v);
-        sum[(j - k0) / 16] += v;
+    float* dr = d + i * k_blocks;
+    for (int64_t g0 = 0; g0 < kp; g0 += group) {
+      const int64_t g1 = std::min(kp, g0 + group), x1 = std::min(k, g1);
+      float amax = 0.0f, max = 0.0f;
+      for (int64_t j = g0; j < x1; ++j) {
+        if (std::fabs(xr[j]) > amax) amax = std::fabs(xr[j]), max = xr[j];
       }
-      d[i * k_blocks + b] = scale;
-      s[i * k_blocks * 2 + b * 2] = sum[0];
-      s[i * k_blocks * 2 + b * 2 + 1] = sum[1];
+      float scale = 0.0f, mul = 0.0f;
+      if (act == ActQuant::kQ8_K) {
+        if (amax != 0.0f) {
+          mul = -127.0f / max;
+          scale = 1.0f / mul;
+        }
+      } else {
+        scale = RoundF16(amax / 127.0f);
+        mul = amax != 0.0f ? 127.0f / amax : 0.0f;
+      }
+      for (int64_t j = g0; j < g1; ++j) {
+        int v = 0;
+        if (j < x1) v = std::clamp(static_cast<int>(std::nearbyint(xr[j] * mul)), -127, 127);
+        qr[j] = static_cast<int8_t>(v);
+      }
+      for (int64_t b = g0 / 32; b < g1 / 32; ++b) dr[b] = scale;
+    }
+    for (int64_t b = 0; b < k_blocks; ++b) {
+      int32_t half[2] = {0, 0};
+      for (int64_t j = 0; j < 32; ++j) half[j / 16] += qr[b * 32 + j];
+      s[(i * k_blocks + b) * 2] = half[0];
+      s[(i * k_blocks + b) * 2 + 1] = half[1];
+      sum16[(i * k_blocks + b) * 2] = dr[b] * static_cast<float>(half[0]);
+      sum16[(i * k_blocks + b) * 2 + 1] = dr[b] * static_cast<float>(half[1]);
+      const float whole = dr[b] * static_cast<float>(half[0] + half[1]);
+      sum32[i * k_blocks + b] = act == ActQuant::kQ8_1 ? RoundF16(whole) : whole;
     }
   }
 }
@@ -152,11 +168,13 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int32_t> s;
+  thread_local std::vector<float> sum16, sum32;
   if (q.size() < static_cast<size_t>(m * nb * 32)) q.resize(m * nb * 32);
-  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb);
-  if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2);
-  QuantizeRows(x, ldx, m, w.k(), nb, q.data(), d.data(), s.data());
-  const QuantActivations xa{q.data(), d.data(), s.data(), nb};
+  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb), sum32.resize(m * nb);
+  if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2), sum16.resize(m * nb * 2);
+  QuantizeRows(w.quant().act, x, ldx, m, w.k(), nb, q.data(), d.data(), s.data(), sum16.data(),
+               sum32.data());
+  const QuantActivations xa{q.data(), d.data(), s.data(), sum16.data(), sum32.data(), nb};
   const int bits4 = w.quant().bits == 4 ? 1 : 0;
   const int64_t np = ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),

@@ -90,8 +90,9 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t blo
             acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), scale, acc[i][half]);
           } else {
             acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][half]), scale, acc[i][half]);
-            acc[i][half] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(asum)),
-                                           _mm256_mul_ps(wm, d), acc[i][half]);
+            const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
+                                     : x.sum32[(row0 + i) * x.k_blocks + b];
+            acc[i][half] = _mm256_fmadd_ps(_mm256_set1_ps(sv), wm, acc[i][half]);
           }
         }
       }

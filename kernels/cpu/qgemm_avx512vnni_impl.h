@@ -113,8 +113,9 @@ struct QuantTileAvx512Vnni {
               acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scale, acc[i][j]);
             } else {
               acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), scale, acc[i][j]);
-              acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(asum)),
-                                          _mm512_mul_ps(wm, d), acc[i][j]);
+              const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
+                                       : x.sum32[(row0 + i) * x.k_blocks + b];
+              acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(sv), wm, acc[i][j]);
             }
           }
         }

@@ -13,14 +13,45 @@
 
 namespace astr::cpu::internal {
 
-// x quantized per row and 32-element block: q[m][k_blocks * 32] (zero padded), scale
-// d[m][k_blocks], and the sums of q over each half block s[m][k_blocks * 2].
+// x quantized per row (QuantFormat::act), seen per 32-element block: q[m][k_blocks * 32] (zero
+// padded), the scale of each block d[m][k_blocks] (a 256-element block's scale repeats), the
+// sums of q over each half block s[m][k_blocks * 2], and the min terms' factors: sum16[m][k_blocks
+// * 2] = d * s per half, sum32[m][k_blocks] = d * (s0 + s1), or with kQ8_1 that rounded to f16.
 struct QuantActivations {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const int32_t* s = nullptr;
+  const float* sum16 = nullptr;
+  const float* sum32 = nullptr;
   int64_t k_blocks = 0;
 };
+
+// Exact f16 -> f32 (as vcvtph2ps).
+inline float F16BitsToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      uint32_t m = mant;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
+    }
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 
 using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
                                  const uint8_t* w /*first panel*/, int64_t panel_stride,

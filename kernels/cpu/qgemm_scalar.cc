@@ -11,32 +11,10 @@ namespace {
 
 constexpr int kPanel = PackedMatrix::kPanel;
 
-float F16Value(const uint8_t* p) {  // exact, as vcvtph2ps
+float F16Value(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, sizeof(h));
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400u) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
-    }
-  } else if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return F16BitsToF32(h);
 }
 
 template <int MR, int NP, int BITS>
@@ -74,6 +52,8 @@ struct Tile {
             const float xd = x.d[(row0 + i) * x.k_blocks + b];
             const int32_t* s = x.s + (row0 + i) * x.k_blocks * 2 + b * 2;
             const int32_t asum = nh == 2 ? s[h] : s[0] + s[1];
+            const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + b * 2 + h]
+                                     : x.sum32[(row0 + i) * x.k_blocks + b];
             for (int r = 0; r < kPanel; ++r) {
               const float scale = F16Value(sc + 2 * r) * xd;
               float& a = acc[i][j][r];
@@ -81,7 +61,7 @@ struct Tile {
                 a = std::fma(static_cast<float>(isum[i][j][r] - f.offset * asum), scale, a);
               } else {
                 a = std::fma(static_cast<float>(isum[i][j][r]), scale, a);
-                a = std::fma(static_cast<float>(asum), F16Value(mn + 2 * r) * xd, a);
+                a = std::fma(sv, F16Value(mn + 2 * r), a);
               }
             }
           }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "tests/support/test_util.h"
 
@@ -173,6 +174,61 @@ TEST(GgufTest, Q4BlocksDequantizeByHand) {
   EXPECT_EQ(a[16], 14.0f);
   EXPECT_EQ(b[0], -1.0f);
   EXPECT_EQ(b[16], 6.5f);
+}
+
+// Every block type decodes to quants within what its layout (and the CPU kernels, gemm.h) allow,
+// one scale per sub-block, and values that the layout's formula turns into DequantizeToF32's.
+TEST(GgufTest, BlockTypesDecodeIntoTheirLayouts) {
+  struct Type {
+    model::DType dtype;
+    std::vector<int> f16_at;  // byte offsets of the block's f16 fields
+    int max_q;
+  };
+  const std::vector<Type> types = {
+      {model::DType::kQ8_0, {0}, 255},     {model::DType::kQ4_0, {0}, 15},
+      {model::DType::kQ4_1, {0, 2}, 15},   {model::DType::kQ5_0, {0}, 31},
+      {model::DType::kQ5_1, {0, 2}, 31},   {model::DType::kQ2_K, {80, 82}, 3},
+      {model::DType::kQ3_K, {108}, 7},     {model::DType::kQ4_K, {0, 2}, 15},
+      {model::DType::kQ5_K, {0, 2}, 31},   {model::DType::kQ6_K, {208}, 63},
+  };
+  std::mt19937 rng(17);
+  for (const Type& t : types) {
+    SCOPED_TRACE(std::string(model::DTypeName(t.dtype)));
+    const auto layout = model::QuantLayoutOf(t.dtype);
+    ASSERT_TRUE(layout.has_value());
+    const int64_t block = model::DTypeBlockElements(t.dtype);
+    const int64_t n = 2 * std::max<int64_t>(block, 256);
+    std::vector<uint8_t> bytes(n / block * model::DTypeBlockBytes(t.dtype));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (int64_t off = 0; off < static_cast<int64_t>(bytes.size());
+         off += model::DTypeBlockBytes(t.dtype)) {
+      for (int at : t.f16_at) {  // finite scales in [-1, 1)
+        const uint16_t h = model::F32ToF16(static_cast<float>(static_cast<int>(rng() % 2048) - 1024) / 1024.0f);
+        std::memcpy(&bytes[off + at], &h, 2);
+      }
+    }
+    std::vector<uint8_t> q(n, 0xFF);
+    std::vector<float> scale(n / layout->sub), min(n / layout->sub);
+    model::DecodeQuant(t.dtype, bytes.data(), n, q.data(), scale.data(), min.data());
+    int seen_max = 0;
+    for (uint8_t v : q) seen_max = std::max<int>(seen_max, v);
+    EXPECT_LE(seen_max, t.max_q);
+    EXPECT_LT(seen_max, 1 << layout->bits);
+    // With 1,000+ random quants every value range is reached.
+    EXPECT_EQ(seen_max, t.max_q);
+    if (layout->bits == 8 && !(layout->offset == 128 && !layout->has_min)) {
+      EXPECT_LE(seen_max, 127);
+    }
+    std::vector<float> ref(n);
+    model::DequantizeToF32(t.dtype, bytes.data(), n, ref.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = scale[i / layout->sub];
+      const float v = layout->has_min ? s * static_cast<float>(q[i]) + min[i / layout->sub]
+                                      : s * static_cast<float>(q[i] - layout->offset);
+      ASSERT_EQ(v, ref[i]) << "element " << i;
+    }
+  }
+  EXPECT_FALSE(model::QuantLayoutOf(model::DType::kF16).has_value());
 }
 
 TEST(GgufTest, F16AndBf16Conversions) {

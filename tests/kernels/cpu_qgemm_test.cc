@@ -58,36 +58,64 @@ QuantWeights MakeWeights(const QuantFormat& fmt, int64_t n, int64_t k, uint32_t 
 }
 
 std::string Name(const QuantFormat& f) {
+  const char* act = f.act == ActQuant::kQ8_0 ? " q8_0" : f.act == ActQuant::kQ8_1 ? " q8_1" : " q8_k";
   return "bits=" + std::to_string(f.bits) + " sub=" + std::to_string(f.sub) +
-         (f.has_min ? " min" : " offset=" + std::to_string(f.offset));
+         (f.has_min ? " min" : " offset=" + std::to_string(f.offset)) + act;
 }
 
 const std::vector<QuantFormat>& Formats() {
   static const std::vector<QuantFormat> formats = {
-      {8, 32, false, 128},  // Q8_0
-      {4, 32, false, 8},    // Q4_0
-      {4, 32, true, 0},     // Q4_1, Q4_K
-      {8, 32, false, 16},   // Q5_0
-      {8, 32, true, 0},     // Q5_1, Q5_K
-      {8, 16, false, 32},   // Q6_K
-      {8, 16, false, 4},    // Q3_K
-      {4, 16, true, 0},     // Q2_K
+      {8, 32, false, 128, ActQuant::kQ8_0},  // Q8_0
+      {4, 32, false, 8, ActQuant::kQ8_0},    // Q4_0
+      {4, 32, true, 0, ActQuant::kQ8_1},     // Q4_1
+      {4, 32, true, 0, ActQuant::kQ8_K},     // Q4_K
+      {8, 32, false, 16, ActQuant::kQ8_0},   // Q5_0
+      {8, 32, true, 0, ActQuant::kQ8_1},     // Q5_1
+      {8, 32, true, 0, ActQuant::kQ8_K},     // Q5_K
+      {8, 16, false, 32, ActQuant::kQ8_K},   // Q6_K
+      {8, 16, false, 4, ActQuant::kQ8_K},    // Q3_K
+      {4, 16, true, 0, ActQuant::kQ8_K},     // Q2_K
   };
   return formats;
 }
 
-// The activation rule of gemm.h, applied in double: per 32-block, d = max|x| / 127, q = round(x/d).
-std::vector<double> QuantizeReference(const float* x, int64_t k) {
-  std::vector<double> out(k);
-  for (int64_t b = 0; b < k; b += 32) {
-    float amax = 0;
-    for (int64_t j = b; j < std::min(k, b + 32); ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    for (int64_t j = b; j < std::min(k, b + 32); ++j) {
-      out[j] = d == 0 ? 0.0 : std::nearbyint(x[j] * (1.0f / d)) * static_cast<double>(d);
+float RoundF16(float f) {  // via the hardware-independent definition: nearest f16, ties even
+  if (f == 0.0f || !std::isfinite(f)) return f;
+  int e;
+  std::frexp(f, &e);                    // |f| in [2^(e-1), 2^e)
+  const int step = std::max(e - 11, -24);  // f16: 11 significant bits, subnormals below 2^-14
+  return static_cast<float>(std::nearbyint(std::ldexp(static_cast<double>(f), -step)) *
+                            std::ldexp(1.0, step));
+}
+
+// The activation rules of gemm.h, written out again: per element its int8 quant and its block's
+// scale.
+struct RefActivations {
+  std::vector<int> q;
+  std::vector<double> d;
+};
+RefActivations QuantizeReference(const float* x, int64_t k, ActQuant act) {
+  RefActivations r{std::vector<int>(k), std::vector<double>(k)};
+  const int64_t group = act == ActQuant::kQ8_K ? 256 : 32;
+  for (int64_t g = 0; g < k; g += group) {
+    const int64_t end = std::min(k, g + group);
+    float amax = 0, max = 0;
+    for (int64_t j = g; j < end; ++j) {
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+    }
+    for (int64_t j = g; j < end; ++j) {
+      if (amax == 0) continue;
+      if (act == ActQuant::kQ8_K) {
+        const float iscale = -127.0f / max;
+        r.q[j] = std::min(127, static_cast<int>(std::nearbyint(iscale * x[j])));
+        r.d[j] = 1.0f / iscale;
+      } else {
+        r.q[j] = static_cast<int>(std::nearbyint(x[j] * (127.0f / amax)));
+        r.d[j] = RoundF16(amax / 127.0f);
+      }
     }
   }
-  return out;
+  return r;
 }
 
 void CheckAgainstReference(Isa isa, const QuantFormat& fmt, int64_t m, int64_t n, int64_t k,
@@ -105,14 +133,27 @@ void CheckAgainstReference(Isa isa, const QuantFormat& fmt, int64_t m, int64_t n
   std::vector<float> y = y0;
   GemmIsa(isa, x.data(), ldx, m, pm, y.data(), ldy, accumulate, &pool);
   for (int64_t i = 0; i < m; ++i) {
-    const std::vector<double> xq = QuantizeReference(x.data() + i * ldx, k);
+    const RefActivations xq = QuantizeReference(x.data() + i * ldx, k, fmt.act);
     for (int64_t j = 0; j < n; ++j) {
       double ref = accumulate ? y0[i * ldy + j] : 0.0, mag = std::fabs(ref), exact = ref;
       for (int64_t c = 0; c < k; ++c) {
         const double wv = w.Value(j, c);
-        ref += xq[c] * wv;
-        mag += std::fabs(xq[c] * wv);
+        mag += std::fabs(xq.q[c] * xq.d[c] * wv);
         exact += x[i * ldx + c] * wv;
+        if (!fmt.has_min) ref += xq.q[c] * xq.d[c] * wv;
+      }
+      if (fmt.has_min) {  // scale part per element; min part from each sub-block's sum
+        for (int64_t sb = 0; sb < k / fmt.sub; ++sb) {
+          const int64_t c0 = sb * fmt.sub;
+          int sum = 0;
+          for (int64_t c = c0; c < c0 + fmt.sub; ++c) {
+            ref += xq.q[c] * xq.d[c] * w.scale[j * (k / fmt.sub) + sb] * w.q[j * k + c];
+            sum += xq.q[c];
+          }
+          double factor = static_cast<float>(xq.d[c0] * sum);
+          if (fmt.act == ActQuant::kQ8_1) factor = RoundF16(static_cast<float>(factor));
+          ref += factor * w.min[j * (k / fmt.sub) + sb];
+        }
       }
       // Against the quantized activations: only float rounding of the per-block steps.
       ASSERT_NEAR(y[i * ldy + j], ref, 1e-5 * (mag + 1e-3)) << "at i=" << i << " j=" << j;
@@ -185,7 +226,8 @@ TEST(CpuQuantGemmTest, ZeroBlocksAndPaddingContributeNothing) {
     GemmIsa(isa, x.data(), 48, 1, pm, y.data(), 20, false, nullptr);
     for (int64_t j = 0; j < 20; ++j) {
       double ref = 0;
-      for (int64_t c = 0; c < 16; ++c) ref += 0.5 * w.Value(j, c);
+      // 0.5 quantizes to q = 127 with d = f16(0.5 / 127).
+      for (int64_t c = 0; c < 16; ++c) ref += 127 * RoundF16(0.5f / 127.0f) * w.Value(j, c);
       ASSERT_NEAR(y[j], ref, 1e-5 * (std::fabs(ref) + 1)) << IsaName(isa) << " j=" << j;
     }
   }

@@ -127,9 +127,11 @@ namespace {
 
 TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
   const QuantKernelSet emu = MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>();
-  const std::vector<QuantFormat> formats = {{8, 32, false, 128}, {4, 32, false, 8},
-                                            {4, 32, true, 0},    {8, 32, true, 0},
-                                            {8, 16, false, 32},  {4, 16, true, 0}};
+  const std::vector<QuantFormat> formats = {
+      {8, 32, false, 128, ActQuant::kQ8_0}, {4, 32, false, 8, ActQuant::kQ8_0},
+      {4, 32, true, 0, ActQuant::kQ8_1},    {4, 32, true, 0, ActQuant::kQ8_K},
+      {8, 32, true, 0, ActQuant::kQ8_K},    {8, 16, false, 32, ActQuant::kQ8_K},
+      {4, 16, true, 0, ActQuant::kQ8_K}};
   for (const QuantFormat& fmt : formats) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
              {1, 16, 32}, {3, 40, 96}, {9, 67, 256}, {5, 33, 48}}) {

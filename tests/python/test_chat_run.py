@@ -2,7 +2,10 @@
 
 The prompt ids must equal what the Python stack makes: the GGUF's chat template rendered by jinja2
 the way transformers does, tokenized by Hugging Face `tokenizers` with SmolLM2's tokenizer.json
-(special tokens parsed, none added). The greedy answer must stop at EOS and name Paris.
+(special tokens parsed, none added). The greedy answer must equal llama.cpp's for the same
+prompt ids (llama-server 4df29be, CPU, temperature 0, taken once and kept here as facts): with
+SmolLM2's default system message the model answers in French and runs to the limit, with a short
+system message it names Paris and stops at EOS.
 """
 
 import json
@@ -26,6 +29,13 @@ HF_TOKENIZER = SHARED / "tokenizers/hf/smollm2-135m-instruct/tokenizer.json"
 def gguf_string(reader, key):
     field = reader.fields[key]
     return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+LLAMA_CPP = {
+    None: ("length", "L'Étoile, la Marseillaise, la femme au martyre, la femme au martyre. "
+                     "La femme au martyre, la femme au martyre,"),
+    "Answer in one short sentence.": ("eos", "The capital of France is Paris."),
+}
 
 
 @pytest.mark.parametrize("system", [None, "Answer in one short sentence."])
@@ -52,5 +62,4 @@ def test_chat_prompt_ids_and_answer(system):
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     out = json.loads(proc.stdout)
     assert out["prompt_ids"] == want_ids
-    assert out["finish_reason"] == "eos"
-    assert "Paris" in out["text"]
+    assert (out["finish_reason"], out["text"]) == LLAMA_CPP[system]

@@ -123,7 +123,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* qkv = ws_.qkv.data();
 
-  cpu::Gemm(ws_.xn.data(), c.hidden_size, t, w.qkv, qkv, qkv_rows_, false, &pool_);
+  w.qkv.Apply(ws_.xn.data(), c.hidden_size, t, qkv, qkv_rows_, &pool_);
   if (!w.qkv_bias.empty()) {
     for (int64_t r = 0; r < t; ++r)
       cpu::AddInPlace(qkv + r * qkv_rows_, w.qkv_bias.data(), qkv_rows_);
@@ -162,13 +162,13 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
       for (int64_t i = 0; i < q_cols; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[i]));
     }
   }
-  cpu::Gemm(ws_.attn.data(), q_cols, t, w.o, ws_.proj.data(), c.hidden_size, false, &pool_);
+  w.o.Apply(ws_.attn.data(), q_cols, t, ws_.proj.data(), c.hidden_size, &pool_);
   cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, w.mlp_norm.data(),
                   eps, t, c.hidden_size, ws_.xn.data(), c.hidden_size);
   const int64_t f = c.intermediate_size;
-  cpu::Gemm(ws_.xn.data(), c.hidden_size, t, w.gate_up, ws_.gate_up.data(), 2 * f, false, &pool_);
+  w.gate_up.Apply(ws_.xn.data(), c.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
   cpu::SiluMul(ws_.gate_up.data(), t, f, ws_.act.data(), f);
-  cpu::Gemm(ws_.act.data(), f, t, w.down, ws_.proj.data(), c.hidden_size, false, &pool_);
+  w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), c.hidden_size, &pool_);
   cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, next_norm, eps, t,
                   c.hidden_size, ws_.xn.data(), c.hidden_size);
 }
@@ -202,8 +202,7 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
                 ws_.xn.data() + static_cast<int64_t>(batch.sample_rows[i]) * c.hidden_size,
                 c.hidden_size * sizeof(float));
   }
-  cpu::Gemm(ws_.sampled.data(), c.hidden_size, s, weights_.lm_head, logits, c.vocab_size, false,
-            &pool_);
+  weights_.lm_head.Apply(ws_.sampled.data(), c.hidden_size, s, logits, c.vocab_size, &pool_);
   return OkStatus();
 }
 

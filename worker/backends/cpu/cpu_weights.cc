@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <iomanip>
+#include <optional>
 
 #include "common/base/logging.h"
 #include "common/model/model_file.h"
@@ -12,8 +13,21 @@
 namespace astr {
 namespace {
 
-// Reads tensors as f32 into buffers reused from tensor to tensor (no page faults per tensor) and
-// packs them on the thread pool.
+// Reads tensors and packs them on the thread pool. Block-quantized tensors keep their form (with
+// WeightType::kBF16); everything else is read as f32 into buffers reused from tensor to tensor (no
+// page faults per tensor) and packed as bf16 or f32.
+// The kernel format of a block type: its layout, and llama.cpp's activation scheme for it.
+cpu::QuantFormat KernelFormat(model::DType dtype) {
+  const model::QuantLayout l = *model::QuantLayoutOf(dtype);
+  cpu::ActQuant act = cpu::ActQuant::kQ8_K;  // the K-quants
+  if (dtype == model::DType::kQ4_0 || dtype == model::DType::kQ5_0 || dtype == model::DType::kQ8_0) {
+    act = cpu::ActQuant::kQ8_0;
+  } else if (dtype == model::DType::kQ4_1 || dtype == model::DType::kQ5_1) {
+    act = cpu::ActQuant::kQ8_1;
+  }
+  return cpu::QuantFormat{l.bits, l.sub, l.has_min, l.offset, act};
+}
+
 class WeightLoader {
  public:
   WeightLoader(const model::TensorSource& file, cpu::WeightType type, cpu::ThreadPool* pool)
@@ -26,7 +40,11 @@ class WeightLoader {
     const bool fast = raw.ok() && raw->shape == shape &&
                       (raw->dtype == model::DType::kF16 || raw->dtype == model::DType::kBF16 ||
                        raw->dtype == model::DType::kF32);
-    if (!fast) return file_.LoadF32(name, shape, out);
+    if (!fast) {
+      ASTR_RETURN_IF_ERROR(file_.LoadF32(name, shape, out));
+      if (raw.ok()) file_.ReleaseResident(*raw);
+      return OkStatus();
+    }
     const int64_t n = raw->num_elements();
     out->resize(static_cast<size_t>(n));
     const model::DType dtype = raw->dtype;
@@ -41,17 +59,95 @@ class WeightLoader {
         std::memcpy(dst + b, static_cast<const float*>(data) + b, (e - b) * sizeof(float));
       }
     });
+    file_.ReleaseResident(*raw);
     return OkStatus();
   }
 
-  // Loads tensors `parts` (each [rows_i, cols]) stacked along rows, then packs them.
+  // The stored view of `name` when it stays block-quantized: kBF16 weights, a block type, the
+  // expected shape and rows that are whole sub-blocks.
+  std::optional<model::TensorView> QuantView(const std::string& name, int64_t rows, int64_t cols) {
+    if (type_ != cpu::WeightType::kBF16) return std::nullopt;
+    auto raw = file_.Raw(name);
+    if (!raw.ok() || raw->shape != std::vector<int64_t>{rows, cols}) return std::nullopt;
+    const auto layout = model::QuantLayoutOf(raw->dtype);
+    if (!layout || cols % model::DTypeBlockElements(raw->dtype) != 0) return std::nullopt;
+    return *raw;
+  }
+
+  // Loads tensors `parts` (each [rows_i, cols]) stacked along rows. Runs of consecutive tensors
+  // that pack alike (float, or block types of one layout) share a matrix.
   Status Stacked(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
-                 cpu::PackedMatrix* out) {
+                 CpuLinear* out) {
+    struct Part {
+      std::string name;
+      int64_t rows;
+      std::optional<model::TensorView> quant;
+    };
+    std::vector<Part> all;
+    for (const auto& [name, rows] : parts) all.push_back({name, rows, QuantView(name, rows, cols)});
+    auto same_kind = [](const Part& a, const Part& b) {
+      if (a.quant.has_value() != b.quant.has_value()) return false;
+      if (!a.quant) return true;
+      return KernelFormat(a.quant->dtype) == KernelFormat(b.quant->dtype);
+    };
+    out->parts.clear();
+    for (size_t begin = 0; begin < all.size();) {
+      size_t end = begin + 1;
+      while (end < all.size() && same_kind(all[begin], all[end])) ++end;
+      const std::vector<Part> group(all.begin() + begin, all.begin() + end);
+      if (group[0].quant) {
+        std::vector<std::pair<model::TensorView, int64_t>> views;
+        for (const Part& p : group) views.push_back({*p.quant, p.rows});
+        out->parts.push_back(PackQuant(views, cols));
+        for (const Part& p : group) file_.ReleaseResident(*p.quant);
+      } else {
+        std::vector<std::pair<std::string, int64_t>> names;
+        for (const Part& p : group) names.push_back({p.name, p.rows});
+        cpu::PackedMatrix m;
+        ASTR_RETURN_IF_ERROR(PackFloat(names, cols, &m));
+        out->parts.push_back(std::move(m));
+      }
+      begin = end;
+    }
+    return OkStatus();
+  }
+
+  Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
+    return file_.LoadF32(name, {n}, out);
+  }
+
+ private:
+  cpu::PackedMatrix PackQuant(const std::vector<std::pair<model::TensorView, int64_t>>& views,
+                              int64_t cols) {
+    int64_t rows = 0;
+    for (const auto& v : views) rows += v.second;
+    return cpu::PackedMatrix::FromQuantRows(
+        rows, cols, KernelFormat(views[0].first.dtype),
+        [&](int64_t row, uint8_t* q, float* scale, float* min) {
+          for (const auto& [view, n] : views) {
+            if (row >= n) {
+              row -= n;
+              continue;
+            }
+            const int64_t row_bytes =
+                cols / model::DTypeBlockElements(view.dtype) * model::DTypeBlockBytes(view.dtype);
+            model::DecodeQuant(view.dtype, static_cast<const uint8_t*>(view.data) + row * row_bytes,
+                               cols, q, scale, min);
+            return;
+          }
+        },
+        pool_);
+  }
+
+  Status PackFloat(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
+                   cpu::PackedMatrix* out) {
+    const cpu::WeightType type =
+        type_ == cpu::WeightType::kF32 ? cpu::WeightType::kF32 : cpu::WeightType::kBF16;
     int64_t rows = 0;
     for (const auto& p : parts) rows += p.second;
     if (parts.size() == 1) {
       ASTR_RETURN_IF_ERROR(Read(parts[0].first, {rows, cols}, &one_));
-      *out = cpu::PackedMatrix::FromF32(one_.data(), rows, cols, type_, pool_);
+      *out = cpu::PackedMatrix::FromF32(one_.data(), rows, cols, type, pool_);
       return OkStatus();
     }
     stacked_.resize(static_cast<size_t>(rows * cols));
@@ -61,15 +157,10 @@ class WeightLoader {
       std::memcpy(stacked_.data() + row * cols, one_.data(), one_.size() * sizeof(float));
       row += n;
     }
-    *out = cpu::PackedMatrix::FromF32(stacked_.data(), rows, cols, type_, pool_);
+    *out = cpu::PackedMatrix::FromF32(stacked_.data(), rows, cols, type, pool_);
     return OkStatus();
   }
 
-  Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
-    return file_.LoadF32(name, {n}, out);
-  }
-
- private:
   const model::TensorSource& file_;
   cpu::WeightType type_;
   cpu::ThreadPool* pool_;
@@ -119,10 +210,38 @@ void ReportProgress(int64_t done, int64_t total, std::chrono::steady_clock::time
 
 }  // namespace
 
+int64_t CpuLinear::n() const {
+  int64_t n = 0;
+  for (const auto& p : parts) n += p.n();
+  return n;
+}
+
+size_t CpuLinear::bytes() const {
+  size_t b = 0;
+  for (const auto& p : parts) b += p.bytes();
+  return b;
+}
+
+void CpuLinear::Apply(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                      cpu::ThreadPool* pool) const {
+  int64_t col = 0;
+  for (const auto& p : parts) {
+    cpu::Gemm(x, ldx, m, p, y + col, ldy, false, pool);
+    col += p.n();
+  }
+}
+
 void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden, float* out) const {
+  const int64_t quant_row_bytes =
+      embed_quant.empty() ? 0
+                          : hidden / model::DTypeBlockElements(embed_quant_dtype) *
+                                model::DTypeBlockBytes(embed_quant_dtype);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = ids[i];
-    if (type == cpu::WeightType::kF32) {
+    if (!embed_quant.empty()) {
+      model::DequantizeToF32(embed_quant_dtype, embed_quant.data() + row * quant_row_bytes, hidden,
+                             out + i * hidden);
+    } else if (type == cpu::WeightType::kF32) {
       std::memcpy(out + i * hidden, embed_f32.data() + row * hidden, hidden * sizeof(float));
     } else {
       cpu::Bf16ToF32(embed_bf16.data() + row * hidden, out + i * hidden, hidden);
@@ -131,8 +250,8 @@ void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden,
 }
 
 size_t CpuWeights::bytes() const {
-  size_t total =
-      embed_f32.size() * 4 + embed_bf16.size() * 2 + final_norm.size() * 4 + lm_head.bytes();
+  size_t total = embed_f32.size() * 4 + embed_bf16.size() * 2 + embed_quant.size() +
+                 final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
     total += (l.attn_norm.size() + l.mlp_norm.size() + l.q_norm.size() + l.k_norm.size() +
               l.qkv_bias.size()) *
@@ -149,19 +268,31 @@ StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::Weight
   CpuWeights w;
   w.type = type;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> embed;
-  ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
-  if (c.tie_word_embeddings) {
-    w.lm_head = cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type, pool);
+  if (auto quant = loader.QuantView("embed", c.vocab_size, c.hidden_size)) {
+    // Gathered a row at a time from the file's own blocks.
+    const auto* bytes = static_cast<const uint8_t*>(quant->data);
+    w.embed_quant.assign(bytes, bytes + quant->bytes);
+    w.embed_quant_dtype = quant->dtype;
+    if (c.tie_word_embeddings) {
+      ASTR_RETURN_IF_ERROR(loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w.lm_head));
+    }
+    file.ReleaseResident(*quant);
   } else {
-    ASTR_RETURN_IF_ERROR(loader.Stacked({{"lm_head", c.vocab_size}}, c.hidden_size, &w.lm_head));
+    std::vector<float> embed;
+    ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
+    if (c.tie_word_embeddings) {
+      w.lm_head.parts.push_back(
+          cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type, pool));
+    }
+    if (type == cpu::WeightType::kF32) {
+      w.embed_f32 = std::move(embed);
+    } else {
+      w.embed_bf16.resize(embed.size());
+      cpu::F32ToBf16(embed.data(), w.embed_bf16.data(), static_cast<int64_t>(embed.size()));
+    }
   }
-  if (type == cpu::WeightType::kF32) {
-    w.embed_f32 = std::move(embed);
-  } else {
-    w.embed_bf16.resize(embed.size());
-    cpu::F32ToBf16(embed.data(), w.embed_bf16.data(), static_cast<int64_t>(embed.size()));
-    std::vector<float>().swap(embed);
+  if (!c.tie_word_embeddings) {
+    ASTR_RETURN_IF_ERROR(loader.Stacked({{"lm_head", c.vocab_size}}, c.hidden_size, &w.lm_head));
   }
   ASTR_RETURN_IF_ERROR(loader.Vector("final_norm", c.hidden_size, &w.final_norm));
   w.layers.resize(c.num_layers);
