@@ -13,9 +13,11 @@
 
 #include "common/base/flags.h"
 #include "common/base/logging.h"
+#include "common/model/tensor_dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/backends/cpu/quant_format.h"
 
 namespace {
 
@@ -40,12 +42,16 @@ int main(int argc, char** argv) {
   int64_t cache_mb = 600;
   double min_seconds = 0.3;
   bool f32 = false;
+  std::string quant_text;
   fs.Int("threads", &threads, "Threads (including the caller).");
   fs.String("m", &ms_text, "Comma-separated row counts (tokens per call).");
   fs.Int("rotate-mb", &cache_mb,
          "Weights rotated through per shape, in MB (exceed the last-level cache to measure DRAM).");
   fs.Double("min-seconds", &min_seconds, "Minimum timed duration per measurement.");
   fs.Bool("f32", &f32, "Also benchmark f32 weights.");
+  fs.String("quant", &quant_text,
+            "Comma-separated GGUF block types to benchmark as quantized weights (random quants), "
+            "e.g. q4_k,q6_k,q8_0; empty: none.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   (void)astr::InitLogging(argv[0], astr::LogOptions());
   auto ms = astr::ParseIntList(ms_text, "m");
@@ -56,24 +62,55 @@ int main(int argc, char** argv) {
 
   astr::cpu::ThreadPool pool(static_cast<int>(threads));
   const std::vector<Shape> shapes = {{5632, 2048}, {2048, 5632}, {32000, 2048}};
-  std::vector<astr::cpu::WeightType> types = {astr::cpu::WeightType::kBF16};
-  if (f32) types.push_back(astr::cpu::WeightType::kF32);
+  // "bf16", "f32", then the block types.
+  std::vector<std::string> types = {"bf16"};
+  if (f32) types.push_back("f32");
+  for (size_t b = 0, e; b < quant_text.size(); b = e + 1) {
+    e = quant_text.find(',', b);
+    if (e == std::string::npos) e = quant_text.size();
+    auto dtype = astr::model::ParseDType(quant_text.substr(b, e - b));
+    if (!dtype.ok() || !astr::model::QuantLayoutOf(*dtype)) {
+      std::fprintf(stderr, "--quant: '%s' is not a GGUF block type\n",
+                   quant_text.substr(b, e - b).c_str());
+      return 2;
+    }
+    types.push_back(quant_text.substr(b, e - b));
+  }
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
 
   std::printf("{\n  \"threads\": %lld,\n  \"detected_isa\": \"%s\",\n  \"results\": [",
               static_cast<long long>(threads), astr::cpu::IsaName(astr::cpu::DetectIsa()));
   bool first = true;
-  for (astr::cpu::WeightType type : types) {
+  for (const std::string& type : types) {
     for (const Shape& s : shapes) {
       std::vector<float> w(s.n * s.k);
       for (float& v : w) v = dist(rng);
+      auto make = [&]() {
+        if (type == "bf16" || type == "f32") {
+          return PackedMatrix::FromF32(
+              w.data(), s.n, s.k,
+              type == "f32" ? astr::cpu::WeightType::kF32 : astr::cpu::WeightType::kBF16, &pool);
+        }
+        const astr::cpu::QuantFormat fmt =
+            astr::QuantKernelFormat(*astr::model::ParseDType(type));
+        const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 63);
+        return PackedMatrix::FromQuantRows(
+            s.n, s.k, fmt,
+            [&](int64_t r, uint8_t* q, float* scale, float* min) {
+              for (int64_t c = 0; c < s.k; ++c) q[c] = static_cast<uint8_t>((r * 7 + c * 13) % (max_q + 1));
+              for (int64_t b = 0; b < s.k / fmt.sub; ++b) {
+                scale[b] = 0.01f;
+                if (min != nullptr) min[b] = -0.05f;
+              }
+            },
+            &pool);
+      };
       std::vector<PackedMatrix> copies;
-      copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
+      copies.push_back(make());
       const size_t bytes = copies[0].bytes();
       const size_t num_copies = std::max<size_t>(1, cache_mb * (size_t{1} << 20) / bytes);
-      while (copies.size() < num_copies)
-        copies.push_back(PackedMatrix::FromF32(w.data(), s.n, s.k, type));
+      while (copies.size() < num_copies) copies.push_back(make());
       const int64_t max_m = *std::max_element(ms.value().begin(), ms.value().end());
       std::vector<float> x(max_m * s.k), y(max_m * s.n);
       for (float& v : x) v = dist(rng);
@@ -98,7 +135,7 @@ int main(int argc, char** argv) {
               "%s\n    {\"weights\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
               "\"isa\": \"%s\", \"us_per_call\": %.1f, \"gb_per_s\": %.2f, "
               "\"gflop_per_s\": %.2f}",
-              first ? "" : ",", type == astr::cpu::WeightType::kBF16 ? "bf16" : "f32",
+              first ? "" : ",", type.c_str(),
               static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
               astr::cpu::IsaName(isa), per_call * 1e6, bytes / per_call / 1e9,
               2.0 * m * s.n * s.k / per_call / 1e9);

@@ -2,6 +2,7 @@
 // architecture, for tests and benchmarks. Weights are a pure function of (--seed, tensor, element),
 // and tensors are generated and written in chunks so that a multi-GB model needs little memory.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,69 @@ void FillChunk(const std::string& name, uint64_t seed, uint64_t tensor_index, in
     const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     out[i] = center + (2.0f * u - 1.0f) * half_width;
   }
+}
+
+// Types astr cannot quantize into (the ones QuantizeFromF32 does not write) get random blocks:
+// random quant and sub-block scale bytes, and the block's f16 scale fields (at these offsets, in
+// these proportions) scaled so that the values have std init_std. Not a quantization of anything,
+// but every bit pattern a real file may hold.
+struct RandomBlockFields {
+  std::vector<std::pair<int, float>> f16_fields;  // byte offset, base value
+};
+
+RandomBlockFields BlockFields(model::DType dtype) {
+  switch (dtype) {
+    case model::DType::kQ5_0:
+      return {{{0, 1.0f}}};
+    case model::DType::kQ5_1:
+      return {{{0, 1.0f}, {2, -16.0f}}};  // d, m: values centred on 0
+    case model::DType::kQ2_K:
+      return {{{80, 1.0f}, {82, 1.5f}}};  // d, dmin
+    case model::DType::kQ3_K:
+      return {{{108, 1.0f}}};
+    case model::DType::kQ4_K:
+      return {{{0, 1.0f}, {2, 7.5f}}};
+    case model::DType::kQ5_K:
+      return {{{0, 1.0f}, {2, 15.5f}}};
+    case model::DType::kQ6_K:
+      return {{{208, 1.0f}}};
+    default:
+      return {};
+  }
+}
+
+// Random blocks [first_block, first_block + blocks) of a tensor, written to dst, with the f16
+// fields at `scale` x their base values.
+void RandomBlocks(model::DType dtype, uint64_t key, int64_t first_block, int64_t blocks,
+                  float scale, uint8_t* dst) {
+  const int64_t bytes = model::DTypeBlockBytes(dtype);
+  const RandomBlockFields fields = BlockFields(dtype);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* blk = dst + b * bytes;
+    for (int64_t i = 0; i < bytes; i += 8) {
+      const uint64_t r =
+          SplitMix64(key ^ static_cast<uint64_t>((first_block + b) * bytes + i) * 0xD1B54A32D192ED03ull);
+      for (int64_t j = 0; j < 8 && i + j < bytes; ++j) blk[i + j] = static_cast<uint8_t>(r >> (8 * j));
+    }
+    for (const auto& [offset, base] : fields.f16_fields) {
+      const uint16_t h = model::F32ToF16(base * scale);
+      std::memcpy(blk + offset, &h, 2);
+    }
+  }
+}
+
+// The field scale that gives random blocks of `dtype` values with std `init_std` (measured on
+// 256 blocks made with scale 1).
+float RandomBlockScale(model::DType dtype, double init_std) {
+  const int64_t blocks = 256, n = blocks * model::DTypeBlockElements(dtype);
+  std::vector<uint8_t> bytes(blocks * model::DTypeBlockBytes(dtype));
+  RandomBlocks(dtype, 12345, 0, blocks, 1.0f, bytes.data());
+  std::vector<float> v(n);
+  model::DequantizeToF32(dtype, bytes.data(), n, v.data());
+  double sum = 0, sq = 0;
+  for (float x : v) sum += x, sq += static_cast<double>(x) * x;
+  const double var = sq / n - (sum / n) * (sum / n);
+  return static_cast<float>(init_std / std::sqrt(var));
 }
 
 struct Options {
@@ -143,11 +207,20 @@ Status StreamWeights(const std::vector<model::WeightSpec>& specs,
   for (size_t t = 0; t < specs.size(); ++t) {
     int64_t n = 1;
     for (int64_t d : specs[t].shape) n *= d;
+    const bool random_blocks = !model::DTypeWritable(dtypes[t]);
+    const float block_scale = random_blocks ? RandomBlockScale(dtypes[t], init_std) : 0.0f;
+    const uint64_t key = SplitMix64(seed * 0x100000001B3ull + t);
     for (int64_t first = 0; first < n; first += kChunkElements) {
       const int64_t count = std::min(kChunkElements, n - first);
-      FillChunk(specs[t].name, seed, t, first, count, init_std, f32.data());
       ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, model::DTypeByteSize(dtypes[t], count));
       bytes.resize(nbytes);
+      if (random_blocks) {
+        const int64_t block = model::DTypeBlockElements(dtypes[t]);
+        RandomBlocks(dtypes[t], key, first / block, count / block, block_scale, bytes.data());
+        ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
+        continue;
+      }
+      FillChunk(specs[t].name, seed, t, first, count, init_std, f32.data());
       model::QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
       ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
     }
@@ -216,7 +289,10 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");
   fs.String("dtype", &o.dtype,
-            "f32 | f16 | bf16 | q8_0 (gguf only). Default: f16 for gguf, bf16 for hf.");
+            "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
+            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (random blocks whose values have std "
+            "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
+            "Default: f16 for gguf, bf16 for hf.");
   fs.Int("hidden", &o.hidden, "Hidden size.");
   fs.Int("layers", &o.layers, "Decoder layers.");
   fs.Int("heads", &o.heads, "Attention heads.");

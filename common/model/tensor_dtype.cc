@@ -282,12 +282,14 @@ bool DTypeWritable(DType dtype) {
 StatusOr<DType> ParseDType(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  for (DType d :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
     if (upper == DTypeName(d)) return d;
   }
   return InvalidArgumentError("unknown dtype '" + std::string(name) +
-                              "' (expected f32, f16, bf16, q8_0, q4_0 or q4_1)");
+                              "' (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
+                              "q3_k, q4_k, q5_k or q6_k)");
 }
 
 int64_t DTypeBlockElements(DType dtype) {
@@ -431,21 +433,21 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
     case DType::kQ4_0:
       return QuantLayout{4, 32, false, 8};
     case DType::kQ4_1:
-      return QuantLayout{4, 32, true, 0};
+      return QuantLayout{4, 32, true, 0, DotType::kQ8_1};
     case DType::kQ5_0:
       return QuantLayout{8, 32, false, 16};
     case DType::kQ5_1:
-      return QuantLayout{8, 32, true, 0};
+      return QuantLayout{8, 32, true, 0, DotType::kQ8_1};
     case DType::kQ2_K:
-      return QuantLayout{4, 16, true, 0};
+      return QuantLayout{4, 16, true, 0, DotType::kQ8_K};
     case DType::kQ3_K:
-      return QuantLayout{8, 16, false, 4};
+      return QuantLayout{8, 16, false, 4, DotType::kQ8_K};
     case DType::kQ4_K:
-      return QuantLayout{4, 32, true, 0};
+      return QuantLayout{4, 32, true, 0, DotType::kQ8_K};
     case DType::kQ5_K:
-      return QuantLayout{8, 32, true, 0};
+      return QuantLayout{8, 32, true, 0, DotType::kQ8_K};
     case DType::kQ6_K:
-      return QuantLayout{8, 16, false, 32};
+      return QuantLayout{8, 16, false, 32, DotType::kQ8_K};
     default:
       return std::nullopt;
   }
@@ -502,7 +504,7 @@ void QuantizeFromF32(DType dtype, const float* src, int64_t n, void* dst) {
       QuantizeQ4(true, src, n / kQBlock, p);
       return;
     default:
-      // Not writable (DTypeWritable): ParseDType never yields these, so no caller asks.
+      // Not writable (DTypeWritable): callers check first.
       std::abort();
   }
 }

@@ -45,7 +45,7 @@ enum class DType {
 
 // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K" ... "Q6_K".
 std::string_view DTypeName(DType dtype);
-// Case-insensitive inverse of DTypeName ("bf16" -> kBF16), for the writable types only.
+// Case-insensitive inverse of DTypeName ("bf16" -> kBF16, "q4_k" -> kQ4_K).
 StatusOr<DType> ParseDType(std::string_view name);
 // Whether QuantizeFromF32 can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
 bool DTypeWritable(DType dtype);
@@ -69,11 +69,15 @@ uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
 // exactly these floats. Q8_0 and Q5_0 / Q4_0 shift their signed values by the offset (128, 16,
 // 8), Q6_K by 32, Q3_K by 4; the K-quants' scales are d x the sub-block's scale and their mins
 // -(dmin x the sub-block's min), products taken in f32.
+// `dot` names the activation type llama.cpp multiplies the block type with (ggml's vec_dot_type):
+// Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants.
+enum class DotType { kQ8_0, kQ8_1, kQ8_K };
 struct QuantLayout {
   int bits = 8;  // 4 or 8: how many bits the quants need (Q2_K's 2-bit values count as 4)
   int sub = 32;  // 16 or 32
   bool has_min = false;
   int offset = 0;
+  DotType dot = DotType::kQ8_0;
 };
 // The layout of a block type; nullopt for F32 / F16 / BF16.
 std::optional<QuantLayout> QuantLayoutOf(DType dtype);

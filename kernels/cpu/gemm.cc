@@ -75,7 +75,8 @@ PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat qu
   // Round up so aligned_alloc's size requirement holds; zero so the padding rows/k contribute 0.
   const size_t alloc = (bytes_ + 63) / 64 * 64;
   data_.reset(std::aligned_alloc(64, alloc));
-  std::memset(data_.get(), 0, alloc);
+  // FromQuantRows writes every byte of its panels (padding included) itself.
+  if (type != WeightType::kQuant) std::memset(data_.get(), 0, alloc);
 }
 
 PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightType type,

@@ -23,9 +23,9 @@ enum class WeightType { kF32, kBF16, kQuant };
 //   value = scale * (q - offset)          (has_min false)
 //   value = scale * q + min               (has_min true; offset unused)
 // scale and min are held as f16, one per sub-block. The ggml block types map onto this exactly
-// (common/model/tensor_dtype.h DecodeQuantRows), except that the K-quants' products
-// super-block scale x 6-bit scale are rounded to f16. For the AVX2 path, 8-bit quants must either
-// be offset-128 signed values (offset 128, no min) or at most 127.
+// (common/model/tensor_dtype.h DecodeQuant), except that the K-quants' products super-block
+// scale x 6-bit scale are rounded to f16. 8-bit quants must either be offset-128 signed values
+// (offset 128, no min) or at most 63 (what the AVX2 path's int16 sums allow).
 //
 // `act` says how each row of x is quantized to int8 (llama.cpp's schemes for the ggml type the
 // weights came from, so that results track llama.cpp's closely):

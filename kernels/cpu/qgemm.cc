@@ -107,7 +107,7 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
   const int64_t nb = pm.k_blocks(), kp = nb * 32, subs = kp / fmt.sub;
   const int64_t nh = fmt.sub == 16 ? 2 : 1;
   const int64_t qbytes = internal::QuantBlockQuantBytes(fmt.bits);
-  const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 127);
+  const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 63);
   ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
     std::vector<uint8_t> q(kPanel * kp);
     std::vector<float> scale(kPanel * subs), min(kPanel * subs);
@@ -176,7 +176,7 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
                sum32.data());
   const QuantActivations xa{q.data(), d.data(), s.data(), sum16.data(), sum32.data(), nb};
   const int bits4 = w.quant().bits == 4 ? 1 : 0;
-  const int64_t np = ks.panels_per_tile;
+  const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),
             [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
               for (int64_t p = p0; p < p1; p += np) {

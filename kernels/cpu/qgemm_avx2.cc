@@ -1,7 +1,8 @@
 // AVX2 tiles of the block-quantized GEMM. A panel's 16 outputs are two 8-lane halves; vpmaddubsw
-// multiplies unsigned weight quants by signed activation quants into int16 pairs (no saturation:
-// quants are <= 127, or offset-128 signed values multiplied as |w| x sign(x, w)) and vpmaddwd
-// widens the pairs into each output's int32 lane. Integer sums equal the other paths' exactly;
+// multiplies unsigned weight quants by signed activation quants into int16 pairs, which add up in
+// int16 for as many groups as cannot overflow (4-bit quants: a whole sub-block; 8-bit quants of at
+// most 63: two groups; offset-128 signed quants, multiplied as |w| x sign(x, w): one) before
+// vpmaddwd widens them into each output's int32 lane. Integer sums equal the other paths' exactly;
 // float steps as in gemm.h.
 #include <immintrin.h>
 
@@ -14,7 +15,7 @@ namespace astr::cpu::internal {
 namespace {
 
 constexpr int kPanel = PackedMatrix::kPanel;
-constexpr int64_t kPrefetchBytes = 1024;
+constexpr int64_t kPrefetchBytes = 4096;
 
 inline __m256i Group4(const int8_t* x) {
   int32_t v;
@@ -26,86 +27,147 @@ inline __m256 LoadF16(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// isum += per-output sums of 4 products of w (8 outputs x 4 bytes) and the broadcast group x.
 template <bool kSigned>
-inline __m256i Dot4(__m256i isum, __m256i w, __m256i x) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i p16;
+inline __m256i Dot4(__m256i w, __m256i x) {
   if constexpr (kSigned) {
     const __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));  // q - 128
-    p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
   } else {
-    p16 = _mm256_maddubs_epi16(w, x);
+    return _mm256_maddubs_epi16(w, x);
   }
-  return _mm256_add_epi32(isum, _mm256_madd_epi16(p16, ones));
 }
 
-template <int MR, int BITS, bool kSigned>
-void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t block_bytes,
-          const QuantFormat& f, float* y, int64_t ldy, int64_t ncols, bool accumulate) {
-  const int nh = f.sub == 16 ? 2 : 1;
-  const int64_t kp = x.k_blocks * 32;
+template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSigned>
+void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
+          int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
+          bool accumulate) {
+  constexpr int NH = SUB == 16 ? 2 : 1;  // sub-blocks per 32-element block
+  constexpr int GPS = 8 / NH;            // groups of 4 k per sub-block
+  constexpr int FLUSH = BITS == 4 ? GPS : (kSigned ? 1 : 2);  // groups summed in int16
   constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
+  const int64_t kp = x.k_blocks * 32;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[MR][2];
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xq[MR];
+  for (int i = 0; i < MR; ++i) xq[i] = x.q + (row0 + i) * kp;
+  constexpr int NV = 2 * NP;  // 8-output halves of the tile's panels
+  __m256 acc[MR][NV];
+  for (int i = 0; i < MR; ++i) {
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < x.k_blocks; ++b) {
-    const uint8_t* blk = w + b * block_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 256, _MM_HINT_T0);
-    for (int h = 0; h < nh; ++h) {
-      __m256i isum[MR][2];
-      for (int i = 0; i < MR; ++i) isum[i][0] = isum[i][1] = _mm256_setzero_si256();
-      for (int g = h * 8 / nh; g < (h + 1) * 8 / nh; ++g) {
-        for (int half = 0; half < 2; ++half) {
-          __m256i wv;
-          if constexpr (BITS == 8) {
-            wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + half * 32));
-          } else {
-            const __m256i raw =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (g % 4) * 64 + half * 32));
-            wv = g < 4 ? _mm256_and_si256(raw, low4)
-                       : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    const uint8_t* blks[NP];
+    for (int j = 0; j < NP; ++j) {
+      blks[j] = w + j * panel_stride + b * block_bytes;
+      // Every line of the block kPrefetchBytes ahead (the hardware prefetcher alone falls behind
+      // a single stream from DRAM).
+      for (int64_t off = 0; off < block_bytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(blks[j]) + kPrefetchBytes + off, _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; ++h) {
+      __m256i isum[MR][NV];
+#pragma GCC unroll 8
+      for (int f0 = 0; f0 < GPS; f0 += FLUSH) {
+        __m256i s16[MR][NV];
+        for (int i = 0; i < MR; ++i) {
+          for (int v = 0; v < NV; ++v) s16[i][v] = _mm256_setzero_si256();
+        }
+        if constexpr (BITS == 4 && SUB == 32) {
+          // Vector v: group v in the low nibbles, group v + 4 in the high ones.
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) {
+            __m256i xlo[MR], xhi[MR];
+            for (int i = 0; i < MR; ++i) {
+              xlo[i] = Group4(xq[i] + b * 32 + 4 * v);
+              xhi[i] = Group4(xq[i] + b * 32 + 4 * (v + 4));
+            }
+#pragma GCC unroll 4
+            for (int hf = 0; hf < NV; ++hf) {
+              const __m256i raw = _mm256_loadu_si256(
+                  reinterpret_cast<const __m256i*>(blks[hf / 2] + v * 64 + (hf % 2) * 32));
+              const __m256i lo = _mm256_and_si256(raw, low4);
+              const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+              for (int i = 0; i < MR; ++i) {
+                s16[i][hf] = _mm256_add_epi16(s16[i][hf], _mm256_maddubs_epi16(lo, xlo[i]));
+                s16[i][hf] = _mm256_add_epi16(s16[i][hf], _mm256_maddubs_epi16(hi, xhi[i]));
+              }
+            }
           }
-          for (int i = 0; i < MR; ++i) {
-            isum[i][half] =
-                Dot4<kSigned>(isum[i][half], wv, Group4(x.q + (row0 + i) * kp + b * 32 + 4 * g));
+        } else {
+#pragma GCC unroll 8
+          for (int g = f0; g < f0 + FLUSH; ++g) {
+            const int gg = h * GPS + g;  // group within the 32-element block
+            __m256i xg[MR];
+            for (int i = 0; i < MR; ++i) xg[i] = Group4(xq[i] + b * 32 + 4 * gg);
+#pragma GCC unroll 4
+            for (int hf = 0; hf < NV; ++hf) {
+              const uint8_t* blk = blks[hf / 2];
+              __m256i wv;
+              if constexpr (BITS == 8) {
+                wv = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(blk + gg * 64 + (hf % 2) * 32));
+              } else {
+                const __m256i raw = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(blk + (gg % 4) * 64 + (hf % 2) * 32));
+                wv = gg < 4 ? _mm256_and_si256(raw, low4)
+                            : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+              }
+              for (int i = 0; i < MR; ++i) {
+                const __m256i p = Dot4<kSigned>(wv, xg[i]);
+                s16[i][hf] = FLUSH == 1 ? p : _mm256_add_epi16(s16[i][hf], p);
+              }
+            }
+          }
+        }
+        for (int i = 0; i < MR; ++i) {
+          for (int hf = 0; hf < NV; ++hf) {
+            const __m256i s32 = _mm256_madd_epi16(s16[i][hf], ones);
+            isum[i][hf] = f0 == 0 ? s32 : _mm256_add_epi32(isum[i][hf], s32);
           }
         }
       }
-      for (int half = 0; half < 2; ++half) {
-        const __m256 ws = LoadF16(blk + qbytes + h * kPanel * 2 + half * 16);
-        const __m256 wm = f.has_min ? LoadF16(blk + qbytes + (nh + h) * kPanel * 2 + half * 16)
-                                    : _mm256_setzero_ps();
+#pragma GCC unroll 4
+      for (int hf = 0; hf < NV; ++hf) {
+        const uint8_t* blk = blks[hf / 2];
+        const __m256 ws = LoadF16(blk + qbytes + h * kPanel * 2 + (hf % 2) * 16);
         for (int i = 0; i < MR; ++i) {
-          const __m256 d = _mm256_set1_ps(x.d[(row0 + i) * x.k_blocks + b]);
-          const int32_t* s = x.s + (row0 + i) * x.k_blocks * 2 + b * 2;
-          const int32_t asum = nh == 2 ? s[h] : s[0] + s[1];
-          const __m256 scale = _mm256_mul_ps(ws, d);
-          if (!f.has_min) {
-            // The signed form's sums are already sum q_x (q_w - 128).
-            const __m256i corr =
-                kSigned ? isum[i][half]
-                        : _mm256_sub_epi32(isum[i][half], _mm256_set1_epi32(f.offset * asum));
-            acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), scale, acc[i][half]);
+          const int64_t r = row0 + i;
+          const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(x.d[r * x.k_blocks + b]));
+          if constexpr (!kMin) {
+            __m256i corr = isum[i][hf];
+            if constexpr (!kSigned) {  // the signed form's sums are already sum q_x (q_w - 128)
+              const int32_t* s = x.s + r * x.k_blocks * 2 + b * 2;
+              const int32_t asum = NH == 2 ? s[h] : s[0] + s[1];
+              corr = _mm256_sub_epi32(corr, _mm256_set1_epi32(f.offset * asum));
+            }
+            acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), scale, acc[i][hf]);
           } else {
-            acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][half]), scale, acc[i][half]);
-            const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
-                                     : x.sum32[(row0 + i) * x.k_blocks + b];
-            acc[i][half] = _mm256_fmadd_ps(_mm256_set1_ps(sv), wm, acc[i][half]);
+            const __m256 wm = LoadF16(blk + qbytes + (NH + h) * kPanel * 2 + (hf % 2) * 16);
+            const float sv = NH == 2 ? x.sum16[r * x.k_blocks * 2 + 2 * b + h]
+                                     : x.sum32[r * x.k_blocks + b];
+            acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][hf]), scale, acc[i][hf]);
+            acc[i][hf] = _mm256_fmadd_ps(_mm256_set1_ps(sv), wm, acc[i][hf]);
           }
         }
       }
     }
   }
   for (int i = 0; i < MR; ++i) {
-    for (int half = 0; half < 2; ++half) {
-      const int64_t cols = ncols - half * 8;
+    for (int hf = 0; hf < NV; ++hf) {
+      const int64_t cols = ncols - hf * 8;
       if (cols <= 0) continue;
-      float* out = y + i * ldy + half * 8;
+      float* out = y + i * ldy + hf * 8;
+      if (cols >= 8) {
+        __m256 v = acc[i][hf];
+        if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(out));
+        _mm256_storeu_ps(out, v);
+        continue;
+      }
       alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[i][half]);
-      for (int64_t c = 0; c < cols && c < 8; ++c) out[c] = accumulate ? tmp[c] + out[c] : tmp[c];
+      _mm256_store_ps(tmp, acc[i][hf]);
+      for (int64_t c = 0; c < cols; ++c) out[c] = accumulate ? tmp[c] + out[c] : tmp[c];
     }
   }
 }
@@ -115,20 +177,35 @@ struct Tile {
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
                   int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
                   bool accumulate) {
-    static_assert(NP == 1);
-    (void)panel_stride;
-    if (BITS == 8 && !f.has_min && f.offset == 128) {
-      Run1<MR, BITS, true>(x, row0, w, block_bytes, f, y, ldy, ncols, accumulate);
-    } else {
-      Run1<MR, BITS, false>(x, row0, w, block_bytes, f, y, ldy, ncols, accumulate);
+#define ASTR_QRUN(SUB, MIN, SIGNED)                                                       \
+  return Run1<MR, NP, BITS, SUB, MIN, SIGNED>(x, row0, w, panel_stride, block_bytes, f, y, ldy, \
+                                              ncols, accumulate)
+    if constexpr (BITS == 8) {
+      if (!f.has_min && f.offset == 128) {
+        if (f.sub == 16) ASTR_QRUN(16, false, true);
+        ASTR_QRUN(32, false, true);
+      }
     }
+    if (f.sub == 16) {
+      if (f.has_min) ASTR_QRUN(16, true, false);
+      ASTR_QRUN(16, false, false);
+    }
+    if (f.has_min) ASTR_QRUN(32, true, false);
+    ASTR_QRUN(32, false, false);
+#undef ASTR_QRUN
   }
 };
 
 }  // namespace
 
 const QuantKernelSet& QuantKernelsAvx2() {
-  static const QuantKernelSet set = MakeQuantKernelSet<Tile, 2, 1>();
+  // One row: 2 panels (two weight streams, 4 accumulators); more rows: 3 rows x 1 panel.
+  static const QuantKernelSet set = [] {
+    QuantKernelSet s = MakeQuantKernelSet<Tile, 3, 2>();
+    s.single_row_panels = 2;
+    s.panels_per_tile = 1;
+    return s;
+  }();
   return set;
 }
 

@@ -9,7 +9,7 @@
 #pragma once
 
 constexpr int kPanel = PackedMatrix::kPanel;
-constexpr int64_t kPrefetchBytes = 1024;
+constexpr int64_t kPrefetchBytes = 4096;
 
 inline __m512i Group4(const uint8_t* x) {
   int32_t v;
@@ -50,8 +50,9 @@ struct QuantTileAvx512Vnni {
 #pragma GCC unroll 2
       for (int j = 0; j < NP; ++j) {
         blk[j] = w + j * panel_stride + b * block_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + 256, _MM_HINT_T0);
+        for (int64_t off = 0; off < block_bytes; off += 64) {  // every line, kPrefetchBytes ahead
+          _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + off, _MM_HINT_T0);
+        }
       }
       for (int h = 0; h < nh; ++h) {
         __m512i isum[MR][NP];

@@ -64,6 +64,7 @@ constexpr int kMaxQuantTilePanels = 2;
 struct QuantKernelSet {
   int max_rows = 1;
   int panels_per_tile = 1;
+  int single_row_panels = 0;  // panels per tile when a call has one row (0: panels_per_tile)
   // [bits == 4][rows - 1][np - 1]
   QuantTileKernel kernels[2][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };

@@ -43,10 +43,14 @@ struct QuantWeights {
   }
 };
 
+int MaxQuant(const QuantFormat& fmt) {
+  return fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 63);
+}
+
 QuantWeights MakeWeights(const QuantFormat& fmt, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   QuantWeights w{fmt, n, k, {}, {}, {}};
-  const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 127);
+  const int max_q = MaxQuant(fmt);
   std::uniform_int_distribution<int> qd(0, max_q), sd(-2048, 2047);
   w.q.resize(n * k);
   for (auto& v : w.q) v = static_cast<uint8_t>(qd(rng));
@@ -229,6 +233,29 @@ TEST(CpuQuantGemmTest, ZeroBlocksAndPaddingContributeNothing) {
       // 0.5 quantizes to q = 127 with d = f16(0.5 / 127).
       for (int64_t c = 0; c < 16; ++c) ref += 127 * RoundF16(0.5f / 127.0f) * w.Value(j, c);
       ASSERT_NEAR(y[j], ref, 1e-5 * (std::fabs(ref) + 1)) << IsaName(isa) << " j=" << j;
+    }
+  }
+}
+
+// The largest sums the formats allow (every quant at its maximum, every activation at +-127) must
+// not overflow any path's intermediate integers.
+TEST(CpuQuantGemmTest, ExtremeQuantsDoNotOverflow) {
+  for (const QuantFormat& fmt : Formats()) {
+    SCOPED_TRACE(Name(fmt));
+    for (int sign : {1, -1}) {
+      QuantWeights w = MakeWeights(fmt, 16, 256, 2);
+      for (auto& q : w.q) q = static_cast<uint8_t>(MaxQuant(fmt));
+      for (auto& v : w.scale) v = 1.0f / 64;
+      for (auto& v : w.min) v = 0.0f;
+      const PackedMatrix pm = w.Pack();
+      const std::vector<float> x(256, 3.0f * sign);  // every block quantizes to +-127
+      for (Isa isa : AvailableIsas()) {
+        std::vector<float> y(16);
+        GemmIsa(isa, x.data(), 256, 1, pm, y.data(), 16, false, nullptr);
+        const double per = MaxQuant(fmt) - (fmt.has_min ? 0 : fmt.offset);
+        const double want = sign * 3.0 * 256 * per / 64;
+        for (float v : y) ASSERT_NEAR(v, want, 1e-3 * std::fabs(want) + 1e-3) << IsaName(isa);
+      }
     }
   }
 }

@@ -140,7 +140,7 @@ TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
                    " min=" + std::to_string(fmt.has_min) + " m=" + std::to_string(m) +
                    " n=" + std::to_string(n) + " k=" + std::to_string(k));
       const std::vector<float> raw = astr::testing::RandomFloats(n * k, 5 + n, 0.0f, 1.0f);
-      const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 127);
+      const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 63);
       const PackedMatrix pm = PackedMatrix::FromQuantRows(
           n, k, fmt, [&](int64_t r, uint8_t* q, float* scale, float* min) {
             for (int64_t c = 0; c < k; ++c) q[c] = static_cast<uint8_t>(raw[r * k + c] * max_q);

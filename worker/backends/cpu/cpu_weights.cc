@@ -9,6 +9,7 @@
 #include "common/model/model_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/backends/cpu/quant_format.h"
 
 namespace astr {
 namespace {
@@ -16,18 +17,6 @@ namespace {
 // Reads tensors and packs them on the thread pool. Block-quantized tensors keep their form (with
 // WeightType::kBF16); everything else is read as f32 into buffers reused from tensor to tensor (no
 // page faults per tensor) and packed as bf16 or f32.
-// The kernel format of a block type: its layout, and llama.cpp's activation scheme for it.
-cpu::QuantFormat KernelFormat(model::DType dtype) {
-  const model::QuantLayout l = *model::QuantLayoutOf(dtype);
-  cpu::ActQuant act = cpu::ActQuant::kQ8_K;  // the K-quants
-  if (dtype == model::DType::kQ4_0 || dtype == model::DType::kQ5_0 || dtype == model::DType::kQ8_0) {
-    act = cpu::ActQuant::kQ8_0;
-  } else if (dtype == model::DType::kQ4_1 || dtype == model::DType::kQ5_1) {
-    act = cpu::ActQuant::kQ8_1;
-  }
-  return cpu::QuantFormat{l.bits, l.sub, l.has_min, l.offset, act};
-}
-
 class WeightLoader {
  public:
   WeightLoader(const model::TensorSource& file, cpu::WeightType type, cpu::ThreadPool* pool)
@@ -88,7 +77,7 @@ class WeightLoader {
     auto same_kind = [](const Part& a, const Part& b) {
       if (a.quant.has_value() != b.quant.has_value()) return false;
       if (!a.quant) return true;
-      return KernelFormat(a.quant->dtype) == KernelFormat(b.quant->dtype);
+      return QuantKernelFormat(a.quant->dtype) == QuantKernelFormat(b.quant->dtype);
     };
     out->parts.clear();
     for (size_t begin = 0; begin < all.size();) {
@@ -122,7 +111,7 @@ class WeightLoader {
     int64_t rows = 0;
     for (const auto& v : views) rows += v.second;
     return cpu::PackedMatrix::FromQuantRows(
-        rows, cols, KernelFormat(views[0].first.dtype),
+        rows, cols, QuantKernelFormat(views[0].first.dtype),
         [&](int64_t row, uint8_t* q, float* scale, float* min) {
           for (const auto& [view, n] : views) {
             if (row >= n) {
