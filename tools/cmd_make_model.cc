@@ -111,7 +111,7 @@ float RandomBlockScale(model::DType dtype, double init_std) {
 }
 
 struct Options {
-  std::string arch = "llama", out, format = "gguf", dtype;
+  std::string arch = "llama", out, format = "gguf", dtype, dtype_of;
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
   int64_t seed = 0, max_context_tokens = 2048;
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
@@ -253,8 +253,32 @@ Status MakeModel(const Options& o) {
   }
   ASTR_ASSIGN_OR_RETURN(model::ModelConfig config, BuildConfig(o));
   const std::vector<model::WeightSpec> specs = model::ExpectedWeights(config);
+  // --dtype-of NAME=TYPE,...: per-tensor types (the first NAME that the canonical name contains).
+  std::vector<std::pair<std::string, model::DType>> overrides;
+  for (size_t b = 0, e; !o.dtype_of.empty() && b <= o.dtype_of.size(); b = e + 1) {
+    e = o.dtype_of.find(',', b);
+    if (e == std::string::npos) e = o.dtype_of.size();
+    const std::string item = o.dtype_of.substr(b, e - b);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgumentError("--dtype-of: '" + item + "' is not NAME=TYPE");
+    }
+    auto t = model::ParseDType(item.substr(eq + 1));
+    if (!t.ok()) return InvalidArgumentError("--dtype-of " + item + ": " + std::string(t.status().message()));
+    if (!gguf) return InvalidArgumentError("--dtype-of needs --format gguf");
+    overrides.push_back({item.substr(0, eq), *t});
+  }
   std::vector<model::DType> dtypes;
-  for (const model::WeightSpec& w : specs) dtypes.push_back(StoredDType(w, dtype, gguf));
+  for (const model::WeightSpec& w : specs) {
+    model::DType want = dtype;
+    for (const auto& [name, t] : overrides) {
+      if (w.name.find(name) != std::string::npos) {
+        want = t;
+        break;
+      }
+    }
+    dtypes.push_back(StoredDType(w, want, gguf));
+  }
   const uint64_t seed = static_cast<uint64_t>(o.seed);
   if (gguf) {
     model::GgufWriter w;
@@ -293,6 +317,10 @@ int RunMakeModel(int argc, const char* const* argv) {
             "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (random blocks whose values have std "
             "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
             "Default: f16 for gguf, bf16 for hf.");
+  fs.String("dtype-of", &o.dtype_of,
+            "gguf: per-tensor types as NAME=TYPE,... where NAME is part of a canonical tensor "
+            "name (e.g. v_proj=q6_k,down_proj=q6_k,lm_head=q6_k for a Q4_K_M-like mix); the "
+            "first match wins, other tensors take --dtype.");
   fs.Int("hidden", &o.hidden, "Hidden size.");
   fs.Int("layers", &o.layers, "Decoder layers.");
   fs.Int("heads", &o.heads, "Attention heads.");

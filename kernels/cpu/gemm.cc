@@ -81,14 +81,24 @@ PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat qu
 
 PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightType type,
                                    ThreadPool* pool) {
+  return FromF32Rows(
+      n, k, type, [w, k](int64_t row, int64_t rows, float* out) {
+        std::memcpy(out, w + row * k, static_cast<size_t>(rows * k) * sizeof(float));
+      },
+      pool);
+}
+
+PackedMatrix PackedMatrix::FromF32Rows(int64_t n, int64_t k, WeightType type,
+                                       const F32RowSource& rows_of, ThreadPool* pool) {
   PackedMatrix pm(n, k, type);
   if (pm.bytes_ == 0) return pm;
-  // k outer, rows inner: the panel is written sequentially while its 16 source rows are read as
-  // 16 forward streams.
+  // One panel's 16 rows at a time; k outer, rows inner: the panel is written sequentially while its
+  // 16 source rows are read as 16 forward streams.
   ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
+    std::vector<float> src(static_cast<size_t>(kPanel * k));
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t rows = std::min(kPanel, n - p * kPanel);
-      const float* src = w + p * kPanel * k;
+      rows_of(p * kPanel, rows, src.data());
       if (type == WeightType::kF32) {
         float* dst = reinterpret_cast<float*>(pm.data_.get()) + p * pm.panel_stride();
         for (int64_t kk = 0; kk < k; ++kk) {

@@ -64,6 +64,12 @@ class PackedMatrix {
   // Panels are packed in parallel on `pool` when given.
   static PackedMatrix FromF32(const float* w /*[n, k]*/, int64_t n, int64_t k, WeightType type,
                               ThreadPool* pool = nullptr);
+  // The same with rows produced on demand: rows_of(row, rows, out) writes rows [row, row + rows)
+  // as f32 into out [rows, k] (at most kPanel rows; called from the pool's threads), so no f32
+  // copy of the whole matrix is needed.
+  using F32RowSource = std::function<void(int64_t row, int64_t rows, float* out)>;
+  static PackedMatrix FromF32Rows(int64_t n, int64_t k, WeightType type,
+                                  const F32RowSource& rows_of, ThreadPool* pool = nullptr);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
   // Block-quantized rows. decode(row, q, scale, min) fills row `row`'s k quants q[k] (each

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "common/model/model_file.h"
@@ -18,18 +19,36 @@
 namespace astr {
 namespace {
 
+// A step buffer that is not zero-filled: its pages become resident only when a step writes them,
+// so the workspace, sized for the largest step, costs memory for the steps actually run.
+template <typename T>
+class StepBuffer {
+ public:
+  void resize(size_t n) {
+    data_.reset(new T[n]);  // default-initialized: untouched pages stay unmapped
+    size_ = n;
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t size_ = 0;
+};
+
 // Every per-step buffer, sized once for the largest step (max_batch_tokens rows).
 struct Workspace {
-  std::vector<float> x;             // [T, hidden] residual stream
-  std::vector<float> xn;            // [T, hidden] normed input of the next block
-  std::vector<float> qkv;           // [T, qkv_rows]
-  std::vector<float> attn;          // [T, heads*hd]
-  std::vector<float> proj;          // [T, hidden] output of o_proj / down_proj
-  std::vector<float> gate_up;       // [T, 2*ffn]
-  std::vector<float> act;           // [T, ffn]
-  std::vector<float> sampled;       // [S, hidden] final-normed sample rows
-  std::vector<float> attn_scratch;  // [threads, AttentionScratchFloats]
-  std::vector<int32_t> row_entry;   // [T]
+  StepBuffer<float> x;             // [T, hidden] residual stream
+  StepBuffer<float> xn;            // [T, hidden] normed input of the next block
+  StepBuffer<float> qkv;           // [T, qkv_rows]
+  StepBuffer<float> attn;          // [T, heads*hd]
+  StepBuffer<float> proj;          // [T, hidden] output of o_proj / down_proj
+  StepBuffer<float> gate_up;       // [T, 2*ffn]
+  StepBuffer<float> act;           // [T, ffn]
+  StepBuffer<float> sampled;       // [S, hidden] final-normed sample rows
+  StepBuffer<float> attn_scratch;  // [threads, AttentionScratchFloats]
+  StepBuffer<int32_t> row_entry;   // [T]
 };
 
 class CpuBackend final : public Backend {
@@ -185,7 +204,7 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   }
   const int64_t t = batch.num_tokens();
   for (int64_t e = 0; e < batch.batch_size(); ++e) {
-    for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r) ws_.row_entry[r] = e;
+    for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r) ws_.row_entry.data()[r] = e;
   }
   weights_.GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
   const float eps = static_cast<float>(c.rms_norm_eps);

@@ -128,12 +128,50 @@ class WeightLoader {
         pool_);
   }
 
+ public:
+  // The stored view of `name` when it is a float tensor of the expected shape (read in place).
+  std::optional<model::TensorView> FloatView(const std::string& name, int64_t rows, int64_t cols) {
+    auto raw = file_.Raw(name);
+    if (!raw.ok() || raw->shape != std::vector<int64_t>{rows, cols}) return std::nullopt;
+    if (raw->dtype != model::DType::kF16 && raw->dtype != model::DType::kBF16 &&
+        raw->dtype != model::DType::kF32) {
+      return std::nullopt;
+    }
+    return *raw;
+  }
+
+ private:
   Status PackFloat(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
                    cpu::PackedMatrix* out) {
     const cpu::WeightType type =
         type_ == cpu::WeightType::kF32 ? cpu::WeightType::kF32 : cpu::WeightType::kBF16;
     int64_t rows = 0;
     for (const auto& p : parts) rows += p.second;
+    // Float tensors in the file: packed panel by panel straight from the mapping.
+    std::vector<std::pair<model::TensorView, int64_t>> views;
+    for (const auto& [name, n] : parts) {
+      if (auto v = FloatView(name, n, cols)) views.push_back({*v, n});
+    }
+    if (views.size() == parts.size()) {
+      *out = cpu::PackedMatrix::FromF32Rows(
+          rows, cols, type,
+          [&](int64_t row, int64_t count, float* dst) {
+            for (int64_t r = row; r < row + count; ++r, dst += cols) {
+              int64_t local = r;
+              for (const auto& [view, n] : views) {
+                if (local >= n) {
+                  local -= n;
+                  continue;
+                }
+                ConvertRow(view, local, cols, dst);
+                break;
+              }
+            }
+          },
+          pool_);
+      for (const auto& v : views) file_.ReleaseResident(v.first);
+      return OkStatus();
+    }
     if (parts.size() == 1) {
       ASTR_RETURN_IF_ERROR(Read(parts[0].first, {rows, cols}, &one_));
       *out = cpu::PackedMatrix::FromF32(one_.data(), rows, cols, type, pool_);
@@ -150,6 +188,19 @@ class WeightLoader {
     return OkStatus();
   }
 
+ public:
+  // Row `row` of a float view (FloatView) as f32.
+  static void ConvertRow(const model::TensorView& view, int64_t row, int64_t cols, float* dst) {
+    if (view.dtype == model::DType::kF16) {
+      cpu::F16ToF32(static_cast<const uint16_t*>(view.data) + row * cols, dst, cols);
+    } else if (view.dtype == model::DType::kBF16) {
+      cpu::Bf16ToF32(static_cast<const uint16_t*>(view.data) + row * cols, dst, cols);
+    } else {
+      std::memcpy(dst, static_cast<const float*>(view.data) + row * cols, cols * sizeof(float));
+    }
+  }
+
+ private:
   const model::TensorSource& file_;
   cpu::WeightType type_;
   cpu::ThreadPool* pool_;
@@ -266,6 +317,21 @@ StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::Weight
       ASTR_RETURN_IF_ERROR(loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w.lm_head));
     }
     file.ReleaseResident(*quant);
+  } else if (auto fv = loader.FloatView("embed", c.vocab_size, c.hidden_size);
+             fv && type == cpu::WeightType::kBF16) {
+    // Converted a chunk of rows at a time: no f32 copy of the whole table.
+    w.embed_bf16.resize(static_cast<size_t>(c.vocab_size * c.hidden_size));
+    cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(c.hidden_size);
+      for (int64_t r = r0; r < r1; ++r) {
+        WeightLoader::ConvertRow(*fv, r, c.hidden_size, row.data());
+        cpu::F32ToBf16(row.data(), w.embed_bf16.data() + r * c.hidden_size, c.hidden_size);
+      }
+    });
+    if (c.tie_word_embeddings) {
+      ASTR_RETURN_IF_ERROR(loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w.lm_head));
+    }
+    file.ReleaseResident(*fv);
   } else {
     std::vector<float> embed;
     ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
