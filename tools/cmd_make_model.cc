@@ -71,6 +71,9 @@ RandomBlockFields BlockFields(model::DType dtype) {
       return {{{0, 1.0f}, {2, 15.5f}}};
     case model::DType::kQ6_K:
       return {{{208, 1.0f}}};
+    case model::DType::kIQ4_NL:
+    case model::DType::kIQ4_XS:
+      return {{{0, 1.0f}}};
     default:
       return {};
   }
@@ -314,7 +317,7 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");
   fs.String("dtype", &o.dtype,
             "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
-            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (random blocks whose values have std "
+            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (random blocks whose values have std "
             "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
             "Default: f16 for gguf, bf16 for hf.");
   fs.String("dtype-of", &o.dtype_of,

@@ -213,12 +213,16 @@ StatusOr<DType> DTypeFromGgml(uint32_t t) {
       return DType::kQ5_K;
     case 14:
       return DType::kQ6_K;
+    case 20:
+      return DType::kIQ4_NL;
+    case 23:
+      return DType::kIQ4_XS;
     case 30:
       return DType::kBF16;
     default:
       return UnimplementedError("unsupported ggml type " + GgmlTypeName(t) +
                                 " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
   }
 }
 
@@ -250,6 +254,10 @@ uint32_t GgmlFromDType(DType d) {
       return 13;
     case DType::kQ6_K:
       return 14;
+    case DType::kIQ4_NL:
+      return 20;
+    case DType::kIQ4_XS:
+      return 23;
   }
   return 0;
 }

@@ -125,6 +125,40 @@ void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, flo
   }
 }
 
+// ggml's kvalues_iq4nl: the 16 values a 4-bit IQ4 index stands for.
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: as Q4_0's nibbles, each an index into kIq4Values; q = value + 128.
+void DecodeIq4Nl(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+  for (int64_t b = 0; b < blocks; ++b, src += 18, q += kQBlock) {
+    scale[b] = F16ToF32(LoadU16(src));
+    for (int j = 0; j < 16; ++j) {
+      q[j] = static_cast<uint8_t>(kIq4Values[src[2 + j] & 0x0F] + 128);
+      q[j + 16] = static_cast<uint8_t>(kIq4Values[src[2 + j] >> 4] + 128);
+    }
+  }
+}
+
+// IQ4_XS: 8 sub-blocks of 32, each laid out as one IQ4_NL block's nibbles, with scale d * (ls -
+// 32), ls = low nibble of scales_l[s / 2] (high nibble for odd s) | bits 2s, 2s + 1 of scales_h.
+void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+  for (int64_t b = 0; b < blocks; ++b, src += 136) {
+    const float d = F16ToF32(LoadU16(src));
+    const uint16_t scales_h = LoadU16(src + 2);
+    const uint8_t* scales_l = src + 4;
+    const uint8_t* qs = src + 8;
+    for (int s = 0; s < 8; ++s, q += kQBlock) {
+      const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+      *scale++ = d * static_cast<float>(ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] & 0x0F] + 128);
+        q[j + 16] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] >> 4] + 128);
+      }
+    }
+  }
+}
+
 // Q4_K / Q5_K's 8 sub-block scales and mins, 6 bits each, packed in 12 bytes.
 void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
   if (j < 4) {
@@ -261,6 +295,10 @@ std::string_view DTypeName(DType dtype) {
       return "Q5_K";
     case DType::kQ6_K:
       return "Q6_K";
+    case DType::kIQ4_NL:
+      return "IQ4_NL";
+    case DType::kIQ4_XS:
+      return "IQ4_XS";
   }
   return "?";
 }
@@ -284,12 +322,12 @@ StatusOr<DType> ParseDType(std::string_view name) {
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     if (upper == DTypeName(d)) return d;
   }
   return InvalidArgumentError("unknown dtype '" + std::string(name) +
                               "' (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
-                              "q3_k, q4_k, q5_k or q6_k)");
+                              "q3_k, q4_k, q5_k, q6_k, iq4_nl or iq4_xs)");
 }
 
 int64_t DTypeBlockElements(DType dtype) {
@@ -299,7 +337,9 @@ int64_t DTypeBlockElements(DType dtype) {
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return kQBlock;
+    case DType::kIQ4_XS:
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
@@ -338,6 +378,10 @@ int64_t DTypeBlockBytes(DType dtype) {
       return 176;
     case DType::kQ6_K:
       return 210;
+    case DType::kIQ4_NL:
+      return 18;
+    case DType::kIQ4_XS:
+      return 136;
   }
   return 0;
 }
@@ -448,6 +492,10 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
       return QuantLayout{8, 32, true, 0, DotType::kQ8_K};
     case DType::kQ6_K:
       return QuantLayout{8, 16, false, 32, DotType::kQ8_K};
+    case DType::kIQ4_NL:
+      return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
+    case DType::kIQ4_XS:
+      return QuantLayout{8, 32, false, 128, DotType::kQ8_K};
     default:
       return std::nullopt;
   }
@@ -477,6 +525,10 @@ void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* sca
       return DecodeQ45K(true, p, blocks, q, scale, min);
     case DType::kQ6_K:
       return DecodeQ6K(p, blocks, q, scale, min);
+    case DType::kIQ4_NL:
+      return DecodeIq4Nl(p, blocks, q, scale, min);
+    case DType::kIQ4_XS:
+      return DecodeIq4Xs(p, blocks, q, scale, min);
     default:
       std::abort();  // not a block type (QuantLayoutOf says which are)
   }

@@ -15,6 +15,11 @@
 //   Q4_K 144 bytes  {f16 d; f16 dmin; u8 scales[12] (8 6-bit scales + 8 6-bit mins); u8 qs[128]}
 //   Q5_K 176 bytes  {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 //   Q6_K 210 bytes  {u8 ql[128] (low 4 bits); u8 qh[64] (high 2 bits); i8 scales[16]; f16 d}
+// Non-linear 4-bit types (4-bit indices into ggml's 16-value table kvalues_iq4nl, -127..113):
+//   IQ4_NL  32 elements in 18 bytes   {f16 d; u8 qs[16]}      value = d * kvalues[nibble]
+//   IQ4_XS 256 elements in 136 bytes  {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: 8
+//          sub-blocks of 32 with 6-bit scales (low 4 bits in scales_l, high 2 in scales_h) - 32,
+//          value = d * scale * kvalues[nibble]; nibbles as in Q4_0 per sub-block.
 // They are read (DequantizeToF32) but not written: QuantizeFromF32 takes DTypeWritable types.
 #pragma once
 
@@ -41,15 +46,19 @@ enum class DType {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kIQ4_NL,
+  kIQ4_XS,
 };
 
-// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K" ... "Q6_K".
+// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K" ... "Q6_K", "IQ4_NL",
+// "IQ4_XS".
 std::string_view DTypeName(DType dtype);
 // Case-insensitive inverse of DTypeName ("bf16" -> kBF16, "q4_k" -> kQ4_K).
 StatusOr<DType> ParseDType(std::string_view name);
 // Whether QuantizeFromF32 can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
 bool DTypeWritable(DType dtype);
-// Elements per block (1 for plain float types, 32 for Q4/Q5/Q8, 256 for the K-quants).
+// Elements per block (1 for plain float types, 32 for Q4/Q5/Q8 and IQ4_NL, 256 for the K-quants
+// and IQ4_XS).
 int64_t DTypeBlockElements(DType dtype);
 // Bytes per block.
 int64_t DTypeBlockBytes(DType dtype);
@@ -68,7 +77,8 @@ uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
 // with q < 2^bits and one scale (and min) per `sub` consecutive elements. DequantizeToF32 computes
 // exactly these floats. Q8_0 and Q5_0 / Q4_0 shift their signed values by the offset (128, 16,
 // 8), Q6_K by 32, Q3_K by 4; the K-quants' scales are d x the sub-block's scale and their mins
-// -(dmin x the sub-block's min), products taken in f32.
+// -(dmin x the sub-block's min), products taken in f32. IQ4_NL / IQ4_XS hold their table value +
+// 128 (offset 128).
 // `dot` names the activation type llama.cpp multiplies the block type with (ggml's vec_dot_type):
 // Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants.
 enum class DotType { kQ8_0, kQ8_1, kQ8_K };

@@ -190,6 +190,7 @@ TEST(GgufTest, BlockTypesDecodeIntoTheirLayouts) {
       {model::DType::kQ5_1, {0, 2}, 31},   {model::DType::kQ2_K, {80, 82}, 3},
       {model::DType::kQ3_K, {108}, 7},     {model::DType::kQ4_K, {0, 2}, 15},
       {model::DType::kQ5_K, {0, 2}, 31},   {model::DType::kQ6_K, {208}, 63},
+      {model::DType::kIQ4_NL, {0}, 241},   {model::DType::kIQ4_XS, {0}, 241},  // 113 + 128
   };
   std::mt19937 rng(17);
   for (const Type& t : types) {

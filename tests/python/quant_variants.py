@@ -10,16 +10,20 @@ from gguf import GGMLQuantizationType as Q
 SKIP_FIELDS = ("GGUF.version", "GGUF.tensor_count", "GGUF.kv_count")
 
 
-def write_variant(src: str, dst: str, qtype: str) -> None:
-    reader = gguf.GGUFReader(src)
-    arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(dst, arch)
+def copy_metadata(reader, writer) -> None:
+    """Every key of `reader` but the header's and the architecture (GGUFWriter writes those)."""
     for name, field in reader.fields.items():
         if name in SKIP_FIELDS or name == "general.architecture":
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+
+
+def write_variant(src: str, dst: str, qtype: str) -> None:
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, reader.fields["general.architecture"].contents())
+    copy_metadata(reader, writer)
     target = getattr(Q, qtype)
     block = gguf.GGML_QUANT_SIZES[target][0]
     for t in reader.tensors:

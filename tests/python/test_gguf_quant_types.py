@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from gguf import quants
 
+from quant_variants import copy_metadata
+
 BIN_DIR = os.environ.get("ASTR_BIN_DIR", "build/bin")
 SHARED = os.environ.get("ASTR_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "..",
                                                          "shared"))
@@ -24,6 +26,7 @@ Q = gguf.GGMLQuantizationType
 TYPES = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+    Q.IQ4_NL: [0], Q.IQ4_XS: [0],
 }
 # Odd shapes: rows that are not powers of two, a single block, several rows.
 SHAPES = [(1, 1), (3, 2), (7, 3)]  # (rows, blocks per row)
@@ -41,12 +44,7 @@ def random_blocks(rng, qtype, count):
 def write_model(path, extra):
     reader = gguf.GGUFReader(STORIES)
     writer = gguf.GGUFWriter(path, arch=reader.fields["general.architecture"].contents())
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        value = field.contents()
-        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, value, field.types[0], sub_type=sub)
+    copy_metadata(reader, writer)
     for t in reader.tensors:
         writer.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
     for name, (qtype, raw, shape) in extra.items():

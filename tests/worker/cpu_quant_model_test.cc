@@ -137,7 +137,7 @@ TEST_P(CpuQuantModelTest, StaysQuantizedAndNearTheF32Reference) {
 
 INSTANTIATE_TEST_SUITE_P(EveryBlockType, CpuQuantModelTest,
                          ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k",
-                                           "q4_k", "q5_k", "q6_k"),
+                                           "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            return std::string(i.param);
                          });
