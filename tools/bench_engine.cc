@@ -11,11 +11,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "common/base/flags.h"
 #include "common/base/logging.h"
 #include "common/model/model_file.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 #include "worker/engine.h"
 #include "worker/engine_flags.h"
 
@@ -97,18 +100,45 @@ StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t cont
                         {"tok_per_s", batch * 1000.0 / ms}};
 }
 
+// GB/s of `threads` threads each summing its share of a `mb` MiB buffer (touched first), best of 5.
+double ReadBandwidth(int64_t mb, int64_t threads) {
+  const size_t n = static_cast<size_t>(mb) << 17;  // uint64 words
+  std::vector<uint64_t> buf(n, 1);
+  cpu::ThreadPool pool(threads > 0 ? static_cast<int>(threads)
+                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  std::vector<uint64_t> sums(pool.size());
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = NowMs();
+    pool.Run([&](int t, int nt) {
+      const size_t b = n * t / nt, e = n * (t + 1) / nt;
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (size_t i = b; i + 4 <= e; i += 4) s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+      sums[t] = s0 + s1 + s2 + s3;
+    });
+    best = std::max(best, n * 8.0 / ((NowMs() - t0) * 1e6));
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  if (total == 0) LOG(WARNING) << "read bandwidth probe summed nothing";
+  return best;
+}
+
 int Main(int argc, const char* const* argv) {
   FlagSet fs("astr-bench",
              "Prefill tok/s and decode ms/step per batch size of the in-process CPU engine; "
              "prints one JSON object.");
   std::string model, batch_sizes = "1,4,16,64";
-  int64_t prompt_len = 128, decode_context = 32, decode_steps = 16, reps = 3;
+  int64_t prompt_len = 128, decode_context = 32, decode_steps = 16, reps = 3, read_mb = 0;
   fs.String("model", &model, "Model file or folder.", /*required=*/true);
   fs.String("batch-sizes", &batch_sizes, "Comma-separated decode batch sizes.");
   fs.Int("prompt-len", &prompt_len, "Prefill benchmark prompt length.");
   fs.Int("prefill-reps", &reps, "Timed prefill repetitions (median reported).");
   fs.Int("decode-context", &decode_context, "Prompt tokens of each decoding sequence.");
   fs.Int("decode-steps", &decode_steps, "Timed decode steps per batch size.");
+  fs.Int("read-bandwidth-mb", &read_mb,
+         "Also measure the machine's read bandwidth: --threads threads streaming this many MiB "
+         "(best of 5, before and after the model runs); 0 = skip.");
   EngineFlags ef;
   ef.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
@@ -147,6 +177,9 @@ int Main(int argc, const char* const* argv) {
   out["cuda_graphs"] = ef.cuda_graphs;
   out["isa"] = cpu::IsaName(cpu::ActiveIsa());
   out["load_ms"] = load_ms;
+  const size_t weight_bytes = engine.backend().weight_bytes();
+  out["weight_bytes"] = weight_bytes;
+  if (read_mb > 0) out["read_gb_per_s_before"] = ReadBandwidth(read_mb, ef.threads);
   auto prefill = BenchPrefill(engine, prompt_len, static_cast<int>(reps));
   if (!prefill.ok()) return fail(prefill.status());
   out["prefill"] = *prefill;
@@ -154,11 +187,15 @@ int Main(int argc, const char* const* argv) {
   for (int64_t b : *sizes) {
     auto r = BenchDecode(engine, b, decode_context, decode_steps);
     if (!r.ok()) return fail(r.status());
+    if (weight_bytes > 0) {  // each step reads every weight once
+      (*r)["weight_gb_per_s"] = weight_bytes / ((*r)["ms_per_step"].get<double>() * 1e6);
+    }
     decode.push_back(*r);
     LOG(INFO) << "batch " << b << ": " << std::fixed << std::setprecision(2)
               << (*r)["ms_per_step"].get<double>() << " ms/step";
   }
   out["decode"] = decode;
+  if (read_mb > 0) out["read_gb_per_s_after"] = ReadBandwidth(read_mb, ef.threads);
   out["free_pages_after"] = engine.free_pages();
   out["total_pages"] = engine.total_pages();
   std::cout << out.dump(2) << "\n";

@@ -49,6 +49,8 @@ class Backend {
   virtual int64_t page_size() const = 0;
   virtual int64_t max_batch_tokens() const = 0;
   virtual int64_t max_sample_rows() const = 0;
+  // Bytes the served weights take in memory (0 when the backend does not say).
+  virtual size_t weight_bytes() const { return 0; }
   // Runs the step: writes the K/V of every row into its out slot and fills
   // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch
   // first.

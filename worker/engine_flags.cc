@@ -111,7 +111,9 @@ StatusOr<SamplingParams> SamplingFlags::ToParamsWithoutModel() const {
 
 void EngineFlags::RegisterBackend(FlagSet* fs) {
   fs->Int("threads", &threads, "CPU threads; 0 = all cores.");
-  fs->String("dtype", &dtype, "Weight dtype on the CPU backend: bf16 or f32.");
+  fs->String("dtype", &dtype,
+             "Weight dtype on the CPU backend: bf16 (float tensors held as bf16; a GGUF file's "
+             "block-quantized tensors stay quantized) or f32 (every tensor dequantized to f32).");
   fs->Int("page-size", &page_size, "Tokens per KV page.");
   fs->Int("num-pages", &num_pages, "KV pages; 0 = as many as --kv-cache-mb holds.");
   fs->Int("kv-cache-mb", &kv_cache_mb, "KV cache size in MiB (when --num-pages is 0).");

@@ -44,6 +44,10 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
   return OkStatus();
 }
 
+void WeightOverlay::ReleaseResident(const model::TensorView& view) const {
+  if (base_ != nullptr && tensors_.count(view.name) == 0) base_->ReleaseResident(view);
+}
+
 StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) const {
   auto it = tensors_.find(canonical);
   if (it == tensors_.end()) {

@@ -46,6 +46,8 @@ class WeightOverlay final : public model::TensorSource {
                  std::vector<float>* out) const override;
   // The received bytes, unless they need permuting (then an error: LoadF32 permutes).
   StatusOr<model::TensorView> Raw(const std::string& canonical) const override;
+  // The base file's tensors hand their pages back to it; received tensors are not mapped.
+  void ReleaseResident(const model::TensorView& view) const override;
 
  private:
   const model::ModelConfig& config_;
