@@ -5,7 +5,10 @@ the way transformers does, tokenized by Hugging Face `tokenizers` with SmolLM2's
 (special tokens parsed, none added). The greedy answer must equal llama.cpp's for the same
 prompt ids (llama-server 4df29be, CPU, temperature 0, taken once and kept here as facts): with
 SmolLM2's default system message the model answers in French and runs to the limit, with a short
-system message it names Paris and stops at EOS.
+system message it names Paris and stops at EOS. astr runs on its AVX2 path (ASTR_CPU_ISA=avx2,
+the same bits on every CPU with AVX2): with int8 activations a greedy answer follows the last bit
+of the float ops around them, which round differently per ISA path, and llama.cpp's first token
+here wins by 0.095 nats.
 """
 
 import json
@@ -58,7 +61,10 @@ def test_chat_prompt_ids_and_answer(system):
             "What is the capital of France?", "--max-tokens", "40", "--json"]
     if system:
         args += ["--system", system]
-    proc = subprocess.run(args, capture_output=True, check=False)
+    if "avx2" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("the goldens are checked on the AVX2 path")
+    proc = subprocess.run(args, capture_output=True, check=False,
+                          env={**os.environ, "ASTR_CPU_ISA": "avx2"})
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     out = json.loads(proc.stdout)
     assert out["prompt_ids"] == want_ids
