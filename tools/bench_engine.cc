@@ -104,8 +104,9 @@ StatusOr<nlohmann::json> BenchDecode(Engine& engine, int64_t batch, int64_t cont
 double ReadBandwidth(int64_t mb, int64_t threads) {
   const size_t n = static_cast<size_t>(mb) << 17;  // uint64 words
   std::vector<uint64_t> buf(n, 1);
-  cpu::ThreadPool pool(threads > 0 ? static_cast<int>(threads)
-                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  cpu::ThreadPool pool(threads > 0
+                           ? static_cast<int>(threads)
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::vector<uint64_t> sums(pool.size());
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
@@ -113,7 +114,8 @@ double ReadBandwidth(int64_t mb, int64_t threads) {
     pool.Run([&](int t, int nt) {
       const size_t b = n * t / nt, e = n * (t + 1) / nt;
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (size_t i = b; i + 4 <= e; i += 4) s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+      for (size_t i = b; i + 4 <= e; i += 4)
+        s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
       sums[t] = s0 + s1 + s2 + s3;
     });
     best = std::max(best, n * 8.0 / ((NowMs() - t0) * 1e6));

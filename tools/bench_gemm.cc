@@ -92,13 +92,13 @@ int main(int argc, char** argv) {
               w.data(), s.n, s.k,
               type == "f32" ? astr::cpu::WeightType::kF32 : astr::cpu::WeightType::kBF16, &pool);
         }
-        const astr::cpu::QuantFormat fmt =
-            astr::QuantKernelFormat(*astr::model::ParseDType(type));
+        const astr::cpu::QuantFormat fmt = astr::QuantKernelFormat(*astr::model::ParseDType(type));
         const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 63);
         return PackedMatrix::FromQuantRows(
             s.n, s.k, fmt,
             [&](int64_t r, uint8_t* q, float* scale, float* min) {
-              for (int64_t c = 0; c < s.k; ++c) q[c] = static_cast<uint8_t>((r * 7 + c * 13) % (max_q + 1));
+              for (int64_t c = 0; c < s.k; ++c)
+                q[c] = static_cast<uint8_t>((r * 7 + c * 13) % (max_q + 1));
               for (int64_t b = 0; b < s.k / fmt.sub; ++b) {
                 scale[b] = 0.01f;
                 if (min != nullptr) min[b] = -0.05f;
@@ -135,10 +135,9 @@ int main(int argc, char** argv) {
               "%s\n    {\"weights\": \"%s\", \"n\": %lld, \"k\": %lld, \"m\": %lld, "
               "\"isa\": \"%s\", \"us_per_call\": %.1f, \"gb_per_s\": %.2f, "
               "\"gflop_per_s\": %.2f}",
-              first ? "" : ",", type.c_str(),
-              static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(m),
-              astr::cpu::IsaName(isa), per_call * 1e6, bytes / per_call / 1e9,
-              2.0 * m * s.n * s.k / per_call / 1e9);
+              first ? "" : ",", type.c_str(), static_cast<long long>(s.n),
+              static_cast<long long>(s.k), static_cast<long long>(m), astr::cpu::IsaName(isa),
+              per_call * 1e6, bytes / per_call / 1e9, 2.0 * m * s.n * s.k / per_call / 1e9);
           std::fflush(stdout);
           first = false;
         }

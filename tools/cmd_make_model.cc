@@ -2,8 +2,8 @@
 // architecture, for tests and benchmarks. Weights are a pure function of (--seed, tensor, element),
 // and tensors are generated and written in chunks so that a multi-GB model needs little memory.
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -88,9 +88,10 @@ void RandomBlocks(model::DType dtype, uint64_t key, int64_t first_block, int64_t
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* blk = dst + b * bytes;
     for (int64_t i = 0; i < bytes; i += 8) {
-      const uint64_t r =
-          SplitMix64(key ^ static_cast<uint64_t>((first_block + b) * bytes + i) * 0xD1B54A32D192ED03ull);
-      for (int64_t j = 0; j < 8 && i + j < bytes; ++j) blk[i + j] = static_cast<uint8_t>(r >> (8 * j));
+      const uint64_t r = SplitMix64(key ^ static_cast<uint64_t>((first_block + b) * bytes + i) *
+                                              0xD1B54A32D192ED03ull);
+      for (int64_t j = 0; j < 8 && i + j < bytes; ++j)
+        blk[i + j] = static_cast<uint8_t>(r >> (8 * j));
     }
     for (const auto& [offset, base] : fields.f16_fields) {
       const uint16_t h = model::F32ToF16(base * scale);
@@ -267,7 +268,8 @@ Status MakeModel(const Options& o) {
       return InvalidArgumentError("--dtype-of: '" + item + "' is not NAME=TYPE");
     }
     auto t = model::ParseDType(item.substr(eq + 1));
-    if (!t.ok()) return InvalidArgumentError("--dtype-of " + item + ": " + std::string(t.status().message()));
+    if (!t.ok())
+      return InvalidArgumentError("--dtype-of " + item + ": " + std::string(t.status().message()));
     if (!gguf) return InvalidArgumentError("--dtype-of needs --format gguf");
     overrides.push_back({item.substr(0, eq), *t});
   }
@@ -315,11 +317,12 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");
-  fs.String("dtype", &o.dtype,
-            "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
-            "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (random blocks whose values have std "
-            "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
-            "Default: f16 for gguf, bf16 for hf.");
+  fs.String(
+      "dtype", &o.dtype,
+      "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
+      "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (random blocks whose values have std "
+      "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
+      "Default: f16 for gguf, bf16 for hf.");
   fs.String("dtype-of", &o.dtype_of,
             "gguf: per-tensor types as NAME=TYPE,... where NAME is part of a canonical tensor "
             "name (e.g. v_proj=q6_k,down_proj=q6_k,lm_head=q6_k for a Q4_K_M-like mix); the "

@@ -36,7 +36,8 @@ void StoreU16(uint8_t* p, uint16_t v) {
 void DecodeQ8_0(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
   for (int64_t b = 0; b < blocks; ++b, src += 34, q += kQBlock) {
     scale[b] = F16ToF32(LoadU16(src));
-    for (int j = 0; j < kQBlock; ++j) q[j] = static_cast<uint8_t>(static_cast<int8_t>(src[2 + j]) + 128);
+    for (int j = 0; j < kQBlock; ++j)
+      q[j] = static_cast<uint8_t>(static_cast<int8_t>(src[2 + j]) + 128);
   }
 }
 
@@ -149,7 +150,8 @@ void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, f
     const uint8_t* scales_l = src + 4;
     const uint8_t* qs = src + 8;
     for (int s = 0; s < 8; ++s, q += kQBlock) {
-      const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+      const int ls =
+          ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
       *scale++ = d * static_cast<float>(ls - 32);
       for (int j = 0; j < 16; ++j) {
         q[j] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] & 0x0F] + 128);

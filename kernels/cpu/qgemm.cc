@@ -24,7 +24,8 @@ uint16_t F32ToF16Rne(float f) {
   std::memcpy(&x, &f, sizeof(x));
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0));
+  if (abs >= 0x7F800000u)
+    return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0));
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
   if (abs < 0x38800000u) {  // f16 subnormal (or zero): value / 2^-24, rounded to nearest even
     float a;
@@ -44,8 +45,8 @@ const QuantKernelSet& Kernels(Isa isa) {
 float RoundF16(float f) { return internal::F16BitsToF32(F32ToF16Rne(f)); }
 
 // Quantizes each row of x as `act` says (gemm.h), and fills the per-block sums.
-void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t k,
-                  int64_t k_blocks, int8_t* q, float* d, int32_t* s, float* sum16, float* sum32) {
+void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t k_blocks,
+                  int8_t* q, float* d, int32_t* s, float* sum16, float* sum32) {
   const int64_t kp = k_blocks * 32;
   const int64_t group = act == ActQuant::kQ8_K ? 256 : 32;
   for (int64_t i = 0; i < m; ++i) {
@@ -162,7 +163,8 @@ void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedM
 }
 
 void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_t m,
-                   const PackedMatrix& w, float* y, int64_t ldy, bool accumulate, ThreadPool* pool) {
+                   const PackedMatrix& w, float* y, int64_t ldy, bool accumulate,
+                   ThreadPool* pool) {
   const int64_t nb = w.k_blocks();
   // Grows only when a call needs more than any earlier one on this thread.
   thread_local std::vector<int8_t> q;
@@ -185,10 +187,9 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
                 const int64_t ncols = std::min(tile_np * kPanel, w.n() - col);
                 for (int64_t r = r0; r < r1; r += ks.max_rows) {
                   const int64_t rows = std::min<int64_t>(ks.max_rows, r1 - r);
-                  ks.kernels[bits4][rows - 1][tile_np - 1](xa, r, w.quant_panel(p), w.panel_stride(),
-                                                           w.block_bytes(), w.quant(),
-                                                           y + r * ldy + col, ldy, ncols,
-                                                           accumulate);
+                  ks.kernels[bits4][rows - 1][tile_np - 1](
+                      xa, r, w.quant_panel(p), w.panel_stride(), w.block_bytes(), w.quant(),
+                      y + r * ldy + col, ldy, ncols, accumulate);
                 }
               }
             });

@@ -41,8 +41,8 @@ template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSigned>
 void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
           int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
           bool accumulate) {
-  constexpr int NH = SUB == 16 ? 2 : 1;  // sub-blocks per 32-element block
-  constexpr int GPS = 8 / NH;            // groups of 4 k per sub-block
+  constexpr int NH = SUB == 16 ? 2 : 1;                       // sub-blocks per 32-element block
+  constexpr int GPS = 8 / NH;                                 // groups of 4 k per sub-block
   constexpr int FLUSH = BITS == 4 ? GPS : (kSigned ? 1 : 2);  // groups summed in int16
   constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
   const int64_t kp = x.k_blocks * 32;
@@ -145,8 +145,8 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
             acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), scale, acc[i][hf]);
           } else {
             const __m256 wm = LoadF16(blk + qbytes + (NH + h) * kPanel * 2 + (hf % 2) * 16);
-            const float sv = NH == 2 ? x.sum16[r * x.k_blocks * 2 + 2 * b + h]
-                                     : x.sum32[r * x.k_blocks + b];
+            const float sv =
+                NH == 2 ? x.sum16[r * x.k_blocks * 2 + 2 * b + h] : x.sum32[r * x.k_blocks + b];
             acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][hf]), scale, acc[i][hf]);
             acc[i][hf] = _mm256_fmadd_ps(_mm256_set1_ps(sv), wm, acc[i][hf]);
           }
@@ -177,7 +177,7 @@ struct Tile {
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
                   int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
                   bool accumulate) {
-#define ASTR_QRUN(SUB, MIN, SIGNED)                                                       \
+#define ASTR_QRUN(SUB, MIN, SIGNED)                                                             \
   return Run1<MR, NP, BITS, SUB, MIN, SIGNED>(x, row0, w, panel_stride, block_bytes, f, y, ldy, \
                                               ncols, accumulate)
     if constexpr (BITS == 8) {

@@ -69,9 +69,9 @@ struct QuantTileAvx512Vnni {
               const __m512i wv = _mm512_loadu_si512(blk[j] + g * 64);
 #pragma GCC unroll 4
               for (int i = 0; i < MR; ++i) {
-                isum[i][j] =
-                    _mm512_dpbusd_epi32(isum[i][j], wv, Group4(reinterpret_cast<const uint8_t*>(
-                                                            xq[i] + b * 32 + 4 * g)));
+                isum[i][j] = _mm512_dpbusd_epi32(
+                    isum[i][j], wv,
+                    Group4(reinterpret_cast<const uint8_t*>(xq[i] + b * 32 + 4 * g)));
               }
             }
           }
@@ -129,8 +129,8 @@ struct QuantTileAvx512Vnni {
         const int64_t cols = ncols - j * kPanel;
         if (cols <= 0) continue;
         float* out = y + i * ldy + j * kPanel;
-        const __mmask16 mask =
-            cols >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+        const __mmask16 mask = cols >= kPanel ? static_cast<__mmask16>(0xFFFF)
+                                              : static_cast<__mmask16>((1u << cols) - 1);
         __m512 v = acc[i][j];
         if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
         _mm512_mask_storeu_ps(out, mask, v);
@@ -138,4 +138,3 @@ struct QuantTileAvx512Vnni {
     }
   }
 };
-

@@ -31,7 +31,8 @@ struct Tile {
         int32_t isum[MR][NP][kPanel] = {};
         for (int g = h * 8 / nh; g < (h + 1) * 8 / nh; ++g) {
           for (int j = 0; j < NP; ++j) {
-            const uint8_t* v = w + j * panel_stride + b * block_bytes + (BITS == 8 ? g : g % 4) * 64;
+            const uint8_t* v =
+                w + j * panel_stride + b * block_bytes + (BITS == 8 ? g : g % 4) * 64;
             for (int i = 0; i < MR; ++i) {
               const int8_t* xq = x.q + (row0 + i) * kp + b * 32 + 4 * g;
               for (int r = 0; r < kPanel; ++r) {

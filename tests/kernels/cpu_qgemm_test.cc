@@ -23,8 +23,8 @@ namespace {
 struct QuantWeights {
   QuantFormat fmt;
   int64_t n = 0, k = 0;
-  std::vector<uint8_t> q;             // [n, k]
-  std::vector<float> scale, min;      // [n, k / sub]
+  std::vector<uint8_t> q;         // [n, k]
+  std::vector<float> scale, min;  // [n, k / sub]
   double Value(int64_t r, int64_t c) const {
     const int64_t s = r * (k / fmt.sub) + c / fmt.sub;
     const double u = q[r * k + c];
@@ -62,7 +62,9 @@ QuantWeights MakeWeights(const QuantFormat& fmt, int64_t n, int64_t k, uint32_t 
 }
 
 std::string Name(const QuantFormat& f) {
-  const char* act = f.act == ActQuant::kQ8_0 ? " q8_0" : f.act == ActQuant::kQ8_1 ? " q8_1" : " q8_k";
+  const char* act = f.act == ActQuant::kQ8_0   ? " q8_0"
+                    : f.act == ActQuant::kQ8_1 ? " q8_1"
+                                               : " q8_k";
   return "bits=" + std::to_string(f.bits) + " sub=" + std::to_string(f.sub) +
          (f.has_min ? " min" : " offset=" + std::to_string(f.offset)) + act;
 }
@@ -86,7 +88,7 @@ const std::vector<QuantFormat>& Formats() {
 float RoundF16(float f) {  // via the hardware-independent definition: nearest f16, ties even
   if (f == 0.0f || !std::isfinite(f)) return f;
   int e;
-  std::frexp(f, &e);                    // |f| in [2^(e-1), 2^e)
+  std::frexp(f, &e);                       // |f| in [2^(e-1), 2^e)
   const int step = std::max(e - 11, -24);  // f16: 11 significant bits, subnormals below 2^-14
   return static_cast<float>(std::nearbyint(std::ldexp(static_cast<double>(f), -step)) *
                             std::ldexp(1.0, step));
@@ -125,8 +127,8 @@ RefActivations QuantizeReference(const float* x, int64_t k, ActQuant act) {
 void CheckAgainstReference(Isa isa, const QuantFormat& fmt, int64_t m, int64_t n, int64_t k,
                            bool accumulate, int threads) {
   SCOPED_TRACE(std::string(IsaName(isa)) + " " + Name(fmt) + " m=" + std::to_string(m) +
-               " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-               (accumulate ? " acc" : "") + " threads=" + std::to_string(threads));
+               " n=" + std::to_string(n) + " k=" + std::to_string(k) + (accumulate ? " acc" : "") +
+               " threads=" + std::to_string(threads));
   const QuantWeights w = MakeWeights(fmt, n, k, static_cast<uint32_t>(n * 31 + k));
   ThreadPool pool(threads);
   const PackedMatrix pm = w.Pack(&pool);
@@ -169,8 +171,8 @@ void CheckAgainstReference(Isa isa, const QuantFormat& fmt, int64_t m, int64_t n
 }
 
 TEST(CpuQuantGemmTest, MatchesReferenceOnEveryIsaAndFormat) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 32}, {16, 64}, {17, 96}, {40, 48},
-                                                           {33, 256}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 32}, {16, 64}, {17, 96}, {40, 48}, {33, 256}};
   for (Isa isa : AvailableIsas()) {
     for (const QuantFormat& fmt : Formats()) {
       for (auto [n, k] : shapes) {

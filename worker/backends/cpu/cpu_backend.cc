@@ -205,7 +205,8 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   }
   const int64_t t = batch.num_tokens();
   for (int64_t e = 0; e < batch.batch_size(); ++e) {
-    for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r) ws_.row_entry.data()[r] = e;
+    for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r)
+      ws_.row_entry.data()[r] = e;
   }
   weights_.GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
   const float eps = static_cast<float>(c.rms_norm_eps);

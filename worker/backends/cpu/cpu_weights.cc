@@ -36,18 +36,9 @@ class WeightLoader {
     }
     const int64_t n = raw->num_elements();
     out->resize(static_cast<size_t>(n));
-    const model::DType dtype = raw->dtype;
-    const void* data = raw->data;
     float* dst = out->data();
-    cpu::ParallelFor(pool_, n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-      if (dtype == model::DType::kF16) {
-        cpu::F16ToF32(static_cast<const uint16_t*>(data) + b, dst + b, e - b);
-      } else if (dtype == model::DType::kBF16) {
-        cpu::Bf16ToF32(static_cast<const uint16_t*>(data) + b, dst + b, e - b);
-      } else {
-        std::memcpy(dst + b, static_cast<const float*>(data) + b, (e - b) * sizeof(float));
-      }
-    });
+    cpu::ParallelFor(pool_, n, int64_t{1} << 16,
+                     [&](int64_t b, int64_t e) { ConvertElements(*raw, b, e - b, dst + b); });
     file_.ReleaseResident(*raw);
     return OkStatus();
   }
@@ -85,7 +76,7 @@ class WeightLoader {
       while (end < all.size() && same_kind(all[begin], all[end])) ++end;
       const std::vector<Part> group(all.begin() + begin, all.begin() + end);
       if (group[0].quant) {
-        std::vector<std::pair<model::TensorView, int64_t>> views;
+        StackedViews views;
         for (const Part& p : group) views.push_back({*p.quant, p.rows});
         out->parts.push_back(PackQuant(views, cols));
         for (const Part& p : group) file_.ReleaseResident(*p.quant);
@@ -105,30 +96,6 @@ class WeightLoader {
     return file_.LoadF32(name, {n}, out);
   }
 
- private:
-  cpu::PackedMatrix PackQuant(const std::vector<std::pair<model::TensorView, int64_t>>& views,
-                              int64_t cols) {
-    int64_t rows = 0;
-    for (const auto& v : views) rows += v.second;
-    return cpu::PackedMatrix::FromQuantRows(
-        rows, cols, QuantKernelFormat(views[0].first.dtype),
-        [&](int64_t row, uint8_t* q, float* scale, float* min) {
-          for (const auto& [view, n] : views) {
-            if (row >= n) {
-              row -= n;
-              continue;
-            }
-            const int64_t row_bytes =
-                cols / model::DTypeBlockElements(view.dtype) * model::DTypeBlockBytes(view.dtype);
-            model::DecodeQuant(view.dtype, static_cast<const uint8_t*>(view.data) + row * row_bytes,
-                               cols, q, scale, min);
-            return;
-          }
-        },
-        pool_);
-  }
-
- public:
   // The stored view of `name` when it is a float tensor of the expected shape (read in place).
   std::optional<model::TensorView> FloatView(const std::string& name, int64_t rows, int64_t cols) {
     auto raw = file_.Raw(name);
@@ -140,7 +107,45 @@ class WeightLoader {
     return *raw;
   }
 
+  // Elements [first, first + count) of a float view (FloatView) as f32.
+  static void ConvertElements(const model::TensorView& view, int64_t first, int64_t count,
+                              float* dst) {
+    if (view.dtype == model::DType::kF16) {
+      cpu::F16ToF32(static_cast<const uint16_t*>(view.data) + first, dst, count);
+    } else if (view.dtype == model::DType::kBF16) {
+      cpu::Bf16ToF32(static_cast<const uint16_t*>(view.data) + first, dst, count);
+    } else {
+      std::memcpy(dst, static_cast<const float*>(view.data) + first, count * sizeof(float));
+    }
+  }
+
  private:
+  // Stacked tensors, each with its rows: which one holds stacked row `row`, and its row there.
+  using StackedViews = std::vector<std::pair<model::TensorView, int64_t>>;
+  static std::pair<const model::TensorView*, int64_t> Locate(const StackedViews& views,
+                                                             int64_t row) {
+    for (const auto& [view, n] : views) {
+      if (row < n) return {&view, row};
+      row -= n;
+    }
+    return {nullptr, 0};  // past the end: the callers ask only for rows < the total
+  }
+
+  cpu::PackedMatrix PackQuant(const StackedViews& views, int64_t cols) {
+    int64_t rows = 0;
+    for (const auto& v : views) rows += v.second;
+    return cpu::PackedMatrix::FromQuantRows(
+        rows, cols, QuantKernelFormat(views[0].first.dtype),
+        [&](int64_t row, uint8_t* q, float* scale, float* min) {
+          const auto [view, local] = Locate(views, row);
+          // Whole blocks per row: QuantView checked.
+          const uint64_t row_bytes = *model::DTypeByteSize(view->dtype, cols);
+          const auto* bytes = static_cast<const uint8_t*>(view->data) + local * row_bytes;
+          model::DecodeQuant(view->dtype, bytes, cols, q, scale, min);
+        },
+        pool_);
+  }
+
   Status PackFloat(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
                    cpu::PackedMatrix* out) {
     const cpu::WeightType type =
@@ -148,7 +153,7 @@ class WeightLoader {
     int64_t rows = 0;
     for (const auto& p : parts) rows += p.second;
     // Float tensors in the file: packed panel by panel straight from the mapping.
-    std::vector<std::pair<model::TensorView, int64_t>> views;
+    StackedViews views;
     for (const auto& [name, n] : parts) {
       if (auto v = FloatView(name, n, cols)) views.push_back({*v, n});
     }
@@ -157,15 +162,8 @@ class WeightLoader {
           rows, cols, type,
           [&](int64_t row, int64_t count, float* dst) {
             for (int64_t r = row; r < row + count; ++r, dst += cols) {
-              int64_t local = r;
-              for (const auto& [view, n] : views) {
-                if (local >= n) {
-                  local -= n;
-                  continue;
-                }
-                ConvertRow(view, local, cols, dst);
-                break;
-              }
+              const auto [view, local] = Locate(views, r);
+              ConvertElements(*view, local * cols, cols, dst);
             }
           },
           pool_);
@@ -188,19 +186,6 @@ class WeightLoader {
     return OkStatus();
   }
 
- public:
-  // Row `row` of a float view (FloatView) as f32.
-  static void ConvertRow(const model::TensorView& view, int64_t row, int64_t cols, float* dst) {
-    if (view.dtype == model::DType::kF16) {
-      cpu::F16ToF32(static_cast<const uint16_t*>(view.data) + row * cols, dst, cols);
-    } else if (view.dtype == model::DType::kBF16) {
-      cpu::Bf16ToF32(static_cast<const uint16_t*>(view.data) + row * cols, dst, cols);
-    } else {
-      std::memcpy(dst, static_cast<const float*>(view.data) + row * cols, cols * sizeof(float));
-    }
-  }
-
- private:
   const model::TensorSource& file_;
   cpu::WeightType type_;
   cpu::ThreadPool* pool_;
@@ -272,10 +257,9 @@ void CpuLinear::Apply(const float* x, int64_t ldx, int64_t m, float* y, int64_t 
 }
 
 void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden, float* out) const {
-  const int64_t quant_row_bytes =
-      embed_quant.empty() ? 0
-                          : hidden / model::DTypeBlockElements(embed_quant_dtype) *
-                                model::DTypeBlockBytes(embed_quant_dtype);
+  // Whole blocks: LoadCpuWeights kept the table quantized only then.
+  const uint64_t quant_row_bytes =
+      embed_quant.empty() ? 0 : *model::DTypeByteSize(embed_quant_dtype, hidden);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = ids[i];
     if (!embed_quant.empty()) {
@@ -324,7 +308,7 @@ StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::Weight
     cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
       std::vector<float> row(c.hidden_size);
       for (int64_t r = r0; r < r1; ++r) {
-        WeightLoader::ConvertRow(*fv, r, c.hidden_size, row.data());
+        WeightLoader::ConvertElements(*fv, r * c.hidden_size, c.hidden_size, row.data());
         cpu::F32ToBf16(row.data(), w.embed_bf16.data() + r * c.hidden_size, c.hidden_size);
       }
     });
