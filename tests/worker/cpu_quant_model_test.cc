@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,6 +187,38 @@ TEST(CpuQuantModelMixTest, BatchIndependent) {
     for (size_t s = 0; s < alone[0].logits.size(); ++s) {
       EXPECT_EQ(alone[0].logits[s], together[i].logits[s]) << "prompt " << i << " step " << s;
     }
+  }
+}
+
+}  // namespace
+}  // namespace astr
+
+namespace astr {
+namespace {
+
+// A bad --dtype-of names the item and why, and writes nothing.
+TEST(CpuQuantModelMixTest, MakeModelRefusesBadDtypeOf) {
+  const std::string dir = testing::TempDir("quant_model_bad");
+  struct Case {
+    const char* flags;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"--dtype-of v_proj", "--dtype-of: 'v_proj' is not NAME=TYPE"},
+      {"--dtype-of =q6_k", "--dtype-of: '=q6_k' is not NAME=TYPE"},
+      {"--dtype-of v_proj=q7_k", "unknown dtype 'q7_k'"},
+      {"--format hf --dtype-of v_proj=q6_k", "--dtype-of needs --format gguf"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const std::string out = dir + "/bad.gguf";
+    const testing::CommandResult r = testing::RunCommand(
+        testing::BinDir() + "/astr make-model " +
+        (std::string(c.flags).find("--format") == std::string::npos ? "--format gguf " : "") +
+        c.flags + " --out " + out + " 2>&1");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out));
   }
 }
 
