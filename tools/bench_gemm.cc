@@ -93,15 +93,28 @@ int main(int argc, char** argv) {
               type == "f32" ? astr::cpu::WeightType::kF32 : astr::cpu::WeightType::kBF16, &pool);
         }
         const astr::cpu::QuantFormat fmt = astr::QuantKernelFormat(*astr::model::ParseDType(type));
-        const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 63);
+        const int max_q = (1 << fmt.bits) - 1;
         return PackedMatrix::FromQuantRows(
             s.n, s.k, fmt,
-            [&](int64_t r, uint8_t* q, float* scale, float* min) {
+            [&](int64_t r, const astr::cpu::QuantRowOut& out) {
               for (int64_t c = 0; c < s.k; ++c)
-                q[c] = static_cast<uint8_t>((r * 7 + c * 13) % (max_q + 1));
-              for (int64_t b = 0; b < s.k / fmt.sub; ++b) {
-                scale[b] = 0.01f;
-                if (min != nullptr) min[b] = -0.05f;
+                out.q[c] = static_cast<uint8_t>((r * 7 + c * 13) % (max_q + 1));
+              for (int64_t b = 0; b < s.k / fmt.sub; ++b) {  // 0.01 and -0.05 in f16 terms
+                if (fmt.super) {
+                  out.sc[b] = 5;
+                  if (out.m != nullptr) out.m[b] = 25;
+                } else {
+                  out.scale[b] = 0.01f;
+                  if (out.min != nullptr) out.min[b] = -0.05f;
+                }
+              }
+              for (int64_t u = 0; fmt.super && u < s.k / 256; ++u) {
+                out.d[u] = 0.001953125f;
+                if (out.dmin != nullptr) out.dmin[u] = -0.001953125f;
+              }
+              for (int64_t b = 0; fmt.super && b < s.k / fmt.sub; ++b) {
+                out.scale[b] = out.d[0] * out.sc[b];
+                if (out.min != nullptr) out.min[b] = out.dmin[0] * out.m[b];
               }
             },
             &pool);

@@ -74,15 +74,36 @@ void DecodeQ5(bool with_min, const uint8_t* src, int64_t blocks, uint8_t* q, flo
 
 constexpr int kKBlock = 256;
 
+// Where a decoder with per-256 factors records them and its integer sub-block scales (DecodeQuant's
+// `super`; nothing when that is null).
+struct SuperSink {
+  const SuperScales* out;
+  int64_t unit = 0, sub = 0;
+  void Factors(float d, float dmin) {
+    if (out == nullptr) return;
+    out->d[unit] = d;
+    if (out->dmin != nullptr) out->dmin[unit] = dmin;
+    ++unit;
+  }
+  void Scale(int sc, int m = 0) {
+    if (out == nullptr) return;
+    out->sc[sub] = static_cast<int8_t>(sc);
+    if (out->m != nullptr) out->m[sub] = static_cast<int8_t>(m);
+    ++sub;
+  }
+};
+
 // Q2_K: 16 sub-blocks of 16; sub-block s has scale (scales[s] & 15) * d and min -(scales[s] >> 4)
 // * dmin. Its 2-bit values sit in qs: the 128 elements of each half are 4 shifts (0, 2, 4, 6) of
 // 32 bytes, each shift covering two sub-blocks (bytes 0..15 and 16..31).
-void DecodeQ2K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float* min) {
+void DecodeQ2K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float* min,
+               SuperSink& sink) {
   for (int64_t b = 0; b < blocks; ++b, src += 84) {
     const uint8_t* scales = src;
     const uint8_t* qs = src + 16;
     const float d = F16ToF32(LoadU16(src + 80));
     const float dmin = F16ToF32(LoadU16(src + 82));
+    sink.Factors(d, -dmin);
     int s = 0;
     for (int half = 0; half < 2; ++half) {
       const uint8_t* qh = qs + 32 * half;
@@ -90,6 +111,7 @@ void DecodeQ2K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, flo
         for (int part = 0; part < 2; ++part, ++s) {
           *scale++ = d * static_cast<float>(scales[s] & 15);
           *min++ = -(dmin * static_cast<float>(scales[s] >> 4));
+          sink.Scale(scales[s] & 15, scales[s] >> 4);
           for (int l = 0; l < 16; ++l) *q++ = (qh[16 * part + l] >> shift) & 3;
         }
       }
@@ -101,12 +123,14 @@ void DecodeQ2K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, flo
 // the low nibble of byte s (s < 8) or the high nibble of byte s - 8, its high 2 bits are bits
 // 2 * (s / 4) and 2 * (s / 4) + 1 of byte 8 + s % 4. Values are 2 low bits from qs (as Q2_K) and
 // a high bit from hmask, set meaning +0 and clear meaning -4; q = value + 4.
-void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*,
+               SuperSink& sink) {
   for (int64_t b = 0; b < blocks; ++b, src += 110) {
     const uint8_t* hmask = src;
     const uint8_t* qs = src + 32;
     const uint8_t* packed = src + 96;
     const float d = F16ToF32(LoadU16(src + 108));
+    sink.Factors(d, 0.0f);
     int s = 0;
     uint8_t bit = 1;
     for (int half = 0; half < 2; ++half) {
@@ -116,6 +140,7 @@ void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, flo
           const int low = s < 8 ? packed[s] & 15 : packed[s - 8] >> 4;
           const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
           *scale++ = d * static_cast<float>((low | (high << 4)) - 32);
+          sink.Scale((low | (high << 4)) - 32);
           for (int l = 0; l < 16; ++l) {
             const int i = 16 * part + l;
             *q++ = static_cast<uint8_t>(((qh[i] >> shift) & 3) + ((hmask[i] & bit) ? 4 : 0));
@@ -143,9 +168,11 @@ void DecodeIq4Nl(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, f
 
 // IQ4_XS: 8 sub-blocks of 32, each laid out as one IQ4_NL block's nibbles, with scale d * (ls -
 // 32), ls = low nibble of scales_l[s / 2] (high nibble for odd s) | bits 2s, 2s + 1 of scales_h.
-void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*,
+                 SuperSink& sink) {
   for (int64_t b = 0; b < blocks; ++b, src += 136) {
     const float d = F16ToF32(LoadU16(src));
+    sink.Factors(d, 0.0f);
     const uint16_t scales_h = LoadU16(src + 2);
     const uint8_t* scales_l = src + 4;
     const uint8_t* qs = src + 8;
@@ -153,6 +180,7 @@ void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, f
       const int ls =
           ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
       *scale++ = d * static_cast<float>(ls - 32);
+      sink.Scale(ls - 32);
       for (int j = 0; j < 16; ++j) {
         q[j] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] & 0x0F] + 128);
         q[j + 16] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] >> 4] + 128);
@@ -176,11 +204,12 @@ void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
 // bytes of qs hold two sub-blocks (low nibbles, then high); Q5_K's qh bit 2k / 2k + 1 of byte l is
 // the fifth bit of element l of sub-block 2k / 2k + 1.
 void DecodeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, uint8_t* q, float* scale,
-                float* min) {
+                float* min, SuperSink& sink) {
   const int bytes = fifth_bit ? 176 : 144;
   for (int64_t b = 0; b < blocks; ++b, src += bytes) {
     const float d = F16ToF32(LoadU16(src));
     const float dmin = F16ToF32(LoadU16(src + 2));
+    sink.Factors(d, -dmin);
     const uint8_t* packed = src + 4;
     const uint8_t* qh = src + 16;
     const uint8_t* qs = src + (fifth_bit ? 48 : 16);
@@ -192,6 +221,7 @@ void DecodeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, uint8_t* q, 
         ScaleMinK4(sub, packed, &sc, &mn);
         *scale++ = d * static_cast<float>(sc);
         *min++ = -(dmin * static_cast<float>(mn));
+        sink.Scale(sc, mn);
         for (int l = 0; l < 32; ++l) {
           int v = part == 0 ? qp[l] & 15 : qp[l] >> 4;
           if (fifth_bit && ((qh[l] >> sub) & 1)) v += 16;
@@ -206,13 +236,18 @@ void DecodeQ45K(bool fifth_bit, const uint8_t* src, int64_t blocks, uint8_t* q, 
 // elements takes 64 bytes of ql (low 4 bits: bytes 0..31 low nibbles -> elements 0..31, 32..63
 // low -> 32..63, 0..31 high -> 64..95, 32..63 high -> 96..127) and 32 bytes of qh (2 bits each, at
 // shifts 0, 2, 4, 6 for those four quarters).
-void DecodeQ6K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+void DecodeQ6K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*,
+               SuperSink& sink) {
   for (int64_t b = 0; b < blocks; ++b, src += 210, q += kKBlock, scale += 16) {
     const uint8_t* ql = src;
     const uint8_t* qh = src + 128;
     const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
     const float d = F16ToF32(LoadU16(src + 208));
-    for (int s = 0; s < 16; ++s) scale[s] = d * static_cast<float>(scales[s]);
+    sink.Factors(d, 0.0f);
+    for (int s = 0; s < 16; ++s) {
+      scale[s] = d * static_cast<float>(scales[s]);
+      sink.Scale(scales[s]);
+    }
     for (int half = 0; half < 2; ++half) {
       const uint8_t* l4 = ql + 64 * half;
       const uint8_t* h2 = qh + 32 * half;
@@ -481,31 +516,33 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
     case DType::kQ4_1:
       return QuantLayout{4, 32, true, 0, DotType::kQ8_1};
     case DType::kQ5_0:
-      return QuantLayout{8, 32, false, 16};
+      return QuantLayout{6, 32, false, 16};
     case DType::kQ5_1:
-      return QuantLayout{8, 32, true, 0, DotType::kQ8_1};
+      return QuantLayout{6, 32, true, 0, DotType::kQ8_1};
     case DType::kQ2_K:
-      return QuantLayout{4, 16, true, 0, DotType::kQ8_K};
+      return QuantLayout{4, 16, true, 0, DotType::kQ8_K, true};
     case DType::kQ3_K:
-      return QuantLayout{8, 16, false, 4, DotType::kQ8_K};
+      return QuantLayout{6, 16, false, 4, DotType::kQ8_K, true};
     case DType::kQ4_K:
-      return QuantLayout{4, 32, true, 0, DotType::kQ8_K};
+      return QuantLayout{4, 32, true, 0, DotType::kQ8_K, true};
     case DType::kQ5_K:
-      return QuantLayout{8, 32, true, 0, DotType::kQ8_K};
+      return QuantLayout{6, 32, true, 0, DotType::kQ8_K, true};
     case DType::kQ6_K:
-      return QuantLayout{8, 16, false, 32, DotType::kQ8_K};
+      return QuantLayout{6, 16, false, 32, DotType::kQ8_K, true};
     case DType::kIQ4_NL:
       return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
     case DType::kIQ4_XS:
-      return QuantLayout{8, 32, false, 128, DotType::kQ8_K};
+      return QuantLayout{8, 32, false, 128, DotType::kQ8_K, true};
     default:
       return std::nullopt;
   }
 }
 
-void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* scale, float* min) {
+void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* scale, float* min,
+                 const SuperScales* super) {
   const uint8_t* p = static_cast<const uint8_t*>(src);
   const int64_t blocks = n / DTypeBlockElements(dtype);
+  SuperSink sink{super};
   switch (dtype) {
     case DType::kQ8_0:
       return DecodeQ8_0(p, blocks, q, scale, min);
@@ -518,19 +555,19 @@ void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* sca
     case DType::kQ5_1:
       return DecodeQ5(true, p, blocks, q, scale, min);
     case DType::kQ2_K:
-      return DecodeQ2K(p, blocks, q, scale, min);
+      return DecodeQ2K(p, blocks, q, scale, min, sink);
     case DType::kQ3_K:
-      return DecodeQ3K(p, blocks, q, scale, min);
+      return DecodeQ3K(p, blocks, q, scale, min, sink);
     case DType::kQ4_K:
-      return DecodeQ45K(false, p, blocks, q, scale, min);
+      return DecodeQ45K(false, p, blocks, q, scale, min, sink);
     case DType::kQ5_K:
-      return DecodeQ45K(true, p, blocks, q, scale, min);
+      return DecodeQ45K(true, p, blocks, q, scale, min, sink);
     case DType::kQ6_K:
-      return DecodeQ6K(p, blocks, q, scale, min);
+      return DecodeQ6K(p, blocks, q, scale, min, sink);
     case DType::kIQ4_NL:
       return DecodeIq4Nl(p, blocks, q, scale, min);
     case DType::kIQ4_XS:
-      return DecodeIq4Xs(p, blocks, q, scale, min);
+      return DecodeIq4Xs(p, blocks, q, scale, min, sink);
     default:
       std::abort();  // not a block type (QuantLayoutOf says which are)
   }

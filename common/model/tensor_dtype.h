@@ -83,18 +83,30 @@ uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
 // Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants.
 enum class DotType { kQ8_0, kQ8_1, kQ8_K };
 struct QuantLayout {
-  int bits = 8;  // 4 or 8: how many bits the quants need (Q2_K's 2-bit values count as 4)
+  int bits = 8;  // 4, 6 or 8: the width the quants are held in (Q2_K's 2 bits: 4; 3 and 5: 6)
   int sub = 32;  // 16 or 32
   bool has_min = false;
   int offset = 0;
   DotType dot = DotType::kQ8_0;
+  // Scales (and mins) are an f16 factor per 256 elements times an int8 per sub-block (the
+  // K-quants and IQ4_XS; DecodeQuant's `super`).
+  bool super = false;
 };
 // The layout of a block type; nullopt for F32 / F16 / BF16.
 std::optional<QuantLayout> QuantLayoutOf(DType dtype);
+// A super layout's scales in integer form: per 256 elements d and (with has_min) dmin, per
+// sub-block sc and (with has_min) m, with scale = d * sc and min = dmin * m exactly.
+struct SuperScales {
+  float* d = nullptr;
+  float* dmin = nullptr;  // null without has_min
+  int8_t* sc = nullptr;
+  int8_t* m = nullptr;  // null without has_min
+};
 // Decodes `num_elements` elements (a whole number of blocks) of a block type: q[num_elements],
-// scale[num_elements / sub] and, with has_min, min[num_elements / sub] (unused otherwise).
+// scale[num_elements / sub] and, with has_min, min[num_elements / sub] (unused otherwise); with
+// `super` (super layouts only) also their integer form.
 void DecodeQuant(DType dtype, const void* src, int64_t num_elements, uint8_t* q, float* scale,
-                 float* min);
+                 float* min, const SuperScales* super = nullptr);
 
 // Converts `num_elements` elements (a whole number of blocks) of `src` to f32.
 void DequantizeToF32(DType dtype, const void* src, int64_t num_elements, float* dst);

@@ -19,13 +19,13 @@ namespace astr::cpu {
 enum class WeightType { kF32, kBF16, kQuant };
 
 // How a block-quantized weight is stored (WeightType::kQuant): each row is cut into sub-blocks of
-// `sub` (16 or 32) elements with unsigned quants q of `bits` (4 or 8) bits and
+// `sub` (16 or 32) elements with unsigned quants q of `bits` (4, 6 or 8) bits and
 //   value = scale * (q - offset)          (has_min false)
 //   value = scale * q + min               (has_min true; offset unused)
-// scale and min are held as f16, one per sub-block. The ggml block types map onto this exactly
-// (common/model/tensor_dtype.h DecodeQuant), except that the K-quants' products super-block
-// scale x 6-bit scale are rounded to f16. 8-bit quants must either be offset-128 signed values
-// (offset 128, no min) or at most 63 (what the AVX2 path's int16 sums allow).
+// scale and min are held either as f16, one per sub-block, or (`super`, llama.cpp's K-quants) as
+// an int8 per sub-block times an f16 factor per 256 elements of the row, so scale = d * sc and
+// min = dmin * m are exact in f32. The ggml block types map onto this exactly (common/model/
+// tensor_dtype.h DecodeQuant). 8-bit quants must be offset-128 signed values (offset 128, no min).
 //
 // `act` says how each row of x is quantized to int8 (llama.cpp's schemes for the ggml type the
 // weights came from, so that results track llama.cpp's closely):
@@ -36,12 +36,27 @@ enum class WeightType { kF32, kBF16, kQuant };
 enum class ActQuant { kQ8_0, kQ8_1, kQ8_K };
 
 struct QuantFormat {
-  int bits = 8;   // 4 or 8
+  int bits = 8;   // 4, 6 or 8
   int sub = 32;   // 16 or 32
   bool has_min = false;
   int offset = 0;  // 0..255, without min
   ActQuant act = ActQuant::kQ8_0;
+  bool super = false;  // int8 scales / mins with per-256 f16 factors (k a multiple of 256)
   bool operator==(const QuantFormat&) const = default;
+};
+
+// One row's quants and scales, as PackedMatrix::FromQuantRows asks a decoder for them.
+struct QuantRowOut {
+  uint8_t* q = nullptr;   // [k], each < 2^bits
+  float* scale = nullptr;  // [k / sub]
+  float* min = nullptr;    // [k / sub] with has_min, null otherwise
+  // With `super` (null otherwise): per 256 elements d[k / 256] and, with has_min, dmin[k / 256]
+  // (each an f16 value), and per sub-block sc[k / sub] and m[k / sub], such that
+  // scale = d * sc and min = dmin * m.
+  float* d = nullptr;
+  float* dmin = nullptr;
+  int8_t* sc = nullptr;
+  int8_t* m = nullptr;
 };
 
 // A weight matrix W [n, k] (row = one output; y = x · Wᵀ) packed for the GEMM kernels, in panels of
@@ -49,11 +64,15 @@ struct QuantFormat {
 //   kF32:  [panels][k][16] floats                        (one 64-byte vector per k)
 //   kBF16: [panels][k_pairs][16][2] bf16, k padded even  (one 64-byte vector per pair of k: the
 //          operand of vdpbf16ps; other paths widen the low/high halves to f32)
-//   kQuant: [panels][k_blocks of 32][block]; a block holds the quants of 16 outputs x 32 k as
-//          [8 groups of 4 k][16 outputs][4] bytes (bits 8: 512 bytes), or with bits 4 the
-//          groups g and g + 4 in the low and high nibbles of one 64-byte vector (256 bytes),
-//          then f16 scale[32 / sub][16] and, with has_min, f16 min[32 / sub][16].
-//          k is padded to a multiple of 32 with zero quants and zero scales.
+//   kQuant: [panels][units][unit]; a unit is one 32-k block, or with `super` a header f16 d[16]
+//          (and with has_min f16 dmin[16]) followed by 8 blocks (256 k). A block holds the quants
+//          of 16 outputs x 32 k as [8 groups of 4 k][16 outputs][4] bytes (bits 8: 512 bytes),
+//          or with bits 4 the groups g and g + 4 in the low and high nibbles of one 64-byte
+//          vector (256 bytes), or with bits 6 those low 4 bits and then two 64-byte vectors of
+//          the high 2 bits: vector g / 4, bits 2 * (g % 4) (384 bytes); then the scales: f16
+//          scale[32 / sub][16] and, with has_min, f16 min[32 / sub][16], or with `super` int8
+//          sc[32 / sub][16] and int8 m[32 / sub][16].
+//          k is padded to a multiple of 32 (with `super`: 256) with zero quants and scales.
 // Storage is 64-byte aligned and owned. Move-only.
 class PackedMatrix {
  public:
@@ -72,11 +91,10 @@ class PackedMatrix {
                                   const F32RowSource& rows_of, ThreadPool* pool = nullptr);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
-  // Block-quantized rows. decode(row, q, scale, min) fills row `row`'s k quants q[k] (each
-  // < 2^bits), its k / sub scales and, with has_min, its mins (min is null otherwise); k must be
-  // a multiple of fmt.sub. Called once per row, from the pool's threads when pool is given.
-  using QuantRowDecoder =
-      std::function<void(int64_t row, uint8_t* q, float* scale, float* min)>;
+  // Block-quantized rows. decode(row, out) fills row `row`'s QuantRowOut; k must be a multiple
+  // of fmt.sub (with `super`: of 256). Called once per row, from the pool's threads when pool is
+  // given.
+  using QuantRowDecoder = std::function<void(int64_t row, const QuantRowOut& out)>;
   static PackedMatrix FromQuantRows(int64_t n, int64_t k, const QuantFormat& fmt,
                                     const QuantRowDecoder& decode, ThreadPool* pool = nullptr);
 
@@ -87,12 +105,16 @@ class PackedMatrix {
   int64_t panels() const { return (n_ + kPanel - 1) / kPanel; }
   int64_t k_pairs() const { return (k_ + 1) / 2; }
   const QuantFormat& quant() const { return quant_; }
-  // kQuant: 32-element k blocks, and bytes per block of one panel.
-  int64_t k_blocks() const { return (k_ + 31) / 32; }
+  // kQuant: 32-element k blocks (a multiple of 8 with `super`), bytes per block of one panel,
+  // blocks per unit and a unit's header bytes.
+  int64_t k_blocks() const { return quant_.super ? (k_ + 255) / 256 * 8 : (k_ + 31) / 32; }
   int64_t block_bytes() const;
+  int64_t unit_blocks() const { return quant_.super ? 8 : 1; }
+  int64_t unit_header_bytes() const;
   // Elements (floats or bf16; bytes for kQuant) from one panel to the next.
   int64_t panel_stride() const {
-    if (type_ == WeightType::kQuant) return k_blocks() * block_bytes();
+    if (type_ == WeightType::kQuant)
+      return k_blocks() / unit_blocks() * (unit_header_bytes() + unit_blocks() * block_bytes());
     return type_ == WeightType::kF32 ? k_ * kPanel : k_pairs() * 2 * kPanel;
   }
   const float* f32_panel(int64_t p) const /*[k][16]*/ {
@@ -129,6 +151,7 @@ class PackedMatrix {
 //   acc = 0; for each sub-block s ascending: acc = fma(float(sum_s q_x (q_w - offset)), scale_w *
 //   d_x, acc) [with min: acc = fma(float(sum_s q_x q_w), scale_w * d_x, acc); acc =
 //   fma(S_x(s), min_w, acc)]
+// (scale_w and min_w: the f16 values, or with `super` the f32 products d * sc and dmin * m)
 // with exact integer sums, so the scalar, AVX2 and AVX-512 VNNI paths give bit-identical results.
 // Gemm runs ActiveIsa()'s tiles, except that on kAvx512Bf16 it uses the kAvx512 FMA tiles (faster
 // on the target CPU, see gemm.cc). The bf16-dot tiles (GemmIsa(kAvx512Bf16, ...) with bf16 weights)

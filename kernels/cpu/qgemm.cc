@@ -94,58 +94,121 @@ void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t 
 int64_t PackedMatrix::block_bytes() const {
   if (type_ != WeightType::kQuant) return 0;
   const int64_t nh = quant_.sub == 16 ? 2 : 1;
-  return internal::QuantBlockQuantBytes(quant_.bits) + nh * kPanel * 2 * (quant_.has_min ? 2 : 1);
+  const int64_t scale_bytes = quant_.super ? 1 : 2;
+  return internal::QuantBlockQuantBytes(quant_.bits) +
+         nh * kPanel * scale_bytes * (quant_.has_min ? 2 : 1);
+}
+
+int64_t PackedMatrix::unit_header_bytes() const {
+  return type_ == WeightType::kQuant ? internal::QuantUnitHeaderBytes(quant_) : 0;
 }
 
 PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat& fmt,
                                          const QuantRowDecoder& decode, ThreadPool* pool) {
-  CHECK(fmt.bits == 4 || fmt.bits == 8) << "quant bits " << fmt.bits;
+  CHECK(fmt.bits == 4 || fmt.bits == 6 || fmt.bits == 8) << "quant bits " << fmt.bits;
   CHECK(fmt.sub == 16 || fmt.sub == 32) << "quant sub-block " << fmt.sub;
-  CHECK(k % fmt.sub == 0) << "k " << k << " is not a multiple of " << fmt.sub;
+  CHECK(k % (fmt.super ? 256 : fmt.sub) == 0)
+      << "k " << k << " is not a multiple of " << (fmt.super ? 256 : fmt.sub);
   CHECK(fmt.has_min ? fmt.offset == 0 : fmt.offset >= 0 && fmt.offset <= 255);
+  CHECK(fmt.bits != 8 || (fmt.offset == 128 && !fmt.has_min))
+      << "8-bit quants must be offset-128 signed values";
   PackedMatrix pm(n, k, WeightType::kQuant, fmt);
   if (pm.bytes_ == 0) return pm;
-  const int64_t nb = pm.k_blocks(), kp = nb * 32, subs = kp / fmt.sub;
+  const int64_t nb = pm.k_blocks(), kp = nb * 32, subs = kp / fmt.sub, supers = kp / 256;
   const int64_t nh = fmt.sub == 16 ? 2 : 1;
   const int64_t qbytes = internal::QuantBlockQuantBytes(fmt.bits);
-  const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 63);
+  const int64_t scale_bytes = fmt.super ? 1 : 2;
+  const int max_q = fmt.bits == 4 ? 15 : fmt.bits == 6 ? 63 : 255;
   ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
     std::vector<uint8_t> q(kPanel * kp);
     std::vector<float> scale(kPanel * subs), min(kPanel * subs);
+    std::vector<float> d(kPanel * supers), dmin(kPanel * supers);
+    std::vector<int8_t> sc(kPanel * subs), m(kPanel * subs);
     for (int64_t p = p0; p < p1; ++p) {
       std::fill(q.begin(), q.end(), 0);
       std::fill(scale.begin(), scale.end(), 0.0f);
       std::fill(min.begin(), min.end(), 0.0f);
+      std::fill(d.begin(), d.end(), 0.0f);
+      std::fill(dmin.begin(), dmin.end(), 0.0f);
+      std::fill(sc.begin(), sc.end(), 0);
+      std::fill(m.begin(), m.end(), 0);
       const int64_t rows = std::min(kPanel, n - p * kPanel);
       for (int64_t r = 0; r < rows; ++r) {
-        decode(p * kPanel + r, q.data() + r * kp, scale.data() + r * subs,
-               fmt.has_min ? min.data() + r * subs : nullptr);
+        QuantRowOut out{q.data() + r * kp, scale.data() + r * subs,
+                        fmt.has_min ? min.data() + r * subs : nullptr};
+        if (fmt.super) {
+          out.d = d.data() + r * supers;
+          out.sc = sc.data() + r * subs;
+          if (fmt.has_min) out.dmin = dmin.data() + r * supers, out.m = m.data() + r * subs;
+        }
+        decode(p * kPanel + r, out);
         for (int64_t j = 0; j < k; ++j) {
           CHECK_LE(q[r * kp + j], max_q) << "quant out of range at row " << p * kPanel + r;
+        }
+        if (fmt.super) {  // the factors must be f16 values, and make the decoder's scales
+          for (int64_t u = 0; u < supers; ++u) {
+            CHECK_EQ(RoundF16(d[r * supers + u]), d[r * supers + u]) << "row " << p * kPanel + r;
+            CHECK_EQ(RoundF16(dmin[r * supers + u]), dmin[r * supers + u]);
+          }
+          for (int64_t s = 0; s < k / fmt.sub; ++s) {
+            const int64_t u = s * fmt.sub / 256;
+            CHECK_EQ(d[r * supers + u] * sc[r * subs + s], scale[r * subs + s])
+                << "scale of sub-block " << s << " of row " << p * kPanel + r;
+            if (fmt.has_min) CHECK_EQ(dmin[r * supers + u] * m[r * subs + s], min[r * subs + s]);
+          }
         }
       }
       uint8_t* panel = static_cast<uint8_t*>(pm.data_.get()) + p * pm.panel_stride();
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* blk = panel + b * pm.block_bytes();
+        const internal::QuantBlockAt at =
+            internal::LocateQuantBlock(panel, b, pm.block_bytes(), fmt);
+        uint8_t* blk = const_cast<uint8_t*>(at.block);
+        if (fmt.super && b % 8 == 0) {
+          uint8_t* header = const_cast<uint8_t*>(at.header);
+          for (int64_t r = 0; r < kPanel; ++r) {
+            const uint16_t dh = F32ToF16Rne(d[r * supers + b / 8]);
+            std::memcpy(header + r * 2, &dh, 2);
+            if (fmt.has_min) {
+              const uint16_t mh = F32ToF16Rne(dmin[r * supers + b / 8]);
+              std::memcpy(header + (kPanel + r) * 2, &mh, 2);
+            }
+          }
+        }
         for (int64_t r = 0; r < kPanel; ++r) {
           const uint8_t* qr = q.data() + r * kp + b * 32;
           for (int t = 0; t < 4; ++t) {
             if (fmt.bits == 8) {
               for (int g = 0; g < 8; ++g) blk[g * 64 + r * 4 + t] = qr[4 * g + t];
-            } else {
-              for (int v = 0; v < 4; ++v) {
-                blk[v * 64 + r * 4 + t] =
-                    static_cast<uint8_t>(qr[4 * v + t] | qr[4 * (v + 4) + t] << 4);
+              continue;
+            }
+            for (int v = 0; v < 4; ++v) {
+              blk[v * 64 + r * 4 + t] =
+                  static_cast<uint8_t>((qr[4 * v + t] & 15) | (qr[4 * (v + 4) + t] & 15) << 4);
+            }
+            if (fmt.bits == 6) {  // the high 2 bits: vector g / 4, bits 2 * (g % 4)
+              for (int hv = 0; hv < 2; ++hv) {
+                uint8_t bits = 0;
+                for (int j = 0; j < 4; ++j)
+                  bits |= static_cast<uint8_t>((qr[4 * (4 * hv + j) + t] >> 4) << (2 * j));
+                blk[256 + hv * 64 + r * 4 + t] = bits;
               }
             }
           }
+          uint8_t* scales = blk + qbytes;
           for (int64_t h = 0; h < nh; ++h) {
             const int64_t sidx = r * subs + b * nh + h;
-            const uint16_t sc = F32ToF16Rne(scale[sidx]);
-            std::memcpy(blk + qbytes + (h * kPanel + r) * 2, &sc, 2);
+            uint8_t* s_at = scales + (h * kPanel + r) * scale_bytes;
+            uint8_t* m_at = scales + ((nh + h) * kPanel + r) * scale_bytes;
+            if (fmt.super) {
+              std::memcpy(s_at, &sc[sidx], 1);
+              if (fmt.has_min) std::memcpy(m_at, &m[sidx], 1);
+              continue;
+            }
+            const uint16_t sh = F32ToF16Rne(scale[sidx]);
+            std::memcpy(s_at, &sh, 2);
             if (fmt.has_min) {
-              const uint16_t mn = F32ToF16Rne(min[sidx]);
-              std::memcpy(blk + qbytes + ((nh + h) * kPanel + r) * 2, &mn, 2);
+              const uint16_t mh = F32ToF16Rne(min[sidx]);
+              std::memcpy(m_at, &mh, 2);
             }
           }
         }
@@ -177,7 +240,7 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   QuantizeRows(w.quant().act, x, ldx, m, w.k(), nb, q.data(), d.data(), s.data(), sum16.data(),
                sum32.data());
   const QuantActivations xa{q.data(), d.data(), s.data(), sum16.data(), sum32.data(), nb};
-  const int bits4 = w.quant().bits == 4 ? 1 : 0;
+  const int bits = internal::QuantBitsIndex(w.quant().bits);
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),
             [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
@@ -187,7 +250,7 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
                 const int64_t ncols = std::min(tile_np * kPanel, w.n() - col);
                 for (int64_t r = r0; r < r1; r += ks.max_rows) {
                   const int64_t rows = std::min<int64_t>(ks.max_rows, r1 - r);
-                  ks.kernels[bits4][rows - 1][tile_np - 1](
+                  ks.kernels[bits][rows - 1][tile_np - 1](
                       xa, r, w.quant_panel(p), w.panel_stride(), w.block_bytes(), w.quant(),
                       y + r * ldy + col, ldy, ncols, accumulate);
                 }

@@ -1,7 +1,7 @@
 // AVX2 tiles of the block-quantized GEMM. A panel's 16 outputs are two 8-lane halves; vpmaddubsw
 // multiplies unsigned weight quants by signed activation quants into int16 pairs, which add up in
-// int16 for as many groups as cannot overflow (4-bit quants: a whole sub-block; 8-bit quants of at
-// most 63: two groups; offset-128 signed quants, multiplied as |w| x sign(x, w): one) before
+// int16 for as many groups as cannot overflow (4-bit quants: a whole sub-block; 6-bit quants: two
+// groups; 8-bit offset-128 signed quants, multiplied as |w| x sign(x, w): one) before
 // vpmaddwd widens them into each output's int32 lane. Integer sums equal the other paths' exactly;
 // float steps as in gemm.h.
 #include <immintrin.h>
@@ -37,14 +37,54 @@ inline __m256i Dot4(__m256i w, __m256i x) {
   }
 }
 
-template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSigned>
+// A sub-block's 8 scales (or mins) of one 8-output half: f16 values, or with kSuper int8 values
+// times the unit's f16 factors.
+template <bool kSuper>
+inline __m256 LoadScales(const uint8_t* header, const uint8_t* at) {
+  if constexpr (!kSuper) return LoadF16(at);
+  const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
+  return _mm256_mul_ps(LoadF16(header), _mm256_cvtepi32_ps(sc));
+}
+
+// Group g's quants of one 8-output half (hf) of a 6-bit block: the low 4 bits from vector g % 4
+// (low or high nibbles), the high 2 from vector g / 4 of the high plane, bits 2 * (g % 4).
+inline __m256i Quant6(const uint8_t* blk, int g, int hf) {
+  const __m256i raw =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (g % 4) * 64 + hf * 32));
+  const __m256i hp =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + (g / 4) * 64 + hf * 32));
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+  const __m256i lo =
+      g < 4 ? _mm256_and_si256(raw, low4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+  __m256i hi;  // bits 2 * (g % 4) moved to bits 4 and 5 (16-bit shifts; the mask drops the rest)
+  switch (g % 4) {
+    case 0:
+      hi = _mm256_slli_epi16(hp, 4);
+      break;
+    case 1:
+      hi = _mm256_slli_epi16(hp, 2);
+      break;
+    case 2:
+      hi = hp;
+      break;
+    default:
+      hi = _mm256_srli_epi16(hp, 2);
+      break;
+  }
+  return _mm256_or_si256(lo, _mm256_and_si256(hi, bits45));
+}
+
+template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSuper>
 void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
           int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
           bool accumulate) {
-  constexpr int NH = SUB == 16 ? 2 : 1;                       // sub-blocks per 32-element block
-  constexpr int GPS = 8 / NH;                                 // groups of 4 k per sub-block
+  constexpr bool kSigned = BITS == 8;    // 8-bit quants are offset-128 signed values
+  constexpr int NH = SUB == 16 ? 2 : 1;  // sub-blocks per 32-element block
+  constexpr int GPS = 8 / NH;            // groups of 4 k per sub-block
   constexpr int FLUSH = BITS == 4 ? GPS : (kSigned ? 1 : 2);  // groups summed in int16
   constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
+  constexpr int64_t kScaleBytes = kSuper ? 1 : 2;
+  const int64_t prefetch_bytes = block_bytes + QuantUnitHeaderBytes(f);
   const int64_t kp = x.k_blocks * 32;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -57,11 +97,14 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
   }
   for (int64_t b = 0; b < x.k_blocks; ++b) {
     const uint8_t* blks[NP];
+    const uint8_t* hdrs[NP];
     for (int j = 0; j < NP; ++j) {
-      blks[j] = w + j * panel_stride + b * block_bytes;
+      const QuantBlockAt at = LocateQuantBlock(w + j * panel_stride, b, block_bytes, f);
+      blks[j] = at.block;
+      hdrs[j] = at.header;
       // Every line of the block kPrefetchBytes ahead (the hardware prefetcher alone falls behind
       // a single stream from DRAM).
-      for (int64_t off = 0; off < block_bytes; off += 64) {
+      for (int64_t off = 0; off < prefetch_bytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(blks[j]) + kPrefetchBytes + off, _MM_HINT_T0);
       }
     }
@@ -108,6 +151,8 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
               if constexpr (BITS == 8) {
                 wv = _mm256_loadu_si256(
                     reinterpret_cast<const __m256i*>(blk + gg * 64 + (hf % 2) * 32));
+              } else if constexpr (BITS == 6) {
+                wv = Quant6(blk, gg, hf % 2);
               } else {
                 const __m256i raw = _mm256_loadu_si256(
                     reinterpret_cast<const __m256i*>(blk + (gg % 4) * 64 + (hf % 2) * 32));
@@ -130,8 +175,15 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
       }
 #pragma GCC unroll 4
       for (int hf = 0; hf < NV; ++hf) {
-        const uint8_t* blk = blks[hf / 2];
-        const __m256 ws = LoadF16(blk + qbytes + h * kPanel * 2 + (hf % 2) * 16);
+        const uint8_t* scales = blks[hf / 2] + qbytes;
+        const uint8_t* hdr = hdrs[hf / 2];
+        const __m256 ws = LoadScales<kSuper>(hdr + (hf % 2) * 16,
+                                             scales + (h * kPanel + (hf % 2) * 8) * kScaleBytes);
+        __m256 wm = _mm256_setzero_ps();
+        if constexpr (kMin) {
+          wm = LoadScales<kSuper>(hdr + (kPanel + (hf % 2) * 8) * 2,
+                                  scales + ((NH + h) * kPanel + (hf % 2) * 8) * kScaleBytes);
+        }
         for (int i = 0; i < MR; ++i) {
           const int64_t r = row0 + i;
           const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(x.d[r * x.k_blocks + b]));
@@ -144,7 +196,6 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
             }
             acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), scale, acc[i][hf]);
           } else {
-            const __m256 wm = LoadF16(blk + qbytes + (NH + h) * kPanel * 2 + (hf % 2) * 16);
             const float sv =
                 NH == 2 ? x.sum16[r * x.k_blocks * 2 + 2 * b + h] : x.sum32[r * x.k_blocks + b];
             acc[i][hf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][hf]), scale, acc[i][hf]);
@@ -177,21 +228,26 @@ struct Tile {
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
                   int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
                   bool accumulate) {
-#define ASTR_QRUN(SUB, MIN, SIGNED)                                                             \
-  return Run1<MR, NP, BITS, SUB, MIN, SIGNED>(x, row0, w, panel_stride, block_bytes, f, y, ldy, \
-                                              ncols, accumulate)
-    if constexpr (BITS == 8) {
-      if (!f.has_min && f.offset == 128) {
-        if (f.sub == 16) ASTR_QRUN(16, false, true);
-        ASTR_QRUN(32, false, true);
+#define ASTR_QRUN(SUB, MIN, SUPER)                                                             \
+  return Run1<MR, NP, BITS, SUB, MIN, SUPER>(x, row0, w, panel_stride, block_bytes, f, y, ldy, \
+                                             ncols, accumulate)
+#define ASTR_QRUN_SUPER(SUB, MIN)           \
+  do {                                      \
+    if (f.super) ASTR_QRUN(SUB, MIN, true); \
+    ASTR_QRUN(SUB, MIN, false);             \
+  } while (false)
+    if constexpr (BITS == 8) {  // offset-128 signed, no min
+      if (f.sub == 16) ASTR_QRUN_SUPER(16, false);
+      ASTR_QRUN_SUPER(32, false);
+    } else {
+      if (f.sub == 16) {
+        if (f.has_min) ASTR_QRUN_SUPER(16, true);
+        ASTR_QRUN_SUPER(16, false);
       }
+      if (f.has_min) ASTR_QRUN_SUPER(32, true);
+      ASTR_QRUN_SUPER(32, false);
     }
-    if (f.sub == 16) {
-      if (f.has_min) ASTR_QRUN(16, true, false);
-      ASTR_QRUN(16, false, false);
-    }
-    if (f.has_min) ASTR_QRUN(32, true, false);
-    ASTR_QRUN(32, false, false);
+#undef ASTR_QRUN_SUPER
 #undef ASTR_QRUN
   }
 };

@@ -21,6 +21,29 @@ inline __m512 LoadF16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// A sub-block's 16 scales (or mins): f16 values, or with `super` int8 values times the unit's
+// f16 factors.
+inline __m512 LoadScales(bool super, const uint8_t* header, const uint8_t* at) {
+  if (!super) return LoadF16(at);
+  const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+  return _mm512_mul_ps(LoadF16(header), _mm512_cvtepi32_ps(sc));
+}
+
+// Group g's 6-bit quants: the low 4 bits from vector g % 4 (low or high nibbles), the high 2 from
+// vector g / 4 of the high plane, bits 2 * (g % 4) (16-bit shifts; the masks drop the rest).
+inline __m512i Quant6(const uint8_t* blk, int g) {
+  const __m512i raw = _mm512_loadu_si512(blk + (g % 4) * 64);
+  const __m512i hp = _mm512_loadu_si512(blk + 256 + (g / 4) * 64);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  const __m512i lo =
+      g < 4 ? _mm512_and_si512(raw, low4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+  const int shift = 4 - 2 * (g % 4);
+  const __m512i hi = shift > 0   ? _mm512_slli_epi16(hp, static_cast<unsigned>(shift))
+                     : shift < 0 ? _mm512_srli_epi16(hp, static_cast<unsigned>(-shift))
+                                 : hp;
+  return _mm512_or_si512(lo, _mm512_and_si512(hi, bits45));
+}
+
 template <int MR, int NP, int BITS>
 struct QuantTileAvx512Vnni {
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
@@ -29,6 +52,8 @@ struct QuantTileAvx512Vnni {
     const int nh = f.sub == 16 ? 2 : 1;
     const int64_t kp = x.k_blocks * 32;
     constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
+    const int64_t scale_bytes = f.super ? 1 : 2;
+    const int64_t prefetch_bytes = block_bytes + QuantUnitHeaderBytes(f);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const int8_t* xq[MR];
     const float* xd[MR];
@@ -47,10 +72,14 @@ struct QuantTileAvx512Vnni {
     }
     for (int64_t b = 0; b < x.k_blocks; ++b) {
       const uint8_t* blk[NP];
+      const uint8_t* hdr[NP];
 #pragma GCC unroll 2
       for (int j = 0; j < NP; ++j) {
-        blk[j] = w + j * panel_stride + b * block_bytes;
-        for (int64_t off = 0; off < block_bytes; off += 64) {  // every line, kPrefetchBytes ahead
+        const QuantBlockAt at = LocateQuantBlock(w + j * panel_stride, b, block_bytes, f);
+        blk[j] = at.block;
+        hdr[j] = at.header;
+        for (int64_t off = 0; off < prefetch_bytes;
+             off += 64) {  // every line, kPrefetchBytes ahead
           _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + off, _MM_HINT_T0);
         }
       }
@@ -61,12 +90,13 @@ struct QuantTileAvx512Vnni {
 #pragma GCC unroll 2
           for (int j = 0; j < NP; ++j) isum[i][j] = _mm512_setzero_si512();
         }
-        if constexpr (BITS == 8) {
+        if constexpr (BITS != 4) {
           const int g0 = h * 8 / nh, g1 = (h + 1) * 8 / nh;
           for (int g = g0; g < g1; ++g) {
 #pragma GCC unroll 2
             for (int j = 0; j < NP; ++j) {
-              const __m512i wv = _mm512_loadu_si512(blk[j] + g * 64);
+              const __m512i wv =
+                  BITS == 8 ? _mm512_loadu_si512(blk[j] + g * 64) : Quant6(blk[j], g);
 #pragma GCC unroll 4
               for (int i = 0; i < MR; ++i) {
                 isum[i][j] = _mm512_dpbusd_epi32(
@@ -101,9 +131,11 @@ struct QuantTileAvx512Vnni {
         }
 #pragma GCC unroll 2
         for (int j = 0; j < NP; ++j) {
-          const __m512 ws = LoadF16(blk[j] + qbytes + h * kPanel * 2);
-          const __m512 wm =
-              f.has_min ? LoadF16(blk[j] + qbytes + (nh + h) * kPanel * 2) : _mm512_setzero_ps();
+          const __m512 ws = LoadScales(f.super, hdr[j], blk[j] + qbytes + h * kPanel * scale_bytes);
+          const __m512 wm = f.has_min
+                                ? LoadScales(f.super, hdr[j] + kPanel * 2,
+                                             blk[j] + qbytes + (nh + h) * kPanel * scale_bytes)
+                                : _mm512_setzero_ps();
 #pragma GCC unroll 4
           for (int i = 0; i < MR; ++i) {
             const __m512 d = _mm512_set1_ps(xd[i][b]);

@@ -61,16 +61,37 @@ using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
 constexpr int kMaxQuantTileRows = 4;
 constexpr int kMaxQuantTilePanels = 2;
 
+// The kernel table's index for a quant width: 8, 4, 6 bits.
+constexpr int QuantBitsIndex(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : 2; }
+
 struct QuantKernelSet {
   int max_rows = 1;
   int panels_per_tile = 1;
   int single_row_panels = 0;  // panels per tile when a call has one row (0: panels_per_tile)
-  // [bits == 4][rows - 1][np - 1]
-  QuantTileKernel kernels[2][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
+  // [QuantBitsIndex(bits)][rows - 1][np - 1]
+  QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };
 
 // Bytes of one block's quants for one panel (16 outputs x 32 k).
-constexpr int64_t QuantBlockQuantBytes(int bits) { return bits == 8 ? 512 : 256; }
+constexpr int64_t QuantBlockQuantBytes(int bits) { return bits * 64; }
+
+// A unit's header (gemm.h): f16 d[16] and, with has_min, dmin[16] with `super`; nothing otherwise.
+constexpr int64_t QuantUnitHeaderBytes(const QuantFormat& f) {
+  return f.super ? PackedMatrix::kPanel * 2 * (f.has_min ? 2 : 1) : 0;
+}
+
+// Where block b of a panel sits, and its unit's header (block_bytes: PackedMatrix::block_bytes).
+struct QuantBlockAt {
+  const uint8_t* header;  // the unit's header (== block without `super`)
+  const uint8_t* block;
+};
+inline QuantBlockAt LocateQuantBlock(const uint8_t* panel, int64_t b, int64_t block_bytes,
+                                     const QuantFormat& f) {
+  if (!f.super) return {panel + b * block_bytes, panel + b * block_bytes};
+  const int64_t header = QuantUnitHeaderBytes(f);
+  const uint8_t* unit = panel + (b >> 3) * (header + 8 * block_bytes);
+  return {unit, unit + header + (b & 7) * block_bytes};
+}
 
 // y = x . Wt for kQuant weights on one path (gemm.cc's GemmIsa dispatches here).
 void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
@@ -87,8 +108,9 @@ const QuantKernelSet& QuantKernelsAvx512Vnni();
 template <template <int, int, int> class Tile, int R, int P>
 void FillQuantRow(QuantKernelSet* set) {
   if constexpr (P >= 1) {
-    set->kernels[0][R - 1][P - 1] = &Tile<R, P, 8>::Run;
-    set->kernels[1][R - 1][P - 1] = &Tile<R, P, 4>::Run;
+    set->kernels[QuantBitsIndex(8)][R - 1][P - 1] = &Tile<R, P, 8>::Run;
+    set->kernels[QuantBitsIndex(4)][R - 1][P - 1] = &Tile<R, P, 4>::Run;
+    set->kernels[QuantBitsIndex(6)][R - 1][P - 1] = &Tile<R, P, 6>::Run;
     FillQuantRow<Tile, R, P - 1>(set);
   }
 }

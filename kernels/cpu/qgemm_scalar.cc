@@ -17,6 +17,17 @@ float F16Value(const uint8_t* p) {
   return F16BitsToF32(h);
 }
 
+// Quant u of output r, k t of group g in a block (gemm.h's layouts).
+template <int BITS>
+int QuantAt(const uint8_t* blk, int g, int r, int t) {
+  if constexpr (BITS == 8) return blk[g * 64 + r * 4 + t];
+  const uint8_t byte = blk[(g % 4) * 64 + r * 4 + t];
+  const int low = g < 4 ? byte & 0x0F : byte >> 4;
+  if constexpr (BITS == 4) return low;
+  const uint8_t high = blk[256 + (g / 4) * 64 + r * 4 + t];
+  return low | ((high >> (2 * (g % 4))) & 3) << 4;
+}
+
 template <int MR, int NP, int BITS>
 struct Tile {
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
@@ -27,28 +38,35 @@ struct Tile {
     constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
     float acc[MR][NP][kPanel] = {};
     for (int64_t b = 0; b < x.k_blocks; ++b) {
+      QuantBlockAt at[NP];
+      for (int j = 0; j < NP; ++j)
+        at[j] = LocateQuantBlock(w + j * panel_stride, b, block_bytes, f);
       for (int h = 0; h < nh; ++h) {
         int32_t isum[MR][NP][kPanel] = {};
         for (int g = h * 8 / nh; g < (h + 1) * 8 / nh; ++g) {
           for (int j = 0; j < NP; ++j) {
-            const uint8_t* v =
-                w + j * panel_stride + b * block_bytes + (BITS == 8 ? g : g % 4) * 64;
             for (int i = 0; i < MR; ++i) {
               const int8_t* xq = x.q + (row0 + i) * kp + b * 32 + 4 * g;
               for (int r = 0; r < kPanel; ++r) {
-                for (int t = 0; t < 4; ++t) {
-                  const uint8_t byte = v[r * 4 + t];
-                  const int u = BITS == 8 ? byte : (g < 4 ? byte & 0x0F : byte >> 4);
-                  isum[i][j][r] += u * xq[t];
-                }
+                for (int t = 0; t < 4; ++t)
+                  isum[i][j][r] += QuantAt<BITS>(at[j].block, g, r, t) * xq[t];
               }
             }
           }
         }
         for (int j = 0; j < NP; ++j) {
-          const uint8_t* blk = w + j * panel_stride + b * block_bytes;
-          const uint8_t* sc = blk + qbytes + h * kPanel * 2;
-          const uint8_t* mn = blk + qbytes + (nh + h) * kPanel * 2;
+          // This sub-block's scale and min of output r (gemm.h).
+          const uint8_t* scales = at[j].block + qbytes;
+          auto scale_of = [&](int r) {
+            if (!f.super) return F16Value(scales + (h * kPanel + r) * 2);
+            return F16Value(at[j].header + 2 * r) *
+                   static_cast<float>(static_cast<int8_t>(scales[h * kPanel + r]));
+          };
+          auto min_of = [&](int r) {
+            if (!f.super) return F16Value(scales + ((nh + h) * kPanel + r) * 2);
+            return F16Value(at[j].header + (kPanel + r) * 2) *
+                   static_cast<float>(static_cast<int8_t>(scales[(nh + h) * kPanel + r]));
+          };
           for (int i = 0; i < MR; ++i) {
             const float xd = x.d[(row0 + i) * x.k_blocks + b];
             const int32_t* s = x.s + (row0 + i) * x.k_blocks * 2 + b * 2;
@@ -56,13 +74,13 @@ struct Tile {
             const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + b * 2 + h]
                                      : x.sum32[(row0 + i) * x.k_blocks + b];
             for (int r = 0; r < kPanel; ++r) {
-              const float scale = F16Value(sc + 2 * r) * xd;
+              const float scale = scale_of(r) * xd;
               float& a = acc[i][j][r];
               if (!f.has_min) {
                 a = std::fma(static_cast<float>(isum[i][j][r] - f.offset * asum), scale, a);
               } else {
                 a = std::fma(static_cast<float>(isum[i][j][r]), scale, a);
-                a = std::fma(sv, F16Value(mn + 2 * r), a);
+                a = std::fma(sv, min_of(r), a);
               }
             }
           }

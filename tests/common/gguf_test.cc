@@ -217,8 +217,22 @@ TEST(GgufTest, BlockTypesDecodeIntoTheirLayouts) {
     EXPECT_LT(seen_max, 1 << layout->bits);
     // With 1,000+ random quants every value range is reached.
     EXPECT_EQ(seen_max, t.max_q);
-    if (layout->bits == 8 && !(layout->offset == 128 && !layout->has_min)) {
-      EXPECT_LE(seen_max, 127);
+    if (layout->bits == 8) EXPECT_TRUE(layout->offset == 128 && !layout->has_min);
+    if (layout->super) {  // the integer form gives the same scales and mins exactly
+      const int64_t subs = n / layout->sub;
+      std::vector<float> d(n / 256), dmin(n / 256);
+      std::vector<int8_t> sc(subs), m(subs);
+      const model::SuperScales super{d.data(), layout->has_min ? dmin.data() : nullptr, sc.data(),
+                                     layout->has_min ? m.data() : nullptr};
+      std::vector<uint8_t> q2(n);
+      std::vector<float> scale2(subs), min2(subs);
+      model::DecodeQuant(t.dtype, bytes.data(), n, q2.data(), scale2.data(), min2.data(), &super);
+      EXPECT_EQ(q2, q);
+      for (int64_t s = 0; s < subs; ++s) {
+        const int64_t u = s * layout->sub / 256;
+        ASSERT_EQ(d[u] * sc[s], scale[s]) << "sub-block " << s;
+        if (layout->has_min) ASSERT_EQ(dmin[u] * m[s], min[s]) << "sub-block " << s;
+      }
     }
     std::vector<float> ref(n);
     model::DequantizeToF32(t.dtype, bytes.data(), n, ref.data());

@@ -19,43 +19,75 @@ namespace astr::cpu {
 namespace {
 
 // Random weights in a format: quants, and scales / mins that f16 holds exactly (multiples of
-// 2^-10 in [-2, 2)), so the reference sees exactly what the kernels see.
+// 2^-10 in [-2, 2)), so the reference sees exactly what the kernels see. With `super` the scales
+// are such f16 factors per 256 elements times random int8 values.
 struct QuantWeights {
   QuantFormat fmt;
   int64_t n = 0, k = 0;
   std::vector<uint8_t> q;         // [n, k]
   std::vector<float> scale, min;  // [n, k / sub]
+  std::vector<float> d, dmin;     // super: [n, k / 256]
+  std::vector<int8_t> sc, m;      // super: [n, k / sub]
   double Value(int64_t r, int64_t c) const {
     const int64_t s = r * (k / fmt.sub) + c / fmt.sub;
     const double u = q[r * k + c];
     return fmt.has_min ? scale[s] * u + min[s] : scale[s] * (u - fmt.offset);
   }
+  // Sets scale = d * sc and min = dmin * m (super) after changing those.
+  void DeriveScales() {
+    if (!fmt.super) return;
+    const int64_t subs = k / fmt.sub, per = 256 / fmt.sub;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t s = 0; s < subs; ++s) {
+        const int64_t u = r * (k / 256) + s / per;
+        scale[r * subs + s] = d[u] * sc[r * subs + s];
+        min[r * subs + s] = dmin[u] * m[r * subs + s];
+      }
+    }
+  }
   PackedMatrix Pack(ThreadPool* pool = nullptr) const {
     return PackedMatrix::FromQuantRows(
         n, k, fmt,
-        [this](int64_t r, uint8_t* qr, float* sr, float* mr) {
-          const int64_t subs = k / fmt.sub;
-          std::memcpy(qr, q.data() + r * k, k);
-          std::memcpy(sr, scale.data() + r * subs, subs * sizeof(float));
-          if (mr != nullptr) std::memcpy(mr, min.data() + r * subs, subs * sizeof(float));
+        [this](int64_t r, const QuantRowOut& out) {
+          const int64_t subs = k / fmt.sub, units = k / 256;
+          std::memcpy(out.q, q.data() + r * k, k);
+          std::memcpy(out.scale, scale.data() + r * subs, subs * sizeof(float));
+          if (out.min != nullptr) std::memcpy(out.min, min.data() + r * subs, subs * sizeof(float));
+          if (!fmt.super) return;
+          std::memcpy(out.d, d.data() + r * units, units * sizeof(float));
+          std::memcpy(out.sc, sc.data() + r * subs, subs);
+          if (out.dmin != nullptr) {
+            std::memcpy(out.dmin, dmin.data() + r * units, units * sizeof(float));
+            std::memcpy(out.m, m.data() + r * subs, subs);
+          }
         },
         pool);
   }
 };
 
-int MaxQuant(const QuantFormat& fmt) {
-  return fmt.bits == 4 ? 15 : (fmt.offset == 128 && !fmt.has_min ? 255 : 63);
-}
+int MaxQuant(const QuantFormat& fmt) { return (1 << fmt.bits) - 1; }
 
 QuantWeights MakeWeights(const QuantFormat& fmt, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
-  QuantWeights w{fmt, n, k, {}, {}, {}};
+  QuantWeights w{fmt, n, k, {}, {}, {}, {}, {}, {}, {}};
   const int max_q = MaxQuant(fmt);
-  std::uniform_int_distribution<int> qd(0, max_q), sd(-2048, 2047);
+  std::uniform_int_distribution<int> qd(0, max_q), sd(-2048, 2047), id(-128, 127);
   w.q.resize(n * k);
   for (auto& v : w.q) v = static_cast<uint8_t>(qd(rng));
   w.scale.resize(n * (k / fmt.sub));
   w.min.resize(w.scale.size());
+  if (fmt.super) {
+    w.d.resize(n * (k / 256));
+    w.dmin.resize(w.d.size());
+    for (auto& v : w.d) v = sd(rng) / 65536.0f;  // f16 values in [-1/32, 1/32)
+    for (auto& v : w.dmin) v = sd(rng) / 65536.0f;
+    w.sc.resize(w.scale.size());
+    w.m.resize(w.scale.size());
+    for (auto& v : w.sc) v = static_cast<int8_t>(id(rng));
+    for (auto& v : w.m) v = static_cast<int8_t>(id(rng));
+    w.DeriveScales();
+    return w;
+  }
   for (auto& v : w.scale) v = sd(rng) / 1024.0f;
   for (auto& v : w.min) v = sd(rng) / 1024.0f;
   return w;
@@ -66,21 +98,26 @@ std::string Name(const QuantFormat& f) {
                     : f.act == ActQuant::kQ8_1 ? " q8_1"
                                                : " q8_k";
   return "bits=" + std::to_string(f.bits) + " sub=" + std::to_string(f.sub) +
-         (f.has_min ? " min" : " offset=" + std::to_string(f.offset)) + act;
+         (f.has_min ? " min" : " offset=" + std::to_string(f.offset)) + act +
+         (f.super ? " super" : "");
 }
 
+// The ggml types' formats (worker/backends/cpu/quant_format.h), and the non-super forms too.
 const std::vector<QuantFormat>& Formats() {
   static const std::vector<QuantFormat> formats = {
-      {8, 32, false, 128, ActQuant::kQ8_0},  // Q8_0
-      {4, 32, false, 8, ActQuant::kQ8_0},    // Q4_0
-      {4, 32, true, 0, ActQuant::kQ8_1},     // Q4_1
-      {4, 32, true, 0, ActQuant::kQ8_K},     // Q4_K
-      {8, 32, false, 16, ActQuant::kQ8_0},   // Q5_0
-      {8, 32, true, 0, ActQuant::kQ8_1},     // Q5_1
-      {8, 32, true, 0, ActQuant::kQ8_K},     // Q5_K
-      {8, 16, false, 32, ActQuant::kQ8_K},   // Q6_K
-      {8, 16, false, 4, ActQuant::kQ8_K},    // Q3_K
-      {4, 16, true, 0, ActQuant::kQ8_K},     // Q2_K
+      {8, 32, false, 128, ActQuant::kQ8_0},        // Q8_0, IQ4_NL
+      {4, 32, false, 8, ActQuant::kQ8_0},          // Q4_0
+      {4, 32, true, 0, ActQuant::kQ8_1},           // Q4_1
+      {4, 32, true, 0, ActQuant::kQ8_K, true},     // Q4_K
+      {6, 32, false, 16, ActQuant::kQ8_0},         // Q5_0
+      {6, 32, true, 0, ActQuant::kQ8_1},           // Q5_1
+      {6, 32, true, 0, ActQuant::kQ8_K, true},     // Q5_K
+      {6, 16, false, 32, ActQuant::kQ8_K, true},   // Q6_K
+      {6, 16, false, 4, ActQuant::kQ8_K, true},    // Q3_K
+      {4, 16, true, 0, ActQuant::kQ8_K, true},     // Q2_K
+      {8, 32, false, 128, ActQuant::kQ8_K, true},  // IQ4_XS
+      {4, 32, true, 0, ActQuant::kQ8_K},          {6, 16, false, 32, ActQuant::kQ8_K},
+      {8, 16, false, 128, ActQuant::kQ8_K},
   };
   return formats;
 }
@@ -171,12 +208,12 @@ void CheckAgainstReference(Isa isa, const QuantFormat& fmt, int64_t m, int64_t n
 }
 
 TEST(CpuQuantGemmTest, MatchesReferenceOnEveryIsaAndFormat) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 32}, {16, 64}, {17, 96}, {40, 48}, {33, 256}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 32},  {16, 64},  {17, 96},
+                                                           {40, 48}, {33, 256}, {18, 512}};
   for (Isa isa : AvailableIsas()) {
     for (const QuantFormat& fmt : Formats()) {
       for (auto [n, k] : shapes) {
-        if (k % fmt.sub != 0) continue;
+        if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
         for (int64_t m : {1, 2, 3, 5, 9}) {
           CheckAgainstReference(isa, fmt, m, n, k, (m + n) % 2 == 0, m % 2 == 0 ? 2 : 1);
           if (HasFatalFailure()) return;
@@ -190,7 +227,7 @@ TEST(CpuQuantGemmTest, MatchesReferenceOnEveryIsaAndFormat) {
 TEST(CpuQuantGemmTest, BitIdenticalAcrossIsasBatchesAndThreads) {
   for (const QuantFormat& fmt : Formats()) {
     SCOPED_TRACE(Name(fmt));
-    const int64_t m = 23, n = 75, k = 320;
+    const int64_t m = 23, n = 75, k = fmt.super ? 512 : 320;
     const QuantWeights w = MakeWeights(fmt, n, k, 5);
     const PackedMatrix pm = w.Pack();
     const std::vector<float> x = testing::RandomFloats(m * k, 3, -1.0f, 1.0f);
@@ -221,7 +258,7 @@ TEST(CpuQuantGemmTest, BitIdenticalAcrossIsasBatchesAndThreads) {
 TEST(CpuQuantGemmTest, ZeroBlocksAndPaddingContributeNothing) {
   // k = 48 with 16-element sub-blocks pads the second 32-block; an all-zero activation block has
   // scale 0.
-  const QuantFormat fmt{8, 16, false, 32};
+  const QuantFormat fmt{6, 16, false, 32};
   const QuantWeights w = MakeWeights(fmt, 20, 48, 8);
   const PackedMatrix pm = w.Pack();
   EXPECT_EQ(pm.k_blocks(), 2);
@@ -249,6 +286,10 @@ TEST(CpuQuantGemmTest, ExtremeQuantsDoNotOverflow) {
       for (auto& q : w.q) q = static_cast<uint8_t>(MaxQuant(fmt));
       for (auto& v : w.scale) v = 1.0f / 64;
       for (auto& v : w.min) v = 0.0f;
+      for (auto& v : w.d) v = 1.0f / 64;
+      for (auto& v : w.sc) v = 1;
+      for (auto& v : w.m) v = 0;
+      w.DeriveScales();
       const PackedMatrix pm = w.Pack();
       const std::vector<float> x(256, 3.0f * sign);  // every block quantizes to +-127
       for (Isa isa : AvailableIsas()) {
@@ -268,8 +309,20 @@ TEST(CpuQuantGemmTest, PackedSizeMatchesTheFormat) {
   const PackedMatrix pm = w.Pack();
   EXPECT_EQ(pm.block_bytes(), 256 + 64);
   EXPECT_EQ(pm.bytes(), static_cast<size_t>(3 * 2 * (256 + 64)));  // 3 panels x 2 blocks
-  const QuantWeights w8 = MakeWeights({8, 16, false, 32}, 16, 32, 1);
+  const QuantWeights w8 = MakeWeights({8, 16, false, 128}, 16, 32, 1);
   EXPECT_EQ(w8.Pack().block_bytes(), 512 + 64);
+  // 6 bits: 256 + 128 quant bytes.
+  EXPECT_EQ(MakeWeights({6, 32, false, 16}, 16, 32, 1).Pack().block_bytes(), 384 + 32);
+  // Super (Q4_K): int8 scales and mins per block, a header f16 d[16] + dmin[16] per 8 blocks.
+  const PackedMatrix q4k = MakeWeights({4, 32, true, 0, ActQuant::kQ8_K, true}, 20, 512, 1).Pack();
+  EXPECT_EQ(q4k.block_bytes(), 256 + 32);
+  EXPECT_EQ(q4k.unit_header_bytes(), 64);
+  EXPECT_EQ(q4k.bytes(), static_cast<size_t>(2 * 2 * (64 + 8 * (256 + 32))));  // 4.625 bpw
+  // Q6_K: 6-bit quants, two int8 scales per block, a header f16 d[16]: 6.5625 bits per weight.
+  const PackedMatrix q6k =
+      MakeWeights({6, 16, false, 32, ActQuant::kQ8_K, true}, 16, 256, 1).Pack();
+  EXPECT_EQ(q6k.bytes(), static_cast<size_t>(32 + 8 * (384 + 32)));
+  EXPECT_EQ(q6k.bytes() * 8, static_cast<size_t>(16 * 256 * 6.5625));
 }
 
 TEST(CpuQuantGemmTest, VnniDetectionIsConsistent) {

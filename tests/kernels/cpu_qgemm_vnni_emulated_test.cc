@@ -29,6 +29,10 @@ union __m256i {
   uint16_t u16[16];
   uint8_t u8[32];
 };
+union __m128i {
+  int8_t i8[16];
+  uint8_t u8[16];
+};
 using __mmask16 = uint16_t;
 constexpr int _MM_HINT_T0 = 3;
 inline void _mm_prefetch(const char*, int) {}
@@ -66,6 +70,25 @@ inline __m512i _mm512_loadu_si512(const void* p) {
 inline __m256i _mm256_loadu_si256(const __m256i* p) {
   __m256i r;
   std::memcpy(r.u8, p, 32);
+  return r;
+}
+inline __m128i _mm_loadu_si128(const __m128i* p) {
+  __m128i r;
+  std::memcpy(r.u8, p, 16);
+  return r;
+}
+inline __m512i _mm512_or_si512(__m512i a, __m512i b) {
+  for (int j = 0; j < 64; ++j) a.u8[j] |= b.u8[j];
+  return a;
+}
+inline __m512i _mm512_slli_epi16(__m512i a, unsigned n) {
+  for (int16_t& x : a.i16) x = static_cast<int16_t>(static_cast<uint16_t>(x) << n);
+  return a;
+}
+// Sign-extends 16 bytes into 16 int32 lanes.
+inline __m512i _mm512_cvtepi8_epi32(__m128i a) {
+  __m512i r;
+  for (int l = 0; l < 16; ++l) r.i32[l] = a.i8[l];
   return r;
 }
 inline __m512i _mm512_and_si512(__m512i a, __m512i b) {
@@ -127,26 +150,42 @@ namespace {
 
 TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
   const QuantKernelSet emu = MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>();
+  // {bits, sub, has_min, offset, act, super}: the ggml types' formats (quant_format.h).
   const std::vector<QuantFormat> formats = {
-      {8, 32, false, 128, ActQuant::kQ8_0}, {4, 32, false, 8, ActQuant::kQ8_0},
-      {4, 32, true, 0, ActQuant::kQ8_1},    {4, 32, true, 0, ActQuant::kQ8_K},
-      {8, 32, true, 0, ActQuant::kQ8_K},    {8, 16, false, 32, ActQuant::kQ8_K},
-      {4, 16, true, 0, ActQuant::kQ8_K}};
+      {8, 32, false, 128, ActQuant::kQ8_0},       {4, 32, false, 8, ActQuant::kQ8_0},
+      {4, 32, true, 0, ActQuant::kQ8_1},          {6, 32, false, 16, ActQuant::kQ8_0},
+      {6, 32, true, 0, ActQuant::kQ8_1},          {4, 32, true, 0, ActQuant::kQ8_K, true},
+      {6, 32, true, 0, ActQuant::kQ8_K, true},    {6, 16, false, 32, ActQuant::kQ8_K, true},
+      {6, 16, false, 4, ActQuant::kQ8_K, true},   {4, 16, true, 0, ActQuant::kQ8_K, true},
+      {8, 32, false, 128, ActQuant::kQ8_K, true}, {4, 32, true, 0, ActQuant::kQ8_K}};
   for (const QuantFormat& fmt : formats) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 16, 32}, {3, 40, 96}, {9, 67, 256}, {5, 33, 48}}) {
-      if (k % fmt.sub != 0) continue;
+             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}}) {
+      if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
       SCOPED_TRACE("bits=" + std::to_string(fmt.bits) + " sub=" + std::to_string(fmt.sub) +
-                   " min=" + std::to_string(fmt.has_min) + " m=" + std::to_string(m) +
-                   " n=" + std::to_string(n) + " k=" + std::to_string(k));
+                   " min=" + std::to_string(fmt.has_min) + " super=" + std::to_string(fmt.super) +
+                   " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                   " k=" + std::to_string(k));
       const std::vector<float> raw = astr::testing::RandomFloats(n * k, 5 + n, 0.0f, 1.0f);
-      const int max_q = fmt.bits == 4 ? 15 : (fmt.offset == 128 ? 255 : 63);
-      const PackedMatrix pm = PackedMatrix::FromQuantRows(
-          n, k, fmt, [&](int64_t r, uint8_t* q, float* scale, float* min) {
-            for (int64_t c = 0; c < k; ++c) q[c] = static_cast<uint8_t>(raw[r * k + c] * max_q);
+      const int max_q = (1 << fmt.bits) - 1;
+      const PackedMatrix pm =
+          PackedMatrix::FromQuantRows(n, k, fmt, [&](int64_t r, const QuantRowOut& out) {
+            for (int64_t c = 0; c < k; ++c) out.q[c] = static_cast<uint8_t>(raw[r * k + c] * max_q);
             for (int64_t s = 0; s < k / fmt.sub; ++s) {
-              scale[s] = (raw[r * k + s] - 0.5f) * 0.1f;
-              if (min != nullptr) min[s] = raw[r * k + s + 1] - 0.5f;
+              if (fmt.super) {  // int8 scales and mins times f16 factors (0.0625, -0.03125 ...)
+                const int64_t u = s * fmt.sub / 256;
+                out.d[u] = 0.0625f * static_cast<float>(1 + (r + u) % 3);
+                out.sc[s] = static_cast<int8_t>(raw[r * k + s] * 200.0f - 100.0f);
+                out.scale[s] = out.d[u] * out.sc[s];
+                if (out.min != nullptr) {
+                  out.dmin[u] = -0.03125f;
+                  out.m[s] = static_cast<int8_t>(raw[r * k + s + 1] * 63.0f);
+                  out.min[s] = out.dmin[u] * out.m[s];
+                }
+                continue;
+              }
+              out.scale[s] = (raw[r * k + s] - 0.5f) * 0.1f;
+              if (out.min != nullptr) out.min[s] = raw[r * k + s + 1] - 0.5f;
             }
           });
       const std::vector<float> x = astr::testing::RandomFloats(m * k, 9 + m, -3.0f, 3.0f);

@@ -136,12 +136,14 @@ class WeightLoader {
     for (const auto& v : views) rows += v.second;
     return cpu::PackedMatrix::FromQuantRows(
         rows, cols, QuantKernelFormat(views[0].first.dtype),
-        [&](int64_t row, uint8_t* q, float* scale, float* min) {
+        [&](int64_t row, const cpu::QuantRowOut& out) {
           const auto [view, local] = Locate(views, row);
           // Whole blocks per row: QuantView checked.
           const uint64_t row_bytes = *model::DTypeByteSize(view->dtype, cols);
           const auto* bytes = static_cast<const uint8_t*>(view->data) + local * row_bytes;
-          model::DecodeQuant(view->dtype, bytes, cols, q, scale, min);
+          const model::SuperScales super{out.d, out.dmin, out.sc, out.m};
+          model::DecodeQuant(view->dtype, bytes, cols, out.q, out.scale, out.min,
+                             out.d != nullptr ? &super : nullptr);
         },
         pool_);
   }

@@ -13,7 +13,7 @@ inline cpu::QuantFormat QuantKernelFormat(model::DType dtype) {
   const cpu::ActQuant act = l.dot == model::DotType::kQ8_0   ? cpu::ActQuant::kQ8_0
                             : l.dot == model::DotType::kQ8_1 ? cpu::ActQuant::kQ8_1
                                                              : cpu::ActQuant::kQ8_K;
-  return cpu::QuantFormat{l.bits, l.sub, l.has_min, l.offset, act};
+  return cpu::QuantFormat{l.bits, l.sub, l.has_min, l.offset, act, l.super};
 }
 
 }  // namespace astr
