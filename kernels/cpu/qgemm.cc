@@ -44,9 +44,25 @@ const QuantKernelSet& Kernels(Isa isa) {
 
 float RoundF16(float f) { return internal::F16BitsToF32(F32ToF16Rne(f)); }
 
+float AbsMaxScalar(const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax;
+}
+
+void QuantizeSpanScalar(const float* x, int64_t n, float mul, int8_t* q) {
+  for (int64_t j = 0; j < n; ++j) {
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * mul)), -127, 127));
+  }
+}
+
 // Quantizes each row of x as `act` says (gemm.h), and fills the per-block sums.
-void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t k_blocks,
-                  int8_t* q, float* d, int32_t* s, float* sum16, float* sum32) {
+void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_t ldx, int64_t m,
+                  int64_t k, int64_t k_blocks, int8_t* q, float* d, int32_t* s, float* sum16,
+                  float* sum32) {
+  const internal::AbsMaxFn abs_max = ks.abs_max != nullptr ? ks.abs_max : AbsMaxScalar;
+  const internal::QuantizeSpanFn quantize =
+      ks.quantize_span != nullptr ? ks.quantize_span : QuantizeSpanScalar;
   const int64_t kp = k_blocks * 32;
   const int64_t group = act == ActQuant::kQ8_K ? 256 : 32;
   for (int64_t i = 0; i < m; ++i) {
@@ -55,13 +71,17 @@ void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t 
     float* dr = d + i * k_blocks;
     for (int64_t g0 = 0; g0 < kp; g0 += group) {
       const int64_t g1 = std::min(kp, g0 + group), x1 = std::min(k, g1);
-      float amax = 0.0f, max = 0.0f;
-      for (int64_t j = g0; j < x1; ++j) {
-        if (std::fabs(xr[j]) > amax) amax = std::fabs(xr[j]), max = xr[j];
-      }
+      const float amax = x1 > g0 ? abs_max(xr + g0, x1 - g0) : 0.0f;
       float scale = 0.0f, mul = 0.0f;
       if (act == ActQuant::kQ8_K) {
         if (amax != 0.0f) {
+          float max = 0.0f;  // the first element of largest |x|
+          for (int64_t j = g0; j < x1; ++j) {
+            if (std::fabs(xr[j]) == amax) {
+              max = xr[j];
+              break;
+            }
+          }
           mul = -127.0f / max;
           scale = 1.0f / mul;
         }
@@ -69,11 +89,8 @@ void QuantizeRows(ActQuant act, const float* x, int64_t ldx, int64_t m, int64_t 
         scale = RoundF16(amax / 127.0f);
         mul = amax != 0.0f ? 127.0f / amax : 0.0f;
       }
-      for (int64_t j = g0; j < g1; ++j) {
-        int v = 0;
-        if (j < x1) v = std::clamp(static_cast<int>(std::nearbyint(xr[j] * mul)), -127, 127);
-        qr[j] = static_cast<int8_t>(v);
-      }
+      if (x1 > g0) quantize(xr + g0, x1 - g0, mul, qr + g0);
+      for (int64_t j = std::max(x1, g0); j < g1; ++j) qr[j] = 0;
       for (int64_t b = g0 / 32; b < g1 / 32; ++b) dr[b] = scale;
     }
     for (int64_t b = 0; b < k_blocks; ++b) {
@@ -237,9 +254,20 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   if (q.size() < static_cast<size_t>(m * nb * 32)) q.resize(m * nb * 32);
   if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb), sum32.resize(m * nb);
   if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2), sum16.resize(m * nb * 2);
-  QuantizeRows(w.quant().act, x, ldx, m, w.k(), nb, q.data(), d.data(), s.data(), sum16.data(),
-               sum32.data());
-  const QuantActivations xa{q.data(), d.data(), s.data(), sum16.data(), sum32.data(), nb};
+  // Rows are quantized on the pool too (each row's result is the same whichever thread does it).
+  // The buffers are this thread's: the lambda takes their addresses, not the thread_locals.
+  int8_t* const qp = q.data();
+  float* const dp = d.data();
+  int32_t* const sp = s.data();
+  float* const s16p = sum16.data();
+  float* const s32p = sum32.data();
+  const ActQuant act = w.quant().act;
+  const int64_t k = w.k();
+  ParallelFor(pool, m, 1, [=, &ks](int64_t r0, int64_t r1) {
+    QuantizeRows(ks, act, x + r0 * ldx, ldx, r1 - r0, k, nb, qp + r0 * nb * 32, dp + r0 * nb,
+                 sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb);
+  });
+  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb};
   const int bits = internal::QuantBitsIndex(w.quant().bits);
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),

@@ -6,6 +6,8 @@
 // float steps as in gemm.h.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -105,7 +107,7 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
       // Every line of the block kPrefetchBytes ahead (the hardware prefetcher alone falls behind
       // a single stream from DRAM).
       for (int64_t off = 0; off < prefetch_bytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(blks[j]) + kPrefetchBytes + off, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(blks[j]) + kPrefetchBytes + off, _MM_HINT_T1);
       }
     }
 #pragma GCC unroll 2
@@ -254,12 +256,51 @@ struct Tile {
 
 }  // namespace
 
+float AbsMaxAvx2(const float* x, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  int64_t j = 0;
+  // max(|x|, m) keeps m where |x| is NaN, as the scalar loop's std::max ignores NaN.
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), m);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float amax = 0.0f;
+  for (float v : lanes) amax = std::max(amax, v);
+  for (; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax;
+}
+
+void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q) {
+  const __m256 vm = _mm256_set1_ps(mul);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  // Byte 0 of each int32 lane, per 128-bit half.
+  const __m256i bytes =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vm),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // v is integral, so the conversion is exact (NaN gives INT_MIN, as the scalar cast does here).
+    const __m256i i = _mm256_shuffle_epi8(
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi), bytes);
+    const int32_t low = _mm256_cvtsi256_si32(i), high = _mm256_extract_epi32(i, 4);
+    std::memcpy(q + j, &low, 4);
+    std::memcpy(q + j + 4, &high, 4);
+  }
+  for (; j < n; ++j) {
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * mul)), -127, 127));
+  }
+}
+
 const QuantKernelSet& QuantKernelsAvx2() {
   // One row: 2 panels (two weight streams, 4 accumulators); more rows: 3 rows x 1 panel.
   static const QuantKernelSet set = [] {
     QuantKernelSet s = MakeQuantKernelSet<Tile, 3, 2>();
     s.single_row_panels = 2;
     s.panels_per_tile = 1;
+    s.abs_max = AbsMaxAvx2;
+    s.quantize_span = QuantizeSpanAvx2;
     return s;
   }();
   return set;

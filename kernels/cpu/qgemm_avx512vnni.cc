@@ -17,7 +17,12 @@ namespace {
 }  // namespace
 
 const QuantKernelSet& QuantKernelsAvx512Vnni() {
-  static const QuantKernelSet set = MakeQuantKernelSet<QuantTileAvx512Vnni, 4, 2>();
+  static const QuantKernelSet set = [] {
+    QuantKernelSet s = MakeQuantKernelSet<QuantTileAvx512Vnni, 4, 2>();
+    s.abs_max = AbsMaxAvx2;  // the activations' loops: AVX2 does them at memory speed
+    s.quantize_span = QuantizeSpanAvx2;
+    return s;
+  }();
   return set;
 }
 

@@ -80,7 +80,7 @@ struct QuantTileAvx512Vnni {
         hdr[j] = at.header;
         for (int64_t off = 0; off < prefetch_bytes;
              off += 64) {  // every line, kPrefetchBytes ahead
-          _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + off, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + off, _MM_HINT_T1);
         }
       }
       for (int h = 0; h < nh; ++h) {

@@ -64,10 +64,19 @@ constexpr int kMaxQuantTilePanels = 2;
 // The kernel table's index for a quant width: 8, 4, 6 bits.
 constexpr int QuantBitsIndex(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : 2; }
 
+// The activations' quantization loops (gemm.h), which every path must compute exactly alike:
+// max |x[j]| over n elements, and q[j] = clamp(nearest-even(x[j] * mul), -127, 127).
+using AbsMaxFn = float (*)(const float* x, int64_t n);
+using QuantizeSpanFn = void (*)(const float* x, int64_t n, float mul, int8_t* q);
+float AbsMaxAvx2(const float* x, int64_t n);
+void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q);
+
 struct QuantKernelSet {
   int max_rows = 1;
   int panels_per_tile = 1;
-  int single_row_panels = 0;  // panels per tile when a call has one row (0: panels_per_tile)
+  int single_row_panels = 0;   // panels per tile when a call has one row (0: panels_per_tile)
+  AbsMaxFn abs_max = nullptr;  // null: the scalar loop
+  QuantizeSpanFn quantize_span = nullptr;  // null: the scalar loop
   // [QuantBitsIndex(bits)][rows - 1][np - 1]
   QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };

@@ -35,6 +35,7 @@ union __m128i {
 };
 using __mmask16 = uint16_t;
 constexpr int _MM_HINT_T0 = 3;
+constexpr int _MM_HINT_T1 = 2;
 inline void _mm_prefetch(const char*, int) {}
 
 inline float HalfToFloat(uint16_t h) {
