@@ -53,7 +53,11 @@ struct QuantTileAvx512Vnni {
     const int64_t kp = x.k_blocks * 32;
     constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
     const int64_t scale_bytes = f.super ? 1 : 2;
-    const int64_t prefetch_bytes = block_bytes + QuantUnitHeaderBytes(f);
+    // Each panel's stream is prefetched line by line kPrefetchBytes ahead of its block, each line
+    // once (pf: the next line to ask for).
+    const char* pf[NP];
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) pf[j] = reinterpret_cast<const char*>(w + j * panel_stride);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const int8_t* xq[MR];
     const float* xd[MR];
@@ -78,10 +82,8 @@ struct QuantTileAvx512Vnni {
         const QuantBlockAt at = LocateQuantBlock(w + j * panel_stride, b, block_bytes, f);
         blk[j] = at.block;
         hdr[j] = at.header;
-        for (int64_t off = 0; off < prefetch_bytes;
-             off += 64) {  // every line, kPrefetchBytes ahead
-          _mm_prefetch(reinterpret_cast<const char*>(blk[j]) + kPrefetchBytes + off, _MM_HINT_T1);
-        }
+        const char* until = reinterpret_cast<const char*>(blk[j]) + block_bytes + kPrefetchBytes;
+        for (; pf[j] < until; pf[j] += 64) _mm_prefetch(pf[j], _MM_HINT_T1);
       }
       for (int h = 0; h < nh; ++h) {
         __m512i isum[MR][NP];
