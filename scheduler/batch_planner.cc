@@ -1,6 +1,7 @@
 #include "scheduler/batch_planner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <span>
 
@@ -63,8 +64,7 @@ std::span<const int32_t> WorkerQueues::TokensOf(const Sequence* seq, int64_t lim
   tokens_.clear();
   const int64_t from_prompt = std::min<int64_t>(n, static_cast<int64_t>(prompt.size()));
   tokens_.insert(tokens_.end(), prompt.begin(), prompt.begin() + from_prompt);
-  tokens_.insert(tokens_.end(), seq->generated.begin(),
-                 seq->generated.begin() + (n - from_prompt));
+  tokens_.insert(tokens_.end(), seq->generated.begin(), seq->generated.begin() + (n - from_prompt));
   return tokens_;
 }
 
@@ -180,8 +180,10 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
   logits_rows_ = 0;
   const int32_t context = limits_.max_context_tokens;
   // A decode row is due unless the sequence's last token is already in flight (overlap).
+  // A constrained sequence also waits for its last token: its mask follows from it.
   auto wants_decode = [context](const Sequence* seq) {
-    return !seq->prefilling() && seq->CanSample(context);
+    return !seq->prefilling() && seq->CanSample(context) &&
+           (seq->matcher == nullptr || seq->in_flight == 0);
   };
   // Decode rows not granted yet: prefill chunks only take budget those rows leave.
   int64_t decode_left = 0;
@@ -291,6 +293,12 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   // A decode row always samples; a prefill chunk only when it reaches the end of the known tokens.
   const bool sample = seq->num_computed >= seq->num_start_tokens;
   entry->set_sample(sample);
+  if (sample && seq->matcher != nullptr) {
+    mask_.resize(static_cast<size_t>(ConstraintMaskWords(seq->matcher->vocab_size())));
+    seq->matcher->FillMask(mask_);
+    static_assert(std::endian::native == std::endian::little, "masks travel as little-endian");
+    entry->set_allowed_tokens(mask_.data(), mask_.size() * sizeof(uint32_t));
+  }
   if (sample) {
     out->sampling.push_back(seq);
     out->sampling_live_ids.push_back(seq->live_id);
@@ -323,8 +331,8 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const int32_t cached = seq->num_computed;
     const int32_t tokens = FitLogitsRows(
         *seq,
-        static_cast<int32_t>(std::min<int64_t>(
-            {known - cached, limits_.prefill_chunk, step_budget_ - used})),
+        static_cast<int32_t>(
+            std::min<int64_t>({known - cached, limits_.prefill_chunk, step_budget_ - used})),
         limits_.max_logits_rows - logits_rows_);
     const int64_t grow = pool.PagesFor(cached + tokens) - seq->pages.size();
     if (tokens == 0 || grow > pool.num_free()) {  // no logits row, or too few pages, this step
@@ -361,7 +369,8 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
   for (Sequence* seq : q->waiting) {
     if (seq->state == Sequence::State::kRunning) InsertSorted(&q->running, seq);
   }
-  std::erase_if(q->waiting, [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
+  std::erase_if(q->waiting,
+                [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
 }
 
 bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id,

@@ -153,6 +153,7 @@ class BatchPlanner {
   const StepCostModel* cost_ = nullptr;
   int64_t step_budget_ = 0;  // token budget of the step being planned
   std::vector<int32_t> matched_;  // ReuseCachedPrefix's scratch
+  std::vector<uint32_t> mask_;    // EmitEntry's scratch: a constrained draw's token mask
 };
 
 }  // namespace astr::sched

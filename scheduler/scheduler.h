@@ -32,6 +32,7 @@
 #include "common/base/sampling_params.h"
 #include "common/base/status.h"
 #include "common/metrics/registry.h"
+#include "scheduler/constraint.h"
 #include "scheduler/request_channel.h"
 #include "scheduler/worker_connection.h"
 
@@ -58,6 +59,8 @@ struct SchedRequest {
   // Prefix cache isolation (GenerateRequest.cache_salt): only requests with the same salt share
   // cached K/V. Empty = the shared namespace.
   std::string cache_salt;
+  // Structured outputs: each sample's matcher starts from this (null: unconstrained).
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 struct SchedulerOptions {

@@ -137,9 +137,9 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
   for (const auto& w : workers_) {
     // Broken workers, draining ones (their deadline), removed ones whose connection waits for
     // its reconnector to end.
-    poll |= w->draining || (w->health == WorkerSlot::Health::kRemoved
-                                ? w->conn != nullptr
-                                : w->health != WorkerSlot::Health::kUp);
+    poll |= w->draining ||
+            (w->health == WorkerSlot::Health::kRemoved ? w->conn != nullptr
+                                                       : w->health != WorkerSlot::Health::kUp);
   }
   if (poll) wake = std::min(wake, now + kPollInterval);
   return std::min(wake, next_idle_check_);
@@ -218,7 +218,8 @@ bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
     if (w->health != WorkerSlot::Health::kUp) continue;
-    const bool sent = !hold && w->in_flight() < max_in_flight_ && SendPlan(w, now);
+    const bool sent = !hold && w->in_flight() < max_in_flight_ &&
+                      (w->in_flight() == 0 || !ConstrainedInFlight(*w)) && SendPlan(w, now);
     any |= sent;
     if (w->health == WorkerSlot::Health::kUp && w->in_flight() > 0 &&
         (w->in_flight() == max_in_flight_ || !sent)) {
@@ -233,6 +234,13 @@ bool SchedulerLoop::StepWorkers(Clock::time_point now) {
     any = true;
   }
   return any;
+}
+
+bool SchedulerLoop::ConstrainedInFlight(const WorkerSlot& w) {
+  for (const Sequence* seq : w.queues.running) {
+    if (seq->matcher != nullptr && seq->in_flight > 0) return true;
+  }
+  return false;
 }
 
 // Plans the worker's next step and sends it; false when there was nothing to send or the stream
@@ -328,6 +336,12 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
   if (!seq->generated.empty()) {
     metrics_->inter_token_latency.Observe(Seconds(now - seq->last_token_at));
   }
+  if (seq->matcher != nullptr && !seq->matcher->Accept(id)) {
+    // The worker drew outside the mask it was sent: a broken worker, not the client's fault.
+    CloseRequest(
+        r, InternalError("token " + std::to_string(id) + " breaks the request's constraint"), now);
+    return;
+  }
   seq->generated.push_back(id);
   seq->last_token_at = now;
   if (!r->has_first_token) {
@@ -359,6 +373,9 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
       DecideFinish(stop, id, static_cast<int64_t>(seq->generated.size()), seq->num_tokens());
   if (d.reason != FinishReason::kNone) {
     FinishSequence(seq, ToProto(d.reason), d.stop_token_id, now);
+  } else if (seq->matcher != nullptr && seq->matcher->Terminated()) {
+    // The constraint ended with a stop token that does not end this sample (ignore_eos).
+    FinishSequence(seq, v1::FINISH_REASON_STOP, id, now);
   }
 }
 

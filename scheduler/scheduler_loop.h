@@ -221,6 +221,10 @@ class SchedulerLoop {
   void ApplyResume(AdminOp* op, Clock::time_point now);
   // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.
   bool HoldSteps() const;
+  // A constrained sequence of the worker has a token in flight: its next plan waits for that
+  // result (the mask of its next draw follows from the token), so it is not skipped every other
+  // step under overlap.
+  static bool ConstrainedInFlight(const WorkerSlot& w);
   // Runs a pending commit once no plan is in flight; answers finished drains.
   void AdvanceAdmin(Clock::time_point now);
   // Requests that started and are not closed, in arrival order.

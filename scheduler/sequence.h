@@ -27,6 +27,10 @@ struct Sequence {
   // prompt + generated, so it continues the same RNG stream.
   std::vector<int32_t> generated;
   Clock::time_point last_token_at{};  // when the loop accepted generated.back()
+  // Structured outputs (request->req.constraint): the matcher has accepted exactly `generated`,
+  // so restarts and moves need nothing replayed. Its next draw needs the mask of the state after
+  // the last token, so it is never planned with a token in flight (no overlap for it).
+  std::unique_ptr<ConstraintMatcher> matcher;
 
   // While running on a worker. A sequence is known across restarts, preemptions and moves by
   // (request->key, sample_index); its live id names one start on one worker: a fresh one on every

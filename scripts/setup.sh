@@ -44,4 +44,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/scripts/requirements.txt"
+
+# XGrammar's C++ core (structured outputs), built from its PyPI source distribution.
+"$ROOT/scripts/xgrammar.sh"
 echo "setup: done"

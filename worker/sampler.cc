@@ -409,14 +409,29 @@ int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, dou
 
 }  // namespace
 
+void ApplyAllowedMask(float* logits, int64_t vocab, const uint32_t* allowed) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 32 < vocab; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == 0xFFFFFFFFu) continue;
+    const int64_t end = std::min<int64_t>(32, vocab - w * 32);
+    for (int64_t b = 0; b < end; ++b) {
+      if ((bits >> b & 1u) == 0) logits[w * 32 + b] = kNegInf;
+    }
+  }
+}
+
 SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
-                    SamplerScratch& scratch) {
+                    SamplerScratch& scratch, const uint32_t* allowed) {
   const SamplingParams& p = state.params();
   const bool want_logprob = p.return_logprob || p.logprobs > 0;
   const bool raw_logprobs = want_logprob && p.logprobs_mode == LogprobsMode::kRaw;
   // Step 1: the raw row is kept whole because the chosen token is not known yet.
   if (raw_logprobs) scratch.raw_logits.assign(logits, logits + vocab);
 
+  // Step 2a: a constraint's mask (structured outputs): tokens it does not allow get -inf before
+  // anything else touches the row, so no bias or penalty can bring them back.
+  if (allowed != nullptr) ApplyAllowedMask(logits, vocab, allowed);
   ApplyBiasMaskPenalties(logits, state, /*mask_min_tokens=*/true);
 
   SampleResult result;

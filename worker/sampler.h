@@ -2,7 +2,8 @@
 //
 // Processing order for one draw (each step documented at its implementation in sampler.cc):
 //   1. raw logprobs captured (logprobs_mode == kRaw and logprobs requested)
-//   2. logit_bias added
+//   2. a constraint's mask (structured outputs): tokens it does not allow set to -inf; then
+//      logit_bias added
 //   3. min_tokens: stop ids (and EOS unless ignore_eos) set to -inf while fewer than min_tokens
 //      tokens have been generated
 //   4. repetition penalty (prompt + generated, within penalty_window), then frequency / presence
@@ -126,10 +127,14 @@ struct SampleResult {
   std::array<TokenLogprob, kMaxLogprobs> top{};
 };
 
+// Sets logits[t] to -inf for every token t whose bit (t % 32) of allowed[t / 32] is clear.
+void ApplyAllowedMask(float* logits, int64_t vocab, const uint32_t* allowed);
+
 // Samples the next token of `state` from `logits` [vocab], which is overwritten (scratch). Does
-// not Append(): the caller does that once it accepts the token.
+// not Append(): the caller does that once it accepts the token. `allowed`: a constraint's token
+// mask (ApplyAllowedMask), or null. The caller guarantees that it allows some token.
 SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
-                    SamplerScratch& scratch);
+                    SamplerScratch& scratch, const uint32_t* allowed = nullptr);
 
 // Scores given tokens one position after another (prompt scoring, GenerateRequest.logprob_start):
 // the logprob each token gets from the logits of the position before it, as Sample() would report

@@ -15,15 +15,22 @@ StepSampling::StepSampling(const Backend& backend) {
 Status StepSampling::Run(Backend& backend, const StepBatch& batch,
                          std::span<const SequenceSampler* const> samplers,
                          std::span<const RowScore> scores, std::span<SampleResult> results,
-                         int64_t* forward_ns, int64_t* sample_ns) {
+                         int64_t* forward_ns, int64_t* sample_ns,
+                         std::span<const uint32_t* const> masks) {
   const size_t rows = samplers.size() + scores.size();
   if (rows != batch.sample_rows.size() || results.size() < rows) {
     return InternalError("step sampling: " + std::to_string(samplers.size()) + " samplers and " +
                          std::to_string(scores.size()) + " scores for " +
                          std::to_string(batch.sample_rows.size()) + " logits rows");
   }
+  if (!masks.empty() && masks.size() != samplers.size()) {
+    return InternalError("step sampling: " + std::to_string(masks.size()) + " masks for " +
+                         std::to_string(samplers.size()) + " samplers");
+  }
+  bool masked = false;
+  for (const uint32_t* m : masks) masked = masked || m != nullptr;
   const auto start = std::chrono::steady_clock::now();
-  if (backend.samples_on_device() && scores.empty()) {
+  if (backend.samples_on_device() && scores.empty() && !masked) {
     ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results));
     if (forward_ns != nullptr) *forward_ns = NanosSince(start);
     if (sample_ns != nullptr) *sample_ns = 0;
@@ -38,8 +45,8 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
   if (forward_ns != nullptr) *forward_ns = NanosSince(start);
   const auto sample_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < samplers.size(); ++i) {
-    results[i] =
-        Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i], scratch_);
+    results[i] = Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i],
+                        scratch_, masks.empty() ? nullptr : masks[i]);
   }
   for (size_t j = 0; j < scores.size(); ++j) {
     const size_t row = samplers.size() + j;

@@ -5,7 +5,8 @@
 //
 // A step may also score rows (prompt scoring): their logits always come to the host, where a
 // PromptScorer turns each into the logprob of a given token. A step that scores any row therefore
-// takes the host path for its draws too, on every backend.
+// takes the host path for its draws too, on every backend; so does a step with a constraint's token
+// mask on any row (structured outputs; the device-side mask is future work, docs/structured.md).
 #pragma once
 
 #include <cstdint>
@@ -36,11 +37,13 @@ class StepSampling {
   // samplers.size() + j and results[samplers.size() + j] gets its score. Scores are computed in
   // order, so several rows of one scorer follow its context. The times of the forward pass and
   // the draws go to *forward_ns / *sample_ns when non-null (device sampling counts as forward
-  // time: it runs in the same device stream).
+  // time: it runs in the same device stream). masks[i], when `masks` is not empty, is row i's
+  // constraint mask (Sample's `allowed`) or null; a step with any mask draws on the host, as one
+  // that scores rows does.
   Status Run(Backend& backend, const StepBatch& batch,
              std::span<const SequenceSampler* const> samplers, std::span<const RowScore> scores,
              std::span<SampleResult> results, int64_t* forward_ns = nullptr,
-             int64_t* sample_ns = nullptr);
+             int64_t* sample_ns = nullptr, std::span<const uint32_t* const> masks = {});
 
  private:
   std::vector<float> logits_;  // [logits rows, vocab] host path only

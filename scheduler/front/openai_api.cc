@@ -13,9 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Field readers that stop at the first error. Every reader leaves the target alone when the field
 // is absent or null (OpenAI clients send null for "not set").
@@ -68,8 +66,8 @@ class Reader {
     int64_t x = 0;
     if (v.is_number_integer()) {
       if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-        return Fail(name, name + ": must be in [" + std::to_string(lo) + ", " +
-                              std::to_string(hi) + "], got " + v.dump());
+        return Fail(name, name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                              "], got " + v.dump());
       }
       x = v.get<int64_t>();
     } else if (v.is_number_float()) {
@@ -118,6 +116,126 @@ class Reader {
 };
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// Structured outputs into s->constraint: OpenAI's response_format (text, json_object,
+// json_schema {name, schema, strict}) or vLLM's structured_outputs (json, regex, choice, grammar;
+// exactly one). Both at once is an error. What the constraint says is checked when it compiles
+// (BuildRequest), with errors under the field it came from (ApiRequest::constraint_param).
+void ReadConstraint(Reader& r, v1::SamplingParameters* s, ApiRequest* out) {
+  const json* format = r.Get("response_format");
+  const json* so = r.Get("structured_outputs");
+  if (format != nullptr && so != nullptr) {
+    r.Fail("structured_outputs", "structured_outputs: cannot be combined with response_format");
+    return;
+  }
+  if (format != nullptr) {
+    out->constraint_param = "response_format";
+    v1::Constraint* c = s->mutable_constraint();
+    const json* type =
+        format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      r.Fail("response_format", "response_format: must be an object with a string 'type'");
+    } else if (*type == "text") {
+      s->clear_constraint();
+    } else if (*type == "json_object") {
+      c->set_json_object(true);
+    } else if (*type == "json_schema") {
+      auto it = format->find("json_schema");
+      if (it == format->end() || !it->is_object()) {
+        r.Fail("response_format.json_schema",
+               "response_format.json_schema: must be an object with 'name' and 'schema'");
+        return;
+      }
+      auto name = it->find("name");
+      if (name == it->end() || !name->is_string() || name->get<std::string>().empty()) {
+        r.Fail("response_format.json_schema.name",
+               "response_format.json_schema.name: must be a non-empty string");
+        return;
+      }
+      auto schema = it->find("schema");
+      if (schema == it->end() || schema->is_null()) {
+        c->set_json_schema("{}");  // OpenAI: no schema = any JSON value
+      } else if (!schema->is_object() && !schema->is_boolean()) {
+        r.WrongType("response_format.json_schema.schema", "an object", *schema);
+        return;
+      } else {
+        c->set_json_schema(Dump(*schema));
+      }
+      // strict (true or false): astr always enforces the schema, as OpenAI's strict mode does.
+      if (auto strict = it->find("strict");
+          strict != it->end() && !strict->is_null() && !strict->is_boolean()) {
+        r.WrongType("response_format.json_schema.strict", "a boolean", *strict);
+      }
+    } else {
+      r.Fail("response_format.type",
+             "response_format.type: must be 'text', 'json_object' or 'json_schema', got '" +
+                 type->get<std::string>() + "'");
+    }
+    return;
+  }
+  if (so == nullptr) return;
+  out->constraint_param = "structured_outputs";
+  v1::Constraint* c = s->mutable_constraint();
+  if (!so->is_object()) {
+    r.WrongType("structured_outputs", "an object", *so);
+    return;
+  }
+  int kinds = 0;
+  for (const char* k : {"json", "regex", "choice", "grammar", "json_object"}) {
+    auto it = so->find(k);
+    if (it != so->end() && !it->is_null()) ++kinds;
+  }
+  if (kinds != 1) {
+    r.Fail("structured_outputs",
+           "structured_outputs: must set exactly one of json, regex, "
+           "choice, grammar, json_object");
+    return;
+  }
+  auto get = [&](const char* k) -> const json* {
+    auto it = so->find(k);
+    return it != so->end() && !it->is_null() ? &*it : nullptr;
+  };
+  if (const json* j = get("json")) {
+    if (j->is_string()) {
+      c->set_json_schema(j->get<std::string>());
+    } else if (j->is_object() || j->is_boolean()) {
+      c->set_json_schema(Dump(*j));
+    } else {
+      r.WrongType("structured_outputs.json", "a schema (an object or its JSON text)", *j);
+    }
+  } else if (const json* re = get("regex")) {
+    if (!re->is_string()) {
+      r.WrongType("structured_outputs.regex", "a string", *re);
+    } else {
+      c->set_regex(re->get<std::string>());
+    }
+  } else if (const json* g = get("grammar")) {
+    if (!g->is_string()) {
+      r.WrongType("structured_outputs.grammar", "a string", *g);
+    } else {
+      c->set_grammar(g->get<std::string>());
+    }
+  } else if (const json* ch = get("choice")) {
+    if (!ch->is_array()) {
+      r.WrongType("structured_outputs.choice", "an array of strings", *ch);
+      return;
+    }
+    v1::ChoiceList* list = c->mutable_choice();
+    for (size_t k = 0; k < ch->size(); ++k) {
+      if (!(*ch)[k].is_string()) {
+        r.WrongType("structured_outputs.choice[" + std::to_string(k) + "]", "a string", (*ch)[k]);
+        return;
+      }
+      list->add_choices((*ch)[k].get<std::string>());
+    }
+  } else if (const json* jo = get("json_object")) {
+    if (!jo->is_boolean() || !jo->get<bool>()) {
+      r.Fail("structured_outputs.json_object", "structured_outputs.json_object: must be true");
+    } else {
+      c->set_json_object(true);
+    }
+  }
+}
 
 // Sampling fields both endpoints share, into `s` (proto defaults stand for absent fields).
 void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParameters* s, ApiRequest* out) {
@@ -234,8 +352,8 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParameters* s, ApiRe
     } else if (mode == "processed" || mode == "processed_logprobs") {
       s->set_logprobs_mode(v1::LOGPROBS_MODE_PROCESSED);
     } else {
-      r.Fail("logprobs_mode", "logprobs_mode: must be \"raw\" or \"processed\", got \"" + mode +
-                                  "\"");
+      r.Fail("logprobs_mode",
+             "logprobs_mode: must be \"raw\" or \"processed\", got \"" + mode + "\"");
     }
   }
 }
@@ -273,16 +391,7 @@ void ReadRequestFields(Reader& r, v1::GenerateRequest* g, ApiRequest* out) {
       r.Fail("suffix", "suffix: not supported");
     }
   }
-  if (const json* format = r.Get("response_format")) {
-    const json* type = format->is_object() && format->contains("type") ? &(*format)["type"]
-                                                                       : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      r.Fail("response_format", "response_format: must be an object with a string 'type'");
-    } else if (type->get<std::string>() != "text") {
-      r.Fail("response_format", "response_format: type '" + type->get<std::string>() +
-                                    "' is not supported yet (only 'text')");
-    }
-  }
+  ReadConstraint(r, g->mutable_sampling(), out);
 }
 
 // Chat message content: a string, or an array of text parts (joined with "\n").
@@ -291,7 +400,8 @@ bool ReadContent(Reader& r, const json& content, const std::string& path, std::s
     *out = content.get<std::string>();
     return true;
   }
-  if (!content.is_array()) return r.WrongType(path, "a string or an array of content parts", content);
+  if (!content.is_array())
+    return r.WrongType(path, "a string or an array of content parts", content);
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string part_path = path + "[" + std::to_string(k) + "]";
@@ -415,7 +525,8 @@ void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g) {
 }
 
 // Completions prompts: a string, strings, token ids, or lists of token ids.
-void ReadPrompts(Reader& r, const v1::GenerateRequest& base, std::vector<v1::GenerateRequest>* out) {
+void ReadPrompts(Reader& r, const v1::GenerateRequest& base,
+                 std::vector<v1::GenerateRequest>* out) {
   const json* prompt = r.Get("prompt");
   if (prompt == nullptr) {
     r.Fail("prompt", "prompt: missing");
@@ -476,6 +587,21 @@ void ReadPrompts(Reader& r, const v1::GenerateRequest& base, std::vector<v1::Gen
 std::string OpenAiParam(const std::string& path, const ApiRequest& request) {
   const bool chat = request.endpoint == Endpoint::kChat;
   auto starts = [&](std::string_view p) { return path.rfind(p, 0) == 0; };
+  if (starts("sampling.constraint")) {
+    // Compile errors: under the field the constraint came from.
+    std::string rest = path.substr(std::string_view("sampling.constraint").size());
+    if (request.constraint_param == "structured_outputs") {
+      if (rest.rfind(".json_schema", 0) == 0) return "structured_outputs.json";
+      if (rest.rfind(".choice.choices", 0) == 0) {
+        return "structured_outputs.choice" +
+               rest.substr(std::string_view(".choice.choices").size());
+      }
+      return "structured_outputs" + rest;
+    }
+    if (rest.rfind(".json_schema", 0) == 0) return "response_format.json_schema.schema";
+    return "response_format";
+  }
+  if (starts("sampling.min_tokens") && !request.constraint_param.empty()) return "min_tokens";
   if (starts("sampling.")) {
     std::string rest = path.substr(9);
     if (rest.rfind("max_tokens", 0) == 0) {
@@ -531,6 +657,37 @@ std::optional<json> ParseObject(const std::string& body, ApiError* error) {
 
 }  // namespace
 
+namespace {
+
+// A JSON schema given as an object was dumped from `json`, whose objects sort their keys; the
+// order of "properties" is the order a constrained output writes them in, so the schema is dumped
+// again from the body parsed with its key order kept.
+void KeepSchemaKeyOrder(const std::string& body, v1::GenerateRequest* g) {
+  const v1::Constraint& c = g->sampling().constraint();
+  if (c.kind_case() != v1::Constraint::kJsonSchema) return;
+  const nlohmann::ordered_json* node = nullptr;
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(body);
+  } catch (const nlohmann::json::exception&) {
+    return;  // cannot happen: the body parsed as json before
+  }
+  auto child = [](const nlohmann::ordered_json* n,
+                  const char* key) -> const nlohmann::ordered_json* {
+    if (n == nullptr || !n->is_object()) return nullptr;
+    auto it = n->find(key);
+    return it == n->end() ? nullptr : &*it;
+  };
+  node = child(child(child(&j, "response_format"), "json_schema"), "schema");
+  if (node == nullptr) node = child(child(&j, "structured_outputs"), "json");
+  if (node != nullptr && node->is_object()) {
+    g->mutable_sampling()->mutable_constraint()->set_json_schema(
+        node->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+}
+
+}  // namespace
+
 ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
                          const std::string& request_id_header) {
   ParseResult result;
@@ -567,6 +724,7 @@ ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
   v1::GenerateRequest base;
   ReadSampling(r, endpoint, base.mutable_sampling(), &req);
   ReadRequestFields(r, &base, &req);
+  KeepSchemaKeyOrder(body, &base);
   bool add_special = false;
   if (r.Bool("add_special_tokens", &add_special)) base.set_add_special_tokens(add_special);
   if (req.echo && req.logprobs >= 0) base.set_logprob_start(1);  // the prompt's logprobs too
@@ -666,8 +824,8 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
       size_t end = m.find_first_of(" :=");
       if (end == std::string::npos) end = m.size();
       const std::string path = m.substr(0, end);
-      if (!path.empty() && path.find_first_not_of(
-                               "abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos) {
+      if (!path.empty() &&
+          path.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos) {
         std::string param = OpenAiParam(path, request);
         // "sampling.logit_bias[5]" -> param "logit_bias", message keeps the key.
         std::string shown = path.rfind("sampling.", 0) == 0 ? path.substr(9) : path;
@@ -676,6 +834,7 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
             path == "chat") {
           shown = param;
         }
+        if (path.rfind("sampling.constraint", 0) == 0) shown = param;
         if (shown.rfind("max_tokens", 0) == 0 && request.max_completion_tokens) {
           shown = "max_completion_tokens" + shown.substr(10);
         }
@@ -885,11 +1044,11 @@ json VersionsJson(const ChoiceOutput& c) {
 
 json Envelope(const ResponseContext& ctx, bool chunk) {
   const bool chat = ctx.request->endpoint == Endpoint::kChat;
-  return {{"id", ctx.id},
-          {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                          : "text_completion"},
-          {"created", ctx.created},
-          {"model", ctx.model}};
+  return {
+      {"id", ctx.id},
+      {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+      {"created", ctx.created},
+      {"model", ctx.model}};
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ struct ApiRequest {
   bool return_weight_versions = false;  // astr: choices[].weight_versions
   bool max_completion_tokens = false;   // the limit was sent as max_completion_tokens (errors)
   std::string request_id;               // body request_id or X-Request-Id; may be empty
+  // Where the constraint came from: "response_format", "structured_outputs", or "" (none).
+  std::string constraint_param;
 };
 
 // Parses and checks the body's JSON types and the fields only this API has; the rest of the

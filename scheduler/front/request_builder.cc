@@ -349,6 +349,90 @@ StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model,
   return TextOrChatPrompt(model, request);
 }
 
+namespace {
+
+// sampling.constraint compiled (null when unset). Runs on the calling thread (a gRPC or HTTP
+// handler's), never the scheduler loop's: a request waits for its grammar, the steps do not.
+StatusOr<std::shared_ptr<const sched::CompiledConstraint>> CompileConstraint(
+    const v1::SamplingParameters& s, const ServedModel& model) {
+  if (!s.has_constraint()) return std::shared_ptr<const sched::CompiledConstraint>();
+  const v1::Constraint& c = s.constraint();
+  sched::ConstraintSpec spec;
+  std::string field = "sampling.constraint";
+  switch (c.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      spec.kind = sched::ConstraintSpec::Kind::kJsonSchema;
+      spec.text = c.json_schema();
+      field += ".json_schema";
+      break;
+    case v1::Constraint::kJsonObject:
+      if (!c.json_object()) {
+        return Invalid("sampling.constraint.json_object",
+                       "must be true when set (unset it for none)");
+      }
+      spec.kind = sched::ConstraintSpec::Kind::kJsonObject;
+      field += ".json_object";
+      break;
+    case v1::Constraint::kRegex:
+      spec.kind = sched::ConstraintSpec::Kind::kRegex;
+      spec.text = c.regex();
+      field += ".regex";
+      break;
+    case v1::Constraint::kGrammar:
+      spec.kind = sched::ConstraintSpec::Kind::kGrammar;
+      spec.text = c.grammar();
+      field += ".grammar";
+      break;
+    case v1::Constraint::kChoice:
+      spec.kind = sched::ConstraintSpec::Kind::kChoice;
+      spec.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      field += ".choice.choices";
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      return Invalid("sampling.constraint",
+                     "is set but names no kind (json_schema, json_object, regex, "
+                     "grammar or choice)");
+  }
+  if (spec.kind != sched::ConstraintSpec::Kind::kChoice &&
+      spec.kind != sched::ConstraintSpec::Kind::kJsonObject && spec.text.empty()) {
+    return InvalidArgumentError(field + " must not be empty");
+  }
+  if (s.min_tokens() > 0) {
+    return Invalid("sampling.min_tokens",
+                   "cannot be combined with a constraint (its end may come first)");
+  }
+  if (model.constraints == nullptr) {
+    return InvalidArgumentError(field + ": this server serves no constraints");
+  }
+  return model.constraints->Compile(spec, field);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<sched::ConstraintCompiler>> MakeConstraintCompiler(
+    const tok::Tokenizer& tokenizer, int32_t vocab_size, const std::vector<int32_t>& stop_ids,
+    int threads, int64_t cache_bytes) {
+  sched::ConstraintVocab vocab;
+  vocab.tokens.resize(static_cast<size_t>(vocab_size));
+  bool byte_tokens = false;
+  for (int32_t id = 0; id < vocab_size && id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsSpecial(id)) continue;  // "": never allowed (stop ids apart)
+    vocab.tokens[static_cast<size_t>(id)] = tokenizer.IdToToken(id);
+    byte_tokens = byte_tokens || tokenizer.IsByteFallbackToken(id);
+  }
+  const std::string& kind = tokenizer.kind();
+  if (kind.find("byte-level") != std::string::npos) {
+    vocab.encoding = sched::VocabEncoding::kByteLevel;
+  } else if (kind.rfind("SentencePiece", 0) == 0 || byte_tokens) {
+    vocab.encoding = sched::VocabEncoding::kByteFallback;
+    vocab.add_prefix_space = kind.rfind("SentencePiece", 0) == 0;
+  }
+  for (int32_t id : stop_ids) {
+    if (id >= 0 && id < vocab_size) vocab.stop_ids.push_back(id);
+  }
+  return sched::ConstraintCompiler::Create(vocab, threads, cache_bytes);
+}
+
 StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
                                     const RequestLimits& limits, uint64_t drawn_seed,
                                     std::optional<sched::Clock::time_point> deadline) {
@@ -396,6 +480,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
                                 " bytes, at most " + std::to_string(kMaxCacheSaltBytes));
   }
   sr.cache_salt = request.cache_salt();
+  ASTR_ASSIGN_OR_RETURN(sr.constraint, CompileConstraint(s, model));
   sr.arrival = sched::Clock::now();
   sr.deadline = deadline;
   return out;

@@ -16,6 +16,7 @@
 #include "common/base/status.h"
 #include "common/chat/chat_template.h"
 #include "common/text/tokenizer/tokenizer.h"
+#include "scheduler/constraint.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::front {
@@ -30,7 +31,17 @@ struct ServedModel {
   int32_t vocab_size = 0;              // rows of the output projection (worker Info)
   int32_t max_context_tokens = 0;      // prompt + generated tokens of one sequence (worker Info)
   std::vector<int32_t> eos_token_ids;  // the tokenizer's and the model file's, deduplicated
+  // Compiles structured-output constraints against this vocabulary (MakeConstraintCompiler);
+  // null: a constraint is INVALID_ARGUMENT ("this server serves no constraints").
+  std::shared_ptr<const sched::ConstraintCompiler> constraints;
 };
+
+// The constraint compiler of `tokenizer` over vocab_size logits rows (ids the tokenizer lacks are
+// never allowed), with `stop_ids` ending a constrained sample. `threads` compile one grammar's
+// token masks in parallel; `cache_bytes` bounds the compiled grammars kept (-1: unbounded).
+StatusOr<std::unique_ptr<sched::ConstraintCompiler>> MakeConstraintCompiler(
+    const tok::Tokenizer& tokenizer, int32_t vocab_size, const std::vector<int32_t>& stop_ids,
+    int threads, int64_t cache_bytes);
 
 // Per-request limits the operator sets (scheduler flags) or that bound memory per request.
 struct RequestLimits {

@@ -6,9 +6,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
-#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -64,6 +64,8 @@ struct Flags {
   int64_t max_calls_per_peer = 0;
   int64_t stream_stall_timeout_s = 30;
   int64_t front_threads = 4;
+  int64_t grammar_threads = 2;
+  int64_t grammar_cache_mb = 256;
   int64_t max_message_mb = 64;
   std::string admin_listen = "127.0.0.1:50053";
   std::string admin_token_file;
@@ -225,6 +227,12 @@ void Register(FlagSet* fs, Flags* f) {
   fs->Int("front-threads", &f->front_threads,
           "Threads that parse, validate and tokenize requests, render chat templates and turn "
           "tokens into response messages.");
+  fs->Int("grammar-threads", &f->grammar_threads,
+          "Threads that compile one structured-output constraint's token masks (JSON schema, "
+          "regex, grammar, choice; docs/structured.md). Compiling runs on the front thread of "
+          "the request, never the scheduler loop: the request waits, the steps do not.");
+  fs->Int("grammar-cache-mb", &f->grammar_cache_mb,
+          "Compiled constraints kept for reuse, in MiB (a repeated schema compiles once).");
   fs->Int("max-message-mb", &f->max_message_mb,
           "Largest request message accepted, in MiB (long token-id prompts).");
 }
@@ -237,6 +245,8 @@ Status Validate(const Flags& f) {
   };
   ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
   ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_threads, "grammar-threads"));
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_cache_mb, "grammar-cache-mb"));
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
   if (!(f.worker_refresh_s >= 0.1) || f.worker_refresh_s > 3600) {
     return InvalidArgumentError("--worker-refresh-s must be in [0.1, 3600]");
@@ -526,9 +536,9 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     options.server.threads = static_cast<int>(f.http_threads);
     options.server.max_body_bytes = static_cast<size_t>(f.http_max_body_mb) << 20;
     options.server.idle_timeout = std::chrono::seconds(f.http_idle_timeout_s);
-    options.server.write_timeout =
-        f.stream_stall_timeout_s > 0 ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
-                                     : std::chrono::milliseconds(24LL * 3600 * 1000);
+    options.server.write_timeout = f.stream_stall_timeout_s > 0
+                                       ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
+                                       : std::chrono::milliseconds(24LL * 3600 * 1000);
     options.served_model_name = f.served_model_name;
     options.api_keys = f.api_keys;
     options.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_s * 1000));
@@ -616,8 +626,8 @@ int Main(int argc, const char* const* argv) {
     return sched::ConnectWorker(address, timeout, step_timeout);
   };
   sched::WorkerMembership membership(*specs, membership_options);
-  auto workers = ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s),
-                                step_timeout);
+  auto workers =
+      ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s), step_timeout);
   if (!workers.ok()) {
     LOG(ERROR) << workers.status().ToString();
     return 1;
@@ -629,6 +639,14 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << model.status().ToString();
     return 1;
   }
+  auto constraints =
+      front::MakeConstraintCompiler(*model->tokenizer, model->vocab_size, model->eos_token_ids,
+                                    static_cast<int>(f.grammar_threads), f.grammar_cache_mb << 20);
+  if (!constraints.ok()) {
+    LOG(ERROR) << constraints.status().ToString();
+    return 1;
+  }
+  model->constraints = std::move(*constraints);
   auto scheduler = sched::Scheduler::Create(f.sched, std::move(*workers));
   if (!scheduler.ok()) {
     LOG(ERROR) << scheduler.status().ToString();

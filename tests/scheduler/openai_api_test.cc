@@ -166,8 +166,7 @@ TEST(OpenAiParse, TypeErrorsNameTheField) {
       {Endpoint::kChat, R"({"messages": [{"role": "wizard", "content": "x"}]})",
        "messages[0].role"},
       {Endpoint::kChat, R"({"messages": [{"role": "user"}]})", "messages[0].content"},
-      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": 3}]})",
-       "messages[0].content"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content"},
       {Endpoint::kChat,
        R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
        "messages[0].content[0].type"},
@@ -176,14 +175,104 @@ TEST(OpenAiParse, TypeErrorsNameTheField) {
       {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
        "tools"},
       {Endpoint::kChat,
-       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
+       "response_format.type"},
+      {Endpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})",
        "response_format"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})",
+       "response_format.json_schema.name"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": 3}}})",
+       "response_format.json_schema.schema"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "x", "structured_outputs": {"regex": "a", "choice": ["a"]}})",
+       "structured_outputs"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "structured_outputs": {}})",
+       "structured_outputs"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "structured_outputs": {"choice": ["a", 2]}})",
+       "structured_outputs.choice[1]"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "structured_outputs": {"regex": 5}})",
+       "structured_outputs.regex"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "x", "structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}})",
+       "structured_outputs"},
   };
   for (const Case& c : cases) {
     const ApiError e = MustFail(c.e, c.body);
     EXPECT_EQ(e.status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << ": " << e.message;
     EXPECT_NE(e.message.find(c.param), std::string::npos) << c.body << ": " << e.message;
+  }
+}
+
+TEST(OpenAiParse, ConstraintsFromResponseFormatAndStructuredOutputs) {
+  auto constraint = [](const std::string& body) {
+    return MustParse(Endpoint::kCompletions, body).prompts.at(0).sampling();
+  };
+  EXPECT_FALSE(constraint(R"({"prompt": "x"})").has_constraint());
+  EXPECT_FALSE(
+      constraint(R"({"prompt": "x", "response_format": {"type": "text"}})").has_constraint());
+  EXPECT_TRUE(constraint(R"({"prompt": "x", "response_format": {"type": "json_object"}})")
+                  .constraint()
+                  .json_object());
+  // The schema keeps the body's key order (property order is output order).
+  const v1::SamplingParameters s = constraint(
+      R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+          "strict": true, "schema": {"type": "object", "properties": {"z": {}, "a": {}}}}}})");
+  EXPECT_EQ(s.constraint().json_schema(), R"({"type":"object","properties":{"z":{},"a":{}}})");
+  EXPECT_EQ(constraint(R"({"prompt": "x", "structured_outputs": {"json": {"b": 1, "a": 2}}})")
+                .constraint()
+                .json_schema(),
+            R"({"b":1,"a":2})");
+  EXPECT_EQ(
+      constraint(R"({"prompt": "x", "structured_outputs": {"json": "{\"type\": \"string\"}"}})")
+          .constraint()
+          .json_schema(),
+      R"({"type": "string"})");
+  EXPECT_EQ(constraint(R"({"prompt": "x", "structured_outputs": {"regex": "[a-z]+"}})")
+                .constraint()
+                .regex(),
+            "[a-z]+");
+  EXPECT_EQ(constraint(R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= \"a\""}})")
+                .constraint()
+                .grammar(),
+            "root ::= \"a\"");
+  const v1::SamplingParameters c =
+      constraint(R"({"prompt": "x", "structured_outputs": {"choice": ["yes", "no"]}})");
+  ASSERT_EQ(c.constraint().choice().choices_size(), 2);
+  EXPECT_EQ(c.constraint().choice().choices(1), "no");
+}
+
+TEST(OpenAiErrors, ConstraintCompileErrorsNameTheFieldTheyCameFrom) {
+  ApiRequest fmt;
+  fmt.constraint_param = "response_format";
+  ApiRequest so;
+  so.constraint_param = "structured_outputs";
+  struct Case {
+    const ApiRequest* req;
+    std::string message, param, shown;
+  };
+  const Case cases[] = {
+      {&fmt, "sampling.constraint.json_schema: not valid JSON at byte 3",
+       "response_format.json_schema.schema",
+       "response_format.json_schema.schema: not valid JSON at byte 3"},
+      {&so, "sampling.constraint.json_schema: bad", "structured_outputs.json",
+       "structured_outputs.json: bad"},
+      {&so, "sampling.constraint.grammar: EBNF parser error at line 1, column 4",
+       "structured_outputs.grammar",
+       "structured_outputs.grammar: EBNF parser error at line 1, column 4"},
+      {&so, "sampling.constraint.choice.choices[1] must not be empty",
+       "structured_outputs.choice[1]", "structured_outputs.choice[1] must not be empty"},
+      {&fmt, "sampling.min_tokens cannot be combined with a constraint", "min_tokens",
+       "min_tokens cannot be combined with a constraint"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = ApiErrorFromStatus(InvalidArgumentError(c.message), *c.req);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, c.param) << c.message;
+    EXPECT_EQ(e.message, c.shown) << c.message;
   }
 }
 

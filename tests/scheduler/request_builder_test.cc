@@ -154,6 +154,46 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
   }
 }
 
+// sampling.constraint compiles on the calling thread; its errors name the field.
+TEST_F(RequestBuilderTest, ConstraintsCompileOrNameTheField) {
+  const std::string in = "token_ids { ids: [1, 403] } ";
+  ServedModel no_compiler = stories_;
+  auto r = BuildRequest(Parse(in + "sampling { constraint { regex: 'a+' } }"), no_compiler,
+                        TestLimits(), 7, std::nullopt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "sampling.constraint.regex: this server serves no constraints");
+
+  auto compiler = MakeConstraintCompiler(*stories_.tokenizer, kStoriesVocab, {2}, 1, -1);
+  ASSERT_TRUE(compiler.ok()) << compiler.status().ToString();
+  stories_.constraints = std::move(*compiler);
+  auto ok = Build(Parse(in + "sampling { constraint { choice { choices: ['a', 'b'] } } }"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_NE(ok->sched.constraint, nullptr);
+  EXPECT_EQ(Build(Parse(in)).value().sched.constraint, nullptr);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"sampling { constraint { grammar: 'root ::= ' } }",
+       "sampling.constraint.grammar: EBNF parser error at line 1"},
+      // The '1' where a ':' belongs is the 6th byte (1-based).
+      {"sampling { constraint { json_schema: '{\"a\" 1}' } }",
+       "sampling.constraint.json_schema: not valid JSON at byte 6"},
+      {"sampling { constraint { json_schema: '' } }",
+       "sampling.constraint.json_schema must not be empty"},
+      {"sampling { constraint { json_object: false } }",
+       "sampling.constraint.json_object must be true"},
+      {"sampling { constraint { } }", "sampling.constraint is set but names no kind"},
+      {"sampling { constraint { choice { } } }",
+       "sampling.constraint.choice.choices must list at least one choice"},
+      {"sampling { min_tokens: 2 constraint { regex: 'a' } }",
+       "sampling.min_tokens cannot be combined with a constraint"},
+  };
+  for (const auto& [text, want] : bad) {
+    auto b = Build(Parse(in + text));
+    ASSERT_FALSE(b.ok()) << text;
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(b.status().message().rfind(want, 0), 0u) << text << ": " << b.status().message();
+  }
+}
+
 TEST_F(RequestBuilderTest, PromptLongerThanContextNamesInputAndBothLengths) {
   v1::GenerateRequest r;
   for (int i = 0; i < 70; ++i) r.mutable_token_ids()->add_ids(300);

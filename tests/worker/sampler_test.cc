@@ -264,6 +264,46 @@ TEST(SamplerTest, TemperatureMatchesSoftmax) {
   }
 }
 
+// A constraint's mask (structured outputs): the draw follows softmax renormalized over the allowed
+// tokens, greedy is the best allowed token, and no logit bias brings a masked token back.
+TEST(SamplerTest, AllowedMaskRestrictsTheDraw) {
+  const int64_t vocab = 70;  // not a multiple of 32: the last word is partial
+  const std::vector<float> x = RandomLogits(vocab, 5);
+  const std::vector<int> keep = {0, 31, 32, 45, 69};
+  std::vector<uint32_t> mask((vocab + 31) / 32, 0);
+  for (int id : keep) mask[id / 32] |= 1u << (id % 32);
+
+  std::vector<float> row = x;
+  ApplyAllowedMask(row.data(), vocab, mask.data());
+  for (int64_t t = 0; t < vocab; ++t) {
+    const bool allowed = std::find(keep.begin(), keep.end(), t) != keep.end();
+    EXPECT_EQ(row[t], allowed ? x[t] : -kInf) << "token " << t;
+  }
+
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.logit_bias[1] = 100.0f;  // masked: stays out
+  SequenceSampler gs(greedy, 0, {});
+  SamplerScratch scratch;
+  row = x;
+  const int best =
+      *std::max_element(keep.begin(), keep.end(), [&](int a, int b) { return x[a] < x[b]; });
+  EXPECT_EQ(Sample(row.data(), vocab, gs, scratch, mask.data()).token, best);
+
+  SamplingParams p;
+  p.temperature = 1.3f;
+  p.seed = 9;
+  SequenceSampler state(p, 0, {});
+  std::vector<int> counts(vocab, 0);
+  for (int i = 0; i < kDraws; ++i) {
+    row = x;
+    const SampleResult r = Sample(row.data(), vocab, state, scratch, mask.data());
+    ++counts[r.token];
+    state.Append(r.token);
+  }
+  ExpectFrequencies(counts, Renormalized(Softmax(ToDouble(x), 1.3), keep), kDraws);
+}
+
 TEST(SamplerTest, TemperatureOnLargeVocabulary) {
   // A 32k row with a few heavy tokens: frequencies of the heavy ones and of "the rest".
   std::vector<float> x = RandomLogits(32000, 3, 1.0f);

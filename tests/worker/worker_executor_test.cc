@@ -221,6 +221,32 @@ TEST_F(WorkerExecutorTest, GreedyPlansReproduceLlamaCppGolden) {
   EXPECT_EQ(ex->counters().steps, 32 + 1);  // 32 sampling steps and the release
 }
 
+// A mask over the 512 ids allowing `ids`, as the scheduler sends it (little-endian words).
+std::string MaskAllowing(const std::vector<int32_t>& ids) {
+  std::string m(64, '\0');
+  for (int32_t t : ids) m[static_cast<size_t>(t / 8)] |= static_cast<char>(1 << (t % 8));
+  return m;
+}
+
+// StepEntry.allowed_tokens: the draw keeps to the mask; greedy takes the best allowed token (the
+// golden's own token while it is allowed, the only allowed one otherwise).
+TEST_F(WorkerExecutorTest, AllowedTokensBoundTheDraw) {
+  for (const std::vector<int32_t>& allowed :
+       {std::vector<int32_t>{7, kGolden[0]}, std::vector<int32_t>{7}, std::vector<int32_t>{511}}) {
+    auto ex = MakeExecutor();
+    TestSeq s(1, kPrompt, GreedyParams());
+    v1::StepPlan plan;
+    plan.set_step_id(step_id_++);
+    AddStart(&plan, &s);
+    AddEntry(&plan, &s, 1 << 20, &pool_);
+    plan.mutable_entries(0)->set_allowed_tokens(MaskAllowing(allowed));
+    v1::StepResult result;
+    ExpectOk(*ex, plan, &result);
+    ASSERT_EQ(result.samples_size(), 1);
+    EXPECT_EQ(result.samples(0).token_id(), allowed.size() == 2 ? kGolden[0] : allowed[0]);
+  }
+}
+
 TEST_F(WorkerExecutorTest, ChunkedPrefillGivesTheSameIds) {
   auto ex = MakeExecutor();
   TestSeq s(1, kPrompt, GreedyParams());
@@ -689,6 +715,19 @@ std::vector<BadPlan> BadPlans() {
          Decode1(p);
        },
        "entries: 5 entries exceed max_batch 4"},
+      {"mask of the wrong size",
+       [](P p) { Decode1(p)->set_allowed_tokens(std::string(60, '\xff')); },
+       "entries[0].allowed_tokens: has 60 bytes; a mask over 512 tokens has 64"},
+      {"mask allowing nothing", [](P p) { Decode1(p)->set_allowed_tokens(std::string(64, '\0')); },
+       "entries[0].allowed_tokens: allows no token"},
+      {"mask on an entry that does not sample",
+       [=](P p) {
+         start7(p);
+         p->mutable_entries(0)->set_num_tokens(3);
+         p->mutable_entries(0)->set_sample(false);
+         p->mutable_entries(0)->set_allowed_tokens(std::string(64, '\xff'));
+       },
+       "entries[0].allowed_tokens: is set on an entry that does not sample"},
       {"score_from at the prompt end", [=](P p) { start7(p)->set_score_from(5); },
        "start[0].score_from: 5 out of range [1, 5)"},
       {"negative score_from", [=](P p) { start7(p)->set_score_from(-1); }, "start[0].score_from"},

@@ -33,9 +33,17 @@ class BackendRunner final : public StepRunner {
                            std::to_string(batch.sample_rows.size()) + " logits rows");
     }
     samplers_.clear();
-    for (const SampleRequest& s : samples) samplers_.push_back(s.sampler);
-    return sampling_.Run(*backend_, batch, samplers_, scores, out.first(rows), &timings->forward_ns,
-                         &timings->sample_ns);
+    masks_.clear();
+    bool masked = false;
+    for (const SampleRequest& s : samples) {
+      samplers_.push_back(s.sampler);
+      masks_.push_back(s.allowed);
+      masked = masked || s.allowed != nullptr;
+    }
+    return sampling_.Run(
+        *backend_, batch, samplers_, scores, out.first(rows), &timings->forward_ns,
+        &timings->sample_ns,
+        masked ? std::span<const uint32_t* const>(masks_) : std::span<const uint32_t* const>());
   }
 
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override {
@@ -51,6 +59,7 @@ class BackendRunner final : public StepRunner {
   RunnerLimits limits_;
   StepSampling sampling_{*backend_};
   std::vector<const SequenceSampler*> samplers_;  // per sample row of the step
+  std::vector<const uint32_t*> masks_;            // per sample row: its constraint mask or null
 };
 
 }  // namespace

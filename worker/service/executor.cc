@@ -96,6 +96,21 @@ void WorkerExecutor::EmitPromptScores(std::span<const SampleResult> out, v1::Ste
   }
 }
 
+const uint32_t* WorkerExecutor::CopyMask(const std::string& bytes) {
+  if (bytes.empty()) return nullptr;
+  const size_t words = bytes.size() / 4;
+  if (mask_storage_.empty()) {  // once: room for every sample row, so pointers stay valid
+    mask_storage_.resize(static_cast<size_t>(limits_.max_sample_rows) * words);
+  }
+  uint32_t* dst = mask_storage_.data() + masks_used_ * words;
+  ++masks_used_;
+  for (size_t w = 0; w < words; ++w) {  // little-endian words, whatever the host
+    const auto* b = reinterpret_cast<const uint8_t*>(bytes.data()) + 4 * w;
+    dst[w] = uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+  }
+  return dst;
+}
+
 Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result) {
   const auto step_start = std::chrono::steady_clock::now();
   ASTR_RETURN_IF_ERROR(Validate(plan));
@@ -104,6 +119,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
   for (const v1::SequenceStart& start : plan.start()) Start(start);
 
   batch_.Clear();
+  masks_used_ = 0;
   samples_.clear();
   sample_seqs_.clear();
   score_rows_.clear();
@@ -121,7 +137,8 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
     if (entry.sample()) {
       samples_.push_back({.live_id = entry.live_id(),
                           .position = static_cast<int64_t>(seq->context.size()),
-                          .sampler = seq->sampler.get()});
+                          .sampler = seq->sampler.get(),
+                          .allowed = CopyMask(entry.allowed_tokens())});
       sample_seqs_.push_back(seq);
     }
   }

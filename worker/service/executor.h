@@ -108,6 +108,8 @@ class WorkerExecutor {
   // The step's scores (out[i] for scored_[i]) into `result`; drops scorers that are done.
   void EmitPromptScores(std::span<const SampleResult> out, v1::StepResult* result);
   void AddPage(Sequence* seq, int32_t page);
+  // A validated StepEntry.allowed_tokens as host words in mask_storage_ (null when empty).
+  const uint32_t* CopyMask(const std::string& bytes);
   void PublishCounters();
 
   std::unique_ptr<StepRunner> runner_;
@@ -131,6 +133,8 @@ class WorkerExecutor {
   std::vector<RowScore> scores_;
   std::vector<ScoredToken> scored_;  // per scores_ entry
   std::vector<SampleResult> sample_out_;
+  std::vector<uint32_t> mask_storage_;  // [max_sample_rows][mask words], sized at the first mask
+  size_t masks_used_ = 0;               // rows of mask_storage_ this step
 
   std::atomic<int64_t> live_counter_{0};
   std::atomic<int64_t> pages_counter_{0};

@@ -116,6 +116,25 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
                                 std::to_string(pages * limits_.page_size) +
                                 " tokens), too few for " + span());
   }
+  if (!entry.allowed_tokens().empty()) {
+    const std::string& mask = entry.allowed_tokens();
+    const int64_t vocab = vocab_size_;
+    const int64_t want = (vocab + 31) / 32 * 4;
+    if (!entry.sample()) return bad("allowed_tokens", "is set on an entry that does not sample");
+    if (static_cast<int64_t>(mask.size()) != want) {
+      return bad("allowed_tokens", "has " + std::to_string(mask.size()) + " bytes; a mask over " +
+                                       std::to_string(vocab) + " tokens has " +
+                                       std::to_string(want));
+    }
+    // Bits past the vocabulary do not count: a mask must allow a real token.
+    bool any = false;
+    for (int64_t t = 0; t < vocab && !any; t += 8) {
+      const auto byte = static_cast<uint8_t>(mask[static_cast<size_t>(t / 8)]);
+      const int64_t bits = std::min<int64_t>(8, vocab - t);
+      any = (byte & ((1u << bits) - 1)) != 0;
+    }
+    if (!any) return bad("allowed_tokens", "allows no token");
+  }
   // The sampled token is appended to the context, so it must come after the last known token.
   if (entry.sample() && end != seq.known_tokens) {
     return bad("sample", "the entry ends at position " + std::to_string(end) + " but " + name() +

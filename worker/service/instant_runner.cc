@@ -62,13 +62,24 @@ class InstantRunner final : public StepRunner {
   }
 
  private:
+  static bool Allowed(const SampleRequest& s, int32_t id) {
+    return s.allowed == nullptr || (s.allowed[id / 32] >> (id % 32) & 1u) != 0;
+  }
+
   int32_t Pick(const SampleRequest& s) const {
     const SamplingParams& p = s.sampler->params();
     const size_t n = ordinary_.size();
     const size_t first = Mix(s.live_id * 0x100000001B3ULL + static_cast<uint64_t>(s.position)) % n;
     for (size_t k = 0; k < n; ++k) {
       const int32_t id = ordinary_[(first + k) % n];
-      if (!Contains(p.eos_token_ids, id) && !Contains(p.stop_token_ids, id)) return id;
+      if (!Contains(p.eos_token_ids, id) && !Contains(p.stop_token_ids, id) && Allowed(s, id)) {
+        return id;
+      }
+    }
+    if (s.allowed != nullptr) {  // a constraint: its first allowed token (a stop id at its end)
+      for (int32_t id = 0; id < config_.vocab_size; ++id) {
+        if (Allowed(s, id)) return id;
+      }
     }
     return ordinary_[first];  // every ordinary id is a stop id of this sequence: nothing better
   }

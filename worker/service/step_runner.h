@@ -39,6 +39,8 @@ struct SampleRequest {
   uint64_t live_id = 0;
   int64_t position = 0;  // position the drawn token will take in its sequence
   const SequenceSampler* sampler = nullptr;
+  // The constraint's token mask of this draw (StepEntry.allowed_tokens, validated), or null.
+  const uint32_t* allowed = nullptr;
 };
 
 // Where the time of one Run went.

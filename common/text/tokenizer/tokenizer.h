@@ -108,6 +108,8 @@ class Tokenizer {
   // Ids that end a generation: generation_config.json's eos_token_id (one or a list), else the
   // tokenizer's EOS; GGUF: EOS plus EOT / EOM when present. May be empty.
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  // The model kind: "BPE", "BPE (byte-level)", "SentencePiece (GGUF llama)", ...
+  const std::string& kind() const { return kind_; }
   // Human-readable summary: model kind, vocabulary size, special ids.
   std::string Describe() const;
 
