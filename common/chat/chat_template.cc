@@ -182,6 +182,7 @@ StatusOr<ChatTemplate> ChatTemplate::FromSource(const ChatTemplateSource& source
                                          "\"");
     }
     t.candidates_.push_back({entry->first, std::move(*parsed)});
+    t.source_ += entry->second;
   }
   return t;
 }
@@ -194,6 +195,7 @@ StatusOr<ChatTemplate> ChatTemplate::FromString(std::string_view source,
   t.origin_ = std::move(origin);
   t.tokens_ = std::move(tokens);
   t.candidates_.push_back({"default", std::move(*parsed)});
+  t.source_ = std::string(source);
   return t;
 }
 

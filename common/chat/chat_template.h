@@ -74,6 +74,8 @@ class ChatTemplate {
   StatusOr<std::string> Render(const ChatInputs& inputs) const;
 
   const std::string& origin() const { return origin_; }
+  // The Jinja source of every candidate, joined (what it writes, e.g. its tool-call markers).
+  const std::string& source() const { return source_; }
   const tok::ChatSpecialTokens& tokens() const { return tokens_; }
 
  private:
@@ -87,6 +89,7 @@ class ChatTemplate {
   const Candidate* Select(const ChatInputs& inputs) const;
 
   std::string origin_;
+  std::string source_;
   tok::ChatSpecialTokens tokens_;
   std::vector<Candidate> candidates_;  // the asked-for template, or default / tool_use
   bool by_rule_ = false;  // candidates_ came from transformers' default / tool_use rule

@@ -103,6 +103,18 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       front_->service()->CountInvalid();
       return Fail(ModelNotFound(req_.model));
     }
+    // Tool calls are parsed from the output in the model's format (auto), or in the form the
+    // constraint of a required / named choice gives it.
+    using TC = oa::ApiRequest::ToolChoice;
+    req_.tool_format = req_.tool_choice == TC::kRequired ? ToolCallFormat::kForced
+                       : req_.tool_choice == TC::kNamed  ? ToolCallFormat::kNamed
+                       : req_.tool_choice == TC::kAuto   ? front_->tool_format()
+                                                         : ToolCallFormat::kNone;
+    if (req_.tool_format == ToolCallFormat::kMistral) {
+      // Its [TOOL_CALLS] marker is a special token: keep it in the text for the parser.
+      for (v1::GenerateRequest& g : req_.prompts)
+        g.mutable_sampling()->set_skip_special_tokens(false);
+    }
     std::vector<std::unique_ptr<GenerateService::Call>> calls;
     for (const v1::GenerateRequest& prompt : req_.prompts) {
       {
@@ -148,6 +160,12 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     statuses_.assign(calls_.size(), OkStatus());
     choices_.assign(calls_.size() * n, oa::ChoiceOutput());
     first_sent_.assign(calls_.size() * n, false);
+    if (req_.tool_format != ToolCallFormat::kNone) {
+      for (size_t c = 0; c < calls_.size() * n; ++c) {
+        tool_streams_.push_back(std::make_unique<ToolCallStream>(req_.tool_format, req_.tool_name));
+      }
+      tool_called_.assign(calls_.size() * n, false);
+    }
     sent_bytes_.assign(calls_.size() * n, 0);
     if (req_.stream) {
       front_->CountResponse(route_, 200);
@@ -231,8 +249,19 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
         oa::ChoiceOutput piece;
         piece.Append(delta);
         const bool first = !first_sent_[c];
+        std::optional<oa::ToolChunk> tools;
+        if (!tool_streams_.empty()) {
+          tools.emplace();
+          tool_streams_[c]->Push(piece.text, &tools->deltas);
+          if (piece.finished) tool_streams_[c]->Finish(&tools->deltas);
+          for (const ToolCallDelta& t : tools->deltas) {
+            if (t.kind == ToolCallDelta::Kind::kContent) tools->content += t.text;
+            if (t.kind == ToolCallDelta::Kind::kStart) tool_called_[c] = true;
+          }
+          tools->any_call = tool_called_[c];
+        }
         out += oa::StreamChunk(ctx_, static_cast<int32_t>(c), piece, &prompts_[p], first,
-                               sent_bytes_[c]);
+                               sent_bytes_[c], tools ? &*tools : nullptr);
         sent_bytes_[c] += piece.text.size() + (first && req_.echo ? prompts_[p].text.size() : 0);
         first_sent_[c] = true;
       }
@@ -355,6 +384,9 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   std::vector<Status> statuses_;
   std::vector<oa::ChoiceOutput> choices_;  // unary: accumulated; index p * n + j
   std::vector<bool> first_sent_;           // stream: per choice
+  // Stream with a tool-call format: per choice, its parser and whether it has made a call.
+  std::vector<std::unique_ptr<ToolCallStream>> tool_streams_;
+  std::vector<bool> tool_called_;
   std::vector<size_t> sent_bytes_;         // stream: per choice, text streamed (echo included)
   std::vector<oa::PromptInfo> prompts_;
   oa::UsageTotals usage_;
@@ -375,6 +407,12 @@ HttpFront::HttpFront(GenerateService* service, HttpFrontOptions options)
   max_model_len_ = info.max_context_tokens();
   started_unix_ = UnixNow();
   token_texts_ = std::make_unique<const oa::TokenTexts>(*service_->model().tokenizer);
+  // --tool-call-parser: a format, or auto: the one the chat template writes.
+  const auto& tmpl = service_->model().chat_template;
+  tool_format_ =
+      options_.tool_call_parser == "auto"
+          ? (tmpl ? DetectToolCallFormat(tmpl->source()) : ToolCallFormat::kNone)
+          : ParseToolCallFormat(options_.tool_call_parser).value_or(ToolCallFormat::kNone);
   if (options_.registry != nullptr) {
     requests_ = &options_.registry->AddCounter(
         "astr:http_requests_total",

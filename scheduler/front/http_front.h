@@ -28,6 +28,7 @@
 #include "common/metrics/registry.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/task_pool.h"
+#include "scheduler/front/tool_calls.h"
 
 namespace astr::front {
 
@@ -40,6 +41,9 @@ struct HttpFrontOptions {
   std::vector<std::string> api_keys;
   std::chrono::milliseconds ping_interval{10'000};
   int threads = 4;  // task pool: parsing, admission, response assembly
+  // Chat tool calls (docs/tools.md): "auto" (the chat template's format), "hermes",
+  // "llama3_json", "mistral" or "none" (validated by the caller).
+  std::string tool_call_parser = "auto";
   // Renders GET /metrics (Prometheus text format 0.0.4); null: 404.
   std::function<std::string()> metrics;
   // Where the front adds astr:http_requests_total{route,code} and astr:http_open_streams; null:
@@ -73,6 +77,8 @@ class HttpFront {
   GenerateService* service() const { return service_; }
   TaskPool* pool() { return pool_.get(); }
   const std::string& model_name() const { return model_name_; }
+  // The format tool calls of tool_choice auto are parsed in (HttpFrontOptions::tool_call_parser).
+  ToolCallFormat tool_format() const { return tool_format_; }
   const openai::TokenTexts& token_texts() const { return *token_texts_; }
   void Register(const std::shared_ptr<HttpGeneration>& g);
   void Unregister(const HttpGeneration* g);
@@ -87,6 +93,7 @@ class HttpFront {
   GenerateService* const service_;
   HttpFrontOptions options_;
   std::string model_name_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   int64_t max_model_len_ = 0;
   int64_t started_unix_ = 0;
   std::unique_ptr<const openai::TokenTexts> token_texts_;

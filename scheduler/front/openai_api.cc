@@ -1,5 +1,6 @@
 #include "scheduler/front/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -426,7 +427,7 @@ bool ReadContent(Reader& r, const json& content, const std::string& path, std::s
   return true;
 }
 
-void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g) {
+void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g, ApiRequest* out) {
   const json* messages = r.Get("messages");
   if (messages == nullptr) {
     r.Fail("messages", "messages: missing");
@@ -498,20 +499,66 @@ void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g) {
     }
   }
   std::string choice = "auto";
+  std::string named;
   if (const json* tool_choice = r.Get("tool_choice")) {
     if (tool_choice->is_string()) {
       choice = tool_choice->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required") {
+        r.Fail("tool_choice",
+               "tool_choice: must be 'none', 'auto', 'required' or "
+               "{\"type\": \"function\", \"function\": {\"name\": ...}}, got '" +
+                   choice + "'");
+      }
     } else if (!tool_choice->is_object()) {
       r.WrongType("tool_choice", "a string or an object", *tool_choice);
+    } else {
+      auto fn = tool_choice->find("function");
+      auto name = fn != tool_choice->end() && fn->is_object() ? fn->find("name") : fn;
+      if (fn == tool_choice->end() || !fn->is_object() || name == fn->end() || !name->is_string()) {
+        r.Fail("tool_choice.function.name", "tool_choice.function.name: must be a string");
+      } else {
+        choice = "named";
+        named = name->get<std::string>();
+      }
     }
   }
+  std::vector<std::string> names;
   if (const json* tools = r.Get("tools")) {
     if (!tools->is_array()) {
       r.WrongType("tools", "an array of tools", *tools);
-    } else if (choice != "none") {  // "none": the template sees no tools
-      chat->set_tools_json(Dump(*tools));
+    } else {
+      for (size_t k = 0; k < tools->size() && r.ok(); ++k) {
+        const json& t = (*tools)[k];
+        const std::string path = "tools[" + std::to_string(k) + "]";
+        auto fn = t.is_object() ? t.find("function") : t.end();
+        auto name = t.is_object() && fn != t.end() && fn->is_object() ? fn->find("name") : t.end();
+        if (!t.is_object() || fn == t.end() || !fn->is_object() || name == fn->end() ||
+            !name->is_string() || name->get<std::string>().empty()) {
+          r.Fail(path + ".function.name", path + ".function.name: must be a non-empty string");
+          break;
+        }
+        names.push_back(name->get<std::string>());
+      }
+      if (choice != "none") chat->set_tools_json(Dump(*tools));  // "none": the template sees none
     }
   }
+  if (!r.ok()) return;
+  out->has_tools = !names.empty();
+  if ((choice == "required" || choice == "named") && names.empty()) {
+    r.Fail("tool_choice", "tool_choice: '" + choice + "' needs tools");
+    return;
+  }
+  if (choice == "named" && std::find(names.begin(), names.end(), named) == names.end()) {
+    r.Fail("tool_choice.function.name",
+           "tool_choice.function.name: '" + named + "' is not one of the tools");
+    return;
+  }
+  using TC = ApiRequest::ToolChoice;
+  out->tool_choice = names.empty() || choice == "none" ? TC::kNone
+                     : choice == "required"            ? TC::kRequired
+                     : choice == "named"               ? TC::kNamed
+                                                       : TC::kAuto;
+  out->tool_name = named;
   bool b = false;
   if (r.Bool("add_generation_prompt", &b)) chat->set_add_generation_prompt(b);
   if (r.Bool("continue_final_message", &b)) chat->set_continue_final_message(b);
@@ -590,6 +637,7 @@ std::string OpenAiParam(const std::string& path, const ApiRequest& request) {
   if (starts("sampling.constraint")) {
     // Compile errors: under the field the constraint came from.
     std::string rest = path.substr(std::string_view("sampling.constraint").size());
+    if (request.constraint_param == "tool_choice") return "tools";
     if (request.constraint_param == "structured_outputs") {
       if (rest.rfind(".json_schema", 0) == 0) return "structured_outputs.json";
       if (rest.rfind(".choice.choices", 0) == 0) {
@@ -688,6 +736,50 @@ void KeepSchemaKeyOrder(const std::string& body, v1::GenerateRequest* g) {
 
 }  // namespace
 
+namespace {
+
+// tool_choice "required" or a named function: the constraint that makes the output the calls
+// (a JSON array of {"name", "arguments"} / the named function's arguments), from the tools'
+// parameter schemas in the body's key order.
+void ForceToolCalls(Reader& r, const std::string& body, v1::GenerateRequest* g, ApiRequest* req) {
+  using TC = ApiRequest::ToolChoice;
+  if (req->tool_choice != TC::kRequired && req->tool_choice != TC::kNamed) return;
+  if (g->sampling().has_constraint()) {
+    r.Fail("tool_choice", "tool_choice: a required or named tool call cannot be combined with " +
+                              req->constraint_param);
+    return;
+  }
+  using ojson = nlohmann::ordered_json;
+  const ojson j = ojson::parse(body);  // parsed as json before: cannot throw
+  auto params = [](const ojson& tool) {
+    const ojson& fn = tool.at("function");
+    auto p = fn.find("parameters");
+    return p != fn.end() && p->is_object() ? *p : ojson{{"type", "object"}};
+  };
+  ojson schema;
+  if (req->tool_choice == TC::kNamed) {
+    for (const ojson& t : j.at("tools")) {
+      if (t.at("function").at("name") == req->tool_name) schema = params(t);
+    }
+  } else {
+    ojson any = ojson::array();
+    for (const ojson& t : j.at("tools")) {
+      any.push_back(
+          {{"type", "object"},
+           {"properties",
+            {{"name", {{"const", t.at("function").at("name")}}}, {"arguments", params(t)}}},
+           {"required", {"name", "arguments"}},
+           {"additionalProperties", false}});
+    }
+    schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}};
+  }
+  g->mutable_sampling()->mutable_constraint()->set_json_schema(
+      schema.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  req->constraint_param = "tool_choice";
+}
+
+}  // namespace
+
 ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
                          const std::string& request_id_header) {
   ParseResult result;
@@ -729,7 +821,8 @@ ParseResult ParseRequest(Endpoint endpoint, const std::string& body,
   if (r.Bool("add_special_tokens", &add_special)) base.set_add_special_tokens(add_special);
   if (req.echo && req.logprobs >= 0) base.set_logprob_start(1);  // the prompt's logprobs too
   if (endpoint == Endpoint::kChat) {
-    ReadChat(r, j, &base);
+    ReadChat(r, j, &base, &req);
+    if (r.ok()) ForceToolCalls(r, body, &base, &req);
     req.prompts.push_back(std::move(base));
   } else {
     ReadPrompts(r, base, &req.prompts);
@@ -761,7 +854,8 @@ TokenizeParse ParseTokenize(const std::string& body) {
   const bool has_special = r.Bool("add_special_tokens", &b);
   if (r.Get("messages") != nullptr) {
     v1::GenerateRequest g;
-    ReadChat(r, *j, &g);
+    ApiRequest unused;
+    ReadChat(r, *j, &g, &unused);
     *t.mutable_chat() = g.chat();
   } else {
     std::string prompt;
@@ -1053,6 +1147,17 @@ json Envelope(const ResponseContext& ctx, bool chunk) {
 
 }  // namespace
 
+// "call_<response id>_<choice>_<call>": unique per call of the response, the same streamed or not.
+std::string ToolCallId(const ResponseContext& ctx, int32_t choice, size_t call) {
+  return "call_" + ctx.id + "_" + std::to_string(choice) + "_" + std::to_string(call);
+}
+
+// The sample ended by itself (EOS, a stop id or string), not by length or abort.
+bool EndedNormally(const ChoiceOutput& c) {
+  return c.finished &&
+         (c.finish_reason == v1::FINISH_REASON_STOP || c.finish_reason == v1::FINISH_REASON_EOS);
+}
+
 std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOutput>& choices,
                           const std::vector<PromptInfo>& prompts, int32_t n,
                           const UsageTotals& usage) {
@@ -1064,7 +1169,28 @@ std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOu
     const ChoiceOutput& c = choices[i];
     const PromptInfo& p = prompts[i / n];
     json choice = {{"index", i}, {"finish_reason", FinishOf(c)}, {"stop_reason", StopReasonOf(c)}};
-    if (chat) {
+    if (chat && req.tool_format != ToolCallFormat::kNone) {
+      const ParsedToolCalls parsed = ParseToolCalls(req.tool_format, c.text, req.tool_name);
+      json message = {
+          {"role", "assistant"},
+          {"content",
+           parsed.calls.empty() || !parsed.content.empty() ? json(parsed.content) : json(nullptr)},
+          {"refusal", nullptr}};
+      if (!parsed.calls.empty()) {
+        json calls = json::array();
+        for (size_t k = 0; k < parsed.calls.size(); ++k) {
+          calls.push_back(
+              {{"id", ToolCallId(ctx, static_cast<int32_t>(i), k)},
+               {"type", "function"},
+               {"function",
+                {{"name", parsed.calls[k].name}, {"arguments", parsed.calls[k].arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+        if (EndedNormally(c)) choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+      choice["logprobs"] = req.logprobs >= 0 ? ChatLogprobs(ctx, c) : json(nullptr);
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
       choice["logprobs"] = req.logprobs >= 0 ? ChatLogprobs(ctx, c) : json(nullptr);
     } else {
@@ -1094,7 +1220,8 @@ std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOu
 }
 
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& delta,
-                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes) {
+                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes,
+                        const ToolChunk* tools) {
   const ApiRequest& req = *ctx.request;
   const bool chat = req.endpoint == Endpoint::kChat;
   json out = Envelope(ctx, true);
@@ -1103,7 +1230,25 @@ std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceO
   if (chat) {
     json d = json::object();
     if (first) d["role"] = "assistant";
-    if (!delta.text.empty() || first) d["content"] = delta.text;
+    const std::string& content = tools != nullptr ? tools->content : delta.text;
+    if (!content.empty() || first) d["content"] = content;
+    if (tools != nullptr && !tools->deltas.empty()) {
+      json calls = json::array();
+      for (const ToolCallDelta& t : tools->deltas) {
+        if (t.kind == ToolCallDelta::Kind::kStart) {
+          calls.push_back({{"index", t.index},
+                           {"id", ToolCallId(ctx, index, static_cast<size_t>(t.index))},
+                           {"type", "function"},
+                           {"function", {{"name", t.text}, {"arguments", ""}}}});
+        } else if (t.kind == ToolCallDelta::Kind::kArguments) {
+          calls.push_back({{"index", t.index}, {"function", {{"arguments", t.text}}}});
+        }
+      }
+      if (!calls.empty()) d["tool_calls"] = std::move(calls);
+    }
+    if (tools != nullptr && tools->any_call && EndedNormally(delta)) {
+      choice["finish_reason"] = "tool_calls";
+    }
     choice["delta"] = std::move(d);
     choice["logprobs"] =
         req.logprobs >= 0 && !delta.token_ids.empty() ? ChatLogprobs(ctx, delta) : json(nullptr);

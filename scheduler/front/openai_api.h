@@ -15,6 +15,7 @@
 #include "common/base/status.h"
 #include "common/text/tokenizer/tokenizer.h"
 #include "scheduler/front/output_processor.h"
+#include "scheduler/front/tool_calls.h"
 
 namespace astr::front::openai {
 
@@ -49,6 +50,15 @@ struct ApiRequest {
   std::string request_id;               // body request_id or X-Request-Id; may be empty
   // Where the constraint came from: "response_format", "structured_outputs", or "" (none).
   std::string constraint_param;
+  // Chat tools (docs/tools.md): `tools` given, `tool_choice` (auto unless told; none when there
+  // are no tools), the function a named choice names, and the format tool calls are parsed in
+  // from the output (set by the front: the model's for auto, kForced / kNamed for required / a
+  // named function, whose constraint ParseRequest sets).
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  bool has_tools = false;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 // Parses and checks the body's JSON types and the fields only this API has; the rest of the
@@ -150,9 +160,18 @@ std::string UnaryResponse(const ResponseContext& ctx, const std::vector<ChoiceOu
 // One stream event ("data: {...}\n\n") for new output of choice `index`. `first`: the choice's
 // first event (chat: the assistant role; completions with echo: the prompt's text first).
 // `sent_bytes`: text of this choice already streamed (the echoed prompt included), where the
-// delta's text starts (completions' text_offset).
+// delta's text starts (completions' text_offset). `tools` (chat with a tool-call format): the
+// delta's text as ToolCallStream split it: its content and tool_calls deltas (OpenAI's shape:
+// index, id, type and name first, then argument fragments); finish_reason "tool_calls" once the
+// choice made a call.
+struct ToolChunk {
+  std::string content;
+  std::vector<ToolCallDelta> deltas;
+  bool any_call = false;  // this choice has made a call (in this chunk or before)
+};
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& delta,
-                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes = 0);
+                        const PromptInfo* echo_prompt, bool first, size_t sent_bytes = 0,
+                        const ToolChunk* tools = nullptr);
 // The final usage event (stream_options.include_usage): choices [] and usage.
 std::string UsageChunk(const ResponseContext& ctx, const UsageTotals& usage);
 // A mid-stream failure: "data: {"error": ...}\n\n".

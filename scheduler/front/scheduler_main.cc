@@ -72,6 +72,7 @@ struct Flags {
   std::string admin_token;  // read from admin_token_file before any worker is dialed
   std::string http_listen;
   std::string served_model_name;
+  std::string tool_call_parser = "auto";
   std::string api_key_file;
   std::vector<std::string> api_keys;  // read from api_key_file before any worker is dialed
   int64_t http_threads = 2;
@@ -134,6 +135,11 @@ void Register(FlagSet* fs, Flags* f) {
   fs->String("served-model-name", &f->served_model_name,
              "The model name the HTTP API lists in /v1/models and requests must name in "
              "`model` (others get 404). Default: the served model's name.");
+  fs->String("tool-call-parser", &f->tool_call_parser,
+             "How chat responses find tool calls in the output when tool_choice is auto "
+             "(docs/tools.md): auto (the format the chat template writes: hermes for "
+             "<tool_call>, mistral for [TOOL_CALLS], llama3_json for Llama 3.x; none when it "
+             "shows none), hermes, llama3_json, mistral or none.");
   fs->String("api-key-file", &f->api_key_file,
              "File of API keys, one per line: HTTP requests to /v1/*, /tokenize and /detokenize "
              "must send `Authorization: Bearer KEY` with one of them (401 otherwise). Default: "
@@ -246,6 +252,12 @@ Status Validate(const Flags& f) {
   ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
   ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
   ASTR_RETURN_IF_ERROR(positive(f.grammar_threads, "grammar-threads"));
+  if (f.tool_call_parser != "auto" && !front::ParseToolCallFormat(f.tool_call_parser)) {
+    return InvalidArgumentError(
+        "--tool-call-parser must be auto, hermes, llama3_json, mistral or "
+        "none, got '" +
+        f.tool_call_parser + "'");
+  }
   ASTR_RETURN_IF_ERROR(positive(f.grammar_cache_mb, "grammar-cache-mb"));
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
   if (!(f.worker_refresh_s >= 0.1) || f.worker_refresh_s > 3600) {
@@ -540,6 +552,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
                                        ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
                                        : std::chrono::milliseconds(24LL * 3600 * 1000);
     options.served_model_name = f.served_model_name;
+    options.tool_call_parser = f.tool_call_parser;
     options.api_keys = f.api_keys;
     options.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_s * 1000));
     options.threads = static_cast<int>(f.front_threads);
@@ -651,6 +664,18 @@ int Main(int argc, const char* const* argv) {
   if (!scheduler.ok()) {
     LOG(ERROR) << scheduler.status().ToString();
     return 1;
+  }
+  {
+    std::shared_ptr<const sched::ConstraintCompiler> c = model->constraints;
+    metrics::Registry& r = (*scheduler)->metrics();
+    r.AddCallbackCounter("astr:constraint_compiles_total",
+                         "Structured-output constraints compiled (cache hits included).", {})
+        .Add({}, [c] { return static_cast<double>(c->compiles()); });
+    r.AddCallbackCounter("astr:constraint_compile_seconds_total",
+                         "Time spent compiling structured-output constraints, on the front "
+                         "threads (a cache hit takes microseconds).",
+                         {})
+        .Add({}, [c] { return static_cast<double>(c->compile_ns()) * 1e-9; });
   }
   return Serve(f, std::move(*scheduler), std::move(*model), &membership);
 }

@@ -120,8 +120,42 @@ TEST(OpenAiParse, ChatMessagesToolsAndTemplateFields) {
   EXPECT_EQ(r.logprobs, 2);
   // tool_choice "none": the template gets no tools.
   const ApiRequest none = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
-    "content": "x"}], "tools": [{"type": "function"}], "tool_choice": "none"})");
+    "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": "none"})");
   EXPECT_TRUE(none.prompts[0].chat().tools_json().empty());
+  EXPECT_EQ(none.tool_choice, ApiRequest::ToolChoice::kNone);
+  EXPECT_EQ(r.tool_choice, ApiRequest::ToolChoice::kAuto);  // tools given, no tool_choice
+  EXPECT_FALSE(r.prompts[0].sampling().has_constraint());
+}
+
+// tool_choice required / named: the constraint that makes the output the calls, from the tools'
+// schemas in the body's key order.
+TEST(OpenAiParse, RequiredAndNamedToolChoiceBecomeConstraints) {
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}},
+      {"type": "function", "function": {"name": "g"}}])";
+  const ApiRequest req = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
+    "content": "x"}], "tool_choice": "required", )" + tools +
+                                                        "}");
+  EXPECT_EQ(req.tool_choice, ApiRequest::ToolChoice::kRequired);
+  EXPECT_EQ(req.prompts[0].sampling().constraint().json_schema(),
+            R"({"type":"array","minItems":1,"items":{"anyOf":[)"
+            R"({"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object",)"
+            R"("properties":{"z":{"type":"integer"},"a":{"type":"string"}}}},)"
+            R"("required":["name","arguments"],"additionalProperties":false},)"
+            R"({"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object"}},)"
+            R"("required":["name","arguments"],"additionalProperties":false}]}})");
+  const ApiRequest named = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
+    "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}}, )" +
+                                                          tools + "}");
+  EXPECT_EQ(named.tool_choice, ApiRequest::ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_name, "f");
+  EXPECT_EQ(named.prompts[0].sampling().constraint().json_schema(),
+            R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})");
+  EXPECT_EQ(
+      ApiErrorFromStatus(InvalidArgumentError("sampling.constraint.json_schema: bad"), named).param,
+      "tools");
 }
 
 TEST(OpenAiParse, StreamOptions) {
