@@ -132,6 +132,14 @@ void WorkerQueues::ResetStream() {
   release.clear();
 }
 
+void FillConstraintMask(ConstraintMatcher& matcher, std::vector<uint32_t>* words,
+                        std::string* bytes) {
+  words->resize(static_cast<size_t>(ConstraintMaskWords(matcher.vocab_size())));
+  matcher.FillMask(*words);
+  static_assert(std::endian::native == std::endian::little, "masks travel as little-endian");
+  bytes->assign(reinterpret_cast<const char*>(words->data()), words->size() * sizeof(uint32_t));
+}
+
 void PlanOutcome::Clear() {
   step_id = 0;
   sampling.clear();
@@ -146,6 +154,9 @@ void PlanOutcome::Clear() {
   cache_hit_tokens = 0;
   cache_deferred = 0;
   token_budget = 0;
+  late_masks.clear();
+  late_mask_live_ids.clear();
+  late_masks_sent = false;
 }
 
 void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now,
@@ -180,10 +191,8 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
   logits_rows_ = 0;
   const int32_t context = limits_.max_context_tokens;
   // A decode row is due unless the sequence's last token is already in flight (overlap).
-  // A constrained sequence also waits for its last token: its mask follows from it.
   auto wants_decode = [context](const Sequence* seq) {
-    return !seq->prefilling() && seq->CanSample(context) &&
-           (seq->matcher == nullptr || seq->in_flight == 0);
+    return !seq->prefilling() && seq->CanSample(context);
   };
   // Decode rows not granted yet: prefill chunks only take budget those rows leave.
   int64_t decode_left = 0;
@@ -294,10 +303,14 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   const bool sample = seq->num_computed >= seq->num_start_tokens;
   entry->set_sample(sample);
   if (sample && seq->matcher != nullptr) {
-    mask_.resize(static_cast<size_t>(ConstraintMaskWords(seq->matcher->vocab_size())));
-    seq->matcher->FillMask(mask_);
-    static_assert(std::endian::native == std::endian::little, "masks travel as little-endian");
-    entry->set_allowed_tokens(mask_.data(), mask_.size() * sizeof(uint32_t));
+    if (seq->in_flight > 0) {
+      // Its mask follows from the token in flight: sent once that result is applied.
+      entry->set_mask_follows(true);
+      out->late_masks.push_back(seq);
+      out->late_mask_live_ids.push_back(seq->live_id);
+    } else {
+      FillConstraintMask(*seq->matcher, &mask_, entry->mutable_allowed_tokens());
+    }
   }
   if (sample) {
     out->sampling.push_back(seq);

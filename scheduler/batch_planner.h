@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
@@ -107,8 +108,17 @@ struct PlanOutcome {
   int64_t cache_hit_tokens = 0;
   int32_t cache_deferred = 0;  // sequences that wait a step for a pending page
   int64_t token_budget = 0;    // the step's token budget (StepCostModel; else max_tokens)
+  // Constrained entries planned while their last token was in flight (StepEntry.mask_follows):
+  // their masks go out once the result before this plan is applied (late_masks_sent).
+  std::vector<Sequence*> late_masks;
+  std::vector<uint64_t> late_mask_live_ids;
+  bool late_masks_sent = false;
   void Clear();
 };
+
+// The mask of `matcher`'s next token as StepEntry.allowed_tokens bytes (`words`: scratch).
+void FillConstraintMask(ConstraintMatcher& matcher, std::vector<uint32_t>* words,
+                        std::string* bytes);
 
 class BatchPlanner {
  public:

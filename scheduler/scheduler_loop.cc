@@ -218,8 +218,7 @@ bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   for (auto& slot : workers_) {
     WorkerSlot* w = slot.get();
     if (w->health != WorkerSlot::Health::kUp) continue;
-    const bool sent = !hold && w->in_flight() < max_in_flight_ &&
-                      (w->in_flight() == 0 || !ConstrainedInFlight(*w)) && SendPlan(w, now);
+    const bool sent = !hold && w->in_flight() < max_in_flight_ && SendPlan(w, now);
     any |= sent;
     if (w->health == WorkerSlot::Health::kUp && w->in_flight() > 0 &&
         (w->in_flight() == max_in_flight_ || !sent)) {
@@ -236,11 +235,28 @@ bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   return any;
 }
 
-bool SchedulerLoop::ConstrainedInFlight(const WorkerSlot& w) {
-  for (const Sequence* seq : w.queues.running) {
-    if (seq->matcher != nullptr && seq->in_flight > 0) return true;
+// The plan still in flight after a result was applied: its constrained entries whose masks
+// follow (PlanOutcome::late_masks) get them now, from matchers that have accepted the tokens of
+// that result. A sample that ended or moved meanwhile gets no mask (every token): its token is
+// dropped when it comes.
+Status SchedulerLoop::SendLateMasks(WorkerSlot* w) {
+  if (w->in_flight() == 0) return OkStatus();
+  PlanOutcome& out = w->outcomes[w->results_received % 2];
+  if (out.late_masks.empty() || out.late_masks_sent) return OkStatus();
+  out.late_masks_sent = true;
+  v1::StepPlan& m = w->masks_message;
+  m.Clear();
+  m.set_masks_for_step(out.step_id);
+  for (size_t i = 0; i < out.late_masks.size(); ++i) {
+    Sequence* seq = out.late_masks[i];
+    v1::StepEntry* e = m.add_entries();
+    e->set_live_id(out.late_mask_live_ids[i]);
+    if (seq->live_id == out.late_mask_live_ids[i] && seq->state == Sequence::State::kRunning &&
+        seq->matcher != nullptr && !seq->matcher->Terminated()) {
+      FillConstraintMask(*seq->matcher, &mask_words_, e->mutable_allowed_tokens());
+    }
   }
-  return false;
+  return w->conn->Send(m);
 }
 
 // Plans the worker's next step and sends it; false when there was nothing to send or the stream
@@ -272,6 +288,10 @@ void SchedulerLoop::ReceiveResult(WorkerSlot* w, Clock::time_point started) {
     return;
   }
   ++w->results_received;
+  if (Status m = SendLateMasks(w); !m.ok()) {
+    OnWorkerBroken(w, m, done);
+    return;
+  }
   w->cost.Observe(out.num_tokens, w->result.step_ns());
   stat_steps_.fetch_add(1, std::memory_order_relaxed);
   RecordStepTime(w, Nanos(Clock::now() - started));

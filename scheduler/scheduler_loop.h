@@ -53,6 +53,7 @@ struct WorkerSlot {
   BatchPlanner planner;
   v1::StepPlan plan;      // reused every step
   v1::StepResult result;  // reused every step
+  v1::StepPlan masks_message;  // SendLateMasks'; reused
   // Outcomes of the plans sent and not answered yet: plan k uses outcomes[k % 2] (at most two in
   // flight: with overlap, plan N+1 goes out before result N is read).
   std::array<PlanOutcome, 2> outcomes;
@@ -221,10 +222,8 @@ class SchedulerLoop {
   void ApplyResume(AdminOp* op, Clock::time_point now);
   // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.
   bool HoldSteps() const;
-  // A constrained sequence of the worker has a token in flight: its next plan waits for that
-  // result (the mask of its next draw follows from the token), so it is not skipped every other
-  // step under overlap.
-  static bool ConstrainedInFlight(const WorkerSlot& w);
+  // After a result: the masks that follow the plan still in flight (StepEntry.mask_follows).
+  Status SendLateMasks(WorkerSlot* w);
   // Runs a pending commit once no plan is in flight; answers finished drains.
   void AdvanceAdmin(Clock::time_point now);
   // Requests that started and are not closed, in arrival order.
@@ -297,6 +296,7 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_cache_queries_{0};  // prefix cache: tokens looked up, all workers
   std::atomic<int64_t> stat_cache_hits_{0};     // and found
   std::atomic<bool> stop_reconnecting_{false};
+  std::vector<uint32_t> mask_words_;  // SendLateMasks' scratch
   // Thread-safe; callback families in it read the stat_ atomics. metrics_ (set in the
   // constructor) holds the children the loop thread updates.
   metrics::Registry registry_;

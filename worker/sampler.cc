@@ -411,12 +411,20 @@ int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, dou
 
 void ApplyAllowedMask(float* logits, int64_t vocab, const uint32_t* allowed) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // A constraint allows few tokens (most words are 0) or nearly all (most are ~0): both have a
+  // path without a test per token.
   for (int64_t w = 0; w * 32 < vocab; ++w) {
     const uint32_t bits = allowed[w];
     if (bits == 0xFFFFFFFFu) continue;
+    float* row = logits + w * 32;
     const int64_t end = std::min<int64_t>(32, vocab - w * 32);
-    for (int64_t b = 0; b < end; ++b) {
-      if ((bits >> b & 1u) == 0) logits[w * 32 + b] = kNegInf;
+    if (bits == 0) {
+      std::fill(row, row + end, kNegInf);
+      continue;
+    }
+    for (uint32_t off = ~bits; off != 0; off &= off - 1) {  // each disallowed token
+      const int b = __builtin_ctz(off);
+      if (b < end) row[b] = kNegInf;
     }
   }
 }

@@ -16,7 +16,8 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
                          std::span<const SequenceSampler* const> samplers,
                          std::span<const RowScore> scores, std::span<SampleResult> results,
                          int64_t* forward_ns, int64_t* sample_ns,
-                         std::span<const uint32_t* const> masks) {
+                         std::span<const uint32_t* const> masks,
+                         const std::function<Status()>& before_draws) {
   const size_t rows = samplers.size() + scores.size();
   if (rows != batch.sample_rows.size() || results.size() < rows) {
     return InternalError("step sampling: " + std::to_string(samplers.size()) + " samplers and " +
@@ -27,10 +28,9 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
     return InternalError("step sampling: " + std::to_string(masks.size()) + " masks for " +
                          std::to_string(samplers.size()) + " samplers");
   }
-  bool masked = false;
-  for (const uint32_t* m : masks) masked = masked || m != nullptr;
+  const bool masked = !masks.empty();
   const auto start = std::chrono::steady_clock::now();
-  if (backend.samples_on_device() && scores.empty() && !masked) {
+  if (backend.samples_on_device() && scores.empty() && !masked && !before_draws) {
     ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results));
     if (forward_ns != nullptr) *forward_ns = NanosSince(start);
     if (sample_ns != nullptr) *sample_ns = 0;
@@ -43,6 +43,7 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
   if (logits_.size() < need) logits_.resize(need);
   ASTR_RETURN_IF_ERROR(backend.Forward(batch, logits_.data()));
   if (forward_ns != nullptr) *forward_ns = NanosSince(start);
+  if (before_draws) ASTR_RETURN_IF_ERROR(before_draws());
   const auto sample_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < samplers.size(); ++i) {
     results[i] = Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i],

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -38,12 +39,15 @@ class StepSampling {
   // order, so several rows of one scorer follow its context. The times of the forward pass and
   // the draws go to *forward_ns / *sample_ns when non-null (device sampling counts as forward
   // time: it runs in the same device stream). masks[i], when `masks` is not empty, is row i's
-  // constraint mask (Sample's `allowed`) or null; a step with any mask draws on the host, as one
-  // that scores rows does.
+  // constraint mask (Sample's `allowed`) or null; a step with masks draws on the host, as one
+  // that scores rows does (a non-empty `masks` asks for the host path even while all are null).
+  // `before_draws` runs after the forward pass, before the draws read `masks` (which it may
+  // change through the span's storage).
   Status Run(Backend& backend, const StepBatch& batch,
              std::span<const SequenceSampler* const> samplers, std::span<const RowScore> scores,
              std::span<SampleResult> results, int64_t* forward_ns = nullptr,
-             int64_t* sample_ns = nullptr, std::span<const uint32_t* const> masks = {});
+             int64_t* sample_ns = nullptr, std::span<const uint32_t* const> masks = {},
+             const std::function<Status()>& before_draws = {});
 
  private:
   std::vector<float> logits_;  // [logits rows, vocab] host path only

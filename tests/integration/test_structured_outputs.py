@@ -7,7 +7,9 @@ and the position, and the server keeps serving."""
 
 import json
 import re
+import signal
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -229,3 +231,43 @@ def test_constrained_outputs_survive_preemption(make_cluster):
         assert re.fullmatch(pattern, t.lstrip()), t
     stats, _ = harness.wait_pages_free(c)
     assert stats.preemptions > 0, f"no preemption with {num_pages} pages: {stats}"
+
+
+def test_constrained_outputs_survive_a_killed_worker(make_cluster):
+    # The worker holding constrained samples is frozen and SIGKILLed mid-run: they restart on the
+    # other worker, their matchers (the scheduler's) where they were, and end as they would have.
+    pattern = r"( [a-z]{1,8}){30,40}\."
+    reqs = []
+    for i in range(12):
+        req = request(text="Once upon a time", max_tokens=200, temperature=1.0, seed=300 + i)
+        req.sampling.constraint.CopyFrom(pb.Constraint(regex=pattern))
+        reqs.append(req)
+    ref = make_cluster()
+    want = [unary(ref.stub, r).one().text for r in reqs]
+    for t in want:
+        assert re.fullmatch(pattern, t), t
+
+    c = make_cluster(num_workers=2, scheduler_flags={"worker_down_after_ms": 500})
+    victim = c.workers[0]
+    killed = []
+    with ThreadPoolExecutor(len(reqs)) as pool:
+        futures = [pool.submit(lambda r=r: unary(c.stub, r).one().text) for r in reqs]
+
+        def held():
+            return {w.address: w for w in c.stats().workers}[victim.address].running_sequences
+
+        while not killed and not all(f.done() for f in futures):
+            if held() == 0:
+                time.sleep(0.002)
+                continue
+            victim.proc.signal(signal.SIGSTOP)
+            time.sleep(0.2)
+            if held() > 0:
+                killed.append(held())
+                victim.proc.signal(signal.SIGKILL)
+                victim.proc.wait(10)
+            else:
+                victim.proc.signal(signal.SIGCONT)
+        got = [f.result() for f in futures]
+    assert killed, "every request finished before the victim held one"
+    assert got == want

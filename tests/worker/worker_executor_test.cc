@@ -247,6 +247,70 @@ TEST_F(WorkerExecutorTest, AllowedTokensBoundTheDraw) {
   }
 }
 
+// StepEntry.mask_follows: the mask comes in the next message, read after the forward pass.
+TEST_F(WorkerExecutorTest, MasksThatFollowThePlanBoundTheDraw) {
+  struct Case {
+    std::string what;
+    std::function<bool(v1::StepPlan*, uint64_t step)> next;  // the message read_next gives
+    StatusCode code;
+    int32_t token;  // when OK
+  };
+  const std::vector<Case> cases = {
+      {"mask allowing 7",
+       [](v1::StepPlan* m, uint64_t step) {
+         m->set_masks_for_step(step);
+         v1::StepEntry* e = m->add_entries();
+         e->set_live_id(1);
+         e->set_allowed_tokens(MaskAllowing({7}));
+         return true;
+       },
+       StatusCode::kOk, 7},
+      {"empty mask: every token",
+       [](v1::StepPlan* m, uint64_t step) {
+         m->set_masks_for_step(step);
+         m->add_entries()->set_live_id(1);
+         return true;
+       },
+       StatusCode::kOk, kGolden[0]},
+      {"stream ended", [](v1::StepPlan*, uint64_t) { return false; }, StatusCode::kUnavailable, 0},
+      {"another step's masks",
+       [](v1::StepPlan* m, uint64_t step) {
+         m->set_masks_for_step(step + 1);
+         m->add_entries()->set_live_id(1);
+         return true;
+       },
+       StatusCode::kInternal, 0},
+      {"another sequence",
+       [](v1::StepPlan* m, uint64_t step) {
+         m->set_masks_for_step(step);
+         m->add_entries()->set_live_id(2);
+         return true;
+       },
+       StatusCode::kInternal, 0},
+  };
+  for (const Case& c : cases) {
+    auto ex = MakeExecutor();
+    TestSeq s(1, kPrompt, GreedyParams());
+    v1::StepPlan plan;
+    plan.set_step_id(step_id_++);
+    AddStart(&plan, &s);
+    AddEntry(&plan, &s, 1 << 20, &pool_);
+    plan.mutable_entries(0)->set_mask_follows(true);
+    v1::StepResult result;
+    int reads = 0;
+    const Status st = ex->Execute(plan, &result, [&](v1::StepPlan* m) {
+      ++reads;
+      return c.next(m, plan.step_id());
+    });
+    EXPECT_EQ(reads, 1) << c.what;
+    EXPECT_EQ(st.code(), c.code) << c.what << ": " << st.ToString();
+    if (st.ok()) {
+      ASSERT_EQ(result.samples_size(), 1) << c.what;
+      EXPECT_EQ(result.samples(0).token_id(), c.token) << c.what;
+    }
+  }
+}
+
 TEST_F(WorkerExecutorTest, ChunkedPrefillGivesTheSameIds) {
   auto ex = MakeExecutor();
   TestSeq s(1, kPrompt, GreedyParams());
@@ -728,6 +792,15 @@ std::vector<BadPlan> BadPlans() {
          p->mutable_entries(0)->set_allowed_tokens(std::string(64, '\xff'));
        },
        "entries[0].allowed_tokens: is set on an entry that does not sample"},
+      {"mask_follows with a mask",
+       [](P p) {
+         v1::StepEntry* e = Decode1(p);
+         e->set_allowed_tokens(std::string(64, '\xff'));
+         e->set_mask_follows(true);
+       },
+       "entries[0].mask_follows: is set with allowed_tokens"},
+      {"a masks message", [](P p) { p->set_masks_for_step(3); },
+       "masks_for_step: a mask message (for step 3) is not a step"},
       {"score_from at the prompt end", [=](P p) { start7(p)->set_score_from(5); },
        "start[0].score_from: 5 out of range [1, 5)"},
       {"negative score_from", [=](P p) { start7(p)->set_score_from(-1); }, "start[0].score_from"},

@@ -37,7 +37,8 @@ class FailingRunner final : public StepRunner {
   const RunnerLimits& limits() const override { return limits_; }
   Status Run(const StepBatch& /*batch*/, std::span<const SampleRequest> /*samples*/,
              std::span<const RowScore> /*scores*/, std::span<SampleResult> /*out*/,
-             RunTimings* /*timings*/) override {
+             RunTimings* /*timings*/, const std::function<Status()>& /*before_draws*/,
+             bool /*masks_coming*/) override {
     if (throws_) throw std::bad_alloc();
     return InternalError("the test runner fails");
   }

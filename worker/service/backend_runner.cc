@@ -24,8 +24,8 @@ class BackendRunner final : public StepRunner {
   const RunnerLimits& limits() const override { return limits_; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
-             std::span<const RowScore> scores, std::span<SampleResult> out,
-             RunTimings* timings) override {
+             std::span<const RowScore> scores, std::span<SampleResult> out, RunTimings* timings,
+             const std::function<Status()>& before_draws, bool masks_coming) override {
     const size_t rows = samples.size() + scores.size();
     if (rows != batch.sample_rows.size() || out.size() < rows) {
       return InternalError("step runner: " + std::to_string(samples.size()) + " samples and " +
@@ -34,16 +34,26 @@ class BackendRunner final : public StepRunner {
     }
     samplers_.clear();
     masks_.clear();
-    bool masked = false;
+    bool masked = masks_coming;
     for (const SampleRequest& s : samples) {
       samplers_.push_back(s.sampler);
       masks_.push_back(s.allowed);
       masked = masked || s.allowed != nullptr;
     }
+    // Masks that come late land in masks_ (which the draws read) once before_draws has run.
+    std::function<Status()> hook;
+    if (before_draws) {
+      hook = [&] {
+        ASTR_RETURN_IF_ERROR(before_draws());
+        for (size_t i = 0; i < samples.size(); ++i) masks_[i] = samples[i].allowed;
+        return OkStatus();
+      };
+    }
     return sampling_.Run(
         *backend_, batch, samplers_, scores, out.first(rows), &timings->forward_ns,
         &timings->sample_ns,
-        masked ? std::span<const uint32_t* const>(masks_) : std::span<const uint32_t* const>());
+        masked ? std::span<const uint32_t* const>(masks_) : std::span<const uint32_t* const>(),
+        hook);
   }
 
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override {

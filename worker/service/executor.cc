@@ -111,7 +111,37 @@ const uint32_t* WorkerExecutor::CopyMask(const std::string& bytes) {
   return dst;
 }
 
-Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result) {
+Status WorkerExecutor::ReadLateMasks(const v1::StepPlan& plan, const ReadNext& read_next) {
+  const std::string step = "step " + std::to_string(plan.step_id());
+  if (!read_next) return InternalError(step + ": masks follow, but nothing reads them");
+  v1::StepPlan masks;
+  if (!read_next(&masks)) return UnavailableError(step + ": the stream ended before its masks");
+  if (masks.masks_for_step() != plan.step_id() ||
+      masks.entries_size() != static_cast<int>(late_masks_.size())) {
+    return InternalError(step + ": expected its masks (" + std::to_string(late_masks_.size()) +
+                         " entries), got a message for step " +
+                         std::to_string(masks.masks_for_step()) + " with " +
+                         std::to_string(masks.entries_size()));
+  }
+  for (int k = 0; k < masks.entries_size(); ++k) {
+    const v1::StepEntry& e = masks.entries(k);
+    SampleRequest& s = samples_[late_masks_[static_cast<size_t>(k)]];
+    if (e.live_id() != s.live_id) {
+      return InternalError(step + ": masks entries[" + std::to_string(k) + "] is for sequence " +
+                           std::to_string(e.live_id()) + ", not " + std::to_string(s.live_id));
+    }
+    if (e.allowed_tokens().empty()) continue;
+    if (const std::string why = MaskProblem(e.allowed_tokens()); !why.empty()) {
+      return InternalError(step + ": masks entries[" + std::to_string(k) + "].allowed_tokens " +
+                           why);
+    }
+    s.allowed = CopyMask(e.allowed_tokens());
+  }
+  return OkStatus();
+}
+
+Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
+                               const ReadNext& read_next) {
   const auto step_start = std::chrono::steady_clock::now();
   ASTR_RETURN_IF_ERROR(Validate(plan));
 
@@ -120,6 +150,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
 
   batch_.Clear();
   masks_used_ = 0;
+  late_masks_.clear();
   samples_.clear();
   sample_seqs_.clear();
   score_rows_.clear();
@@ -139,6 +170,7 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
                           .position = static_cast<int64_t>(seq->context.size()),
                           .sampler = seq->sampler.get(),
                           .allowed = CopyMask(entry.allowed_tokens())});
+      if (entry.mask_follows()) late_masks_.push_back(samples_.size() - 1);
       sample_seqs_.push_back(seq);
     }
   }
@@ -152,7 +184,10 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result)
   if (!plan.entries().empty()) {
     RunTimings timings;
     const std::span<SampleResult> out(sample_out_.data(), samples_.size() + scores_.size());
-    const Status run = runner_->Run(batch_, samples_, scores_, out, &timings);
+    std::function<Status()> late;
+    if (!late_masks_.empty()) late = [&] { return ReadLateMasks(plan, read_next); };
+    const Status run =
+        runner_->Run(batch_, samples_, scores_, out, &timings, late, !late_masks_.empty());
     if (!run.ok())
       return run.code() == StatusCode::kInvalidArgument ? InternalError(run.message()) : run;
     result->set_forward_ns(timings.forward_ns);

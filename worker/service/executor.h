@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,7 +46,13 @@ class WorkerExecutor {
   // [0, 512)"). Any other error comes from the runner: the state no longer matches the KV pool and
   // the caller must Reset(). On success `result` holds one SampledToken per sampling entry, in
   // entry order, the prompt tokens scored in this step, and the timings.
-  Status Execute(const v1::StepPlan& plan, v1::StepResult* result);
+  //
+  // A plan with entries whose mask follows (StepEntry.mask_follows) reads the masks message with
+  // `read_next` after its forward pass: the next message of the step stream. A masks message
+  // that does not match (step id, entries) or a stream that ends first is an error of the second
+  // kind.
+  using ReadNext = std::function<bool(v1::StepPlan*)>;
+  Status Execute(const v1::StepPlan& plan, v1::StepResult* result, const ReadNext& read_next = {});
   // Drops every live sequence (a step stream ended).
   void Reset();
 
@@ -110,6 +117,10 @@ class WorkerExecutor {
   void AddPage(Sequence* seq, int32_t page);
   // A validated StepEntry.allowed_tokens as host words in mask_storage_ (null when empty).
   const uint32_t* CopyMask(const std::string& bytes);
+  // What is wrong with a mask (size, no token allowed); "" when nothing.
+  std::string MaskProblem(const std::string& mask) const;
+  // The masks message of `plan` (read with read_next) into samples_[late_masks_[k]].allowed.
+  Status ReadLateMasks(const v1::StepPlan& plan, const ReadNext& read_next);
   void PublishCounters();
 
   std::unique_ptr<StepRunner> runner_;
@@ -135,6 +146,7 @@ class WorkerExecutor {
   std::vector<SampleResult> sample_out_;
   std::vector<uint32_t> mask_storage_;  // [max_sample_rows][mask words], sized at the first mask
   size_t masks_used_ = 0;               // rows of mask_storage_ this step
+  std::vector<size_t> late_masks_;      // samples_ whose mask follows the plan, in entry order
 
   std::atomic<int64_t> live_counter_{0};
   std::atomic<int64_t> pages_counter_{0};

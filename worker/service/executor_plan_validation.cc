@@ -117,23 +117,14 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
                                 " tokens), too few for " + span());
   }
   if (!entry.allowed_tokens().empty()) {
-    const std::string& mask = entry.allowed_tokens();
-    const int64_t vocab = vocab_size_;
-    const int64_t want = (vocab + 31) / 32 * 4;
     if (!entry.sample()) return bad("allowed_tokens", "is set on an entry that does not sample");
-    if (static_cast<int64_t>(mask.size()) != want) {
-      return bad("allowed_tokens", "has " + std::to_string(mask.size()) + " bytes; a mask over " +
-                                       std::to_string(vocab) + " tokens has " +
-                                       std::to_string(want));
+    if (entry.mask_follows()) return bad("mask_follows", "is set with allowed_tokens");
+    if (const std::string why = MaskProblem(entry.allowed_tokens()); !why.empty()) {
+      return bad("allowed_tokens", why);
     }
-    // Bits past the vocabulary do not count: a mask must allow a real token.
-    bool any = false;
-    for (int64_t t = 0; t < vocab && !any; t += 8) {
-      const auto byte = static_cast<uint8_t>(mask[static_cast<size_t>(t / 8)]);
-      const int64_t bits = std::min<int64_t>(8, vocab - t);
-      any = (byte & ((1u << bits) - 1)) != 0;
-    }
-    if (!any) return bad("allowed_tokens", "allows no token");
+  }
+  if (entry.mask_follows() && !entry.sample()) {
+    return bad("mask_follows", "is set on an entry that does not sample");
   }
   // The sampled token is appended to the context, so it must come after the last known token.
   if (entry.sample() && end != seq.known_tokens) {
@@ -144,7 +135,27 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
   return OkStatus();
 }
 
+std::string WorkerExecutor::MaskProblem(const std::string& mask) const {
+  const int64_t vocab = vocab_size_;
+  const int64_t want = (vocab + 31) / 32 * 4;
+  if (static_cast<int64_t>(mask.size()) != want) {
+    return "has " + std::to_string(mask.size()) + " bytes; a mask over " + std::to_string(vocab) +
+           " tokens has " + std::to_string(want);
+  }
+  // Bits past the vocabulary do not count: a mask must allow a real token.
+  for (int64_t t = 0; t < vocab; t += 8) {
+    const auto byte = static_cast<uint8_t>(mask[static_cast<size_t>(t / 8)]);
+    const int64_t bits = std::min<int64_t>(8, vocab - t);
+    if ((byte & ((1u << bits) - 1)) != 0) return "";
+  }
+  return "allows no token";
+}
+
 Status WorkerExecutor::Validate(const v1::StepPlan& plan) {
+  if (plan.masks_for_step() != 0) {
+    return InvalidArgumentError("masks_for_step: a mask message (for step " +
+                                std::to_string(plan.masks_for_step()) + ") is not a step");
+  }
   plan_released_.clear();
   plan_started_.clear();
   ++plan_serial_;

@@ -45,8 +45,9 @@ class InstantRunner final : public StepRunner {
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override { return set; }
 
   Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
-             std::span<const RowScore> scores, std::span<SampleResult> out,
-             RunTimings* timings) override {
+             std::span<const RowScore> scores, std::span<SampleResult> out, RunTimings* timings,
+             const std::function<Status()>& before_draws, bool /*masks_coming*/) override {
+    if (before_draws) ASTR_RETURN_IF_ERROR(before_draws());
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < samples.size(); ++i) {
       out[i] = SampleResult{};

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,9 +63,13 @@ class StepRunner {
   // scored rows: samples[i] belongs to batch.sample_rows[i] and its result goes to out[i];
   // scores[j] to batch.sample_rows[samples.size() + j] and out[samples.size() + j]. A failure
   // here is an internal error: the caller's sequence state no longer matches the pool.
+  // `before_draws`, when set, runs after the forward pass and before any draw (its error ends the
+  // step): it may set samples[i].allowed (masks that come after the plan), which the draws then
+  // read; `masks_coming` says it will, so that a device-sampling backend draws on the host.
   virtual Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
                      std::span<const RowScore> scores, std::span<SampleResult> out,
-                     RunTimings* timings) = 0;
+                     RunTimings* timings, const std::function<Status()>& before_draws = {},
+                     bool masks_coming = false) = 0;
   // Weight updates, as Backend::PrepareWeights / SwapWeights (the instant runner holds no weights:
   // its sets are empty and a swap changes nothing but the version the executor reports). A runner
   // that cannot update says so in PrepareWeights.

@@ -68,7 +68,11 @@ grpc::Status WorkerService::ServeStream(
   grpc::Status draining(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
   v1::StepPlan plan;
   v1::StepResult result;
+  // A step whose masks follow reads them from the stream after its forward pass.
+  const WorkerExecutor::ReadNext read_next = [stream](v1::StepPlan* m) { return stream->Read(m); };
   while (stream->Read(&plan)) {
+    // The masks of a step that was refused (its answer is sent): nothing to do with them.
+    if (plan.masks_for_step() != 0) continue;
     const auto received = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -78,7 +82,7 @@ grpc::Status WorkerService::ServeStream(
     Status status;
     {
       std::lock_guard<std::mutex> exec(exec_mu_);
-      status = executor_->Execute(plan, &result);
+      status = executor_->Execute(plan, &result, read_next);
     }
     const bool executed = status.ok();
     if (!status.ok()) {
