@@ -1,0 +1,32 @@
+"""tools/bench_structured.py (the structured-outputs benchmark) in its --smoke mode on the default
+model: one JSON document with a compile time per corpus schema, and constrained and unconstrained
+decoding of the same token counts at each batch size."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import harness
+
+BENCH = os.path.join(harness.SOURCE_DIR, "tools", "bench_structured.py")
+SMOL = harness.default_model()
+
+
+@pytest.mark.skipif(SMOL is None, reason="default model not present (scripts/default_model.sh)")
+def test_smoke_run_prints_figures():
+    env = dict(os.environ, ASTR_BIN_DIR=harness.BIN_DIR)
+    r = subprocess.run([sys.executable, BENCH, "--smoke", "--model", SMOL, "--threads", "1"],
+                       capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["rounds"] == 1
+    assert len(doc["compile_ms"]) == 3 and set(doc["compile_ms"]) == set(doc["cached_ms"])
+    assert [d["batch"] for d in doc["decode"]] == [1, 2]
+    for d in doc["decode"]:
+        # Every constrained output has at least one token; both runs made the same count.
+        assert d["tokens"][0] >= d["batch"]
+        assert d["constrained_tok_s"] > 0 and d["unconstrained_tok_s"] > 0
+        assert d["overhead"] == pytest.approx(1 - d["constrained_tok_s"] / d["unconstrained_tok_s"], abs=1e-3)
