@@ -41,7 +41,8 @@ def test_generate_text_with_every_option(generate_server):
             penalty_window=64, logit_bias={7: -100.0, 9: 2.5}, seed=2**63 + 5, stop="\n\n",
             stop_token_ids=[2, 3], ignore_eos=True, min_tokens=4, max_tokens=32,
             return_logprobs=True, top_logprobs=5, logprobs_mode="processed",
-            include_stop_str_in_output=True, skip_special_tokens=False)
+            include_stop_str_in_output=True, skip_special_tokens=False,
+            constraint={"json_schema": {"type": "object"}})
     (request,) = fake.record.only("Generate")
     assert request.WhichOneof("input") == "text" and request.text == "Once upon a time"
     assert (request.request_id, request.n, request.priority) == ("req-1", 2, 3)
@@ -61,6 +62,8 @@ def test_generate_text_with_every_option(generate_server):
     assert s.ignore_eos and s.return_logprobs and s.include_stop_str_in_output
     assert s.top_logprobs == 5 and s.logprobs_mode == pb.LOGPROBS_MODE_PROCESSED
     assert s.HasField("skip_special_tokens") and not s.skip_special_tokens
+    assert s.constraint.WhichOneof("kind") == "json_schema"
+    assert json.loads(s.constraint.json_schema) == {"type": "object"}
     assert [c.text for c in reply.completions] == ["sample 0", "sample 1"]
     assert reply.request_id == "req-1" and reply.seed == 2**63 + 5
 
@@ -112,6 +115,9 @@ def test_bad_arguments_fail_before_any_rpc(generate_server):
         (("x",), {"top_k": "many"}, TypeError, "top_k='many'"),
         (("x",), {"logprobs_mode": "softmax"}, ValueError, "logprobs_mode='softmax'"),
         (("x",), {"kv_on_weight_update": "keep"}, ValueError, "kv_on_weight_update"),
+        (("x",), {"constraint": {"regex": "a", "choice": ["a"]}}, ValueError, "exactly one"),
+        (("x",), {"constraint": {"choice": "ab"}}, TypeError, "constraint.choice"),
+        (("x",), {"constraint": {"json_object": False}}, ValueError, "json_object"),
         (([{"role": "user", "text": "hi"}],), {}, ValueError, "text"),
         (([1, {"role": "user"}],), {}, TypeError, "chat message 1"),
     ]

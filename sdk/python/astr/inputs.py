@@ -53,6 +53,10 @@ class SamplingOptions(TypedDict, total=False):
     logprobs_mode: Union[str, int]
     include_stop_str_in_output: bool
     skip_special_tokens: bool
+    # Structured outputs (docs/structured.md): exactly one of {"json_schema": schema (a mapping,
+    # sent as JSON, or its JSON text)}, {"json_object": True}, {"regex": str}, {"grammar": str},
+    # {"choice": [str, ...]}; or an astr.v1 Constraint.
+    constraint: Union[Mapping[str, Any], Any]
 
 
 class ChatOptions(TypedDict, total=False):
@@ -131,8 +135,40 @@ def sampling_parameters(options: Mapping[str, Any]) -> pb.SamplingParameters:
             value = enum_value(key, value, _LOGPROBS_MODES)
         elif key == "stop" and isinstance(value, str):
             value = [value]
+        elif key == "constraint":
+            sampling.constraint.CopyFrom(constraint(value))
+            continue
         _set_field(sampling, key, value)
     return sampling
+
+
+_CONSTRAINT_KINDS = ("json_schema", "json_object", "regex", "grammar", "choice")
+
+
+def constraint(value: Any) -> pb.Constraint:
+    """A Constraint from a Constraint or a mapping with exactly one of its kinds."""
+    if isinstance(value, pb.Constraint):
+        return value
+    if not isinstance(value, Mapping) or len(value) != 1 or next(iter(value)) not in _CONSTRAINT_KINDS:
+        raise ValueError(f"constraint={value!r}: expected a mapping with exactly one of "
+                         f"{', '.join(_CONSTRAINT_KINDS)}")
+    (kind, v), = value.items()
+    out = pb.Constraint()
+    if kind == "json_schema":
+        out.json_schema = _json_text("constraint.json_schema", v)
+    elif kind == "json_object":
+        if v is not True:
+            raise ValueError("constraint.json_object: must be True")
+        out.json_object = True
+    elif kind == "choice":
+        if isinstance(v, str):
+            raise TypeError("constraint.choice: a list of strings, not a string")
+        out.choice.choices.extend(v)
+    else:
+        if not isinstance(v, str):
+            raise TypeError(f"constraint.{kind}: must be a string")
+        setattr(out, kind, v)
+    return out
 
 
 def _json_text(field: str, value: Any) -> str:
