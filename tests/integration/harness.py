@@ -379,6 +379,23 @@ def make_cluster(log_dir, model=STORIES, num_workers=1, worker_flags=None, sched
     return c
 
 
+def openai_cluster(log_dir, model, worker_flags=None, scheduler_flags=None):
+    """A module fixture's cluster for the HTTP API: make_cluster in a fresh folder of `log_dir`,
+    with `.model` (the served name) and `.client` (the official openai client). Yields it and
+    closes both (use with `yield from`)."""
+    import openai_http as oh
+
+    c = make_cluster(tempfile.mkdtemp(dir=log_dir), model=model, worker_flags=worker_flags,
+                     scheduler_flags=scheduler_flags)
+    try:
+        c.model = oh.served_model(c)
+        c.client = oh.openai_client(c)
+        yield c
+        c.client.close()
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Requests and results
 

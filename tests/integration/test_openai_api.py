@@ -7,7 +7,6 @@ sampling fields reach the sampler as they do through gRPC (same seed, same token
 import asyncio
 import json
 import math
-import tempfile
 
 import pytest
 
@@ -44,14 +43,8 @@ def client(cluster):
 def smol(log_dir):
     if SMOL is None:
         pytest.skip("default model not present")
-    c = harness.make_cluster(tempfile.mkdtemp(dir=log_dir), model=SMOL,
-                             worker_flags={"num_pages": 256, "page_size": 16},
-                             scheduler_flags={"max_n": 4})
-    c.model = oh.served_model(c)
-    c.client = oh.openai_client(c)
-    yield c
-    c.client.close()
-    c.close()
+    yield from harness.openai_cluster(log_dir, SMOL, worker_flags={"num_pages": 256, "page_size": 16},
+                                      scheduler_flags={"max_n": 4})
 
 
 def raw_json(raw_response):

@@ -8,7 +8,6 @@ and the position, and the server keeps serving."""
 import json
 import re
 import signal
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +18,6 @@ import openai
 import pytest
 
 import harness
-import openai_http as oh
 from harness import STORIES, pb, request, stream, unary
 
 SMOL = harness.default_model()
@@ -36,14 +34,8 @@ MAX_TOKENS = 400
 def smol(log_dir):
     if SMOL is None:
         pytest.skip("default model not present")
-    c = harness.make_cluster(tempfile.mkdtemp(dir=log_dir), model=SMOL,
-                             worker_flags={"num_pages": 512, "page_size": 16},
-                             scheduler_flags={"max_n": 4})
-    c.model = oh.served_model(c)
-    c.client = oh.openai_client(c)
-    yield c
-    c.client.close()
-    c.close()
+    yield from harness.openai_cluster(log_dir, SMOL, worker_flags={"num_pages": 512, "page_size": 16},
+                                      scheduler_flags={"max_n": 4})
 
 
 def chat(c, content, **kw):

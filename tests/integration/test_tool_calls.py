@@ -7,14 +7,12 @@ Non-streamed responses and streamed deltas (name first, then argument fragments)
 calls, and every body and chunk validates against OpenAI's schemas."""
 
 import json
-import tempfile
 
 import jsonschema
 import openai
 import pytest
 
 import harness
-import openai_http as oh
 from openai_schemas import validate
 
 SMOL = harness.default_model()
@@ -39,14 +37,8 @@ MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def smol(log_dir):
-    c = harness.make_cluster(tempfile.mkdtemp(dir=log_dir), model=SMOL,
-                             worker_flags={"num_pages": 256, "page_size": 16},
-                             scheduler_flags={"tool_call_parser": "hermes"})
-    c.model = oh.served_model(c)
-    c.client = oh.openai_client(c)
-    yield c
-    c.client.close()
-    c.close()
+    yield from harness.openai_cluster(log_dir, SMOL, worker_flags={"num_pages": 256, "page_size": 16},
+                                      scheduler_flags={"tool_call_parser": "hermes"})
 
 
 def unary(c, **kw):
