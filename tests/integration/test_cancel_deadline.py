@@ -95,9 +95,16 @@ def test_cancel_mid_stream_frees_pages(model_cluster):
         got += len(next(it).token_ids)
     assert_in_use(c.stats())
     call.cancel()
-    # Counted from a snapshot taken after the cancel left the client (same connection, so the
-    # server has the cancel before this call).
+    # Counted from the snapshot in which the scheduler's loop has taken the cancel (the request
+    # no longer runs): the server has the cancel before any later call on the connection, but
+    # it reaches the loop through a callback that a loaded machine may run a step later. How
+    # soon the loop takes it is bounded in time.
+    t0 = time.monotonic()
     after_cancel = c.stats()
+    while after_cancel.running_requests > 0 and time.monotonic() - t0 < 0.5:
+        time.sleep(0.001)
+        after_cancel = c.stats()
+    assert after_cancel.running_requests == 0, f"the cancel did not reach the loop in 0.5 s: {after_cancel}"
     with pytest.raises(grpc.RpcError) as e:
         for _ in it:
             pass
