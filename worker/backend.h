@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,11 +61,14 @@ class Backend {
   // implements ForwardSample: the step's forward pass, then one draw per sample row i with
   // samplers[i] (the host sampler's semantics, worker/sampler.h) into results[i], without copying
   // the logits out. Callers go through StepSampling (worker/step_sampling.h), which uses this or
-  // Forward + Sample().
+  // Forward + Sample(). `masks` (structured outputs): empty, or row i's constraint mask (Sample's
+  // `allowed`; null: none), read after `before_draws` (when set) has run, after the forward pass.
   virtual bool samples_on_device() const { return false; }
   virtual Status ForwardSample(const StepBatch& batch,
                                std::span<const SequenceSampler* const> samplers,
-                               std::span<SampleResult> results) {
+                               std::span<SampleResult> results,
+                               std::span<const uint32_t* const> masks = {},
+                               const std::function<Status()>& before_draws = {}) {
     return UnimplementedError("the " + name() + " backend does not sample on its device");
   }
 

@@ -28,10 +28,10 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
     return InternalError("step sampling: " + std::to_string(masks.size()) + " masks for " +
                          std::to_string(samplers.size()) + " samplers");
   }
-  const bool masked = !masks.empty();
   const auto start = std::chrono::steady_clock::now();
-  if (backend.samples_on_device() && scores.empty() && !masked && !before_draws) {
-    ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results));
+  if (backend.samples_on_device() && scores.empty()) {
+    // Masks go to the device with the step's other sampling edits (one upload).
+    ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results, masks, before_draws));
     if (forward_ns != nullptr) *forward_ns = NanosSince(start);
     if (sample_ns != nullptr) *sample_ns = 0;
     return OkStatus();

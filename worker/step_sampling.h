@@ -5,8 +5,8 @@
 //
 // A step may also score rows (prompt scoring): their logits always come to the host, where a
 // PromptScorer turns each into the logprob of a given token. A step that scores any row therefore
-// takes the host path for its draws too, on every backend; so does a step with a constraint's token
-// mask on any row (structured outputs; the device-side mask is future work, docs/structured.md).
+// takes the host path for its draws too, on every backend. Constraint masks (structured outputs)
+// are applied where the draws happen: on the host, or on the device with the sampling kernel.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +39,9 @@ class StepSampling {
   // order, so several rows of one scorer follow its context. The times of the forward pass and
   // the draws go to *forward_ns / *sample_ns when non-null (device sampling counts as forward
   // time: it runs in the same device stream). masks[i], when `masks` is not empty, is row i's
-  // constraint mask (Sample's `allowed`) or null; a step with masks draws on the host, as one
-  // that scores rows does (a non-empty `masks` asks for the host path even while all are null).
-  // `before_draws` runs after the forward pass, before the draws read `masks` (which it may
-  // change through the span's storage).
+  // constraint mask (Sample's `allowed`) or null (a device-sampling backend uploads them with the
+  // step's sampling edits). `before_draws` runs after the forward pass, before the draws read
+  // `masks` (which it may change through the span's storage).
   Status Run(Backend& backend, const StepBatch& batch,
              std::span<const SequenceSampler* const> samplers, std::span<const RowScore> scores,
              std::span<SampleResult> results, int64_t* forward_ns = nullptr,

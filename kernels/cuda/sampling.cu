@@ -467,6 +467,14 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(SamplingArgs a) {
     for (int i = threadIdx.x; i < r.vocab; i += kThreads) scratch[i] = logits[i];
   }
   __syncthreads();  // the edits below touch elements other threads copied
+  // Step 2a: the constraint's mask, before the bias (the CPU's order).
+  if (a.mask_rows != nullptr && a.mask_rows[row] >= 0) {
+    const uint32_t* m = a.allowed + static_cast<int64_t>(a.mask_rows[row]) * a.mask_words;
+    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
+      if (((m[i >> 5] >> (i & 31)) & 1u) == 0) logits[i] = -kInf;
+    }
+    __syncthreads();
+  }
   ApplyEdits(logits, p, a);
   int token;
   if (p.greedy != 0) {
@@ -502,6 +510,10 @@ cudaError_t LaunchSampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.num_rows == 0) return cudaSuccess;
   if (args.logits == nullptr || args.raw_logits == nullptr || args.params == nullptr ||
       args.results == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.mask_rows != nullptr &&
+      (args.allowed == nullptr || args.mask_words != (args.vocab + 31) / 32)) {
     return cudaErrorInvalidValue;
   }
   SamplingKernel<<<args.num_rows, kThreads, 0, stream>>>(args);

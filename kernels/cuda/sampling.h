@@ -109,6 +109,13 @@ struct SamplingArgs {
   // (processed logprobs, whose scaled logits must stay in `logits`).
   float* raw_logits = nullptr;
   DeviceSampleResult* results = nullptr;  // [num_rows] device
+  // Constraint masks (structured outputs), optional: row r's mask is allowed[mask_rows[r] *
+  // mask_words ...] (bit t % 32 of word t / 32 allows token t; mask_rows[r] < 0: none). Applied
+  // after the raw row is kept and before the bias (worker/sampler.h step 2): a masked token's
+  // logit becomes -inf. Both null: no masks.
+  const int32_t* mask_rows = nullptr;  // [num_rows] device
+  const uint32_t* allowed = nullptr;   // [masked rows, mask_words] device
+  int mask_words = 0;                  // (vocab + 31) / 32 when masks are given
 };
 
 // Enqueues the sampling kernel (grid num_rows, 1024 threads). Allocates nothing.

@@ -49,6 +49,9 @@ struct RowSpec {
   uint64_t sequence = 0;
   std::vector<int32_t> prompt;
   std::vector<int32_t> generated;
+  // A constraint's mask (structured outputs): the tokens allowed; empty with `masked` false: none.
+  bool masked = false;
+  std::vector<int32_t> allowed;
 };
 
 struct SamplingCase {
@@ -185,6 +188,9 @@ CaseResult RunSampling(const SamplingCase& c) {
   std::vector<uint64_t> seeds(c.rows);
   cuda::SamplingBatch batch;
   SamplerScratch scratch;
+  const int words = (c.vocab + 31) / 32;
+  std::vector<int32_t> mask_rows(c.rows, -1);
+  std::vector<uint32_t> masks;  // the masked rows' words, back to back
   for (int r = 0; r < c.rows; ++r) {
     float* x = logits.data() + r * row_len;
     FillLogits(c.logits, c.seed, r, c.vocab, x);
@@ -194,7 +200,15 @@ CaseResult RunSampling(const SamplingCase& c) {
     SequenceSampler state(spec.params, spec.sequence, spec.prompt);
     for (int32_t t : spec.generated) state.Append(t);
     std::vector<float> copy(x, x + row_len);
-    want[r] = Sample(copy.data(), c.vocab, state, scratch);
+    const uint32_t* allowed = nullptr;
+    if (spec.masked) {
+      mask_rows[r] = static_cast<int32_t>(masks.size() / words);
+      masks.resize(masks.size() + words, 0);
+      uint32_t* m = masks.data() + masks.size() - words;
+      for (int32_t t : spec.allowed) m[t / 32] |= 1u << (t % 32);
+      allowed = m;
+    }
+    want[r] = Sample(copy.data(), c.vocab, state, scratch, allowed);
     cuda::PackSamplingRow(state, c.vocab, &batch);
     seeds[r] = spec.params.seed;
   }
@@ -203,6 +217,13 @@ CaseResult RunSampling(const SamplingCase& c) {
   DeviceBuffer<int32_t> d_bias_ids, d_pen_ids, d_pen_gen;
   DeviceBuffer<float> d_bias_values;
   DeviceBuffer<cuda::DeviceSampleResult> d_results(c.rows);
+  DeviceBuffer<int32_t> d_mask_rows;
+  DeviceBuffer<uint32_t> d_masks;
+  const bool any_mask = !masks.empty();
+  if (any_mask) {
+    ASTR_GPU_CHECK(d_mask_rows.Upload(mask_rows));
+    ASTR_GPU_CHECK(d_masks.Upload(masks));
+  }
   ASTR_GPU_CHECK(d_logits.Upload(logits));
   // The scratch row starts as NaN: a read before a write shows.
   ASTR_GPU_CHECK(cudaMemset(d_raw.get(), 0xff, logits.size() * sizeof(float)));
@@ -222,6 +243,11 @@ CaseResult RunSampling(const SamplingCase& c) {
   args.penalty_generated = d_pen_gen.get();
   args.raw_logits = d_raw.get();
   args.results = d_results.get();
+  if (any_mask) {
+    args.mask_rows = d_mask_rows.get();
+    args.allowed = d_masks.get();
+    args.mask_words = words;
+  }
   ASTR_GPU_CHECK(cuda::LaunchSampling(args, nullptr));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<cuda::DeviceSampleResult> got;
@@ -316,6 +342,45 @@ void RegisterSamplingBasicCases() {
                      s.params.seed = RowSeed(3, r);
                      s.sequence = r % 4;
                      for (int g = 0; g < r % 5; ++g) s.generated.push_back(g * 13 % 1000);
+                     return s;
+                   }));
+    }
+  }
+}
+
+// Constraint masks (structured outputs): every other row masked to a few tokens or to most of the
+// vocabulary (with the ids chosen from the row's logits so that masked and allowed tokens both
+// matter), greedy and temperature draws, raw and processed logprobs, a logit bias on a masked
+// token that must not bring it back.
+void RegisterSamplingMaskCases() {
+  for (int v : kVocabs) {
+    for (float t : {0.0f, 1.0f}) {
+      char extra[64];
+      std::snprintf(extra, sizeof(extra), "T=%g masks", t);
+      AddCase(Make("sampling_mask", v, 64, Logits::kMixed, 11, t == 0.0f ? 0 : 1, extra,
+                   [t, v](int r, const float* x) {
+                     RowSpec s;
+                     s.params.temperature = t;
+                     s.params.seed = RowSeed(11, r);
+                     if (r % 3 == 1) s.params.logprobs = 5;
+                     if (r % 3 == 2) {
+                       s.params.logprobs = 5;
+                       s.params.logprobs_mode = LogprobsMode::kProcessed;
+                     }
+                     if (r % 2 == 0) return s;
+                     s.masked = true;
+                     // The best token is masked out, the next ones are allowed.
+                     const int best = static_cast<int>(std::max_element(x, x + v) - x);
+                     if (r % 4 == 1) {
+                       for (int i = 0; i < v; i += 997) {
+                         if (i != best) s.allowed.push_back(i);
+                       }
+                     } else {
+                       for (int i = 0; i < v; ++i) {
+                         if (i != best && i % 7 != 0) s.allowed.push_back(i);
+                       }
+                     }
+                     s.params.logit_bias[best] = 50.0f;
                      return s;
                    }));
     }
@@ -451,6 +516,7 @@ void RegisterSamplingEditCases() {
 void RegisterSamplingCases() {
   RegisterSamplingBasicCases();
   RegisterSamplingFilterCases();
+  RegisterSamplingMaskCases();
   RegisterSamplingEditCases();
 }
 

@@ -65,7 +65,7 @@ class StepRunner {
   // here is an internal error: the caller's sequence state no longer matches the pool.
   // `before_draws`, when set, runs after the forward pass and before any draw (its error ends the
   // step): it may set samples[i].allowed (masks that come after the plan), which the draws then
-  // read; `masks_coming` says it will, so that a device-sampling backend draws on the host.
+  // read; `masks_coming` says it will (the draws then read masks even while none is set yet).
   virtual Status Run(const StepBatch& batch, std::span<const SampleRequest> samples,
                      std::span<const RowScore> scores, std::span<SampleResult> out,
                      RunTimings* timings, const std::function<Status()>& before_draws = {},

@@ -248,7 +248,9 @@ Status CudaBackend::Forward(const StepBatch& batch, float* logits) {
 
 Status CudaBackend::ForwardSample(const StepBatch& batch,
                                   std::span<const SequenceSampler* const> samplers,
-                                  std::span<SampleResult> results) {
+                                  std::span<SampleResult> results,
+                                  std::span<const uint32_t* const> masks,
+                                  const std::function<Status()>& before_draws) {
   const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
   if (static_cast<int64_t>(samplers.size()) != s || results.size() < samplers.size()) {
     return InvalidArgumentError("ForwardSample: " + std::to_string(samplers.size()) +
@@ -281,9 +283,11 @@ Status CudaBackend::ForwardSample(const StepBatch& batch,
     }
     std::swap(logits, scratch);
   }
+  // Masks that follow the plan come now, while the forward pass runs on the stream.
+  if (status.ok() && before_draws) status = before_draws();
   if (status.ok()) {
     status = sampler_.Launch(logits, scratch, ws_->device().sampling_params, a.sample_results,
-                             vocab, stream_, results);
+                             vocab, stream_, results, masks);
   }
   return Finish(std::move(status));
 }

@@ -42,7 +42,8 @@ class CudaBackend final : public Backend {
   Status Forward(const StepBatch& batch, float* logits) override;
   bool samples_on_device() const override { return device_sampling_; }
   Status ForwardSample(const StepBatch& batch, std::span<const SequenceSampler* const> samplers,
-                       std::span<SampleResult> results) override;
+                       std::span<SampleResult> results, std::span<const uint32_t* const> masks,
+                       const std::function<Status()>& before_draws) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
 

@@ -28,14 +28,34 @@ void DeviceSampler::Pack(std::span<const SequenceSampler* const> samplers, int64
 
 Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSamplingParams* params,
                              DeviceSampleResult* device_results, int64_t vocab, cudaStream_t stream,
-                             std::span<SampleResult> results) {
+                             std::span<SampleResult> results,
+                             std::span<const uint32_t* const> masks) {
   const int rows = static_cast<int>(batch_.params.size());
   if (rows == 0) return OkStatus();
+  if (!masks.empty() && static_cast<int>(masks.size()) != rows) {
+    return InvalidArgumentError("sampling: " + std::to_string(masks.size()) + " masks for " +
+                                std::to_string(rows) + " rows");
+  }
+  const int64_t words = (vocab + 31) / 32;
+  mask_rows_.clear();
+  mask_words_.clear();
+  bool masked = false;
+  for (const uint32_t* m : masks) {
+    if (m == nullptr) {
+      mask_rows_.push_back(-1);
+      continue;
+    }
+    mask_rows_.push_back(static_cast<int32_t>(mask_words_.size() / words));
+    mask_words_.insert(mask_words_.end(), m, m + words);
+    masked = true;
+  }
   staging_.clear();
   const size_t bias_ids = Append(&staging_, batch_.bias_ids);
   const size_t bias_values = Append(&staging_, batch_.bias_values);
   const size_t penalty_ids = Append(&staging_, batch_.penalty_ids);
   const size_t penalty_generated = Append(&staging_, batch_.penalty_generated);
+  const size_t mask_rows = masked ? Append(&staging_, mask_rows_) : 0;
+  const size_t mask_words = masked ? Append(&staging_, mask_words_) : 0;
   if (staging_.size() > edits_.bytes()) {
     // Grows (doubling) only when a step carries more edits than any before.
     ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "before growing the sampling edits");
@@ -60,6 +80,11 @@ Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSampl
   a.penalty_generated = reinterpret_cast<const int32_t*>(base + penalty_generated);
   a.raw_logits = raw_logits;
   a.results = device_results;
+  if (masked) {
+    a.mask_rows = reinterpret_cast<const int32_t*>(base + mask_rows);
+    a.allowed = reinterpret_cast<const uint32_t*>(base + mask_words);
+    a.mask_words = static_cast<int>(words);
+  }
   ASTR_CUDA_RETURN_IF_ERROR(LaunchSampling(a, stream), "launching the sampling kernel");
   host_results_.resize(static_cast<size_t>(rows));
   ASTR_CUDA_RETURN_IF_ERROR(
