@@ -249,44 +249,23 @@ TEST_F(WorkerExecutorTest, AllowedTokensBoundTheDraw) {
 
 // StepEntry.mask_follows: the mask comes in the next message, read after the forward pass.
 TEST_F(WorkerExecutorTest, MasksThatFollowThePlanBoundTheDraw) {
+  // The masks message read_next gives: for step + step_offset, one entry for `live_id` with
+  // `mask` (or none: the stream ends).
   struct Case {
     std::string what;
-    std::function<bool(v1::StepPlan*, uint64_t step)> next;  // the message read_next gives
-    StatusCode code;
-    int32_t token;  // when OK
+    bool stream_ends = false;
+    uint64_t step_offset = 0;
+    uint64_t live_id = 1;
+    std::string mask;
+    StatusCode code = StatusCode::kOk;
+    int32_t token = 0;  // when OK
   };
   const std::vector<Case> cases = {
-      {"mask allowing 7",
-       [](v1::StepPlan* m, uint64_t step) {
-         m->set_masks_for_step(step);
-         v1::StepEntry* e = m->add_entries();
-         e->set_live_id(1);
-         e->set_allowed_tokens(MaskAllowing({7}));
-         return true;
-       },
-       StatusCode::kOk, 7},
-      {"empty mask: every token",
-       [](v1::StepPlan* m, uint64_t step) {
-         m->set_masks_for_step(step);
-         m->add_entries()->set_live_id(1);
-         return true;
-       },
-       StatusCode::kOk, kGolden[0]},
-      {"stream ended", [](v1::StepPlan*, uint64_t) { return false; }, StatusCode::kUnavailable, 0},
-      {"another step's masks",
-       [](v1::StepPlan* m, uint64_t step) {
-         m->set_masks_for_step(step + 1);
-         m->add_entries()->set_live_id(1);
-         return true;
-       },
-       StatusCode::kInternal, 0},
-      {"another sequence",
-       [](v1::StepPlan* m, uint64_t step) {
-         m->set_masks_for_step(step);
-         m->add_entries()->set_live_id(2);
-         return true;
-       },
-       StatusCode::kInternal, 0},
+      {.what = "mask allowing 7", .mask = MaskAllowing({7}), .token = 7},
+      {.what = "empty mask: every token", .token = kGolden[0]},
+      {.what = "stream ended", .stream_ends = true, .code = StatusCode::kUnavailable},
+      {.what = "another step's masks", .step_offset = 1, .code = StatusCode::kInternal},
+      {.what = "another sequence", .live_id = 2, .code = StatusCode::kInternal},
   };
   for (const Case& c : cases) {
     auto ex = MakeExecutor();
@@ -300,7 +279,12 @@ TEST_F(WorkerExecutorTest, MasksThatFollowThePlanBoundTheDraw) {
     int reads = 0;
     const Status st = ex->Execute(plan, &result, [&](v1::StepPlan* m) {
       ++reads;
-      return c.next(m, plan.step_id());
+      if (c.stream_ends) return false;
+      m->set_masks_for_step(plan.step_id() + c.step_offset);
+      v1::StepEntry* e = m->add_entries();
+      e->set_live_id(c.live_id);
+      e->set_allowed_tokens(c.mask);
+      return true;
     });
     EXPECT_EQ(reads, 1) << c.what;
     EXPECT_EQ(st.code(), c.code) << c.what << ": " << st.ToString();
