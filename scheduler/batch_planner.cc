@@ -64,7 +64,8 @@ std::span<const int32_t> WorkerQueues::TokensOf(const Sequence* seq, int64_t lim
   tokens_.clear();
   const int64_t from_prompt = std::min<int64_t>(n, static_cast<int64_t>(prompt.size()));
   tokens_.insert(tokens_.end(), prompt.begin(), prompt.begin() + from_prompt);
-  tokens_.insert(tokens_.end(), seq->generated.begin(), seq->generated.begin() + (n - from_prompt));
+  tokens_.insert(tokens_.end(), seq->generated.begin(),
+                 seq->generated.begin() + (n - from_prompt));
   return tokens_;
 }
 
@@ -344,8 +345,8 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     const int32_t cached = seq->num_computed;
     const int32_t tokens = FitLogitsRows(
         *seq,
-        static_cast<int32_t>(
-            std::min<int64_t>({known - cached, limits_.prefill_chunk, step_budget_ - used})),
+        static_cast<int32_t>(std::min<int64_t>(
+            {known - cached, limits_.prefill_chunk, step_budget_ - used})),
         limits_.max_logits_rows - logits_rows_);
     const int64_t grow = pool.PagesFor(cached + tokens) - seq->pages.size();
     if (tokens == 0 || grow > pool.num_free()) {  // no logits row, or too few pages, this step
@@ -382,8 +383,7 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
   for (Sequence* seq : q->waiting) {
     if (seq->state == Sequence::State::kRunning) InsertSorted(&q->running, seq);
   }
-  std::erase_if(q->waiting,
-                [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
+  std::erase_if(q->waiting, [](const Sequence* seq) { return seq->state == Sequence::State::kRunning; });
 }
 
 bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id,

@@ -137,9 +137,9 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
   for (const auto& w : workers_) {
     // Broken workers, draining ones (their deadline), removed ones whose connection waits for
     // its reconnector to end.
-    poll |= w->draining ||
-            (w->health == WorkerSlot::Health::kRemoved ? w->conn != nullptr
-                                                       : w->health != WorkerSlot::Health::kUp);
+    poll |= w->draining || (w->health == WorkerSlot::Health::kRemoved
+                                ? w->conn != nullptr
+                                : w->health != WorkerSlot::Health::kUp);
   }
   if (poll) wake = std::min(wake, now + kPollInterval);
   return std::min(wake, next_idle_check_);

@@ -238,9 +238,9 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
                        "their worker's step stream broke.",
                        {"model"})
       .Add({model}, read(stat_preemptions_));
-  kv_pages_used_ = &r.AddCallbackGauge("astr:kv_pages_used",
-                                       "KV pages of a worker held by the scheduler's sequences.",
-                                       {"model", "worker"});
+  kv_pages_used_ = &r.AddCallbackGauge(
+      "astr:kv_pages_used", "KV pages of a worker held by the scheduler's sequences.",
+      {"model", "worker"});
   kv_pages_total_ = &r.AddCallbackGauge("astr:kv_pages_total", "KV pages of a worker's pool.",
                                         {"model", "worker"});
   worker_up_ = &r.AddCallbackGauge(
@@ -268,8 +268,8 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
       "KV pages of a worker that its prefix cache keeps (shared by running sequences, or "
       "evictable: astr:kv_pages_used does not count those).",
       {"model", "worker"});
-  r.AddCallbackGauge("astr:num_workers",
-                     "Workers in the pool (up, reconnecting, down or draining).", {"model"})
+  r.AddCallbackGauge("astr:num_workers", "Workers in the pool (up, reconnecting, down or draining).",
+                     {"model"})
       .Add({model}, read(stat_members_));
   for (const auto& slot : workers_) AddWorkerStatMetrics(slot.get());
 }

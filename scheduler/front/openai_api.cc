@@ -14,7 +14,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // Field readers that stop at the first error. Every reader leaves the target alone when the field
 // is absent or null (OpenAI clients send null for "not set").
@@ -67,8 +69,8 @@ class Reader {
     int64_t x = 0;
     if (v.is_number_integer()) {
       if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-        return Fail(name, name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                              "], got " + v.dump());
+        return Fail(name, name + ": must be in [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "], got " + v.dump());
       }
       x = v.get<int64_t>();
     } else if (v.is_number_float()) {
@@ -353,8 +355,8 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParameters* s, ApiRe
     } else if (mode == "processed" || mode == "processed_logprobs") {
       s->set_logprobs_mode(v1::LOGPROBS_MODE_PROCESSED);
     } else {
-      r.Fail("logprobs_mode",
-             "logprobs_mode: must be \"raw\" or \"processed\", got \"" + mode + "\"");
+      r.Fail("logprobs_mode", "logprobs_mode: must be \"raw\" or \"processed\", got \"" + mode +
+                                  "\"");
     }
   }
 }
@@ -401,8 +403,7 @@ bool ReadContent(Reader& r, const json& content, const std::string& path, std::s
     *out = content.get<std::string>();
     return true;
   }
-  if (!content.is_array())
-    return r.WrongType(path, "a string or an array of content parts", content);
+  if (!content.is_array()) return r.WrongType(path, "a string or an array of content parts", content);
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string part_path = path + "[" + std::to_string(k) + "]";
@@ -572,8 +573,7 @@ void ReadChat(Reader& r, const json& body, v1::GenerateRequest* g, ApiRequest* o
 }
 
 // Completions prompts: a string, strings, token ids, or lists of token ids.
-void ReadPrompts(Reader& r, const v1::GenerateRequest& base,
-                 std::vector<v1::GenerateRequest>* out) {
+void ReadPrompts(Reader& r, const v1::GenerateRequest& base, std::vector<v1::GenerateRequest>* out) {
   const json* prompt = r.Get("prompt");
   if (prompt == nullptr) {
     r.Fail("prompt", "prompt: missing");
@@ -918,8 +918,8 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
       size_t end = m.find_first_of(" :=");
       if (end == std::string::npos) end = m.size();
       const std::string path = m.substr(0, end);
-      if (!path.empty() &&
-          path.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos) {
+      if (!path.empty() && path.find_first_not_of(
+                               "abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos) {
         std::string param = OpenAiParam(path, request);
         // "sampling.logit_bias[5]" -> param "logit_bias", message keeps the key.
         std::string shown = path.rfind("sampling.", 0) == 0 ? path.substr(9) : path;
@@ -1138,11 +1138,11 @@ json VersionsJson(const ChoiceOutput& c) {
 
 json Envelope(const ResponseContext& ctx, bool chunk) {
   const bool chat = ctx.request->endpoint == Endpoint::kChat;
-  return {
-      {"id", ctx.id},
-      {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
-      {"created", ctx.created},
-      {"model", ctx.model}};
+  return {{"id", ctx.id},
+          {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                          : "text_completion"},
+          {"created", ctx.created},
+          {"model", ctx.model}};
 }
 
 }  // namespace

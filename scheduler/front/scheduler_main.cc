@@ -548,9 +548,9 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     options.server.threads = static_cast<int>(f.http_threads);
     options.server.max_body_bytes = static_cast<size_t>(f.http_max_body_mb) << 20;
     options.server.idle_timeout = std::chrono::seconds(f.http_idle_timeout_s);
-    options.server.write_timeout = f.stream_stall_timeout_s > 0
-                                       ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
-                                       : std::chrono::milliseconds(24LL * 3600 * 1000);
+    options.server.write_timeout =
+        f.stream_stall_timeout_s > 0 ? std::chrono::milliseconds(f.stream_stall_timeout_s * 1000)
+                                     : std::chrono::milliseconds(24LL * 3600 * 1000);
     options.served_model_name = f.served_model_name;
     options.tool_call_parser = f.tool_call_parser;
     options.api_keys = f.api_keys;
@@ -639,8 +639,8 @@ int Main(int argc, const char* const* argv) {
     return sched::ConnectWorker(address, timeout, step_timeout);
   };
   sched::WorkerMembership membership(*specs, membership_options);
-  auto workers =
-      ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s), step_timeout);
+  auto workers = ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s),
+                                step_timeout);
   if (!workers.ok()) {
     LOG(ERROR) << workers.status().ToString();
     return 1;
