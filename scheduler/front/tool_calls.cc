@@ -43,24 +43,6 @@ std::optional<ToolCallFormat> ParseToolCallFormat(std::string_view name) {
   return std::nullopt;
 }
 
-const char* ToolCallFormatName(ToolCallFormat format) {
-  switch (format) {
-    case ToolCallFormat::kHermes:
-      return "hermes";
-    case ToolCallFormat::kLlama3Json:
-      return "llama3_json";
-    case ToolCallFormat::kMistral:
-      return "mistral";
-    case ToolCallFormat::kForced:
-      return "forced";
-    case ToolCallFormat::kNamed:
-      return "named";
-    case ToolCallFormat::kNone:
-      break;
-  }
-  return "none";
-}
-
 ToolCallFormat DetectToolCallFormat(std::string_view src) {
   if (src.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
   if (src.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::kMistral;

@@ -27,7 +27,6 @@ enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kForced, kNam
 
 // "hermes", "llama3_json", "mistral", "none" (flag values); nullopt for anything else.
 std::optional<ToolCallFormat> ParseToolCallFormat(std::string_view name);
-const char* ToolCallFormatName(ToolCallFormat format);
 // The format a chat template's source writes its tool calls in (kNone when it shows none).
 ToolCallFormat DetectToolCallFormat(std::string_view template_source);
 
