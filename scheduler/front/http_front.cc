@@ -164,7 +164,6 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       for (size_t c = 0; c < calls_.size() * n; ++c) {
         tool_streams_.push_back(std::make_unique<ToolCallStream>(req_.tool_format, req_.tool_name));
       }
-      tool_called_.assign(calls_.size() * n, false);
     }
     sent_bytes_.assign(calls_.size() * n, 0);
     if (req_.stream) {
@@ -256,9 +255,8 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
           if (piece.finished) tool_streams_[c]->Finish(&tools->deltas);
           for (const ToolCallDelta& t : tools->deltas) {
             if (t.kind == ToolCallDelta::Kind::kContent) tools->content += t.text;
-            if (t.kind == ToolCallDelta::Kind::kStart) tool_called_[c] = true;
           }
-          tools->any_call = tool_called_[c];
+          tools->any_call = !tool_streams_[c]->calls().empty();
         }
         out += oa::StreamChunk(ctx_, static_cast<int32_t>(c), piece, &prompts_[p], first,
                                sent_bytes_[c], tools ? &*tools : nullptr);
@@ -384,9 +382,8 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   std::vector<Status> statuses_;
   std::vector<oa::ChoiceOutput> choices_;  // unary: accumulated; index p * n + j
   std::vector<bool> first_sent_;           // stream: per choice
-  // Stream with a tool-call format: per choice, its parser and whether it has made a call.
+  // Stream with a tool-call format: per choice, its parser.
   std::vector<std::unique_ptr<ToolCallStream>> tool_streams_;
-  std::vector<bool> tool_called_;
   std::vector<size_t> sent_bytes_;         // stream: per choice, text streamed (echo included)
   std::vector<oa::PromptInfo> prompts_;
   oa::UsageTotals usage_;

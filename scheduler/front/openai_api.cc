@@ -183,10 +183,13 @@ void ReadConstraint(Reader& r, v1::SamplingParameters* s, ApiRequest* out) {
     r.WrongType("structured_outputs", "an object", *so);
     return;
   }
+  auto get = [&](const char* k) -> const json* {
+    auto it = so->find(k);
+    return it != so->end() && !it->is_null() ? &*it : nullptr;
+  };
   int kinds = 0;
   for (const char* k : {"json", "regex", "choice", "grammar", "json_object"}) {
-    auto it = so->find(k);
-    if (it != so->end() && !it->is_null()) ++kinds;
+    kinds += get(k) != nullptr ? 1 : 0;
   }
   if (kinds != 1) {
     r.Fail("structured_outputs",
@@ -194,10 +197,6 @@ void ReadConstraint(Reader& r, v1::SamplingParameters* s, ApiRequest* out) {
            "choice, grammar, json_object");
     return;
   }
-  auto get = [&](const char* k) -> const json* {
-    auto it = so->find(k);
-    return it != so->end() && !it->is_null() ? &*it : nullptr;
-  };
   if (const json* j = get("json")) {
     if (j->is_string()) {
       c->set_json_schema(j->get<std::string>());

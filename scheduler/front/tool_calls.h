@@ -54,7 +54,7 @@ class ToolCallStream {
   // unfinished or malformed call) comes out as content.
   void Finish(std::vector<ToolCallDelta>* out);
 
-  // After Finish: the calls, and the content (what the kContent deltas joined).
+  // The calls and the content (what the kContent deltas joined) so far; whole after Finish.
   const std::vector<ToolCall>& calls() const { return calls_; }
   const std::string& content() const { return content_; }
 
