@@ -39,6 +39,9 @@ pytestmark = pytest.mark.skipif(
         ("--worker-drain-timeout-s", "-1"),
         ("--max-step-ms", "-2"),
         ("--cache-route-slack", "-1"),
+        ("--grammar-threads", "0"),
+        ("--grammar-cache-mb", "0"),
+        ("--tool-call-parser", "qwen"),
     ],
 )
 def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
