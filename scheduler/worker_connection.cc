@@ -21,7 +21,8 @@ using Clock = std::chrono::steady_clock;
 // Plans of large prefills (many token ids in SequenceStart) exceed gRPC's 4 MiB default.
 constexpr int kMaxMessageBytes = 64 << 20;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const rpc::ChannelSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -35,14 +36,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long step sends no data
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto credentials = rpc::ClientCredentials(security, &args);
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 class GrpcWorkerConnection final : public WorkerConnection {
  public:
-  GrpcWorkerConnection(std::string address, std::chrono::milliseconds step_timeout)
+  GrpcWorkerConnection(std::string address, std::chrono::milliseconds step_timeout,
+                       const rpc::ChannelSecurity& security)
       : address_(std::move(address)),
-        channel_(MakeChannel(address_)),
+        channel_(MakeChannel(address_, security)),
         stub_(v1::Worker::NewStub(channel_)),
         step_timeout_(step_timeout) {
     if (step_timeout_.count() > 0) watchdog_ = std::thread([this] { Watch(); });
@@ -227,8 +230,9 @@ class GrpcWorkerConnection final : public WorkerConnection {
 
 StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(const std::string& address,
                                                           std::chrono::milliseconds timeout,
-                                                          std::chrono::milliseconds step_timeout) {
-  auto conn = std::make_unique<GrpcWorkerConnection>(address, step_timeout);
+                                                          std::chrono::milliseconds step_timeout,
+                                                          const rpc::ChannelSecurity& security) {
+  auto conn = std::make_unique<GrpcWorkerConnection>(address, step_timeout, security);
   Status status = conn->Open(std::chrono::steady_clock::now() + timeout);
   if (!status.ok()) {
     return Status(status.code(),

@@ -8,6 +8,7 @@
 
 #include "astr/v1/worker.pb.h"
 #include "common/base/status.h"
+#include "common/grpc/tls.h"
 
 namespace astr::sched {
 
@@ -39,8 +40,10 @@ class WorkerConnection {
 // With `step_timeout` > 0, a Receive that gets no result for that long cancels the stream and
 // fails with UNAVAILABLE: a worker that stops answering (hung step, stopped process) without
 // closing its connection is treated like one that died.
+// `security`: plaintext or TLS (--worker-tls-*).
 StatusOr<std::unique_ptr<WorkerConnection>> ConnectWorker(
     const std::string& address, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds step_timeout = std::chrono::milliseconds(0));
+    std::chrono::milliseconds step_timeout = std::chrono::milliseconds(0),
+    const rpc::ChannelSecurity& security = {});
 
 }  // namespace astr::sched

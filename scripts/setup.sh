@@ -9,6 +9,8 @@ APT_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libboost1.81-dev
   python3 python3-pip python3-venv
   clang-format clang-tidy
+  libssl-dev openssl
+  clang-14 libclang-rt-14-dev
 )
 # The container image tests (tests/deploy): podman (run through runc) builds and runs the images,
 # debootstrap makes their Debian base here, shellcheck lints the images' entrypoint. iproute2's

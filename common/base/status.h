@@ -32,6 +32,7 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -64,6 +65,9 @@ inline Status UnimplementedError(std::string m) {
   return {StatusCode::kUnimplemented, std::move(m)};
 }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+inline Status UnauthenticatedError(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status ResourceExhaustedError(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "common/base/logging.h"
+
 namespace astr::rpc {
 namespace {
 
@@ -11,6 +13,7 @@ sigset_t ShutdownSet() {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   return set;
 }
 
@@ -21,12 +24,19 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int WaitForShutdownSignal() {
+int WaitForShutdownSignal(const std::function<void()>& on_reload) {
   sigset_t set = ShutdownSet();
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig != SIGHUP) return sig;
+    if (on_reload) {
+      LOG(INFO) << "received SIGHUP: reloading";
+      on_reload();
+    } else {
+      LOG(INFO) << "received SIGHUP: nothing to reload";
+    }
   }
-  return sig;
 }
 
 }  // namespace astr::rpc

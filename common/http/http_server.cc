@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
@@ -18,6 +19,7 @@ namespace astr::http {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -36,6 +38,42 @@ std::string ErrorBody(std::string_view message) {
   // message is ours and has no quotes or backslashes.
   return std::string("{\"error\":{\"message\":\"") + std::string(message) +
          "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}";
+}
+
+// A TLS context from the options' files, or null when they name none.
+StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const ServerOptions& o) {
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    if (!o.tls_client_ca_file.empty()) {
+      return InvalidArgumentError("a client CA needs a certificate and key to serve");
+    }
+    return std::shared_ptr<ssl::context>();
+  }
+  if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+    return InvalidArgumentError("the TLS certificate and key go together: give both");
+  }
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(o.tls_cert_file, ec);
+  if (ec)
+    return InvalidArgumentError(o.tls_cert_file + ": not a PEM certificate chain (" + ec.message() +
+                                ")");
+  ctx->use_private_key_file(o.tls_key_file, ssl::context::pem, ec);
+  if (ec)
+    return InvalidArgumentError(o.tls_key_file + ": not a PEM private key (" + ec.message() + ")");
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return InvalidArgumentError(o.tls_key_file + ": the key does not belong to " + o.tls_cert_file);
+  }
+  if (!o.tls_client_ca_file.empty()) {
+    ctx->load_verify_file(o.tls_client_ca_file, ec);
+    if (ec)
+      return InvalidArgumentError(o.tls_client_ca_file + ": not a PEM CA bundle (" + ec.message() +
+                                  ")");
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return ctx;
 }
 
 }  // namespace
@@ -64,7 +102,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::atomic<int64_t> open{0};
   std::atomic<int64_t> busy{0};  // connections answering a request
   std::atomic<bool> stopped{false};
+  std::shared_ptr<ssl::context> tls;  // mu: what new connections use; null: plaintext
 
+  std::shared_ptr<ssl::context> Tls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return tls;
+  }
   void Accept();
   void Register(const std::shared_ptr<Connection>& c);
   void Unregister(Connection* c);
@@ -74,20 +117,38 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 // on the connection's strand; the output state shared with Exchange callers is under mu_.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<Server::Impl> server, tcp::socket socket)
+  Connection(std::shared_ptr<Server::Impl> server, tcp::socket socket,
+             std::shared_ptr<ssl::context> tls)
       : server_(std::move(server)),
         strand_(asio::make_strand(server_->io)),
         socket_(std::move(socket)),
+        tls_context_(std::move(tls)),
         read_timer_(strand_),
         write_timer_(strand_) {
     beast::error_code ec;
     const tcp::endpoint remote = socket_.remote_endpoint(ec);
     if (!ec) peer_ = remote.address().to_string() + ":" + std::to_string(remote.port());
     socket_.set_option(tcp::no_delay(true), ec);
+    if (tls_context_ != nullptr) tls_.emplace(socket_, *tls_context_);
   }
 
   void Start() {
-    asio::dispatch(strand_, [self = shared_from_this()] { self->ReadHeader(/*first=*/true); });
+    asio::dispatch(strand_, [self = shared_from_this()] {
+      if (!self->tls_) return self->ReadHeader(/*first=*/true);
+      // The handshake counts toward the first request's read timeout.
+      self->ArmReadTimer(self->server_->options.read_timeout);
+      self->tls_->async_handshake(ssl::stream_base::server,
+                                  asio::bind_executor(self->strand_, [self](beast::error_code ec) {
+                                    if (ec) {
+                                      // A plaintext client, a client certificate the CA did not
+                                      // sign, no common protocol version: the connection ends here.
+                                      VLOG(1) << "http: TLS handshake with " << self->peer_
+                                              << " failed: " << ec.message();
+                                      return self->DoClose();
+                                    }
+                                    self->ReadHeader(/*first=*/true);
+                                  }));
+    });
   }
 
   // Closes from any thread.
@@ -209,17 +270,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // --- strand ---
+  // Runs `f` on the connection's byte stream: the TLS stream, or the socket itself.
+  template <typename F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(socket_);
+    }
+  }
+
   void ReadHeader(bool first) {
     if (closed_) return;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(server_->options.max_body_bytes);
     ArmReadTimer(first ? server_->options.read_timeout : server_->options.idle_timeout);
-    bhttp::async_read_header(
-        socket_, buffer_, *parser_,
-        asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->OnHeader(ec);
-        }));
+    WithStream([&](auto& stream) {
+      bhttp::async_read_header(
+          stream, buffer_, *parser_,
+          asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->OnHeader(ec);
+          }));
+    });
   }
 
   void ArmReadTimer(std::chrono::milliseconds timeout) {
@@ -238,12 +311,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto expect = req.find(bhttp::field::expect);
     if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
       auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      asio::async_write(socket_, asio::buffer(*msg),
-                        asio::bind_executor(strand_, [self = shared_from_this(), msg](
-                                                         beast::error_code ec2, size_t) {
-                          if (ec2) return self->DoClose();
-                          self->ReadBody();
-                        }));
+      WithStream([&](auto& stream) {
+        asio::async_write(stream, asio::buffer(*msg),
+                          asio::bind_executor(strand_, [self = shared_from_this(), msg](
+                                                           beast::error_code ec2, size_t) {
+                            if (ec2) return self->DoClose();
+                            self->ReadBody();
+                          }));
+      });
       return;
     }
     ReadBody();
@@ -251,11 +326,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadBody() {
     if (closed_) return;
-    bhttp::async_read(
-        socket_, buffer_, *parser_,
-        asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->OnBody(ec);
-        }));
+    WithStream([&](auto& stream) {
+      bhttp::async_read(
+          stream, buffer_, *parser_,
+          asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->OnBody(ec);
+          }));
+    });
   }
 
   void OnReadError(beast::error_code ec) {
@@ -325,11 +402,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Watch() {
     if (watching_ || closed_ || buffer_.size() >= kMaxReadAhead) return;
     watching_ = true;
-    socket_.async_read_some(
-        buffer_.prepare(4096),
-        asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->OnWatched(ec, n);
-        }));
+    WithStream([&](auto& stream) {
+      stream.async_read_some(
+          buffer_.prepare(4096),
+          asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+            self->OnWatched(ec, n);
+          }));
+    });
   }
 
   void OnWatched(beast::error_code ec, size_t n) {
@@ -388,20 +467,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
                    << self->server_->options.write_timeout.count() << " ms: closing";
       self->DoClose();
     });
-    asio::async_write(
-        socket_, asio::buffer(writing_buf_),
-        asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->writing_ = false;
-          self->write_timer_.cancel();
-          {
-            std::lock_guard<std::mutex> lock(self->mu_);
-            self->in_flight_bytes_ = 0;
-          }
-          self->writing_buf_.clear();
-          if (ec) return self->DoClose();
-          if (self->peer_gone_) return self->EndAfterPeerLeft();
-          self->Flush();
-        }));
+    WithStream([&](auto& stream) {
+      asio::async_write(
+          stream, asio::buffer(writing_buf_),
+          asio::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->writing_ = false;
+            self->write_timer_.cancel();
+            {
+              std::lock_guard<std::mutex> lock(self->mu_);
+              self->in_flight_bytes_ = 0;
+            }
+            self->writing_buf_.clear();
+            if (ec) return self->DoClose();
+            if (self->peer_gone_) return self->EndAfterPeerLeft();
+            self->Flush();
+          }));
+    });
   }
 
   // The last write completed after the client had closed its side (OnWatched): the exchange is
@@ -433,6 +514,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       on_writable_ = nullptr;
     }
     if (!keep) {
+      if (tls_ && !watching_) {
+        // close_notify first, so the client can tell the end of the body from a cut connection
+        // (bounded by the read timer).
+        ArmReadTimer(server_->options.write_timeout);
+        tls_->async_shutdown(asio::bind_executor(
+            strand_, [self = shared_from_this()](beast::error_code) { self->DoClose(); }));
+        return;
+      }
       beast::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_send, ec);
       return DoClose();
@@ -476,6 +565,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Server::Impl> server_;
   asio::strand<asio::io_context::executor_type> strand_;
   tcp::socket socket_;
+  const std::shared_ptr<ssl::context> tls_context_;  // outlives tls_
+  std::optional<ssl::stream<tcp::socket&>> tls_;     // HTTPS: the TLS layer over socket_
   asio::steady_timer read_timer_;
   asio::steady_timer write_timer_;
   beast::flat_buffer buffer_;
@@ -545,7 +636,7 @@ void Server::Impl::Accept() {
       beast::error_code ignored;
       socket.close(ignored);
     } else {
-      auto c = std::make_shared<Connection>(self, std::move(socket));
+      auto c = std::make_shared<Connection>(self, std::move(socket), self->Tls());
       self->Register(c);
       c->Start();
     }
@@ -586,9 +677,12 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler h
   }
   if (options.threads < 1) return InvalidArgumentError("threads must be >= 1");
 
+  auto tls = MakeTlsContext(options);
+  if (!tls.ok()) return tls.status();
   auto impl = std::make_shared<Impl>();
   impl->options = std::move(options);
   impl->handler = std::move(handler);
+  impl->tls = std::move(*tls);
   beast::error_code ec;
   tcp::resolver resolver(impl->io);
   auto endpoints = resolver.resolve(host.empty() ? "0.0.0.0" : host, std::to_string(port),
@@ -654,5 +748,14 @@ void Server::Stop(std::chrono::milliseconds grace) {
 Server::~Server() { Stop(); }
 
 int64_t Server::open_connections() const { return impl_ == nullptr ? 0 : impl_->open.load(); }
+
+Status Server::ReloadTls() {
+  if (impl_ == nullptr) return FailedPreconditionError("the server is not running");
+  auto tls = MakeTlsContext(impl_->options);
+  if (!tls.ok()) return tls.status();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->tls = std::move(*tls);
+  return OkStatus();
+}
 
 }  // namespace astr::http

@@ -49,6 +49,11 @@ struct ServerOptions {
   int64_t max_connections = 8192;
   // Value of the Server header.
   std::string server_name = "astr";
+  // HTTPS: the PEM certificate chain and private key served (both or neither); with a CA bundle,
+  // clients must present a certificate it signed (mutual TLS). Re-read by Server::ReloadTls.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
 };
 
 struct Request {
@@ -127,6 +132,9 @@ class Server {
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
   // Connections open now.
   int64_t open_connections() const;
+  // Reads the TLS files of the options again; new connections use them, open ones keep theirs.
+  // On error (the message names the file) the old certificate stays.
+  Status ReloadTls();
 
   struct Impl;
 

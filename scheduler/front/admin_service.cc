@@ -12,6 +12,7 @@
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
 #include "common/grpc/keepalive.h"
+#include "scheduler/front/api_keys.h"
 
 namespace astr::front {
 namespace {
@@ -36,13 +37,6 @@ grpc::Status Error(grpc::StatusCode code, std::string message) {
 
 grpc::Status WithWorker(const std::string& address, const grpc::Status& s) {
   return grpc::Status(s.error_code(), "worker " + address + ": " + s.error_message());
-}
-
-bool ConstantTimeEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 // One worker's StageWeights stream, written by its own thread from a bounded queue.
@@ -165,8 +159,11 @@ StatusOr<std::string> ReadAdminToken(const std::string& path) {
   return token;
 }
 
-AdminService::AdminService(sched::Scheduler* scheduler, std::string token)
-    : scheduler_(scheduler), token_(std::move(token)) {}
+AdminService::AdminService(sched::Scheduler* scheduler, std::string token,
+                           rpc::ChannelSecurity worker_security)
+    : scheduler_(scheduler),
+      token_(std::move(token)),
+      worker_security_(std::move(worker_security)) {}
 
 AdminService::~AdminService() = default;
 
@@ -209,7 +206,8 @@ std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address)
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, rpc::kWorkerKeepaliveTimeoutMs);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    auto credentials = rpc::ClientCredentials(worker_security_, &args);
+    channel = grpc::CreateCustomChannel(address, credentials, args);
   }
   return v1::Worker::NewStub(channel);
 }

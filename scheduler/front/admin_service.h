@@ -21,6 +21,7 @@
 
 #include "astr/v1/admin.grpc.pb.h"
 #include "astr/v1/worker.grpc.pb.h"
+#include "common/grpc/tls.h"
 #include "scheduler/scheduler.h"
 
 namespace astr::front {
@@ -28,7 +29,9 @@ namespace astr::front {
 class AdminService final : public v1::Admin::Service {
  public:
   // `token` empty: every call is refused (PERMISSION_DENIED naming --admin-token-file).
-  AdminService(sched::Scheduler* scheduler, std::string token);
+  // `worker_security`: how pushes dial the workers (--worker-tls-*).
+  AdminService(sched::Scheduler* scheduler, std::string token,
+               rpc::ChannelSecurity worker_security = {});
   ~AdminService() override;
 
   grpc::Status UpdateWeights(grpc::ServerContext* context,
@@ -86,6 +89,7 @@ class AdminService final : public v1::Admin::Service {
 
   sched::Scheduler* const scheduler_;
   const std::string token_;
+  const rpc::ChannelSecurity worker_security_;
   // One weight update at a time; the next waits this long for the one before (a cancelled push
   // takes a moment to tear down) before it is refused with ABORTED.
   std::timed_mutex update_mu_;

@@ -169,7 +169,9 @@ GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
       model_(std::move(model)),
       limits_(limits),
       front_limits_(front_limits),
-      peer_limiter_(front_limits.max_calls_per_peer, "--max-calls-per-peer") {}
+      peer_limiter_(front_limits.max_calls_per_peer, "--max-calls-per-peer"),
+      api_keys_(front_limits.api_keys != nullptr ? front_limits.api_keys
+                                                 : std::make_shared<ApiKeys>()) {}
 
 GenerateService::~GenerateService() = default;
 

@@ -20,6 +20,7 @@
 
 #include "astr/v1/generate.pb.h"
 #include "common/base/status.h"
+#include "scheduler/front/api_keys.h"
 #include "scheduler/front/output_processor.h"
 #include "scheduler/front/peer_limiter.h"
 #include "scheduler/front/request_builder.h"
@@ -35,6 +36,8 @@ struct FrontLimits {
   std::chrono::milliseconds stream_stall_timeout{30'000};
   // Threads that validate, tokenize and assemble responses.
   int threads = 4;
+  // The API keys both fronts check (--api-key-file); null: none needed.
+  std::shared_ptr<ApiKeys> api_keys;
 };
 
 class GenerateService {
@@ -65,6 +68,7 @@ class GenerateService {
 
   // Per-connection admission, shared by every front.
   PeerLimiter& peer_limiter() { return peer_limiter_; }
+  ApiKeys& api_keys() { return *api_keys_; }
   const FrontLimits& front_limits() const { return front_limits_; }
   // Counters the transports report into (GetServerStats).
   void CountInvalid() { invalid_.fetch_add(1, std::memory_order_relaxed); }
@@ -83,6 +87,7 @@ class GenerateService {
   const RequestLimits limits_;
   const FrontLimits front_limits_;
   PeerLimiter peer_limiter_;
+  const std::shared_ptr<ApiKeys> api_keys_;  // never null
   std::atomic<int64_t> invalid_{0};
   std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler
   std::atomic<int64_t> refused_peer_limit_{0};

@@ -72,6 +72,14 @@ std::optional<sched::Clock::time_point> DeadlineOf(const grpc::CallbackServerCon
   return sched::Clock::now() + (deadline - std::chrono::system_clock::now());
 }
 
+// The call's `authorization` metadata (an API key, api_keys.h), if it has one.
+std::optional<std::string> Authorization(const grpc::CallbackServerContext& context) {
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return std::nullopt;
+  return std::string(it->second.data(), it->second.size());
+}
+
 // Why gRPC cancelled the call: its deadline passed, or the client cancelled / went away.
 Status CancelReason(const grpc::CallbackServerContext& context) {
   if (context.deadline() <= std::chrono::system_clock::now()) {
@@ -91,8 +99,16 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
                                          grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response, bool limited, Work work,
-                                         bool inline_work) {
+                                         bool inline_work, bool keyed = true) {
     auto* task = new UnaryTask(service, context, response, limited, std::move(work));
+    if (keyed) {
+      const std::optional<std::string> auth = Authorization(*context);
+      auto admitted = service->impl()->api_keys().Admit(auth ? &*auth : nullptr, false);
+      if (!admitted.ok()) {
+        task->Finish(rpc::ToGrpcStatus(admitted.status()));
+        return task;
+      }
+    }
     if (limited) {
       if (Status s = service->impl()->peer_limiter().Acquire(task->peer_); !s.ok()) {
         service->impl()->CountPeerLimitRefusal();
@@ -169,6 +185,14 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       std::lock_guard<std::mutex> lock(mu_);
       self_ = self;
     }
+    const std::optional<std::string> auth = Authorization(*context_);
+    auto admitted = impl_->api_keys().Admit(auth ? &*auth : nullptr, /*generation=*/true);
+    if (!admitted.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(rpc::ToGrpcStatus(admitted.status()));
+      return;
+    }
+    lease_ = std::move(*admitted);
     if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
       impl_->CountPeerLimitRefusal();
       std::lock_guard<std::mutex> lock(mu_);
@@ -206,6 +230,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       call_.reset();  // detaches the listener: no pump is scheduled from now on
     }
     if (holds_slot_) impl_->peer_limiter().Release(peer_);
+    lease_.Release();
     static_cast<Derived*>(this)->OnCallDone();
     GenerateGrpcService* service = service_;
     keep.reset();  // may be the last reference: nothing of `this` is touched after it
@@ -264,6 +289,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   grpc::CallbackServerContext* const context_;
   const std::string peer_;
   bool holds_slot_ = false;
+  ApiKeys::Lease lease_;           // the API key's concurrency slot, from Start until OnDone
   std::shared_ptr<Derived> self_;  // mu_: from Start until OnDone
 
   std::mutex mu_;
@@ -528,7 +554,7 @@ grpc::ServerUnaryReactor* GenerateGrpcService::GetServerStats(grpc::CallbackServ
         *resp = impl->Stats();
         return OkStatus();
       },
-      /*inline_work=*/true);
+      /*inline_work=*/true, /*keyed=*/false);
 }
 
 }  // namespace astr::front

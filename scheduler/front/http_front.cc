@@ -47,17 +47,6 @@ oa::ApiError ModelNotFound(const std::string& model) {
 }
 
 // Constant-time in the key's length: the compare never stops at the first differing byte.
-bool SameKey(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 }  // namespace
 
 // One completions or chat request: admission, the output pump, cancellation. Owned by the
@@ -65,10 +54,12 @@ bool SameKey(const std::string& a, const std::string& b) {
 // the calls' callbacks hold weak pointers.
 class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
  public:
-  HttpGeneration(HttpFront* front, std::shared_ptr<http::Exchange> exchange, oa::Endpoint endpoint)
+  HttpGeneration(HttpFront* front, std::shared_ptr<http::Exchange> exchange, oa::Endpoint endpoint,
+                 ApiKeys::Lease lease)
       : front_(front),
         exchange_(std::move(exchange)),
         endpoint_(endpoint),
+        lease_(std::move(lease)),
         route_(endpoint == oa::Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions") {}
 
   void Start() {
@@ -345,6 +336,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       if (!closed_[p]) calls_[p]->Cancel(Status(StatusCode::kCancelled, "the response ended"));
     }
     calls_.clear();
+    lease_.Release();
     front_->Unregister(this);
   }
 
@@ -360,6 +352,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     if (calls_.empty()) {
       // Admission is still running: it sees gone_ and cancels what it admitted.
       finished_ = true;
+      lease_.Release();
       front_->Unregister(this);
       return;
     }
@@ -369,6 +362,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   HttpFront* const front_;
   const std::shared_ptr<http::Exchange> exchange_;
   const oa::Endpoint endpoint_;
+  ApiKeys::Lease lease_;  // mu_: the API key's concurrency slot, given back when finished
   const char* const route_;
   std::atomic<bool> pump_scheduled_{false};
 
@@ -521,27 +515,24 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     reply(ex, std::move(r));
     return false;
   };
-  auto authorized = [&] {
-    if (options_.api_keys.empty()) return true;
-    const std::string* auth = req.Header("authorization");
-    if (auth != nullptr && auth->rfind("Bearer ", 0) == 0) {
-      const std::string key = auth->substr(7);
-      bool ok = false;
-      for (const std::string& k : options_.api_keys) ok |= SameKey(key, k);
-      if (ok) return true;
+  // /v1/*, /tokenize and /detokenize need an API key when the server has them (api_keys.h); a
+  // generation's lease holds its key's concurrency slot until the response ends.
+  ApiKeys::Lease lease;
+  auto authorized = [&](bool generation) {
+    auto admitted = service_->api_keys().Admit(req.Header("authorization"), generation);
+    if (admitted.ok()) {
+      lease = std::move(*admitted);
+      return true;
     }
-    reply(ex, ErrorResponse(Error(401,
-                                    auth == nullptr ? "missing API key (Authorization: Bearer KEY)"
-                                                    : "incorrect API key",
-                                    "invalid_request_error", "", "invalid_api_key")));
+    reply(ex, ErrorResponse(oa::ApiErrorFromStatus(admitted.status(), oa::ApiRequest())));
     return false;
   };
 
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
-    if (!method_is("POST") || !authorized()) return;
+    if (!method_is("POST") || !authorized(/*generation=*/true)) return;
     const auto endpoint =
         path == "/v1/completions" ? oa::Endpoint::kCompletions : oa::Endpoint::kChat;
-    std::make_shared<HttpGeneration>(this, std::move(ex), endpoint)->Start();
+    std::make_shared<HttpGeneration>(this, std::move(ex), endpoint, std::move(lease))->Start();
     return;
   }
   if (path == "/health") {
@@ -571,7 +562,7 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     return;
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-    if (!method_is("GET") || !authorized()) return;
+    if (!method_is("GET") || !authorized(/*generation=*/false)) return;
     const json model = {{"id", model_name_},
                         {"object", "model"},
                         {"created", started_unix_},
@@ -589,7 +580,7 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     return;
   }
   if (path == "/tokenize" || path == "/detokenize") {
-    if (!method_is("POST") || !authorized()) return;
+    if (!method_is("POST") || !authorized(/*generation=*/false)) return;
     const bool tokenize = path == "/tokenize";
     pool_->Post([this, ex = std::move(ex), tokenize, reply] {
       http::Response r;

@@ -36,9 +36,6 @@ struct HttpFrontOptions {
   http::ServerOptions server;  // listen address, I/O threads, size limits, timeouts
   // The model name /v1/models lists and requests must name (empty: the served model's name).
   std::string served_model_name;
-  // Accepted API keys (Authorization: Bearer KEY) for /v1/*, /tokenize and /detokenize; empty:
-  // no key needed. /health and /metrics never need one.
-  std::vector<std::string> api_keys;
   std::chrono::milliseconds ping_interval{10'000};
   int threads = 4;  // task pool: parsing, admission, response assembly
   // Chat tool calls (docs/tools.md): "auto" (the chat template's format), "hermes",
@@ -66,6 +63,8 @@ class HttpFront {
   // Binds and starts serving (the error names the address).
   Status Start();
   int port() const;
+  // Reads the HTTPS certificate, key and client CA again (SIGHUP); http::Server::ReloadTls.
+  Status ReloadTls() { return server_->ReloadTls(); }
   // Stops accepting and closes every connection (their requests are cancelled), then waits for
   // the pool's work to finish.
   void Stop();

@@ -947,6 +947,10 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
         e.retry_after_s = 1;
       }
       break;
+    case StatusCode::kUnauthenticated:
+      e.status = 401;
+      e.code = "invalid_api_key";
+      break;
     case StatusCode::kUnavailable:
       e.status = 503;
       e.type = "service_unavailable";

@@ -228,6 +228,23 @@ void DropRepeatedIds(std::vector<int32_t>* ids, int32_t vocab_size) {
   ids->resize(kept);
 }
 
+// The per-request lists whose size only the limits bound (each entry is also checked against the
+// vocabulary): logit_bias, and the distinct stop ids (repeats cost nothing once dropped).
+Status CheckListSizes(const v1::SamplingParameters& s, const std::vector<int32_t>& stop_ids,
+                      const RequestLimits& limits) {
+  if (s.logit_bias_size() > limits.max_logit_bias) {
+    return InvalidArgumentError("sampling.logit_bias: " + std::to_string(s.logit_bias_size()) +
+                                " entries, more than the limit of " +
+                                std::to_string(limits.max_logit_bias));
+  }
+  if (stop_ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
+    return InvalidArgumentError("sampling.stop_token_ids: " + std::to_string(stop_ids.size()) +
+                                " distinct ids, more than the limit of " +
+                                std::to_string(limits.max_stop_token_ids));
+  }
+  return OkStatus();
+}
+
 Status ResolveStopStrings(const v1::SamplingParameters& s, const RequestLimits& limits,
                           OutputOptions* output) {
   if (s.stop_size() > limits.max_stop_strings) {
@@ -453,6 +470,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   ASTR_RETURN_IF_ERROR(ValidateSamplingParams(params, model.vocab_size, "sampling."));
   ASTR_RETURN_IF_ERROR(ResolveStopStrings(s, limits, &out.output));
   DropRepeatedIds(&params.stop_token_ids, model.vocab_size);
+  ASTR_RETURN_IF_ERROR(CheckListSizes(s, params.stop_token_ids, limits));
   rpc::ToWorkerProto(params, &out.sched.sampling);
   out.output.return_logprobs = params.return_logprob;
   out.output.top_logprobs = params.logprobs;

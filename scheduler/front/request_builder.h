@@ -48,6 +48,8 @@ struct RequestLimits {
   int32_t max_n = 16;
   int32_t max_stop_strings = 16;
   int32_t max_stop_string_bytes = 1024;
+  int32_t max_logit_bias = 1024;      // entries of sampling.logit_bias
+  int32_t max_stop_token_ids = 1024;  // entries of sampling.stop_token_ids
   int32_t max_request_id_bytes = 256;
 };
 

@@ -26,6 +26,7 @@
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/health.h"
 #include "common/grpc/shutdown_signal.h"
+#include "common/grpc/tls.h"
 #include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
@@ -56,6 +57,8 @@ struct Flags {
   sched::SchedulerOptions sched;
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
+  int64_t max_logit_bias = 1024;
+  int64_t max_stop_token_ids = 1024;
   int64_t connect_timeout_s = 30;
   double worker_refresh_s = 5;
   int64_t worker_drain_timeout_s = 60;
@@ -74,30 +77,18 @@ struct Flags {
   std::string served_model_name;
   std::string tool_call_parser = "auto";
   std::string api_key_file;
-  std::vector<std::string> api_keys;  // read from api_key_file before any worker is dialed
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  std::string worker_tls_ca_file, worker_tls_cert_file, worker_tls_key_file;
+  std::string worker_tls_server_name;
+  // Read from the files above before any worker is dialed; reloaded on SIGHUP.
+  std::shared_ptr<front::ApiKeys> api_keys;
+  std::shared_ptr<rpc::TlsFiles> server_tls;  // null: plaintext
+  rpc::ChannelSecurity worker_security;
   int64_t http_threads = 2;
   int64_t http_max_body_mb = 16;
   int64_t http_idle_timeout_s = 60;
   double sse_ping_s = 10;
 };
-
-// One key per line; blank lines and lines starting with '#' are skipped.
-StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError("--api-key-file: cannot read " + path);
-  std::vector<std::string> keys;
-  std::string line;
-  while (std::getline(in, line)) {
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    size_t b = 0;
-    while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
-    line.erase(0, b);
-    if (line.empty() || line[0] == '#') continue;
-    keys.push_back(line);
-  }
-  if (keys.empty()) return InvalidArgumentError("--api-key-file: " + path + " holds no key");
-  return keys;
-}
 
 void Register(FlagSet* fs, Flags* f) {
   fs->String("workers", &f->workers,
@@ -141,9 +132,32 @@ void Register(FlagSet* fs, Flags* f) {
              "<tool_call>, mistral for [TOOL_CALLS], llama3_json for Llama 3.x; none when it "
              "shows none), hermes, llama3_json, mistral or none.");
   fs->String("api-key-file", &f->api_key_file,
-             "File of API keys, one per line: HTTP requests to /v1/*, /tokenize and /detokenize "
-             "must send `Authorization: Bearer KEY` with one of them (401 otherwise). Default: "
-             "no key needed.");
+             "File of API keys, one per line, each optionally followed by its limits: `KEY "
+             "[name=NAME] [rps=R] [burst=B] [max_concurrent=N]` (docs/reliability.md). gRPC "
+             "calls of astr.v1.Generate (but GetServerStats) and HTTP requests to /v1/*, "
+             "/tokenize and /detokenize must send `authorization: Bearer KEY` with one of them "
+             "(UNAUTHENTICATED / 401 otherwise); a key over its rate or its open generations "
+             "gets RESOURCE_EXHAUSTED / 429. Re-read on SIGHUP. Default: no key needed.");
+  fs->String("tls-cert-file", &f->tls_cert_file,
+             "PEM certificate chain served over TLS on --listen, --admin-listen and "
+             "--http-listen (with --tls-key-file). Re-read on SIGHUP. Default: plaintext.");
+  fs->String("tls-key-file", &f->tls_key_file, "PEM private key of --tls-cert-file (unencrypted).");
+  fs->String("tls-client-ca-file", &f->tls_client_ca_file,
+             "PEM CA bundle: with it, clients of --listen, --admin-listen and --http-listen "
+             "must present a certificate it signed (mutual TLS). Needs --tls-cert-file.");
+  fs->String("worker-tls-ca-file", &f->worker_tls_ca_file,
+             "Dial the workers over TLS, verifying their certificates against this PEM CA "
+             "bundle (the workers run with --tls-cert-file). Re-read on SIGHUP. Default: "
+             "plaintext.");
+  fs->String("worker-tls-cert-file", &f->worker_tls_cert_file,
+             "PEM client certificate the scheduler presents to the workers (mutual TLS: "
+             "workers started with --tls-client-ca-file require one), with "
+             "--worker-tls-key-file. Needs --worker-tls-ca-file.");
+  fs->String("worker-tls-key-file", &f->worker_tls_key_file,
+             "PEM private key of --worker-tls-cert-file.");
+  fs->String("worker-tls-server-name", &f->worker_tls_server_name,
+             "The name the workers' certificates must carry, instead of the host of each "
+             "--workers address (e.g. one name for pods whose IPs change).");
   fs->Int("http-threads", &f->http_threads,
           "I/O threads of the HTTP server (any number of connections and streams share them).");
   fs->Int("http-max-body-mb", &f->http_max_body_mb,
@@ -207,6 +221,10 @@ void Register(FlagSet* fs, Flags* f) {
           "makes its worker fail every time cannot keep restarting it.");
   fs->Int("max-n", &f->max_n, "Most samples (GenerateRequest.n) one request may ask for.");
   fs->Int("max-stop-strings", &f->max_stop_strings, "Most stop strings per request.");
+  fs->Int("max-logit-bias", &f->max_logit_bias,
+          "Most logit_bias entries per request (OpenAI's logit_bias, GenerateRequest "
+          "sampling.logit_bias).");
+  fs->Int("max-stop-token-ids", &f->max_stop_token_ids, "Most stop_token_ids per request.");
   fs->Int("connect-timeout-s", &f->connect_timeout_s,
           "How long to keep dialing each worker at start before giving up.");
   fs->Int("step-timeout-ms", &f->step_timeout_ms,
@@ -243,6 +261,40 @@ void Register(FlagSet* fs, Flags* f) {
           "Largest request message accepted, in MiB (long token-id prompts).");
 }
 
+// Checks and stages the TLS files of both sides (tls.h).
+Status LoadTls(Flags* f) {
+  if (!f->tls_cert_file.empty() || !f->tls_key_file.empty() || !f->tls_client_ca_file.empty()) {
+    auto tls = rpc::TlsFiles::Create({.flag = "--tls",
+                                      .ca_flag = "--tls-client-ca-file",
+                                      .cert_file = f->tls_cert_file,
+                                      .key_file = f->tls_key_file,
+                                      .ca_file = f->tls_client_ca_file},
+                                     /*need_identity=*/true, /*need_ca=*/false);
+    if (!tls.ok()) return tls.status();
+    f->server_tls = std::move(*tls);
+  }
+  if (!f->worker_tls_ca_file.empty() || !f->worker_tls_cert_file.empty() ||
+      !f->worker_tls_key_file.empty()) {
+    auto tls = rpc::TlsFiles::Create({.flag = "--worker-tls",
+                                      .ca_flag = "",
+                                      .cert_file = f->worker_tls_cert_file,
+                                      .key_file = f->worker_tls_key_file,
+                                      .ca_file = f->worker_tls_ca_file},
+                                     /*need_identity=*/false, /*need_ca=*/true);
+    if (!tls.ok()) return tls.status();
+    f->worker_security.tls = std::move(*tls);
+  } else if (!f->worker_tls_server_name.empty()) {
+    return InvalidArgumentError("--worker-tls-server-name needs --worker-tls-ca-file");
+  }
+  f->worker_security.server_name = f->worker_tls_server_name;
+  return OkStatus();
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const Flags& f) {
+  return f.server_tls != nullptr ? f.server_tls->ServerCredentials()
+                                 : grpc::InsecureServerCredentials();
+}
+
 Status Validate(const Flags& f) {
   auto positive = [](int64_t v, const char* name) {
     return v >= 1 ? OkStatus()
@@ -251,6 +303,8 @@ Status Validate(const Flags& f) {
   };
   ASTR_RETURN_IF_ERROR(positive(f.max_n, "max-n"));
   ASTR_RETURN_IF_ERROR(positive(f.max_stop_strings, "max-stop-strings"));
+  ASTR_RETURN_IF_ERROR(positive(f.max_logit_bias, "max-logit-bias"));
+  ASTR_RETURN_IF_ERROR(positive(f.max_stop_token_ids, "max-stop-token-ids"));
   ASTR_RETURN_IF_ERROR(positive(f.grammar_threads, "grammar-threads"));
   if (f.tool_call_parser != "auto" && !front::ParseToolCallFormat(f.tool_call_parser)) {
     return InvalidArgumentError(
@@ -300,13 +354,14 @@ void LogWorker(const std::string& address, const v1::InfoResponse& info) {
 // addresses join afterwards through WorkerMembership.
 StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
     const std::vector<sched::WorkerSpec>& specs, sched::WorkerMembership* membership,
-    std::chrono::seconds timeout, std::chrono::milliseconds step_timeout) {
+    std::chrono::seconds timeout, std::chrono::milliseconds step_timeout,
+    const rpc::ChannelSecurity& security) {
   std::vector<std::unique_ptr<sched::WorkerConnection>> workers;
   bool any_dns = false;
   for (const sched::WorkerSpec& spec : specs) {
     any_dns |= spec.dns;
     if (spec.dns) continue;
-    auto conn = sched::ConnectWorker(spec.text, timeout, step_timeout);
+    auto conn = sched::ConnectWorker(spec.text, timeout, step_timeout, security);
     if (!conn.ok()) return conn.status().WithContext("--workers");
     LogWorker(spec.text, (*conn)->info());
     workers.push_back(std::move(*conn));
@@ -321,7 +376,7 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
         if (left.count() <= 0) break;
         auto conn = sched::ConnectWorker(
             address, std::min<std::chrono::milliseconds>(left, std::chrono::seconds(2)),
-            step_timeout);
+            step_timeout, security);
         if (!conn.ok()) {
           last = conn.status();
           continue;
@@ -469,6 +524,9 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   front::RequestLimits limits;
   limits.max_n = static_cast<int32_t>(f.max_n);
   limits.max_stop_strings = static_cast<int32_t>(f.max_stop_strings);
+  limits.max_logit_bias = static_cast<int32_t>(std::min<int64_t>(f.max_logit_bias, INT32_MAX));
+  limits.max_stop_token_ids =
+      static_cast<int32_t>(std::min<int64_t>(f.max_stop_token_ids, INT32_MAX));
   front::FrontLimits front_limits;
   front_limits.max_calls_per_peer = f.max_calls_per_peer;
   if (front_limits.max_calls_per_peer == 0) {
@@ -484,6 +542,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
             << " open calls per client connection (--max-calls-per-peer)";
   front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
   front_limits.threads = static_cast<int>(f.front_threads);
+  front_limits.api_keys = f.api_keys;
   front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits);
   front::GenerateGrpcService grpc_service(&service);
 
@@ -491,7 +550,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(f.listen, ServerCredentials(f), &port);
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would then start and
   // share the port, and clients would land on either process at random.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -523,10 +582,11 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     if (f.admin_token.empty()) {
       LOG(WARNING) << "no --admin-token-file: every admin call will be refused";
     }
-    admin = std::make_unique<front::AdminService>(scheduler.get(), f.admin_token);
+    admin =
+        std::make_unique<front::AdminService>(scheduler.get(), f.admin_token, f.worker_security);
     grpc::ServerBuilder admin_builder;
     int admin_port = 0;
-    admin_builder.AddListeningPort(f.admin_listen, grpc::InsecureServerCredentials(), &admin_port);
+    admin_builder.AddListeningPort(f.admin_listen, ServerCredentials(f), &admin_port);
     admin_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     admin_builder.RegisterService(admin.get());
     admin_builder.SetMaxReceiveMessageSize(kMaxAdminMessageBytes);
@@ -553,7 +613,9 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
                                      : std::chrono::milliseconds(24LL * 3600 * 1000);
     options.served_model_name = f.served_model_name;
     options.tool_call_parser = f.tool_call_parser;
-    options.api_keys = f.api_keys;
+    options.server.tls_cert_file = f.tls_cert_file;
+    options.server.tls_key_file = f.tls_key_file;
+    options.server.tls_client_ca_file = f.tls_client_ca_file;
     options.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_s * 1000));
     options.threads = static_cast<int>(f.front_threads);
     options.metrics = [s = scheduler.get()] { return s->RenderMetrics(); };
@@ -569,7 +631,24 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
 
   // Workers join and leave from here on (stopped before the scheduler goes).
   membership->Start(scheduler.get());
-  const int sig = rpc::WaitForShutdownSignal();
+  const int sig = rpc::WaitForShutdownSignal([&f, &http] {
+    // Each part reloads on its own: a bad file leaves that part as it was (and says why).
+    auto report = [](const char* what, const Status& s) {
+      if (s.ok()) {
+        LOG(INFO) << "reloaded " << what;
+      } else {
+        LOG(ERROR) << "kept the old " << what << ": " << s.message();
+      }
+    };
+    if (f.api_keys != nullptr) report("API keys", f.api_keys->Reload());
+    if (f.server_tls != nullptr) report("TLS certificate (gRPC)", f.server_tls->Reload());
+    if (http != nullptr && f.server_tls != nullptr) {
+      report("TLS certificate (HTTP)", http->ReloadTls());
+    }
+    if (f.worker_security.tls != nullptr) {
+      report("worker TLS files", f.worker_security.tls->Reload());
+    }
+  });
   health.Stop();
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
             << ": draining (new requests get UNAVAILABLE)";
@@ -612,13 +691,14 @@ int Main(int argc, const char* const* argv) {
     }
   }
   if (valid.ok() && !f.api_key_file.empty()) {
-    auto keys = ReadApiKeys(f.api_key_file);
+    auto keys = front::ApiKeys::Load(f.api_key_file);
     if (keys.ok()) {
       f.api_keys = std::move(*keys);
     } else {
       valid = keys.status();
     }
   }
+  if (valid.ok()) valid = LoadTls(&f);
   if (valid.ok()) valid = InitLogging(argv[0], log);
   if (!valid.ok()) {
     std::fprintf(stderr, "astr-scheduler: %s\n", valid.message().c_str());
@@ -634,13 +714,13 @@ int Main(int argc, const char* const* argv) {
   sched::MembershipOptions membership_options;
   membership_options.refresh =
       std::chrono::milliseconds(static_cast<int64_t>(f.worker_refresh_s * 1000));
-  membership_options.connect = [step_timeout](const std::string& address,
-                                              std::chrono::milliseconds timeout) {
-    return sched::ConnectWorker(address, timeout, step_timeout);
+  membership_options.connect = [step_timeout, security = f.worker_security](
+                                   const std::string& address, std::chrono::milliseconds timeout) {
+    return sched::ConnectWorker(address, timeout, step_timeout, security);
   };
   sched::WorkerMembership membership(*specs, membership_options);
   auto workers = ConnectInitial(*specs, &membership, std::chrono::seconds(f.connect_timeout_s),
-                                step_timeout);
+                                step_timeout, f.worker_security);
   if (!workers.ok()) {
     LOG(ERROR) << workers.status().ToString();
     return 1;

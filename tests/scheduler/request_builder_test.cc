@@ -25,6 +25,8 @@ RequestLimits TestLimits() {
   l.max_stop_strings = 3;
   l.max_stop_string_bytes = 8;
   l.max_request_id_bytes = 16;
+  l.max_logit_bias = 2;
+  l.max_stop_token_ids = 3;  // RepeatedStopTokenIdsAreKeptOnce sends 3 distinct ids
   return l;
 }
 
@@ -75,6 +77,11 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
       {ok_input + "n: 5", StatusCode::kInvalidArgument, "n must be in [0, 4] (0 means 1), got 5"},
       {ok_input + "request_id: '0123456789abcdefg'", StatusCode::kInvalidArgument,
        "request_id: 17 bytes, more than the limit of 16"},
+      {ok_input + "sampling { logit_bias { key: 3 value: 1 } logit_bias { key: 4 value: 1 } "
+                  "logit_bias { key: 5 value: 1 } }",
+       StatusCode::kInvalidArgument, "sampling.logit_bias: 3 entries, more than the limit of 2"},
+      {ok_input + "sampling { stop_token_ids: [3, 4, 3, 5, 6] }", StatusCode::kInvalidArgument,
+       "sampling.stop_token_ids: 4 distinct ids, more than the limit of 3"},
       {ok_input + "sampling { max_tokens: 0 }", StatusCode::kInvalidArgument,
        "sampling.max_tokens must be >= 1, got 0"},
       {ok_input + "sampling { max_tokens: 63 }", StatusCode::kInvalidArgument,

@@ -19,6 +19,7 @@ bool IsSpace(char c) {
 AdminFlags::AdminFlags() {
   server.server = kDefaultAdminServer;
   server.server_help = "Address of astr-scheduler's admin service (its --admin-listen, host:port).";
+  server.with_api_key = false;  // admin calls carry the --token-file token
 }
 
 void AdminFlags::Register(FlagSet* fs) {
@@ -39,7 +40,7 @@ Status AdminFlags::Check() const {
 StatusOr<std::unique_ptr<client::AdminClient>> AdminFlags::Connect() const {
   ASTR_ASSIGN_OR_RETURN(const std::string token, ReadTokenFile(token_file));
   ASTR_ASSIGN_OR_RETURN(const auto timeout, server.ConnectTimeout());
-  return client::AdminClient::Connect(server.server, token, timeout);
+  return client::AdminClient::Connect(server.server, token, timeout, server.connect);
 }
 
 StatusOr<std::string> ReadTokenFile(const std::string& path) {

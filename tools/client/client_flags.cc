@@ -2,13 +2,36 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 namespace astr::cli {
+
+void RegisterConnectFlags(FlagSet* fs, client::ConnectOptions* options, bool api_key) {
+  fs->Bool("tls", &options->tls,
+           "Connect over TLS, verifying the server against the system's CA roots (or "
+           "--tls-ca-file, which implies --tls).");
+  fs->String("tls-ca-file", &options->tls_ca_file,
+             "PEM CA bundle the server's certificate must be signed by (implies --tls).");
+  fs->String("tls-cert-file", &options->tls_cert_file,
+             "PEM client certificate for servers that require one (mutual TLS), with "
+             "--tls-key-file.");
+  fs->String("tls-key-file", &options->tls_key_file, "PEM private key of --tls-cert-file.");
+  fs->String("tls-server-name", &options->tls_server_name,
+             "The name the server's certificate must carry, instead of the host of --server.");
+  if (api_key) {
+    if (const char* env = std::getenv("ASTR_API_KEY")) options->api_key = env;
+    fs->String("api-key", &options->api_key,
+               "API key of a server started with --api-key-file, sent as `authorization: "
+               "Bearer KEY`. Default: $ASTR_API_KEY (which, unlike the flag, other users "
+               "cannot read from the process list).");
+  }
+}
 
 void ServerFlags::Register(FlagSet* fs) {
   fs->String("server", &server, server_help);
   fs->Double("connect-timeout-s", &connect_timeout_s,
              "Seconds to wait for the connection before giving up.");
+  RegisterConnectFlags(fs, &connect, with_api_key);
 }
 
 StatusOr<std::chrono::milliseconds> ServerFlags::ConnectTimeout() const {
@@ -20,7 +43,7 @@ StatusOr<std::chrono::milliseconds> ServerFlags::ConnectTimeout() const {
 
 StatusOr<std::unique_ptr<client::Client>> ServerFlags::Connect() const {
   ASTR_ASSIGN_OR_RETURN(const auto timeout, ConnectTimeout());
-  return client::Client::Connect(server, timeout);
+  return client::Client::Connect(server, timeout, connect);
 }
 
 client::CallOptions TimeoutOptions(double timeout_s) {

@@ -14,12 +14,19 @@
 
 namespace astr::cli {
 
-// --server, --connect-timeout-s.
+// --tls, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name into `options`; with
+// `api_key`, --api-key too (default: $ASTR_API_KEY).
+void RegisterConnectFlags(FlagSet* fs, client::ConnectOptions* options, bool api_key);
+
+// --server, --connect-timeout-s and the connection's TLS flags and API key.
 struct ServerFlags {
   std::string server = "127.0.0.1:50051";
   double connect_timeout_s = 10;
+  client::ConnectOptions connect;
   // What --help says of --server.
   std::string server_help = "Address of astr-scheduler (host:port).";
+  // Whether --api-key is offered (the admin service takes a token instead).
+  bool with_api_key = true;
 
   void Register(FlagSet* fs);
   // --connect-timeout-s as a duration; an error unless it is > 0.

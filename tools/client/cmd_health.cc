@@ -29,6 +29,8 @@ int HealthCommand(int argc, const char* const* argv) {
   std::string server = "127.0.0.1:50051", service;
   double wait_s = 0;
   fs.String("server", &server, "Address of the server (host:port).");
+  client::ConnectOptions connect;
+  RegisterConnectFlags(&fs, &connect, /*api_key=*/false);
   fs.String("service", &service, "Service name to check; empty = the server as a whole.");
   fs.Double("wait-s", &wait_s,
             "Keep retrying for up to this many seconds until the server is SERVING (it may not "
@@ -40,7 +42,7 @@ int HealthCommand(int argc, const char* const* argv) {
   }
 
   // No connection wait here: the checks themselves wait (wait_for_ready) while retrying.
-  auto client = client::Client::Connect(server, std::chrono::milliseconds(0));
+  auto client = client::Client::Connect(server, std::chrono::milliseconds(0), connect);
   if (!client.ok()) return PrintError(kProgram, client.status());
   const auto end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
   while (true) {

@@ -17,6 +17,7 @@
 #include "common/grpc/health.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/shutdown_signal.h"
+#include "common/grpc/tls.h"
 #include "common/http/http_server.h"
 #include "common/metrics/registry.h"
 #include "worker/backend_loader.h"
@@ -59,15 +60,22 @@ http::Handler MetricsHandler(const WorkerService* service) {
   };
 }
 
+// The TLS flags (--tls-*): the worker's certificate on --listen and --metrics-listen; with a
+// client CA, the scheduler (and astr admin pushes) must present a certificate it signed.
+struct TlsFlags {
+  std::string cert_file, key_file, client_ca_file;
+};
+
 int Serve(const std::string& listen, const std::string& metrics_listen, int64_t drain_timeout_s,
-          LoadedWorker worker) {
+          const TlsFlags& tls_flags, std::shared_ptr<rpc::TlsFiles> tls, LoadedWorker worker) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   WorkerService service(std::move(worker.info), std::move(worker.executor),
                         std::move(worker.updates));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      listen, tls != nullptr ? tls->ServerCredentials() : grpc::InsecureServerCredentials(), &port);
   // gRPC sets SO_REUSEPORT by default: a second worker on a port in use would then start and
   // share the port with the first, and the scheduler would reach either at random.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -86,8 +94,12 @@ int Serve(const std::string& listen, const std::string& metrics_listen, int64_t 
   }
   std::unique_ptr<http::Server> metrics_server;  // stopped before `service` goes
   if (!metrics_listen.empty()) {
-    auto started =
-        http::Server::Start({.listen = metrics_listen, .threads = 1}, MetricsHandler(&service));
+    auto started = http::Server::Start({.listen = metrics_listen,
+                                        .threads = 1,
+                                        .tls_cert_file = tls_flags.cert_file,
+                                        .tls_key_file = tls_flags.key_file,
+                                        .tls_client_ca_file = tls_flags.client_ca_file},
+                                       MetricsHandler(&service));
     if (!started.ok()) {
       LOG(ERROR) << "--metrics-listen: " << started.status().message();
       return 1;
@@ -104,7 +116,17 @@ int Serve(const std::string& listen, const std::string& metrics_listen, int64_t 
   // Launchers and tests read this line to learn the port (--listen HOST:0).
   LOG(INFO) << "listening on " << host << ":" << port;
 
-  const int sig = rpc::WaitForShutdownSignal();
+  const int sig = rpc::WaitForShutdownSignal([&] {
+    if (tls == nullptr) {
+      LOG(INFO) << "no TLS files to reload";
+      return;
+    }
+    for (Status s :
+         {tls->Reload(), metrics_server != nullptr ? metrics_server->ReloadTls() : OkStatus()}) {
+      if (!s.ok()) LOG(ERROR) << "kept the old TLS certificate: " << s.message();
+    }
+    LOG(INFO) << "TLS files reloaded";
+  });
   LOG(INFO) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
             << ": draining (running sequences may finish for up to " << drain_timeout_s
             << " s), then shutting down";
@@ -128,6 +150,7 @@ int Main(int argc, const char* const* argv) {
   std::string metrics_listen;
   int64_t max_batch = 256;
   int64_t drain_timeout_s = 60;
+  TlsFlags tls_flags;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
             "Address to serve on, HOST:PORT. Port 0 picks a free port; the bound address is "
@@ -142,6 +165,16 @@ int Main(int argc, const char* const* argv) {
             "(benchmarks only: plans are validated as for cpu but nothing is computed; each "
             "sample is an ordinary token chosen from the live id and position). Default: "
             "$ASTR_BACKEND if set, else auto.");
+  fs.String("tls-cert-file", &tls_flags.cert_file,
+            "PEM certificate chain served over TLS on --listen and --metrics-listen (with "
+            "--tls-key-file); the scheduler then dials with --worker-tls-ca-file. Re-read on "
+            "SIGHUP. Default: plaintext.");
+  fs.String("tls-key-file", &tls_flags.key_file,
+            "PEM private key of --tls-cert-file (unencrypted).");
+  fs.String("tls-client-ca-file", &tls_flags.client_ca_file,
+            "PEM CA bundle: with it, clients (the scheduler, weight pushes) must present a "
+            "certificate it signed (mutual TLS; the scheduler's --worker-tls-cert-file). Needs "
+            "--tls-cert-file.");
   EngineFlags engine;
   engine.RegisterBackend(&fs);
   fs.Int("max-batch", &max_batch, "Most sequences (plan entries) in one step.");
@@ -164,6 +197,18 @@ int Main(int argc, const char* const* argv) {
   }
   if (max_batch < 1) return UsageError("--max-batch must be >= 1");
   if (drain_timeout_s < 0) return UsageError("--drain-timeout-s must be >= 0");
+  std::shared_ptr<rpc::TlsFiles> tls;
+  if (!tls_flags.cert_file.empty() || !tls_flags.key_file.empty() ||
+      !tls_flags.client_ca_file.empty()) {
+    auto files = rpc::TlsFiles::Create({.flag = "--tls",
+                                        .ca_flag = "--tls-client-ca-file",
+                                        .cert_file = tls_flags.cert_file,
+                                        .key_file = tls_flags.key_file,
+                                        .ca_file = tls_flags.client_ca_file},
+                                       /*need_identity=*/true, /*need_ca=*/false);
+    if (!files.ok()) return UsageError(files.status().message());
+    tls = std::move(*files);
+  }
   engine.max_running = max_batch;  // EngineFlags sizes the backend's sample rows from it
   if (Status s = engine.Validate(); !s.ok()) return UsageError(s.message());
 
@@ -174,7 +219,8 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << worker.status().ToString();
     return 1;
   }
-  return Serve(listen, metrics_listen, drain_timeout_s, std::move(*worker));
+  return Serve(listen, metrics_listen, drain_timeout_s, tls_flags, std::move(tls),
+               std::move(*worker));
 }
 
 }  // namespace

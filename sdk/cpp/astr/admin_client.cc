@@ -27,9 +27,10 @@ Status CheckAdminToken(const std::string& token) {
 
 StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(const std::string& address,
                                                             const std::string& token,
-                                                            std::chrono::milliseconds timeout) {
+                                                            std::chrono::milliseconds timeout,
+                                                            const ConnectOptions& options) {
   ASTR_RETURN_IF_ERROR(CheckAdminToken(token));
-  ASTR_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, timeout));
+  ASTR_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, timeout, options));
   return std::unique_ptr<AdminClient>(new AdminClient(std::move(channel), token));
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "astr/call_options.h"
+#include "astr/channel.h"
 #include "astr/v1/admin.grpc.pb.h"
 #include "common/base/status.h"
 
@@ -42,7 +43,8 @@ class AdminClient {
   // call. INVALID_ARGUMENT when CheckAdminToken refuses it.
   static StatusOr<std::unique_ptr<AdminClient>> Connect(const std::string& address,
                                                         const std::string& token,
-                                                        std::chrono::milliseconds timeout);
+                                                        std::chrono::milliseconds timeout,
+                                                        const ConnectOptions& options = {});
   ~AdminClient();
   AdminClient(const AdminClient&) = delete;
   AdminClient& operator=(const AdminClient&) = delete;

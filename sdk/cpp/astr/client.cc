@@ -81,21 +81,28 @@ const char* ServingStatusName(ServingStatus status) {
 }
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
-                                                  std::chrono::milliseconds timeout) {
-  ASTR_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, timeout));
-  return std::make_unique<Client>(std::move(channel), address);
+                                                  std::chrono::milliseconds timeout,
+                                                  const ConnectOptions& options) {
+  ASTR_ASSIGN_OR_RETURN(auto channel, OpenChannel(address, timeout, options));
+  return std::make_unique<Client>(std::move(channel), address, options.api_key);
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, std::string address)
+Client::Client(std::shared_ptr<grpc::Channel> channel, std::string address, std::string api_key)
     : channel_(std::move(channel)),
       stub_(v1::Generate::NewStub(channel_)),
-      address_(std::move(address)) {}
+      address_(std::move(address)),
+      authorization_(api_key.empty() ? std::string() : "Bearer " + api_key) {}
+
+void Client::Authorize(grpc::ClientContext* ctx) const {
+  if (!authorization_.empty()) ctx->AddMetadata("authorization", authorization_);
+}
 
 Client::~Client() = default;
 
 StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
                                                 const CallOptions& options) {
   return UnaryCall<v1::GenerateResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    Authorize(ctx);
     return stub_->Generate(ctx, request, response);
   });
 }
@@ -104,6 +111,7 @@ Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCa
                               const CallOptions& options) {
   grpc::ClientContext ctx;
   ApplyCallOptions(options, &ctx);
+  Authorize(&ctx);
   auto reader = stub_->GenerateStream(&ctx, request);
   v1::GenerateStreamResponse message;
   bool cancelled = false;
@@ -128,6 +136,7 @@ Status Client::GenerateStream(const v1::GenerateRequest& request, const StreamCa
 StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
                                                 const CallOptions& options) {
   return UnaryCall<v1::TokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    Authorize(ctx);
     return stub_->Tokenize(ctx, request, response);
   });
 }
@@ -135,6 +144,7 @@ StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& reque
 StatusOr<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest& request,
                                                     const CallOptions& options) {
   return UnaryCall<v1::DetokenizeResponse>(options, [&](grpc::ClientContext* ctx, auto* response) {
+    Authorize(ctx);
     return stub_->Detokenize(ctx, request, response);
   });
 }
@@ -142,6 +152,7 @@ StatusOr<v1::DetokenizeResponse> Client::Detokenize(const v1::DetokenizeRequest&
 StatusOr<v1::GetModelInfoResponse> Client::GetModelInfo(const CallOptions& options) {
   return UnaryCall<v1::GetModelInfoResponse>(
       options, [&](grpc::ClientContext* ctx, auto* response) {
+        Authorize(ctx);
         return stub_->GetModelInfo(ctx, v1::GetModelInfoRequest(), response);
       });
 }
@@ -149,6 +160,7 @@ StatusOr<v1::GetModelInfoResponse> Client::GetModelInfo(const CallOptions& optio
 StatusOr<v1::GetServerStatsResponse> Client::GetServerStats(const CallOptions& options) {
   return UnaryCall<v1::GetServerStatsResponse>(
       options, [&](grpc::ClientContext* ctx, auto* response) {
+        Authorize(ctx);
         return stub_->GetServerStats(ctx, v1::GetServerStatsRequest(), response);
       });
 }

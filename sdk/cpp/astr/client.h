@@ -25,6 +25,7 @@
 #include <string>
 
 #include "astr/call_options.h"
+#include "astr/channel.h"
 #include "astr/v1/generate.grpc.pb.h"
 #include "common/base/status.h"
 
@@ -55,10 +56,13 @@ class Client {
   // until it is connected, at most `timeout`: UNAVAILABLE naming the address if it does not.
   // A timeout <= 0 does not wait: the first call connects (useful to probe a server that is
   // still starting, with CallOptions::wait_for_ready).
+  // `options`: TLS and the API key sent with every call.
   static StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   const ConnectOptions& options = {});
   // A client on an existing channel (e.g. an in-process channel in tests).
-  explicit Client(std::shared_ptr<grpc::Channel> channel, std::string address = "");
+  explicit Client(std::shared_ptr<grpc::Channel> channel, std::string address = "",
+                  std::string api_key = "");
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -88,6 +92,10 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generate::Stub> stub_;
   std::string address_;
+  std::string authorization_;  // "Bearer KEY", or empty
+
+  // Adds the API key to a call's metadata.
+  void Authorize(grpc::ClientContext* ctx) const;
 };
 
 }  // namespace astr::client
