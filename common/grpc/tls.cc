@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "common/base/file_util.h"
 
 namespace astr::rpc {
 namespace {
@@ -46,13 +46,12 @@ std::unique_ptr<BIO, BioFree> MemBio(const std::string& pem) {
   return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
 
+// The file's text; errors name the flag.
 StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError(flag + ": cannot read " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().empty()) return InvalidArgumentError(flag + ": " + path + " is empty");
-  return text.str();
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext(flag);
+  if (text->empty()) return InvalidArgumentError(flag + ": " + path + " is empty");
+  return text;
 }
 
 Status WriteFile(const fs::path& path, const std::string& text, mode_t mode) {
@@ -210,6 +209,20 @@ std::shared_ptr<grpc::ChannelCredentials> TlsFiles::ChannelCredentials() const {
   options.watch_root_certs();
   if (has_identity()) options.watch_identity_key_cert_pairs();
   return grpc::experimental::TlsCredentials(options);
+}
+
+StatusOr<std::shared_ptr<TlsFiles>> ServerTlsFromFlags(const std::string& cert_file,
+                                                       const std::string& key_file,
+                                                       const std::string& client_ca_file) {
+  if (cert_file.empty() && key_file.empty() && client_ca_file.empty()) {
+    return std::shared_ptr<TlsFiles>();
+  }
+  return TlsFiles::Create({.flag = "--tls",
+                           .ca_flag = "--tls-client-ca-file",
+                           .cert_file = cert_file,
+                           .key_file = key_file,
+                           .ca_file = client_ca_file},
+                          /*need_identity=*/true, /*need_ca=*/false);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const ChannelSecurity& security,

@@ -83,6 +83,12 @@ class TlsFiles {
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
 };
 
+// A server's TLS from its --tls-cert-file, --tls-key-file and --tls-client-ca-file (mTLS when the
+// CA is given): null when all three are empty (plaintext).
+StatusOr<std::shared_ptr<TlsFiles>> ServerTlsFromFlags(const std::string& cert_file,
+                                                       const std::string& key_file,
+                                                       const std::string& client_ca_file);
+
 // How a client dials: plaintext (no tls), or TLS verifying the server against tls's CA (and
 // presenting tls's identity, mTLS), checking the name `server_name` in the server's certificate
 // instead of the dialed host when it is set (workers behind changing pod addresses).

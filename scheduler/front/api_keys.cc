@@ -4,9 +4,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <unordered_map>
+
+#include "common/base/file_util.h"
 
 namespace astr::front {
 
@@ -138,11 +139,9 @@ StatusOr<std::shared_ptr<ApiKeys>> ApiKeys::Load(const std::string& path) {
 }
 
 Status ApiKeys::Reload() {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return InvalidArgumentError("--api-key-file: cannot read " + path_);
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto specs = ParseApiKeys(text.str(), path_);
+  auto text = ReadFileToString(path_);
+  if (!text.ok()) return text.status().WithContext("--api-key-file");
+  auto specs = ParseApiKeys(*text, path_);
   if (!specs.ok()) return specs.status();
   Install(std::move(*specs));
   return OkStatus();

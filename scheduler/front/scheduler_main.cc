@@ -263,16 +263,10 @@ void Register(FlagSet* fs, Flags* f) {
 
 // Checks and stages the TLS files of both sides (tls.h).
 Status LoadTls(Flags* f) {
-  if (!f->tls_cert_file.empty() || !f->tls_key_file.empty() || !f->tls_client_ca_file.empty()) {
-    auto tls = rpc::TlsFiles::Create({.flag = "--tls",
-                                      .ca_flag = "--tls-client-ca-file",
-                                      .cert_file = f->tls_cert_file,
-                                      .key_file = f->tls_key_file,
-                                      .ca_file = f->tls_client_ca_file},
-                                     /*need_identity=*/true, /*need_ca=*/false);
-    if (!tls.ok()) return tls.status();
-    f->server_tls = std::move(*tls);
-  }
+  auto server_tls =
+      rpc::ServerTlsFromFlags(f->tls_cert_file, f->tls_key_file, f->tls_client_ca_file);
+  if (!server_tls.ok()) return server_tls.status();
+  f->server_tls = std::move(*server_tls);
   if (!f->worker_tls_ca_file.empty() || !f->worker_tls_cert_file.empty() ||
       !f->worker_tls_key_file.empty()) {
     auto tls = rpc::TlsFiles::Create({.flag = "--worker-tls",

@@ -197,18 +197,9 @@ int Main(int argc, const char* const* argv) {
   }
   if (max_batch < 1) return UsageError("--max-batch must be >= 1");
   if (drain_timeout_s < 0) return UsageError("--drain-timeout-s must be >= 0");
-  std::shared_ptr<rpc::TlsFiles> tls;
-  if (!tls_flags.cert_file.empty() || !tls_flags.key_file.empty() ||
-      !tls_flags.client_ca_file.empty()) {
-    auto files = rpc::TlsFiles::Create({.flag = "--tls",
-                                        .ca_flag = "--tls-client-ca-file",
-                                        .cert_file = tls_flags.cert_file,
-                                        .key_file = tls_flags.key_file,
-                                        .ca_file = tls_flags.client_ca_file},
-                                       /*need_identity=*/true, /*need_ca=*/false);
-    if (!files.ok()) return UsageError(files.status().message());
-    tls = std::move(*files);
-  }
+  auto tls = rpc::ServerTlsFromFlags(tls_flags.cert_file, tls_flags.key_file,
+                                     tls_flags.client_ca_file);
+  if (!tls.ok()) return UsageError(tls.status().message());
   engine.max_running = max_batch;  // EngineFlags sizes the backend's sample rows from it
   if (Status s = engine.Validate(); !s.ok()) return UsageError(s.message());
 
@@ -219,7 +210,7 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << worker.status().ToString();
     return 1;
   }
-  return Serve(listen, metrics_listen, drain_timeout_s, tls_flags, std::move(tls),
+  return Serve(listen, metrics_listen, drain_timeout_s, tls_flags, std::move(*tls),
                std::move(*worker));
 }
 

@@ -4,8 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/credentials.h>
 
-#include <fstream>
-#include <sstream>
+#include "common/base/file_util.h"
 
 namespace astr::client {
 namespace {
@@ -14,11 +13,9 @@ namespace {
 constexpr int kMaxReceiveBytes = 256 << 20;
 
 StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError(std::string(what) + ": cannot read " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext(what);
+  return text;
 }
 
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ConnectOptions& o,
