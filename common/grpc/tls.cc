@@ -100,7 +100,9 @@ StatusOr<std::shared_ptr<TlsFiles>> TlsFiles::Create(TlsPaths paths, bool need_i
     return InvalidArgumentError(p + "-cert-file and " + p + "-key-file go together: give both");
   }
   if (need_identity && paths.cert_file.empty()) {
-    return InvalidArgumentError(p + "-cert-file and " + p + "-key-file are required here");
+    // Only a CA was given (ServerTlsFromFlags calls this when some flag is set).
+    return InvalidArgumentError(paths.CaFlag() + " needs " + p + "-cert-file and " + p +
+                                "-key-file (a server presents its own certificate)");
   }
   if (need_ca && paths.ca_file.empty()) {
     return InvalidArgumentError(paths.CaFlag() + " is required here");

@@ -42,6 +42,13 @@ pytestmark = pytest.mark.skipif(
         ("--grammar-threads", "0"),
         ("--grammar-cache-mb", "0"),
         ("--tool-call-parser", "qwen"),
+        ("--max-logit-bias", "0"),
+        ("--max-stop-token-ids", "0"),
+        ("--tls-cert-file", "/nonexistent/cert.pem"),  # no key: they go together
+        ("--tls-client-ca-file", "/nonexistent/ca.pem"),  # a client CA needs a certificate
+        ("--worker-tls-ca-file", "/nonexistent/ca.pem"),
+        ("--worker-tls-server-name", "workers.local"),  # needs --worker-tls-ca-file
+        ("--api-key-file", "/nonexistent/keys"),
     ],
 )
 def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
@@ -53,6 +60,21 @@ def test_bad_flag_value_is_refused_naming_the_flag(flag, value):
     )
     assert proc.returncode == 2, proc.stderr
     assert flag in proc.stderr, proc.stderr
+
+
+def test_a_key_that_is_not_its_certificates_is_refused(tmp_path):
+    for name in ("a", "b"):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                        str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.pem"),
+                        "-days", "1", "-subj", f"/CN={name}"], check=True, capture_output=True)
+    proc = subprocess.run(
+        [harness.SCHEDULER_BIN, "--workers", UNREACHABLE, "--listen", "127.0.0.1:0",
+         "--tls-cert-file", str(tmp_path / "a.pem"), "--tls-key-file", str(tmp_path / "b.key")],
+        capture_output=True, text=True, timeout=10,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "the private key does not belong to the certificate" in proc.stderr, proc.stderr
+    assert "--tls-key-file" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("workers", ["nohost", "host:0", "dns:///name", "[::1", "a:1,a:1", ","])
