@@ -10,7 +10,7 @@ APT_PACKAGES=(
   python3 python3-pip python3-venv
   clang-format clang-tidy
   libssl-dev openssl
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev time
 )
 # The container image tests (tests/deploy): podman (run through runc) builds and runs the images,
 # debootstrap makes their Debian base here, shellcheck lints the images' entrypoint. iproute2's

@@ -167,6 +167,22 @@ TEST(JinjaBudgetTest, HugeResultsAreRefusedBeforeAllocating) {
   }
 }
 
+// Repeating an empty string or list is empty at once, whatever the count (a fuzz finding: the
+// loop of 10^12 empty appends ran for hours within every budget, allocating nothing).
+TEST(JinjaBudgetTest, RepeatingNothingIsImmediate) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[{{ '' * 10**12 }}]", "[]"},
+      {"{{ ([] * 10**12) | length }}", "0"},
+      {"{{ (() * 10**15) | length }}", "0"},
+      {"{{ ('' | safe) * 10**12 }}.", "."},
+  };
+  for (const auto& [source, expected] : cases) {
+    Outcome o = RenderWithBudget(source, SmallBudget());
+    ASSERT_TRUE(o.out.ok()) << source << ": " << o.out.status().ToString();
+    EXPECT_EQ(*o.out, expected) << source;
+  }
+}
+
 // Output buffers count too: 100 nested macro calls each holding a 20 MB string in its output
 // would hold 2 GB at once.
 TEST(JinjaBudgetTest, NestedOutputBuffersShareTheByteLimit) {
