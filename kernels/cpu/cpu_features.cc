@@ -1,6 +1,8 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -90,6 +92,31 @@ Isa DetectIsa() {
 bool CpuHasAvx512Vnni() {
   static const bool vnni = DetectIsa() >= Isa::kAvx512 && Bit(Cpuid(7, 0).ecx, 11);
   return vnni;
+}
+
+bool CpuHasAmx() {
+  static const bool amx = [] {
+    if (!CpuHasAvx512Vnni()) return false;
+    const CpuidRegs l7 = Cpuid(7, 0);
+    if (!Bit(l7.edx, 24) || !Bit(l7.edx, 25)) return false;  // AMX-TILE, AMX-INT8
+    if ((Xgetbv0() & 0x60000) != 0x60000) return false;        // XTILECFG + XTILEDATA
+#ifdef __linux__
+    // The tile data state is off until the process asks for it (Linux 5.16+).
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+#endif
+    return true;
+  }();
+  return amx;
+}
+
+bool CpuUsesAmx() {
+  static const bool uses = [] {
+    const char* env = std::getenv("ASTR_CPU_AMX");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    return CpuHasAmx();
+  }();
+  return uses;
 }
 
 std::vector<Isa> AvailableIsas() {

@@ -23,6 +23,14 @@ Isa DetectIsa();
 // Whether the CPU (and OS) runs AVX-512 VNNI (vpdpbusd): the block-quantized GEMM's AVX-512 tiles
 // need it, and use the AVX2 tiles on AVX-512 CPUs without it.
 bool CpuHasAvx512Vnni();
+// Whether this process can run AMX-INT8 tiles (tdpbsud): the CPU has AMX-TILE and AMX-INT8 with
+// AVX-512 VNNI, the OS saves the tile state (XCR0) and granted this process its use (Linux:
+// arch_prctl ARCH_REQ_XCOMP_PERM, asked here once).
+bool CpuHasAmx();
+// Whether the block-quantized GEMM uses the AMX tiles for calls of several rows on the AVX-512
+// paths: CpuHasAmx() and $ASTR_CPU_AMX is not 0. Their results are bit-identical to the VNNI
+// tiles' either way. Read once.
+bool CpuUsesAmx();
 // Every path this CPU can run, kScalar first, in increasing order.
 std::vector<Isa> AvailableIsas();
 // The path the kernels use: DetectIsa(), or $ASTR_CPU_ISA=scalar|avx2|avx512|avx512bf16 when set.

@@ -36,8 +36,11 @@ uint16_t F32ToF16Rne(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
 }
 
-const QuantKernelSet& Kernels(Isa isa) {
-  if (isa >= Isa::kAvx512 && CpuHasAvx512Vnni()) return internal::QuantKernelsAvx512Vnni();
+const QuantKernelSet& Kernels(Isa isa, int64_t m) {
+  if (isa >= Isa::kAvx512 && CpuHasAvx512Vnni()) {
+    if (m >= internal::kAmxMinRows && CpuUsesAmx()) return internal::QuantKernelsAmx();
+    return internal::QuantKernelsAvx512Vnni();
+  }
   if (isa >= Isa::kAvx2) return internal::QuantKernelsAvx2();
   return internal::QuantKernelsScalar();
 }
@@ -239,7 +242,7 @@ namespace internal {
 
 void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,
                   int64_t ldy, bool accumulate, ThreadPool* pool) {
-  QuantGemmWith(Kernels(isa), x, ldx, m, w, y, ldy, accumulate, pool);
+  QuantGemmWith(Kernels(isa, m), x, ldx, m, w, y, ldy, accumulate, pool);
 }
 
 void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_t m,

@@ -1,6 +1,6 @@
 // Internal: the AVX-512 VNNI tile of the block-quantized GEMM, as a header so that a test can
 // also compile it against scalar stand-ins of the intrinsics (tests/kernels/
-// cpu_qgemm_vnni_emulated_test.cc) on CPUs without AVX-512. The includer provides the intrinsics
+// cpu_qgemm_emulated_test.cc) on CPUs without AVX-512. The includer provides the intrinsics
 // (immintrin.h, or the stand-ins), qgemm_kernels.h's names and a namespace to put it in.
 //
 // vpdpbusd multiplies 64 unsigned weight quants (16 outputs x 4 k) by one broadcast group of 4

@@ -58,7 +58,7 @@ using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
                                  int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy,
                                  int64_t ncols, bool accumulate);
 
-constexpr int kMaxQuantTileRows = 4;
+constexpr int kMaxQuantTileRows = 16;
 constexpr int kMaxQuantTilePanels = 2;
 
 // The kernel table's index for a quant width: 8, 4, 6 bits.
@@ -113,6 +113,11 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
 const QuantKernelSet& QuantKernelsScalar();
 const QuantKernelSet& QuantKernelsAvx2();
 const QuantKernelSet& QuantKernelsAvx512Vnni();
+// AMX-INT8 tiles of up to 16 rows x 1 panel (only where CpuHasAmx()).
+const QuantKernelSet& QuantKernelsAmx();
+// The fewest rows for which QuantGemmIsa takes the AMX tiles (fewer: the VNNI tiles, faster there:
+// astr-bench-gemm q4_k 5632x2048, 4 rows 300 us against 450, 8 rows 550 against 500).
+constexpr int64_t kAmxMinRows = 8;
 
 template <template <int, int, int> class Tile, int R, int P>
 void FillQuantRow(QuantKernelSet* set) {

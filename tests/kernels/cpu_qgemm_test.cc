@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/qgemm_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/support/test_util.h"
 
@@ -326,7 +327,40 @@ TEST(CpuQuantGemmTest, PackedSizeMatchesTheFormat) {
 }
 
 TEST(CpuQuantGemmTest, VnniDetectionIsConsistent) {
-  if (CpuHasAvx512Vnni()) EXPECT_GE(DetectIsa(), Isa::kAvx512);
+  if (CpuHasAvx512Vnni()) {
+    EXPECT_GE(DetectIsa(), Isa::kAvx512);
+  }
+  if (CpuHasAmx()) {
+    EXPECT_TRUE(CpuHasAvx512Vnni());
+  }
+  if (CpuUsesAmx()) {
+    EXPECT_TRUE(CpuHasAmx());
+  }
+}
+
+// Where AMX runs, the AVX-512 paths take its tiles for several rows (GemmIsa above); here the real
+// AMX tiles are compared with the real VNNI tiles directly, for every format, row count up to and
+// past one 16-row tile, and thread count.
+TEST(CpuQuantGemmTest, AmxTilesEqualVnniTilesBitForBit) {
+  if (!CpuHasAmx()) GTEST_SKIP() << "this CPU (or OS) runs no AMX-INT8";
+  ThreadPool two(2);
+  for (const QuantFormat& fmt : Formats()) {
+    const int64_t n = 75, k = fmt.super ? 512 : 320;
+    const PackedMatrix pm = MakeWeights(fmt, n, k, 11).Pack();
+    for (int64_t m : {1, 2, 7, 16, 37}) {
+      SCOPED_TRACE(Name(fmt) + " m=" + std::to_string(m));
+      const std::vector<float> x = testing::RandomFloats(m * k, 13 + m, -1.5f, 1.5f);
+      for (bool accumulate : {false, true}) {
+        const std::vector<float> y0 = testing::RandomFloats(m * n, 4, -1.0f, 1.0f);
+        std::vector<float> vnni = y0, amx = y0;
+        internal::QuantGemmWith(internal::QuantKernelsAvx512Vnni(), x.data(), k, m, pm,
+                                vnni.data(), n, accumulate, &two);
+        internal::QuantGemmWith(internal::QuantKernelsAmx(), x.data(), k, m, pm, amx.data(), n,
+                                accumulate, m % 2 == 0 ? &two : nullptr);
+        ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)));
+      }
+    }
+  }
 }
 
 }  // namespace

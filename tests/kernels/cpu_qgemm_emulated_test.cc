@@ -1,7 +1,7 @@
-// The AVX-512 VNNI tile of the block-quantized GEMM compiled against scalar stand-ins of the
-// intrinsics it uses (written here from Intel's definitions), so that its indexing, nibble
-// handling and float steps are checked on CPUs without AVX-512 too: it must equal the scalar path
-// bit for bit. On AVX-512 VNNI CPUs cpu_qgemm_test runs the real instructions.
+// The AVX-512 VNNI and AMX-INT8 tiles of the block-quantized GEMM compiled against scalar stand-ins
+// of the intrinsics they use (written here from Intel's definitions), so that their indexing,
+// nibble handling and float steps are checked on CPUs without AVX-512 or AMX too: each must equal
+// the scalar path bit for bit. On CPUs that have them cpu_qgemm_test runs the real instructions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,13 +144,94 @@ inline void _mm512_mask_storeu_ps(float* p, __mmask16 m, __m512 v) {
   }
 }
 
+inline __m512i _mm512_load_si512(const void* p) { return _mm512_loadu_si512(p); }
+inline void _mm512_store_si512(void* p, __m512i v) { std::memcpy(p, v.u8, 64); }
+
+// AMX: eight tile registers of up to 16 rows x 64 bytes, shaped by the last _tile_loadconfig.
+struct TileState {
+  uint8_t rows[8] = {};
+  uint16_t colsb[8] = {};
+  uint8_t data[8][16][64] = {};
+};
+inline TileState& Tiles() {
+  thread_local TileState t;
+  return t;
+}
+inline void _tile_loadconfig(const void* cfg) {
+  const auto* c = static_cast<const uint8_t*>(cfg);
+  ASSERT_EQ(c[0], 1) << "palette";
+  for (int t = 0; t < 8; ++t) {
+    std::memcpy(&Tiles().colsb[t], c + 16 + 2 * t, 2);
+    Tiles().rows[t] = c[48 + t];
+    ASSERT_LE(Tiles().rows[t], 16);
+    ASSERT_LE(Tiles().colsb[t], 64);
+  }
+}
+inline void _tile_zero(int t) { std::memset(Tiles().data[t], 0, sizeof(Tiles().data[t])); }
+inline void _tile_loadd(int t, const void* base, int64_t stride) {
+  _tile_zero(t);
+  for (int r = 0; r < Tiles().rows[t]; ++r) {
+    std::memcpy(Tiles().data[t][r], static_cast<const uint8_t*>(base) + r * stride,
+                Tiles().colsb[t]);
+  }
+}
+inline void _tile_stored(int t, void* base, int64_t stride) {
+  for (int r = 0; r < Tiles().rows[t]; ++r) {
+    std::memcpy(static_cast<uint8_t*>(base) + r * stride, Tiles().data[t][r], Tiles().colsb[t]);
+  }
+}
+// C[m][n] += sum over k < colsb(a) / 4, i < 4 of signed a[m][4k + i] * unsigned b[k][4n + i].
+inline void _tile_dpbsud(int c, int a, int b) {
+  TileState& s = Tiles();
+  ASSERT_EQ(s.rows[c], s.rows[a]);
+  ASSERT_EQ(s.colsb[a] / 4, s.rows[b]);
+  ASSERT_EQ(s.colsb[c], s.colsb[b]);
+  for (int m = 0; m < s.rows[c]; ++m) {
+    for (int n = 0; n < s.colsb[c] / 4; ++n) {
+      int32_t acc;
+      std::memcpy(&acc, &s.data[c][m][4 * n], 4);
+      for (int k = 0; k < s.colsb[a] / 4; ++k) {
+        for (int i = 0; i < 4; ++i) {
+          acc += static_cast<int8_t>(s.data[a][m][4 * k + i]) * s.data[b][k][4 * n + i];
+        }
+      }
+      std::memcpy(&s.data[c][m][4 * n], &acc, 4);
+    }
+  }
+}
+
+// The same with signed b (tdpbssd).
+inline void _tile_dpbssd(int c, int a, int b) {
+  TileState& s = Tiles();
+  ASSERT_EQ(s.rows[c], s.rows[a]);
+  ASSERT_EQ(s.colsb[a] / 4, s.rows[b]);
+  ASSERT_EQ(s.colsb[c], s.colsb[b]);
+  for (int m = 0; m < s.rows[c]; ++m) {
+    for (int n = 0; n < s.colsb[c] / 4; ++n) {
+      int32_t acc;
+      std::memcpy(&acc, &s.data[c][m][4 * n], 4);
+      for (int k = 0; k < s.colsb[a] / 4; ++k) {
+        for (int i = 0; i < 4; ++i) {
+          acc += static_cast<int8_t>(s.data[a][m][4 * k + i]) *
+                 static_cast<int8_t>(s.data[b][k][4 * n + i]);
+        }
+      }
+      std::memcpy(&s.data[c][m][4 * n], &acc, 4);
+    }
+  }
+}
+inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
+  for (int j = 0; j < 64; ++j) a.u8[j] = static_cast<uint8_t>(a.u8[j] - b.u8[j]);
+  return a;
+}
+
 #include "kernels/cpu/qgemm_avx512vnni_impl.h"
+#include "kernels/cpu/qgemm_amx_impl.h"
 
 }  // namespace emulated
 namespace {
 
-TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
-  const QuantKernelSet emu = MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>();
+void CheckEqualsScalarPath(const QuantKernelSet& emu) {
   // {bits, sub, has_min, offset, act, super}: the ggml types' formats (quant_format.h).
   const std::vector<QuantFormat> formats = {
       {8, 32, false, 128, ActQuant::kQ8_0},       {4, 32, false, 8, ActQuant::kQ8_0},
@@ -161,7 +242,7 @@ TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
       {8, 32, false, 128, ActQuant::kQ8_K, true}, {4, 32, true, 0, ActQuant::kQ8_K}};
   for (const QuantFormat& fmt : formats) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}}) {
+             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}}) {
       if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
       SCOPED_TRACE("bits=" + std::to_string(fmt.bits) + " sub=" + std::to_string(fmt.sub) +
                    " min=" + std::to_string(fmt.has_min) + " super=" + std::to_string(fmt.super) +
@@ -199,6 +280,14 @@ TEST(CpuQuantGemmVnniEmulatedTest, EqualsScalarPathBitForBit) {
       }
     }
   }
+}
+
+TEST(CpuQuantGemmEmulatedTest, VnniEqualsScalarPathBitForBit) {
+  CheckEqualsScalarPath(MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>());
+}
+
+TEST(CpuQuantGemmEmulatedTest, AmxEqualsScalarPathBitForBit) {
+  CheckEqualsScalarPath(MakeQuantKernelSet<emulated::QuantTileAmx, 16, 1>());
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// AMX-INT8 tiles of the block-quantized GEMM (the tile itself: qgemm_amx_impl.h), for calls of
+// several rows on CPUs where CpuUsesAmx(); one row stays on the VNNI tiles.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/qgemm_kernels.h"
+
+namespace astr::cpu::internal {
+namespace {
+
+// Inside this anonymous namespace: Quant6, LoadScales and kPrefetchBytes of the VNNI tile, then
+// the AMX tile.
+#include "kernels/cpu/qgemm_avx512vnni_impl.h"
+#include "kernels/cpu/qgemm_amx_impl.h"
+
+}  // namespace
+
+const QuantKernelSet& QuantKernelsAmx() {
+  static const QuantKernelSet set = [] {
+    QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 1>();
+    s.abs_max = AbsMaxAvx2;
+    s.quantize_span = QuantizeSpanAvx2;
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace astr::cpu::internal

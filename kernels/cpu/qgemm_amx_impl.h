@@ -1,0 +1,223 @@
+// Internal: the AMX-INT8 tile of the block-quantized GEMM, as a header so that a test can also
+// compile it against scalar stand-ins of the intrinsics (tests/kernels/
+// cpu_qgemm_emulated_test.cc) on CPUs without AMX. The includer provides the intrinsics
+// (immintrin.h, or the stand-ins), qgemm_kernels.h's names, Quant6/LoadScales/kPrefetchBytes of
+// qgemm_avx512vnni_impl.h, and a namespace to put it in.
+//
+// One tile dot product computes a sub-block's integer sums for up to 16 activation rows against one
+// panel: A = the rows' 32 (or, with 16-element sub-blocks, 16) signed activation quants, loaded
+// straight from the quantized rows; B = the panel's block, whose layout (16 outputs x 4 k per
+// 64-byte row, the vpdpbusd layout) is already AMX's B layout. Types with a min keep their unsigned
+// quants (tdpbsud; 8-bit blocks then read in place). Types with an offset have it taken off the
+// quants while they are widened into a scratch, q - offset as int8 (tdpbssd): the sums then come
+// out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the same integers the VNNI tile
+// forms per row. C (rows x 16 int32) is stored and the float steps run on it exactly as in the VNNI
+// tile (gemm.h), so both give the same bits.
+#pragma once
+
+// Tile registers: tmm0..3 hold C (rows x 16 int32) of up to four sub-blocks in flight, tmm4/5 their
+// A and tmm6/7 their B, alternating, so that consecutive sub-blocks' tile instructions do not wait
+// for each other (GCC's tile intrinsics take the register numbers as literals: the switches).
+constexpr int kAmxSlots = 4;
+
+// The 64-byte tile configuration of palette 1 (ldtilecfg's memory operand).
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Configures this thread's tiles for `rows` activation rows and sub-blocks of `kbytes` (32 or 16)
+// quants, unless the last call on this thread did so already.
+inline void AmxConfigure(int rows, int kbytes) {
+  thread_local int current = 0;
+  const int key = rows * 64 + kbytes;
+  if (current == key) return;
+  AmxTileConfig cfg;
+  for (int c = 0; c < 4; ++c) cfg.rows[c] = static_cast<uint8_t>(rows), cfg.colsb[c] = 64;
+  for (int a : {4, 5})
+    cfg.rows[a] = static_cast<uint8_t>(rows), cfg.colsb[a] = static_cast<uint16_t>(kbytes);
+  for (int b : {6, 7}) cfg.rows[b] = static_cast<uint8_t>(kbytes / 4), cfg.colsb[b] = 64;
+  _tile_loadconfig(&cfg);
+  current = key;
+}
+
+// C[t] = A (the rows' quants at a, row stride lda) . B (the sub-block's groups at b, 64 bytes
+// each; signed_b: int8 values, else uint8).
+inline void AmxDot(int t, bool signed_b, const int8_t* a, int64_t lda, const uint8_t* b) {
+  switch (t) {
+    case 0:
+      _tile_zero(0);
+      _tile_loadd(4, a, lda);
+      _tile_loadd(6, b, 64);
+      if (signed_b) {
+        _tile_dpbssd(0, 4, 6);
+      } else {
+        _tile_dpbsud(0, 4, 6);
+      }
+      break;
+    case 1:
+      _tile_zero(1);
+      _tile_loadd(5, a, lda);
+      _tile_loadd(7, b, 64);
+      if (signed_b) {
+        _tile_dpbssd(1, 5, 7);
+      } else {
+        _tile_dpbsud(1, 5, 7);
+      }
+      break;
+    case 2:
+      _tile_zero(2);
+      _tile_loadd(4, a, lda);
+      _tile_loadd(6, b, 64);
+      if (signed_b) {
+        _tile_dpbssd(2, 4, 6);
+      } else {
+        _tile_dpbsud(2, 4, 6);
+      }
+      break;
+    default:
+      _tile_zero(3);
+      _tile_loadd(5, a, lda);
+      _tile_loadd(7, b, 64);
+      if (signed_b) {
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbsud(3, 5, 7);
+      }
+      break;
+  }
+}
+
+inline void AmxStore(int t, int32_t* out) {
+  switch (t) {
+    case 0:
+      _tile_stored(0, out, 64);
+      break;
+    case 1:
+      _tile_stored(1, out, 64);
+      break;
+    case 2:
+      _tile_stored(2, out, 64);
+      break;
+    default:
+      _tile_stored(3, out, 64);
+      break;
+  }
+}
+
+template <int MR, int NP, int BITS>
+struct QuantTileAmx {
+  static_assert(NP == 1, "the AMX tile covers one panel");
+  static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
+                  int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
+                  bool accumulate) {
+    (void)panel_stride;
+    static_assert(MR <= 16);
+    const int nh = f.sub == 16 ? 2 : 1;
+    const int64_t kp = x.k_blocks * 32;
+    constexpr int64_t qbytes = QuantBlockQuantBytes(BITS);
+    const int64_t scale_bytes = f.super ? 1 : 2;
+    AmxConfigure(MR, 32 / nh);
+    alignas(64) int32_t c[kAmxSlots][16][16];
+    alignas(64) uint8_t wide[kAmxSlots][8 * 64];  // blocks' quants, a byte each
+    const char* pf = reinterpret_cast<const char*>(w);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    // Quants with an offset go to B as q - offset (int8; every offset of the ggml types fits).
+    const bool signed_b = !f.has_min && f.offset <= 128;
+    const __m512i off = _mm512_set1_epi8(static_cast<char>(signed_b ? f.offset : 0));
+    const int8_t* xq = x.q + row0 * kp;
+    const float* xd[MR];
+    const int32_t* xs[MR];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      xd[i] = x.d + (row0 + i) * x.k_blocks;
+      xs[i] = x.s + (row0 + i) * x.k_blocks * 2;
+    }
+    __m512 acc[MR];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+    // Blocks go in groups whose sub-blocks fill the C tiles: first every tile product of the group,
+    // then the float steps of each sub-block in order.
+    const int64_t group = kAmxSlots / nh;
+    for (int64_t b0 = 0; b0 < x.k_blocks; b0 += group) {
+      const int64_t nblk = std::min<int64_t>(group, x.k_blocks - b0);
+      for (int64_t u = 0; u < nblk; ++u) {
+        const uint8_t* blk = LocateQuantBlock(w, b0 + u, block_bytes, f).block;
+        const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kPrefetchBytes;
+        for (; pf < until; pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
+        const uint8_t* bq = wide[u];  // row g: group g's 4 quants of the 16 outputs
+        if constexpr (BITS == 4) {
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) {
+            const __m512i raw = _mm512_loadu_si512(blk + v * 64);
+            const __m512i lo = _mm512_and_si512(raw, low4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+            _mm512_store_si512(wide[u] + v * 64, _mm512_sub_epi8(lo, off));
+            _mm512_store_si512(wide[u] + (v + 4) * 64, _mm512_sub_epi8(hi, off));
+          }
+        } else if constexpr (BITS == 6) {
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; ++g) {
+            _mm512_store_si512(wide[u] + g * 64, _mm512_sub_epi8(Quant6(blk, g), off));
+          }
+        } else if (signed_b) {
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; ++g) {
+            _mm512_store_si512(wide[u] + g * 64,
+                               _mm512_sub_epi8(_mm512_loadu_si512(blk + g * 64), off));
+          }
+        } else {
+          bq = blk;
+        }
+        const int8_t* a = xq + (b0 + u) * 32;
+        for (int h = 0; h < nh; ++h)
+          AmxDot(static_cast<int>(u * nh + h), signed_b, a + 16 * h, kp, bq + 256 * h);
+      }
+      for (int t = 0; t < nblk * nh; ++t) AmxStore(t, c[t][0]);
+      for (int64_t u = 0; u < nblk; ++u) {
+        const int64_t b = b0 + u;
+        const QuantBlockAt at = LocateQuantBlock(w, b, block_bytes, f);
+        const uint8_t* blk = at.block;
+        const uint8_t* hdr = at.header;
+        for (int h = 0; h < nh; ++h) {
+          const int32_t(&cs)[16][16] = c[u * nh + h];
+          const __m512 ws = LoadScales(f.super, hdr, blk + qbytes + h * kPanel * scale_bytes);
+          const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
+                                                   blk + qbytes + (nh + h) * kPanel * scale_bytes)
+                                      : _mm512_setzero_ps();
+#pragma GCC unroll 16
+          for (int i = 0; i < MR; ++i) {
+            const __m512i isum = _mm512_load_si512(cs[i]);
+            const __m512 d = _mm512_set1_ps(xd[i][b]);
+            const __m512 scale = _mm512_mul_ps(ws, d);
+            if (signed_b) {
+              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
+            } else if (!f.has_min) {
+              const int32_t asum = nh == 2 ? xs[i][2 * b + h] : xs[i][2 * b] + xs[i][2 * b + 1];
+              const __m512i corr = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * asum));
+              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scale, acc[i]);
+            } else {
+              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
+              const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
+                                       : x.sum32[(row0 + i) * x.k_blocks + b];
+              acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(sv), wm, acc[i]);
+            }
+          }
+        }
+      }
+    }
+    const int64_t cols = ncols;
+    const __mmask16 mask =
+        cols >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      float* out = y + i * ldy;
+      __m512 v = acc[i];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+      _mm512_mask_storeu_ps(out, mask, v);
+    }
+  }
+};
