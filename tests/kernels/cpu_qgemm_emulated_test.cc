@@ -180,28 +180,10 @@ inline void _tile_stored(int t, void* base, int64_t stride) {
     std::memcpy(static_cast<uint8_t*>(base) + r * stride, Tiles().data[t][r], Tiles().colsb[t]);
   }
 }
-// C[m][n] += sum over k < colsb(a) / 4, i < 4 of signed a[m][4k + i] * unsigned b[k][4n + i].
-inline void _tile_dpbsud(int c, int a, int b) {
-  TileState& s = Tiles();
-  ASSERT_EQ(s.rows[c], s.rows[a]);
-  ASSERT_EQ(s.colsb[a] / 4, s.rows[b]);
-  ASSERT_EQ(s.colsb[c], s.colsb[b]);
-  for (int m = 0; m < s.rows[c]; ++m) {
-    for (int n = 0; n < s.colsb[c] / 4; ++n) {
-      int32_t acc;
-      std::memcpy(&acc, &s.data[c][m][4 * n], 4);
-      for (int k = 0; k < s.colsb[a] / 4; ++k) {
-        for (int i = 0; i < 4; ++i) {
-          acc += static_cast<int8_t>(s.data[a][m][4 * k + i]) * s.data[b][k][4 * n + i];
-        }
-      }
-      std::memcpy(&s.data[c][m][4 * n], &acc, 4);
-    }
-  }
-}
-
-// The same with signed b (tdpbssd).
-inline void _tile_dpbssd(int c, int a, int b) {
+// C[m][n] += sum over k < colsb(a) / 4, i < 4 of signed a[m][4k + i] * b[k][4n + i], b unsigned
+// (tdpbsud) or signed (tdpbssd).
+template <typename B>
+void TileDot(int c, int a, int b) {
   TileState& s = Tiles();
   ASSERT_EQ(s.rows[c], s.rows[a]);
   ASSERT_EQ(s.colsb[a] / 4, s.rows[b]);
@@ -213,13 +195,15 @@ inline void _tile_dpbssd(int c, int a, int b) {
       for (int k = 0; k < s.colsb[a] / 4; ++k) {
         for (int i = 0; i < 4; ++i) {
           acc += static_cast<int8_t>(s.data[a][m][4 * k + i]) *
-                 static_cast<int8_t>(s.data[b][k][4 * n + i]);
+                 static_cast<B>(s.data[b][k][4 * n + i]);
         }
       }
       std::memcpy(&s.data[c][m][4 * n], &acc, 4);
     }
   }
 }
+inline void _tile_dpbsud(int c, int a, int b) { TileDot<uint8_t>(c, a, b); }
+inline void _tile_dpbssd(int c, int a, int b) { TileDot<int8_t>(c, a, b); }
 inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
   for (int j = 0; j < 64; ++j) a.u8[j] = static_cast<uint8_t>(a.u8[j] - b.u8[j]);
   return a;
@@ -286,8 +270,25 @@ TEST(CpuQuantGemmEmulatedTest, VnniEqualsScalarPathBitForBit) {
   CheckEqualsScalarPath(MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>());
 }
 
+// The emulated AMX tile for the row counts the shapes above take (1, 3, 5, 9, and 21 = 16 + 5):
+// every row count up to 16 would make this file take a minute to compile.
+template <int R>
+void FillEmulatedAmxRows(QuantKernelSet* set) {
+  set->kernels[QuantBitsIndex(8)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 8>::Run;
+  set->kernels[QuantBitsIndex(4)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 4>::Run;
+  set->kernels[QuantBitsIndex(6)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 6>::Run;
+}
+
 TEST(CpuQuantGemmEmulatedTest, AmxEqualsScalarPathBitForBit) {
-  CheckEqualsScalarPath(MakeQuantKernelSet<emulated::QuantTileAmx, 16, 1>());
+  QuantKernelSet amx;
+  amx.max_rows = 16;
+  amx.panels_per_tile = 1;
+  FillEmulatedAmxRows<1>(&amx);
+  FillEmulatedAmxRows<3>(&amx);
+  FillEmulatedAmxRows<5>(&amx);
+  FillEmulatedAmxRows<9>(&amx);
+  FillEmulatedAmxRows<16>(&amx);
+  CheckEqualsScalarPath(amx);
 }
 
 }  // namespace
