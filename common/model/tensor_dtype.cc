@@ -476,6 +476,8 @@ uint16_t F32ToBf16(float f) {
 }
 
 void DequantizeToF32(DType dtype, const void* src, int64_t n, float* dst) {
+  // An empty tensor has nothing to convert (and its destination may be an empty vector's null).
+  if (n <= 0) return;
   const uint8_t* p = static_cast<const uint8_t*>(src);
   switch (dtype) {
     case DType::kF32:
