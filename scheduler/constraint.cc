@@ -126,6 +126,9 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
           return InvalidArgumentError(std::string(field) + ": not valid JSON at byte " +
                                       std::to_string(e.byte) + " (" + CleanJsonError(e.what()) +
                                       ")");
+        } catch (const nlohmann::json::exception& e) {  // out_of_range: 1e999
+          return InvalidArgumentError(std::string(field) + ": not valid JSON (" +
+                                      CleanJsonError(e.what()) + ")");
         }
         grammar = impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
         break;

@@ -691,7 +691,9 @@ std::optional<json> ParseObject(const std::string& body, ApiError* error) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past the double range (1e999): neither may
+    // escape into the server.
     error->message = std::string("the body is not valid JSON: ") + e.what();
     return std::nullopt;
   }

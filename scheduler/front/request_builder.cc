@@ -39,6 +39,8 @@ StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::
     j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     return InvalidArgumentError(field + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number past the double range
+    return InvalidArgumentError(field + ": not valid JSON (" + e.what() + ")");
   }
   const bool want_array = std::string_view(kind) == "array";
   if (want_array ? !j.is_array() : !j.is_object()) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,20 +59,32 @@ void Handle(std::shared_ptr<http::Exchange> ex) {
   ex->Respond(std::move(response));
 }
 
-// A blocking loopback connection whose sends and reads give up after kConnectionDeadline.
+// A blocking loopback connection whose sends and reads give up after kConnectionDeadline. The
+// fuzzer opens two connections per input, over a thousand a second, and every closed one holds its
+// port in TIME_WAIT for a minute: when the ephemeral ports run out (EADDRNOTAVAIL, the machine's
+// limit, not the server's), it waits for ports to come free. Any other failure is a finding.
 int Connect() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  Check(fd >= 0);
-  timeval timeout{};
-  timeout.tv_sec = std::chrono::seconds(kConnectionDeadline).count();
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(g_server->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  Check(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    Check(fd >= 0);
+    timeval timeout{};
+    timeout.tv_sec = std::chrono::seconds(kConnectionDeadline).count();
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(g_server->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    const int err = errno;
+    close(fd);
+    if (err != EADDRNOTAVAIL || std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "fuzz: connect to the server failed: %s\n", std::strerror(err));
+      __builtin_trap();
+    }
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 // Sends what the server takes (it may answer and close before reading everything), half-closes,

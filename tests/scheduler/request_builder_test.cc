@@ -185,6 +185,8 @@ TEST_F(RequestBuilderTest, ConstraintsCompileOrNameTheField) {
        "sampling.constraint.json_schema: not valid JSON at byte 6"},
       {"sampling { constraint { json_schema: '' } }",
        "sampling.constraint.json_schema must not be empty"},
+      {"sampling { constraint { json_schema: '{\"maximum\": 1e999}' } }",
+       "sampling.constraint.json_schema: not valid JSON"},
       {"sampling { constraint { json_object: false } }",
        "sampling.constraint.json_object must be true"},
       {"sampling { constraint { } }", "sampling.constraint is set but names no kind"},
@@ -449,6 +451,12 @@ TEST_F(ChatRequestTest, InvalidChatFieldsAreNamed) {
       {"chat { messages { role: 'user' content: 'hi' } "
        "messages { role: 'assistant' tool_calls_json: 'x' } }",
        StatusCode::kInvalidArgument, "chat.messages[1].tool_calls_json: not valid JSON"},
+      // Numbers past the double range: the parser's out_of_range, not a parse_error (a fuzz
+      // finding: it escaped and ended the scheduler).
+      {"chat { messages { role: 'user' content: 'hi' } tools_json: '[1e999]' }",
+       StatusCode::kInvalidArgument, "chat.tools_json: not valid JSON"},
+      {"chat { messages { role: 'user' content: 'hi' } template_kwargs_json: '{\"a\": -9e400}' }",
+       StatusCode::kInvalidArgument, "chat.template_kwargs_json: not valid JSON"},
   };
   for (const InvalidCase& c : cases) {
     SCOPED_TRACE(c.request);
