@@ -350,6 +350,10 @@ TEST(TokenizerTest, MalformedFilesNameTheProblem) {
             json{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}}),
        "Sideways"},
       {with("/model/dropout", 0.1), "dropout"},
+      // Values of another type than the loader reads (a fuzz finding: nlohmann's type_error
+      // escaped the loader and ended the process).
+      {with("/normalizer", json{{"type", "Strip"}, {"strip_left", "yes"}}),
+       "unexpected JSON in the tokenizer: [json.exception.type_error.302] type must be boolean"},
   };
   for (const Case& c : cases) {
     auto tok = tok::Tokenizer::Load(WriteTemp("tokenizer.json", c.json));

@@ -325,11 +325,23 @@ StatusOr<std::shared_ptr<const Tokenizer>> BuildHf(const json& j, const std::str
   return b.Build(source);
 }
 
+// BuildHf, with any JSON of a type it does not expect (a boolean that is a string, an id that is
+// an object: nlohmann's type_error and out_of_range) refused as INVALID_ARGUMENT naming the file,
+// never thrown to the caller (a fuzz finding: it ended the process).
+StatusOr<std::shared_ptr<const Tokenizer>> BuildHfOrError(const json& j, const std::string& source,
+                                                          const fs::path* dir) {
+  try {
+    return BuildHf(j, source, dir);
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(source + ": unexpected JSON in the tokenizer: " + e.what());
+  }
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromHfJson(const json& j,
                                                                  const std::string& source) {
-  return BuildHf(j, source, nullptr);
+  return BuildHfOrError(j, source, nullptr);
 }
 
 StatusOr<std::shared_ptr<const Tokenizer>> LoadHfTokenizer(const std::string& path) {
@@ -341,7 +353,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> LoadHfTokenizer(const std::string& pa
                          "alone are not supported)");
   }
   ASTR_ASSIGN_OR_RETURN(json j, ReadJsonFile(file.string()));
-  return BuildHf(j, file.string(), &dir);
+  return BuildHfOrError(j, file.string(), &dir);
 }
 
 }  // namespace astr::tok
