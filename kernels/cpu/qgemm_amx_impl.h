@@ -144,8 +144,10 @@ struct QuantTileAmx {
     const int64_t group = kAmxSlots / nh;
     for (int64_t b0 = 0; b0 < x.k_blocks; b0 += group) {
       const int64_t nblk = std::min<int64_t>(group, x.k_blocks - b0);
+      QuantBlockAt at[kAmxSlots];
       for (int64_t u = 0; u < nblk; ++u) {
-        const uint8_t* blk = LocateQuantBlock(w, b0 + u, block_bytes, f).block;
+        at[u] = LocateQuantBlock(w, b0 + u, block_bytes, f);
+        const uint8_t* blk = at[u].block;
         const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kPrefetchBytes;
         for (; pf < until; pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
         const uint8_t* bq = wide[u];  // row g: group g's 4 quants of the 16 outputs
@@ -179,9 +181,8 @@ struct QuantTileAmx {
       for (int t = 0; t < nblk * nh; ++t) AmxStore(t, c[t][0]);
       for (int64_t u = 0; u < nblk; ++u) {
         const int64_t b = b0 + u;
-        const QuantBlockAt at = LocateQuantBlock(w, b, block_bytes, f);
-        const uint8_t* blk = at.block;
-        const uint8_t* hdr = at.header;
+        const uint8_t* blk = at[u].block;
+        const uint8_t* hdr = at[u].header;
         for (int h = 0; h < nh; ++h) {
           const int32_t(&cs)[16][16] = c[u * nh + h];
           const __m512 ws = LoadScales(f.super, hdr, blk + qbytes + h * kPanel * scale_bytes);
@@ -209,9 +210,8 @@ struct QuantTileAmx {
         }
       }
     }
-    const int64_t cols = ncols;
-    const __mmask16 mask =
-        cols >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+    const __mmask16 mask = ncols >= kPanel ? static_cast<__mmask16>(0xFFFF)
+                                           : static_cast<__mmask16>((1u << ncols) - 1);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* out = y + i * ldy;
