@@ -53,7 +53,8 @@ def test_api_keys(make_cluster, tmp_path):
     # The official client: the right key works, a wrong one is AuthenticationError.
     good = openai.OpenAI(base_url=c.scheduler.http_url + "/v1", api_key=KEYS[1], max_retries=0)
     model = good.models.list().data[0].id
-    assert good.completions.create(model=model, prompt="Once", max_tokens=2).usage.completion_tokens == 2
+    assert good.completions.create(model=model, prompt="Once", max_tokens=2,
+                                  temperature=0).usage.completion_tokens == 2
     bad = openai.OpenAI(base_url=c.scheduler.http_url + "/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.completions.create(model=model, prompt="Once", max_tokens=2)

@@ -221,7 +221,7 @@ def test_https_with_the_openai_client(tls):
                                     temperature=0)
     assert out.usage.completion_tokens == 4
     chunks = list(client.completions.create(model=model, prompt="Once", max_tokens=3,
-                                            stream=True))
+                                            temperature=0, stream=True))
     assert "".join(c.choices[0].text for c in chunks if c.choices)
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=url, api_key="nope", http_client=http,
