@@ -40,6 +40,10 @@ inline void AmxConfigure(int rows, int kbytes) {
   for (int a : {4, 5})
     cfg.rows[a] = static_cast<uint8_t>(rows), cfg.colsb[a] = static_cast<uint16_t>(kbytes);
   for (int b : {6, 7}) cfg.rows[b] = static_cast<uint8_t>(kbytes / 4), cfg.colsb[b] = 64;
+  // GCC's ldtilecfg builtin does not tell the optimizer that it reads *cfg: without this barrier
+  // an out-of-line copy of this function dropped the stores of the loops above and loaded an all-
+  // zero configuration (every tile instruction after it then faults with SIGILL).
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
   current = key;
 }
