@@ -395,7 +395,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     parser_.reset();
     Watch();  // a client that goes away while we answer is noticed now
-    server_->handler(std::make_shared<Exchange>(shared_from_this(), id, std::move(request)));
+    auto exchange = std::make_shared<Exchange>(shared_from_this(), id, std::move(request));
+    try {
+      server_->handler(exchange);
+    } catch (const std::exception& e) {
+      // A bug in the handler: this request gets a 500 (ignored if it was answered already), the
+      // server keeps serving.
+      LOG(ERROR) << "HTTP handler threw: " << e.what();
+      Response r;
+      r.status = 500;
+      r.body = "{\"error\":{\"message\":\"internal error\",\"type\":\"internal_error\"}}";
+      exchange->Respond(std::move(r));
+    }
   }
 
   // Keeps a read pending while a response is produced: EOF or an error means the client left.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -80,6 +81,13 @@ std::optional<std::string> Authorization(const grpc::CallbackServerContext& cont
   return std::string(it->second.data(), it->second.size());
 }
 
+// The status of a call whose handler threw: a bug, logged with what it said; the client gets
+// INTERNAL (the message names no more than the exception's text).
+Status InternalError(const char* what) {
+  LOG(ERROR) << "internal error answering a call: " << what;
+  return Status(StatusCode::kInternal, std::string("internal error: ") + what);
+}
+
 // Why gRPC cancelled the call: its deadline passed, or the client cancelled / went away.
 Status CancelReason(const grpc::CallbackServerContext& context) {
   if (context.deadline() <= std::chrono::system_clock::now()) {
@@ -152,7 +160,11 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
       return;
     }
     Response response;
-    s = work_(request, &response);
+    try {
+      s = work_(request, &response);
+    } catch (const std::exception& e) {  // a bug: this call fails, the server keeps serving
+      s = InternalError(e.what());
+    }
     if (s.ok()) Serialize(response, response_);
     Finish(rpc::ToGrpcStatus(s));
   }
@@ -200,7 +212,9 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       return;
     }
     holds_slot_ = true;
-    service_->pool()->Post([self = std::move(self), raw = Capture(request)] { self->Admit(raw); });
+    service_->pool()->Post([self = std::move(self), raw = Capture(request)] {
+      self->Guarded([&] { self->Admit(raw); });
+    });
   }
 
   void OnCancel() override {
@@ -267,7 +281,23 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
 
   void SchedulePump() {
     if (pump_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
-    service_->pool()->Post([self = this->shared_from_this()] { self->Pump(); });
+    service_->pool()->Post([self = this->shared_from_this()] {
+      self->Guarded([&] { self->Pump(); });
+    });
+  }
+
+  // Runs a pool step; an exception it throws (a bug) ends this call with INTERNAL instead of the
+  // process (std::terminate), and the scheduler keeps serving every other call.
+  template <typename Step>
+  void Guarded(Step&& step) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      const Status s = InternalError(e.what());
+      std::lock_guard<std::mutex> lock(mu_);
+      if (call_ != nullptr && !call_closed_) call_->Cancel(s);
+      FinishLocked(rpc::ToGrpcStatus(s));
+    }
   }
 
   void Pump() {

@@ -46,7 +46,12 @@ oa::ApiError ModelNotFound(const std::string& model) {
                "model_not_found");
 }
 
-// Constant-time in the key's length: the compare never stops at the first differing byte.
+// The answer to a request whose handling threw: a bug, logged with what it said; the client gets a
+// 500 (the message names no more than the exception's text) and the server keeps serving.
+oa::ApiError InternalError(const char* what) {
+  LOG(ERROR) << "internal error answering an HTTP request: " << what;
+  return Error(500, std::string("internal error: ") + what, "internal_error");
+}
 }  // namespace
 
 // One completions or chat request: admission, the output pump, cancellation. Owned by the
@@ -68,7 +73,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     exchange_->OnClose([weak] {
       if (auto self = weak.lock()) self->ClientGone();
     });
-    front_->pool()->Post([self = shared_from_this()] { self->Admit(); });
+    front_->pool()->Post([self = shared_from_this()] { self->Guarded(&HttpGeneration::Admit); });
   }
 
   void PingIfIdle(SteadyClock::time_point now, std::chrono::milliseconds interval) {
@@ -174,7 +179,17 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
 
   void SchedulePump() {
     if (pump_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
-    front_->pool()->Post([self = shared_from_this()] { self->Pump(); });
+    front_->pool()->Post([self = shared_from_this()] { self->Guarded(&HttpGeneration::Pump); });
+  }
+
+  // Runs a pool step; an exception it throws (a bug) fails this response with a 500 (an error
+  // event when streaming) instead of ending the process.
+  void Guarded(void (HttpGeneration::*step)()) {
+    try {
+      (this->*step)();
+    } catch (const std::exception& e) {
+      Fail(InternalError(e.what()));
+    }
   }
 
   void Pump() {
@@ -583,55 +598,62 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     if (!method_is("POST") || !authorized(/*generation=*/false)) return;
     const bool tokenize = path == "/tokenize";
     pool_->Post([this, ex = std::move(ex), tokenize, reply] {
-      http::Response r;
-      oa::ApiRequest as;  // for naming fields in errors
-      if (tokenize) {
-        oa::TokenizeParse t = oa::ParseTokenize(ex->request().body);
-        if (!t.request) {
-          service_->CountInvalid();
-          return reply(ex, ErrorResponse(t.error));
-        }
-        if (!t.model.empty() && t.model != model_name_) {
-          return reply(ex, ErrorResponse(ModelNotFound(t.model)));
-        }
-        as.endpoint = t.request->has_chat() ? oa::Endpoint::kChat : oa::Endpoint::kCompletions;
-        v1::TokenizeResponse out;
-        Status s = service_->Tokenize(*t.request, &out);
-        if (!s.ok()) return reply(ex, ErrorResponse(oa::ApiErrorFromStatus(s, as)));
-        json body = {{"count", out.token_ids_size()},
-                     {"max_model_len", max_model_len_},
-                     {"tokens", std::vector<int32_t>(out.token_ids().begin(),
-                                                     out.token_ids().end())}};
-        if (t.return_token_strs) {
-          body["token_strs"] =
-              std::vector<std::string>(out.tokens().begin(), out.tokens().end());
-        }
-        r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-      } else {
-        oa::DetokenizeParse d = oa::ParseDetokenize(ex->request().body);
-        if (!d.request) {
-          service_->CountInvalid();
-          return reply(ex, ErrorResponse(d.error));
-        }
-        if (!d.model.empty() && d.model != model_name_) {
-          return reply(ex, ErrorResponse(ModelNotFound(d.model)));
-        }
-        v1::DetokenizeResponse out;
-        Status s = service_->Detokenize(*d.request, &out);
-        if (!s.ok()) {
-          oa::ApiError e = oa::ApiErrorFromStatus(s, as);
-          e.param = "tokens";
-          if (e.message.rfind("token_ids", 0) == 0) e.message = "tokens" + e.message.substr(9);
-          return reply(ex, ErrorResponse(e));
-        }
-        r.body = json{{"prompt", out.text()}}.dump(-1, ' ', false, json::error_handler_t::replace);
+      try {
+        Tokenize(ex, tokenize, reply);
+      } catch (const std::exception& e) {
+        reply(ex, ErrorResponse(InternalError(e.what())));
       }
-      reply(ex, std::move(r));
     });
     return;
   }
   reply(ex, ErrorResponse(Error(404, "no route " + req.method + " " + path, "invalid_request_error",
                                   "", "not_found")));
+}
+
+void HttpFront::Tokenize(const std::shared_ptr<http::Exchange>& ex, bool tokenize,
+                         const Reply& reply) {
+  http::Response r;
+  oa::ApiRequest as;  // for naming fields in errors
+  if (tokenize) {
+    oa::TokenizeParse t = oa::ParseTokenize(ex->request().body);
+    if (!t.request) {
+      service_->CountInvalid();
+      return reply(ex, ErrorResponse(t.error));
+    }
+    if (!t.model.empty() && t.model != model_name_) {
+      return reply(ex, ErrorResponse(ModelNotFound(t.model)));
+    }
+    as.endpoint = t.request->has_chat() ? oa::Endpoint::kChat : oa::Endpoint::kCompletions;
+    v1::TokenizeResponse out;
+    Status s = service_->Tokenize(*t.request, &out);
+    if (!s.ok()) return reply(ex, ErrorResponse(oa::ApiErrorFromStatus(s, as)));
+    json body = {{"count", out.token_ids_size()},
+                 {"max_model_len", max_model_len_},
+                 {"tokens", std::vector<int32_t>(out.token_ids().begin(), out.token_ids().end())}};
+    if (t.return_token_strs) {
+      body["token_strs"] = std::vector<std::string>(out.tokens().begin(), out.tokens().end());
+    }
+    r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  } else {
+    oa::DetokenizeParse d = oa::ParseDetokenize(ex->request().body);
+    if (!d.request) {
+      service_->CountInvalid();
+      return reply(ex, ErrorResponse(d.error));
+    }
+    if (!d.model.empty() && d.model != model_name_) {
+      return reply(ex, ErrorResponse(ModelNotFound(d.model)));
+    }
+    v1::DetokenizeResponse out;
+    Status s = service_->Detokenize(*d.request, &out);
+    if (!s.ok()) {
+      oa::ApiError e = oa::ApiErrorFromStatus(s, as);
+      e.param = "tokens";
+      if (e.message.rfind("token_ids", 0) == 0) e.message = "tokens" + e.message.substr(9);
+      return reply(ex, ErrorResponse(e));
+    }
+    r.body = json{{"prompt", out.text()}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  reply(ex, std::move(r));
 }
 
 }  // namespace astr::front

@@ -86,6 +86,10 @@ class HttpFront {
 
  private:
   void Handle(std::shared_ptr<http::Exchange> exchange);
+  // Answers one counted response on `to`.
+  using Reply = std::function<void(const std::shared_ptr<http::Exchange>& to, http::Response)>;
+  // /tokenize or /detokenize (on the pool).
+  void Tokenize(const std::shared_ptr<http::Exchange>& ex, bool tokenize, const Reply& reply);
   // Sends ": ping" on streams idle for ping_interval.
   void Ping();
 

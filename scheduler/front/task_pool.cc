@@ -1,6 +1,9 @@
 #include "scheduler/front/task_pool.h"
 
+#include <exception>
 #include <utility>
+
+#include "common/base/logging.h"
 
 namespace astr::front {
 
@@ -35,7 +38,13 @@ void TaskPool::Run() {
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
-    task();
+    try {
+      task();
+    } catch (const std::exception& e) {
+      // The last line of defence: the tasks of the fronts catch their own exceptions and answer
+      // their call; one that does not must not take the process down.
+      LOG(ERROR) << "a scheduler task threw: " << e.what();
+    }
     task = nullptr;  // captured state is released outside the lock
     lock.lock();
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -122,6 +123,24 @@ TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
   ASSERT_NE(first, std::string::npos) << got;
   ASSERT_NE(second, std::string::npos) << got;
   EXPECT_LT(first, second);
+}
+
+// A handler that throws (a bug) costs its request a 500, not the process: the same connection
+// and the server go on serving.
+TEST(HttpServer, AHandlerThatThrowsGetsA500AndTheServerKeepsServing) {
+  auto server = Server::Start(Loopback(), [](std::shared_ptr<Exchange> ex) {
+    if (ex->request().path == "/throw") throw std::runtime_error("planted");
+    ex->Respond(Response{.body = "fine"});
+  });
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  c.Send("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string got = c.ReadUntil("\"internal_error\"}}");
+  EXPECT_EQ(got.rfind("HTTP/1.1 500 ", 0), 0u) << got;
+  c.Clear();
+  c.Send("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+  got = c.ReadUntil("fine");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
 }
 
 TEST(HttpServer, ConnectionCloseIsHonoured) {
