@@ -62,7 +62,8 @@ void Handle(std::shared_ptr<http::Exchange> ex) {
 // A blocking loopback connection whose sends and reads give up after kConnectionDeadline. The
 // fuzzer opens two connections per input, over a thousand a second, and every closed one holds its
 // port in TIME_WAIT for a minute: when the ephemeral ports run out (EADDRNOTAVAIL, the machine's
-// limit, not the server's), it waits for ports to come free. Any other failure is a finding.
+// limit, not the server's), it waits for ports to come free; a connect a signal interrupted is
+// tried again. Any other failure is a finding.
 int Connect() {
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   for (;;) {
@@ -79,7 +80,8 @@ int Connect() {
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
     const int err = errno;
     close(fd);
-    if (err != EADDRNOTAVAIL || std::chrono::steady_clock::now() > deadline) {
+    // EINTR: a signal (libFuzzer's timers) interrupted the connect; try again on a new socket.
+    if ((err != EADDRNOTAVAIL && err != EINTR) || std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr, "fuzz: connect to the server failed: %s\n", std::strerror(err));
       __builtin_trap();
     }
@@ -95,6 +97,7 @@ bool Exchange(std::string_view bytes, std::string* answer) {
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
