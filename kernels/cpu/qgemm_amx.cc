@@ -14,7 +14,7 @@
 namespace astr::cpu::internal {
 namespace {
 
-// Inside this anonymous namespace: Quant6, LoadScales and kPrefetchBytes of the VNNI tile, then
+// Inside this anonymous namespace: Quant6 and LoadScales of the VNNI tile, then
 // the AMX tile.
 #include "kernels/cpu/qgemm_avx512vnni_impl.h"
 #include "kernels/cpu/qgemm_amx_impl.h"
