@@ -23,7 +23,7 @@ namespace {
 
 const QuantKernelSet& QuantKernelsAmx() {
   static const QuantKernelSet set = [] {
-    QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 1>();
+    QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 2>();
     s.abs_max = AbsMaxAvx2;
     s.quantize_span = QuantizeSpanAvx2;
     return s;

@@ -118,11 +118,10 @@ inline void AmxStore(int t, int32_t* out) {
 
 template <int MR, int NP, int BITS>
 struct QuantTileAmx {
-  static_assert(NP == 1, "the AMX tile covers one panel");
+  static_assert(NP >= 1 && NP <= 2, "the AMX tile covers one or two panels");
   static void Run(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
                   int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
                   bool accumulate) {
-    (void)panel_stride;
     static_assert(MR <= 16);
     const int nh = f.sub == 16 ? 2 : 1;
     const int64_t kp = x.k_blocks * 32;
@@ -131,7 +130,10 @@ struct QuantTileAmx {
     AmxConfigure(MR, 32 / nh);
     alignas(64) int32_t c[kAmxSlots][16][16];
     alignas(64) uint8_t wide[kAmxSlots][8 * 64];  // blocks' quants, a byte each
-    const char* pf = reinterpret_cast<const char*>(w);
+    // One prefetch stream per panel (two streams keep more lines in flight than one).
+    const char* pf[NP];
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) pf[j] = reinterpret_cast<const char*>(w + j * panel_stride);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     // Quants with an offset go to B as q - offset (int8; every offset of the ggml types fits).
     const bool signed_b = !f.has_min && f.offset <= 128;
@@ -144,88 +146,102 @@ struct QuantTileAmx {
       xd[i] = x.d + (row0 + i) * x.k_blocks;
       xs[i] = x.s + (row0 + i) * x.k_blocks * 2;
     }
-    __m512 acc[MR];
+    __m512 acc[MR][NP];
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-    // Blocks go in groups whose sub-blocks fill the C tiles: first every tile product of the group,
-    // then the float steps of each sub-block in order.
-    const int64_t group = kAmxSlots / nh;
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+    }
+    // Blocks go in groups whose sub-blocks (of every panel) fill the C tiles: first every tile
+    // product of the group, then the float steps of each sub-block in order.
+    const int64_t group = kAmxSlots / (nh * NP);
     for (int64_t b0 = 0; b0 < x.k_blocks; b0 += group) {
       const int64_t nblk = std::min<int64_t>(group, x.k_blocks - b0);
-      QuantBlockAt at[kAmxSlots];
+      QuantBlockAt at[kAmxSlots][NP];
       for (int64_t u = 0; u < nblk; ++u) {
-        at[u] = LocateQuantBlock(w, b0 + u, block_bytes, f);
-        const uint8_t* blk = at[u].block;
-        const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kAmxPrefetchBytes;
-        for (; pf < until; pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
-        const uint8_t* bq = wide[u];  // row g: group g's 4 quants of the 16 outputs
-        if constexpr (BITS == 4) {
+#pragma GCC unroll 2
+        for (int j = 0; j < NP; ++j) {
+          const int slot = static_cast<int>((u * NP + j) * nh);
+          at[u][j] = LocateQuantBlock(w + j * panel_stride, b0 + u, block_bytes, f);
+          const uint8_t* blk = at[u][j].block;
+          const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kAmxPrefetchBytes;
+          for (; pf[j] < until; pf[j] += 64) _mm_prefetch(pf[j], _MM_HINT_T1);
+          const uint8_t* bq = wide[slot];  // row g: group g's 4 quants of the 16 outputs
+          if constexpr (BITS == 4) {
 #pragma GCC unroll 4
-          for (int v = 0; v < 4; ++v) {
-            const __m512i raw = _mm512_loadu_si512(blk + v * 64);
-            const __m512i lo = _mm512_and_si512(raw, low4);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-            _mm512_store_si512(wide[u] + v * 64, _mm512_sub_epi8(lo, off));
-            _mm512_store_si512(wide[u] + (v + 4) * 64, _mm512_sub_epi8(hi, off));
-          }
-        } else if constexpr (BITS == 6) {
+            for (int v = 0; v < 4; ++v) {
+              const __m512i raw = _mm512_loadu_si512(blk + v * 64);
+              const __m512i lo = _mm512_and_si512(raw, low4);
+              const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+              _mm512_store_si512(wide[slot] + v * 64, _mm512_sub_epi8(lo, off));
+              _mm512_store_si512(wide[slot] + (v + 4) * 64, _mm512_sub_epi8(hi, off));
+            }
+          } else if constexpr (BITS == 6) {
 #pragma GCC unroll 8
-          for (int g = 0; g < 8; ++g) {
-            _mm512_store_si512(wide[u] + g * 64, _mm512_sub_epi8(Quant6(blk, g), off));
-          }
-        } else if (signed_b) {
+            for (int g = 0; g < 8; ++g) {
+              _mm512_store_si512(wide[slot] + g * 64, _mm512_sub_epi8(Quant6(blk, g), off));
+            }
+          } else if (signed_b) {
 #pragma GCC unroll 8
-          for (int g = 0; g < 8; ++g) {
-            _mm512_store_si512(wide[u] + g * 64,
-                               _mm512_sub_epi8(_mm512_loadu_si512(blk + g * 64), off));
+            for (int g = 0; g < 8; ++g) {
+              _mm512_store_si512(wide[slot] + g * 64,
+                                 _mm512_sub_epi8(_mm512_loadu_si512(blk + g * 64), off));
+            }
+          } else {
+            bq = blk;
           }
-        } else {
-          bq = blk;
+          const int8_t* a = xq + (b0 + u) * 32;
+          for (int h = 0; h < nh; ++h) AmxDot(slot + h, signed_b, a + 16 * h, kp, bq + 256 * h);
         }
-        const int8_t* a = xq + (b0 + u) * 32;
-        for (int h = 0; h < nh; ++h)
-          AmxDot(static_cast<int>(u * nh + h), signed_b, a + 16 * h, kp, bq + 256 * h);
       }
-      for (int t = 0; t < nblk * nh; ++t) AmxStore(t, c[t][0]);
+      for (int t = 0; t < nblk * nh * NP; ++t) AmxStore(t, c[t][0]);
       for (int64_t u = 0; u < nblk; ++u) {
         const int64_t b = b0 + u;
-        const uint8_t* blk = at[u].block;
-        const uint8_t* hdr = at[u].header;
-        for (int h = 0; h < nh; ++h) {
-          const int32_t(&cs)[16][16] = c[u * nh + h];
-          const __m512 ws = LoadScales(f.super, hdr, blk + qbytes + h * kPanel * scale_bytes);
-          const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
-                                                   blk + qbytes + (nh + h) * kPanel * scale_bytes)
-                                      : _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int j = 0; j < NP; ++j) {
+          const uint8_t* blk = at[u][j].block;
+          const uint8_t* hdr = at[u][j].header;
+          for (int h = 0; h < nh; ++h) {
+            const int32_t(&cs)[16][16] = c[(u * NP + j) * nh + h];
+            const __m512 ws = LoadScales(f.super, hdr, blk + qbytes + h * kPanel * scale_bytes);
+            const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
+                                                     blk + qbytes + (nh + h) * kPanel * scale_bytes)
+                                        : _mm512_setzero_ps();
 #pragma GCC unroll 16
-          for (int i = 0; i < MR; ++i) {
-            const __m512i isum = _mm512_load_si512(cs[i]);
-            const __m512 d = _mm512_set1_ps(xd[i][b]);
-            const __m512 scale = _mm512_mul_ps(ws, d);
-            if (signed_b) {
-              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
-            } else if (!f.has_min) {
-              const int32_t asum = nh == 2 ? xs[i][2 * b + h] : xs[i][2 * b] + xs[i][2 * b + 1];
-              const __m512i corr = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * asum));
-              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scale, acc[i]);
-            } else {
-              acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
-              const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
-                                       : x.sum32[(row0 + i) * x.k_blocks + b];
-              acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(sv), wm, acc[i]);
+            for (int i = 0; i < MR; ++i) {
+              const __m512i isum = _mm512_load_si512(cs[i]);
+              const __m512 d = _mm512_set1_ps(xd[i][b]);
+              const __m512 scale = _mm512_mul_ps(ws, d);
+              if (signed_b) {
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][j]);
+              } else if (!f.has_min) {
+                const int32_t asum = nh == 2 ? xs[i][2 * b + h] : xs[i][2 * b] + xs[i][2 * b + 1];
+                const __m512i corr = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * asum));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), scale, acc[i][j]);
+              } else {
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][j]);
+                const float sv = nh == 2 ? x.sum16[(row0 + i) * x.k_blocks * 2 + 2 * b + h]
+                                         : x.sum32[(row0 + i) * x.k_blocks + b];
+                acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(sv), wm, acc[i][j]);
+              }
             }
           }
         }
       }
     }
-    const __mmask16 mask = ncols >= kPanel ? static_cast<__mmask16>(0xFFFF)
-                                           : static_cast<__mmask16>((1u << ncols) - 1);
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) {
+      const int64_t cols = ncols - j * kPanel;
+      if (cols <= 0) continue;
+      const __mmask16 mask = cols >= kPanel ? static_cast<__mmask16>(0xFFFF)
+                                            : static_cast<__mmask16>((1u << cols) - 1);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      float* out = y + i * ldy;
-      __m512 v = acc[i];
-      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
-      _mm512_mask_storeu_ps(out, mask, v);
+      for (int i = 0; i < MR; ++i) {
+        float* out = y + i * ldy + j * kPanel;
+        __m512 v = acc[i][j];
+        if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+        _mm512_mask_storeu_ps(out, mask, v);
+      }
     }
   }
 };

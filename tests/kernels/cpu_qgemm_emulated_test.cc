@@ -210,6 +210,7 @@ inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
 }
 
 #include "kernels/cpu/qgemm_avx512vnni_impl.h"
+// After the VNNI tile: the AMX tile uses its helpers.
 #include "kernels/cpu/qgemm_amx_impl.h"
 
 }  // namespace emulated
@@ -226,7 +227,7 @@ void CheckEqualsScalarPath(const QuantKernelSet& emu) {
       {8, 32, false, 128, ActQuant::kQ8_K, true}, {4, 32, true, 0, ActQuant::kQ8_K}};
   for (const QuantFormat& fmt : formats) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}}) {
+             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}, {9, 50, 256}}) {
       if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
       SCOPED_TRACE("bits=" + std::to_string(fmt.bits) + " sub=" + std::to_string(fmt.sub) +
                    " min=" + std::to_string(fmt.has_min) + " super=" + std::to_string(fmt.super) +
@@ -271,24 +272,31 @@ TEST(CpuQuantGemmEmulatedTest, VnniEqualsScalarPathBitForBit) {
 }
 
 // The emulated AMX tile for the row counts the shapes above take (1, 3, 5, 9, and 21 = 16 + 5):
-// every row count up to 16 would make this file take a minute to compile.
+// every row count up to 16 would make this file take a minute to compile. One and two panels per
+// tile (the shapes' odd panel counts end on a one-panel tile; n = 50 on a partial second panel).
 template <int R>
 void FillEmulatedAmxRows(QuantKernelSet* set) {
   set->kernels[QuantBitsIndex(8)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 8>::Run;
   set->kernels[QuantBitsIndex(4)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 4>::Run;
   set->kernels[QuantBitsIndex(6)][R - 1][0] = &emulated::QuantTileAmx<R, 1, 6>::Run;
+  set->kernels[QuantBitsIndex(8)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 8>::Run;
+  set->kernels[QuantBitsIndex(4)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 4>::Run;
+  set->kernels[QuantBitsIndex(6)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 6>::Run;
 }
 
 TEST(CpuQuantGemmEmulatedTest, AmxEqualsScalarPathBitForBit) {
   QuantKernelSet amx;
   amx.max_rows = 16;
-  amx.panels_per_tile = 1;
   FillEmulatedAmxRows<1>(&amx);
   FillEmulatedAmxRows<3>(&amx);
   FillEmulatedAmxRows<5>(&amx);
   FillEmulatedAmxRows<9>(&amx);
   FillEmulatedAmxRows<16>(&amx);
-  CheckEqualsScalarPath(amx);
+  for (int panels : {1, 2}) {
+    SCOPED_TRACE("panels per tile " + std::to_string(panels));
+    amx.panels_per_tile = panels;
+    CheckEqualsScalarPath(amx);
+  }
 }
 
 }  // namespace

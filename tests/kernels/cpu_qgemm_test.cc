@@ -344,20 +344,23 @@ TEST(CpuQuantGemmTest, VnniDetectionIsConsistent) {
 TEST(CpuQuantGemmTest, AmxTilesEqualVnniTilesBitForBit) {
   if (!CpuHasAmx()) GTEST_SKIP() << "this CPU (or OS) runs no AMX-INT8";
   ThreadPool two(2);
+  // n = 75: a last tile of one partial panel; n = 90: of two panels, the second partial.
   for (const QuantFormat& fmt : Formats()) {
-    const int64_t n = 75, k = fmt.super ? 512 : 320;
-    const PackedMatrix pm = MakeWeights(fmt, n, k, 11).Pack();
-    for (int64_t m : {1, 2, 7, 16, 37}) {
-      SCOPED_TRACE(Name(fmt) + " m=" + std::to_string(m));
-      const std::vector<float> x = testing::RandomFloats(m * k, 13 + m, -1.5f, 1.5f);
-      for (bool accumulate : {false, true}) {
-        const std::vector<float> y0 = testing::RandomFloats(m * n, 4, -1.0f, 1.0f);
-        std::vector<float> vnni = y0, amx = y0;
-        internal::QuantGemmWith(internal::QuantKernelsAvx512Vnni(), x.data(), k, m, pm,
-                                vnni.data(), n, accumulate, &two);
-        internal::QuantGemmWith(internal::QuantKernelsAmx(), x.data(), k, m, pm, amx.data(), n,
-                                accumulate, m % 2 == 0 ? &two : nullptr);
-        ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)));
+    for (const int64_t n : {75, 90}) {
+      const int64_t k = fmt.super ? 512 : 320;
+      const PackedMatrix pm = MakeWeights(fmt, n, k, 11).Pack();
+      for (int64_t m : {1, 2, 7, 16, 37}) {
+        SCOPED_TRACE(Name(fmt) + " n=" + std::to_string(n) + " m=" + std::to_string(m));
+        const std::vector<float> x = testing::RandomFloats(m * k, 13 + m, -1.5f, 1.5f);
+        for (bool accumulate : {false, true}) {
+          const std::vector<float> y0 = testing::RandomFloats(m * n, 4, -1.0f, 1.0f);
+          std::vector<float> vnni = y0, amx = y0;
+          internal::QuantGemmWith(internal::QuantKernelsAvx512Vnni(), x.data(), k, m, pm,
+                                  vnni.data(), n, accumulate, &two);
+          internal::QuantGemmWith(internal::QuantKernelsAmx(), x.data(), k, m, pm, amx.data(), n,
+                                  accumulate, m % 2 == 0 ? &two : nullptr);
+          ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)));
+        }
       }
     }
   }
