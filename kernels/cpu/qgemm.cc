@@ -53,6 +53,15 @@ float AbsMaxScalar(const float* x, int64_t n) {
   return amax;
 }
 
+void HalfSumsScalar(const int8_t* q, int64_t blocks, int32_t* s) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32_t half[2] = {0, 0};
+    for (int64_t j = 0; j < 32; ++j) half[j / 16] += q[b * 32 + j];
+    s[2 * b] = half[0];
+    s[2 * b + 1] = half[1];
+  }
+}
+
 void QuantizeSpanScalar(const float* x, int64_t n, float mul, int8_t* q) {
   for (int64_t j = 0; j < n; ++j) {
     q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * mul)), -127, 127));
@@ -66,6 +75,7 @@ void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_
   const internal::AbsMaxFn abs_max = ks.abs_max != nullptr ? ks.abs_max : AbsMaxScalar;
   const internal::QuantizeSpanFn quantize =
       ks.quantize_span != nullptr ? ks.quantize_span : QuantizeSpanScalar;
+  const internal::HalfSumsFn half_sums = ks.half_sums != nullptr ? ks.half_sums : HalfSumsScalar;
   const int64_t kp = k_blocks * 32;
   const int64_t group = act == ActQuant::kQ8_K ? 256 : 32;
   for (int64_t i = 0; i < m; ++i) {
@@ -96,11 +106,10 @@ void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_
       for (int64_t j = std::max(x1, g0); j < g1; ++j) qr[j] = 0;
       for (int64_t b = g0 / 32; b < g1 / 32; ++b) dr[b] = scale;
     }
+    int32_t* sr = s + i * k_blocks * 2;
+    half_sums(qr, k_blocks, sr);
     for (int64_t b = 0; b < k_blocks; ++b) {
-      int32_t half[2] = {0, 0};
-      for (int64_t j = 0; j < 32; ++j) half[j / 16] += qr[b * 32 + j];
-      s[(i * k_blocks + b) * 2] = half[0];
-      s[(i * k_blocks + b) * 2 + 1] = half[1];
+      const int32_t half[2] = {sr[2 * b], sr[2 * b + 1]};
       sum16[(i * k_blocks + b) * 2] = dr[b] * static_cast<float>(half[0]);
       sum16[(i * k_blocks + b) * 2 + 1] = dr[b] * static_cast<float>(half[1]);
       const float whole = dr[b] * static_cast<float>(half[0] + half[1]);

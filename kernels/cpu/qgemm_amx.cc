@@ -14,9 +14,9 @@
 namespace astr::cpu::internal {
 namespace {
 
-// Inside this anonymous namespace: Quant6 and LoadScales of the VNNI tile, then
-// the AMX tile.
+// Inside this anonymous namespace: Quant6 and LoadScales of the VNNI tile,
 #include "kernels/cpu/qgemm_avx512vnni_impl.h"
+// then the AMX tile.
 #include "kernels/cpu/qgemm_amx_impl.h"
 
 }  // namespace
@@ -26,6 +26,7 @@ const QuantKernelSet& QuantKernelsAmx() {
     QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 2>();
     s.abs_max = AbsMaxAvx2;
     s.quantize_span = QuantizeSpanAvx2;
+    s.half_sums = HalfSumsAvx2;
     return s;
   }();
   return set;

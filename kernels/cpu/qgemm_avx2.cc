@@ -272,6 +272,22 @@ float AbsMaxAvx2(const float* x, int64_t n) {
   return amax;
 }
 
+void HalfSumsAvx2(const int8_t* q, int64_t blocks, int32_t* s) {
+  // q ^ 0x80 = q + 128 as unsigned bytes; vpsadbw sums each 8 of them, so each 16-element half
+  // sums to two lanes, less 16 * 128.
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256i v =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 32)), bias);
+    const __m256i sad = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    s[2 * b] = static_cast<int32_t>(_mm256_extract_epi64(sad, 0) + _mm256_extract_epi64(sad, 1)) -
+               16 * 128;
+    s[2 * b + 1] =
+        static_cast<int32_t>(_mm256_extract_epi64(sad, 2) + _mm256_extract_epi64(sad, 3)) -
+        16 * 128;
+  }
+}
+
 void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q) {
   const __m256 vm = _mm256_set1_ps(mul);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
@@ -303,6 +319,7 @@ const QuantKernelSet& QuantKernelsAvx2() {
     s.panels_per_tile = 1;
     s.abs_max = AbsMaxAvx2;
     s.quantize_span = QuantizeSpanAvx2;
+    s.half_sums = HalfSumsAvx2;
     return s;
   }();
   return set;

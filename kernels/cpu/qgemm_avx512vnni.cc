@@ -21,6 +21,7 @@ const QuantKernelSet& QuantKernelsAvx512Vnni() {
     QuantKernelSet s = MakeQuantKernelSet<QuantTileAvx512Vnni, 4, 2>();
     s.abs_max = AbsMaxAvx2;  // the activations' loops: AVX2 does them at memory speed
     s.quantize_span = QuantizeSpanAvx2;
+    s.half_sums = HalfSumsAvx2;
     return s;
   }();
   return set;

@@ -68,8 +68,11 @@ constexpr int QuantBitsIndex(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : 
 // max |x[j]| over n elements, and q[j] = clamp(nearest-even(x[j] * mul), -127, 127).
 using AbsMaxFn = float (*)(const float* x, int64_t n);
 using QuantizeSpanFn = void (*)(const float* x, int64_t n, float mul, int8_t* q);
+// The sums of q over each 16-element half of `blocks` 32-element blocks: s[2b], s[2b + 1].
+using HalfSumsFn = void (*)(const int8_t* q, int64_t blocks, int32_t* s);
 float AbsMaxAvx2(const float* x, int64_t n);
 void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q);
+void HalfSumsAvx2(const int8_t* q, int64_t blocks, int32_t* s);
 
 struct QuantKernelSet {
   int max_rows = 1;
@@ -77,6 +80,7 @@ struct QuantKernelSet {
   int single_row_panels = 0;   // panels per tile when a call has one row (0: panels_per_tile)
   AbsMaxFn abs_max = nullptr;  // null: the scalar loop
   QuantizeSpanFn quantize_span = nullptr;  // null: the scalar loop
+  HalfSumsFn half_sums = nullptr;          // null: the scalar loop
   // [QuantBitsIndex(bits)][rows - 1][np - 1]
   QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };
