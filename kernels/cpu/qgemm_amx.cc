@@ -24,9 +24,7 @@ namespace {
 const QuantKernelSet& QuantKernelsAmx() {
   static const QuantKernelSet set = [] {
     QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 2>();
-    s.abs_max = AbsMaxAvx2;
-    s.quantize_span = QuantizeSpanAvx2;
-    s.half_sums = HalfSumsAvx2;
+    UseAvx2ActivationLoops(&s);
     return s;
   }();
   return set;

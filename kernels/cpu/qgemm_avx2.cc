@@ -256,8 +256,6 @@ struct Tile {
   }
 };
 
-}  // namespace
-
 float AbsMaxAvx2(const float* x, int64_t n) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 m = _mm256_setzero_ps();
@@ -311,15 +309,21 @@ void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q) {
   }
 }
 
+}  // namespace
+
+void UseAvx2ActivationLoops(QuantKernelSet* set) {
+  set->abs_max = AbsMaxAvx2;
+  set->quantize_span = QuantizeSpanAvx2;
+  set->half_sums = HalfSumsAvx2;
+}
+
 const QuantKernelSet& QuantKernelsAvx2() {
   // One row: 2 panels (two weight streams, 4 accumulators); more rows: 3 rows x 1 panel.
   static const QuantKernelSet set = [] {
     QuantKernelSet s = MakeQuantKernelSet<Tile, 3, 2>();
     s.single_row_panels = 2;
     s.panels_per_tile = 1;
-    s.abs_max = AbsMaxAvx2;
-    s.quantize_span = QuantizeSpanAvx2;
-    s.half_sums = HalfSumsAvx2;
+    UseAvx2ActivationLoops(&s);
     return s;
   }();
   return set;

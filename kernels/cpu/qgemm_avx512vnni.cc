@@ -19,9 +19,7 @@ namespace {
 const QuantKernelSet& QuantKernelsAvx512Vnni() {
   static const QuantKernelSet set = [] {
     QuantKernelSet s = MakeQuantKernelSet<QuantTileAvx512Vnni, 4, 2>();
-    s.abs_max = AbsMaxAvx2;  // the activations' loops: AVX2 does them at memory speed
-    s.quantize_span = QuantizeSpanAvx2;
-    s.half_sums = HalfSumsAvx2;
+    UseAvx2ActivationLoops(&s);
     return s;
   }();
   return set;

@@ -70,9 +70,6 @@ using AbsMaxFn = float (*)(const float* x, int64_t n);
 using QuantizeSpanFn = void (*)(const float* x, int64_t n, float mul, int8_t* q);
 // The sums of q over each 16-element half of `blocks` 32-element blocks: s[2b], s[2b + 1].
 using HalfSumsFn = void (*)(const int8_t* q, int64_t blocks, int32_t* s);
-float AbsMaxAvx2(const float* x, int64_t n);
-void QuantizeSpanAvx2(const float* x, int64_t n, float mul, int8_t* q);
-void HalfSumsAvx2(const int8_t* q, int64_t blocks, int32_t* s);
 
 struct QuantKernelSet {
   int max_rows = 1;
@@ -84,6 +81,10 @@ struct QuantKernelSet {
   // [QuantBitsIndex(bits)][rows - 1][np - 1]
   QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };
+
+// Sets the activations' loops of `set` to the AVX2 ones (every AVX2-capable kernel set: they run at
+// memory speed, and give the scalar loops' results).
+void UseAvx2ActivationLoops(QuantKernelSet* set);
 
 // Bytes of one block's quants for one panel (16 outputs x 32 k).
 constexpr int64_t QuantBlockQuantBytes(int bits) { return bits * 64; }
