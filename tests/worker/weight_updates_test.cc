@@ -5,11 +5,14 @@
 // and no weight set is held beside the served one once an update is finished or discarded.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/model/content_hash.h"
@@ -292,6 +295,29 @@ TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {
   EXPECT_EQ(executor_->weight_version(), 2);
   EXPECT_FALSE(updates_->holding().staged);
   EXPECT_FALSE(updates_->holding().previous);
+}
+
+// One staging at a time; a new one waits for the one under way to end (the teardown of a cancelled
+// push) and is refused only if it does not end within the wait.
+TEST(WeightStagingSlot, WaitsForTheStagingUnderWayToEnd) {
+  WeightUpdates updates("unused.gguf", model::ModelConfig{});
+  ASSERT_TRUE(updates.BeginStaging(std::chrono::milliseconds(0)));
+  EXPECT_FALSE(updates.BeginStaging(std::chrono::milliseconds(0)));
+  EXPECT_FALSE(updates.BeginStaging(std::chrono::milliseconds(20)));
+  std::atomic<bool> ended{false};
+  std::thread teardown([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ended.store(true);
+    updates.EndStaging();
+  });
+  // Generous: the only way this returns false is that EndStaging never woke it.
+  EXPECT_TRUE(updates.BeginStaging(std::chrono::seconds(60)));
+  EXPECT_TRUE(ended.load());
+  teardown.join();
+  EXPECT_FALSE(updates.BeginStaging(std::chrono::milliseconds(0)));
+  updates.EndStaging();
+  EXPECT_TRUE(updates.BeginStaging(std::chrono::milliseconds(0)));
+  updates.EndStaging();
 }
 
 TEST_F(WeightUpdatesTest, ChecksumsOfFileAndPushedTensors) {

@@ -201,16 +201,19 @@ WeightUpdates::WeightUpdates(std::string model_path, model::ModelConfig config)
 
 WeightUpdates::~WeightUpdates() = default;
 
-bool WeightUpdates::TryBeginStaging() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (staging_) return false;
+bool WeightUpdates::BeginStaging(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!staging_ended_.wait_for(lock, wait, [this] { return !staging_; })) return false;
   staging_ = true;
   return true;
 }
 
 void WeightUpdates::EndStaging() {
-  std::lock_guard<std::mutex> lock(mu_);
-  staging_ = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    staging_ = false;
+  }
+  staging_ended_.notify_one();
 }
 
 int64_t WeightUpdates::version() const {

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,8 +74,10 @@ class WeightUpdates {
 
   const model::ModelConfig& config() const { return config_; }
 
-  // One staging at a time: false when another one is under way (the caller refuses the call).
-  bool TryBeginStaging();
+  // One staging at a time. Waits up to `wait` for one under way to end (a cancelled push's stream
+  // is torn down on the worker a moment after the scheduler gave up on it, and a build that was
+  // running finishes first); false when it is still under way then (the caller refuses the call).
+  bool BeginStaging(std::chrono::milliseconds wait);
   void EndStaging();
 
   // Builds the weights of a received update (tensors over the served ones) with `runner`; replaces
@@ -122,6 +126,7 @@ class WeightUpdates {
   std::unique_ptr<Staged> previous_;  // after APPLY, until FINISH or ROLLBACK
   uint64_t next_staged_id_ = 1;
   bool staging_ = false;
+  std::condition_variable staging_ended_;
 };
 
 }  // namespace astr

@@ -3,6 +3,9 @@
 // weights change between two steps.
 #include <malloc.h>
 
+#include <chrono>
+#include <string>
+
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
 #include "worker/service/worker_service.h"
@@ -14,9 +17,16 @@ grpc::Status NoUpdates() {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this worker cannot update its weights");
 }
 
+// How long a stage waits for one under way to end. The scheduler runs one update at a time, so
+// what it waits for is the teardown of a push that was cancelled or broke (its stream ends on the
+// worker a moment after the scheduler gave up on it); the same as the scheduler's own wait for
+// the update lock.
+constexpr std::chrono::seconds kStagingWait{30};
+
 grpc::Status Busy() {
   return grpc::Status(grpc::StatusCode::ABORTED,
-                      "another weight update is being staged on this worker");
+                      "another weight update has been staged on this worker for " +
+                          std::to_string(kStagingWait.count()) + " s");
 }
 
 // Releases the staging slot however the call ends, and the memory of a refused update.
@@ -34,7 +44,7 @@ grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                                          v1::StageWeightsResponse* response) {
   if (updates_ == nullptr) return NoUpdates();
-  if (!updates_->TryBeginStaging()) return Busy();
+  if (!updates_->BeginStaging(kStagingWait)) return Busy();
   StagingLease lease{updates_.get()};
   WeightStager stager(updates_->config());
   v1::UpdateWeightsRequest message;
@@ -76,7 +86,7 @@ grpc::Status WorkerService::StageWeightsFromDisk(grpc::ServerContext* /*context*
   if (request->path().empty()) {
     return rpc::ToGrpcStatus(InvalidArgumentError("path: empty"));
   }
-  if (!updates_->TryBeginStaging()) return Busy();
+  if (!updates_->BeginStaging(kStagingWait)) return Busy();
   StagingLease lease{updates_.get()};
   auto staged = updates_->StageFromDisk(request->path(), executor_->mutable_runner());
   if (!staged.ok()) return rpc::ToGrpcStatus(staged.status());
