@@ -66,7 +66,8 @@ struct QuantRowOut {
 //          operand of vdpbf16ps; other paths widen the low/high halves to f32)
 //   kQuant: [panels][units][unit]; a unit is one 32-k block, or with `super` a header f16 d[16]
 //          (and with has_min f16 dmin[16]) followed by 8 blocks (256 k). A block holds the quants
-//          of 16 outputs x 32 k as [8 groups of 4 k][16 outputs][4] bytes (bits 8: 512 bytes),
+//          of 16 outputs x 32 k as [8 groups of 4 k][16 outputs][4] bytes (bits 8: 512 bytes,
+//          each the signed value q - 128 as int8, the operand AMX's tdpbssd reads in place),
 //          or with bits 4 the groups g and g + 4 in the low and high nibbles of one 64-byte
 //          vector (256 bytes), or with bits 6 those low 4 bits and then two 64-byte vectors of
 //          the high 2 bits: vector g / 4, bits 2 * (g % 4) (384 bytes); then the scales: f16

@@ -207,7 +207,7 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
           const uint8_t* qr = q.data() + r * kp + b * 32;
           for (int t = 0; t < 4; ++t) {
             if (fmt.bits == 8) {
-              for (int g = 0; g < 8; ++g) blk[g * 64 + r * 4 + t] = qr[4 * g + t];
+              for (int g = 0; g < 8; ++g) blk[g * 64 + r * 4 + t] = qr[4 * g + t] ^ 0x80;
               continue;
             }
             for (int v = 0; v < 4; ++v) {

@@ -8,9 +8,10 @@
 // panel: A = the rows' 32 (or, with 16-element sub-blocks, 16) signed activation quants, loaded
 // straight from the quantized rows; B = the panel's block, whose layout (16 outputs x 4 k per
 // 64-byte row, the vpdpbusd layout) is already AMX's B layout. Types with a min keep their unsigned
-// quants (tdpbsud; 8-bit blocks then read in place). Types with an offset have it taken off the
-// quants while they are widened into a scratch, q - offset as int8 (tdpbssd): the sums then come
-// out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the same integers the VNNI tile
+// quants (tdpbsud). Types with an offset have it taken off the quants while they are widened into
+// a scratch, q - offset as int8 (tdpbssd), except 8-bit blocks, which hold q - 128 already and are
+// read in place (a widening copy there cost ~20% of the tile: its stores stall the tile loads that
+// read them). The sums then come out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the same integers the VNNI tile
 // forms per row. C (rows x 16 int32) is stored and the float steps run on it exactly as in the VNNI
 // tile (gemm.h), so both give the same bits.
 #pragma once
@@ -181,14 +182,8 @@ struct QuantTileAmx {
             for (int g = 0; g < 8; ++g) {
               _mm512_store_si512(wide[slot] + g * 64, _mm512_sub_epi8(Quant6(blk, g), off));
             }
-          } else if (signed_b) {
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; ++g) {
-              _mm512_store_si512(wide[slot] + g * 64,
-                                 _mm512_sub_epi8(_mm512_loadu_si512(blk + g * 64), off));
-            }
           } else {
-            bq = blk;
+            bq = blk;  // 8-bit blocks hold q - 128 already: read in place
           }
           const int8_t* a = xq + (b0 + u) * 32;
           for (int h = 0; h < nh; ++h) AmxDot(slot + h, signed_b, a + 16 * h, kp, bq + 256 * h);

@@ -32,8 +32,8 @@ inline __m256 LoadF16(const uint8_t* p) {
 template <bool kSigned>
 inline __m256i Dot4(__m256i w, __m256i x) {
   if constexpr (kSigned) {
-    const __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));  // q - 128
-    return _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
+    // w: the stored q - 128
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
   } else {
     return _mm256_maddubs_epi16(w, x);
   }
@@ -80,7 +80,7 @@ template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSuper>
 void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
           int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
           bool accumulate) {
-  constexpr bool kSigned = BITS == 8;    // 8-bit quants are offset-128 signed values
+  constexpr bool kSigned = BITS == 8;    // 8-bit quants are stored as signed q - 128
   constexpr int NH = SUB == 16 ? 2 : 1;  // sub-blocks per 32-element block
   constexpr int GPS = 8 / NH;            // groups of 4 k per sub-block
   constexpr int FLUSH = BITS == 4 ? GPS : (kSigned ? 1 : 2);  // groups summed in int16

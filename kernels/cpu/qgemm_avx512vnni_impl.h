@@ -101,8 +101,10 @@ struct QuantTileAvx512Vnni {
           for (int g = g0; g < g1; ++g) {
 #pragma GCC unroll 2
             for (int j = 0; j < NP; ++j) {
-              const __m512i wv =
-                  BITS == 8 ? _mm512_loadu_si512(blk[j] + g * 64) : Quant6(blk[j], g);
+              // 8-bit: the stored q - 128, back to the unsigned q for vpdpbusd.
+              const __m512i wv = BITS == 8 ? _mm512_xor_si512(_mm512_loadu_si512(blk[j] + g * 64),
+                                                              _mm512_set1_epi8(-128))
+                                           : Quant6(blk[j], g);
 #pragma GCC unroll 4
               for (int i = 0; i < MR; ++i) {
                 isum[i][j] = _mm512_dpbusd_epi32(

@@ -20,7 +20,7 @@ float F16Value(const uint8_t* p) {
 // Quant u of output r, k t of group g in a block (gemm.h's layouts).
 template <int BITS>
 int QuantAt(const uint8_t* blk, int g, int r, int t) {
-  if constexpr (BITS == 8) return blk[g * 64 + r * 4 + t];
+  if constexpr (BITS == 8) return blk[g * 64 + r * 4 + t] ^ 0x80;  // stored as q - 128
   const uint8_t byte = blk[(g % 4) * 64 + r * 4 + t];
   const int low = g < 4 ? byte & 0x0F : byte >> 4;
   if constexpr (BITS == 4) return low;

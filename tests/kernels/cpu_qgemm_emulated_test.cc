@@ -96,6 +96,10 @@ inline __m512i _mm512_and_si512(__m512i a, __m512i b) {
   for (int j = 0; j < 64; ++j) a.u8[j] &= b.u8[j];
   return a;
 }
+inline __m512i _mm512_xor_si512(__m512i a, __m512i b) {
+  for (int j = 0; j < 64; ++j) a.u8[j] ^= b.u8[j];
+  return a;
+}
 inline __m512i _mm512_srli_epi16(__m512i a, unsigned n) {
   for (int16_t& x : a.i16) x = static_cast<int16_t>(static_cast<uint16_t>(x) >> n);
   return a;
