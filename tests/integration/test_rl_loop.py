@@ -76,7 +76,7 @@ class Streams:
         with self.lock:
             return [len(t) for t in self.tokens]
 
-    def settled(self, quiet_s=0.3, timeout=30):
+    def settled(self, quiet_s=1.0, timeout=30):
         """Counts once no stream has received anything for `quiet_s` (the client may lag behind
         the server by a few messages)."""
         last, since = self.counts(), time.monotonic()
@@ -167,7 +167,8 @@ def queued_until_resume(c, admin, model):
     """A request sent while paused waits in the queue, then runs (normally) after Resume; returns
     Resume's answer."""
     later = Streams(c.stub, [request(token_ids=[1, 298], max_tokens=8)])
-    time.sleep(0.5)
+    harness.wait_until(lambda: c.stats().waiting_requests == 1, 30)
+    time.sleep(0.3)
     assert later.counts() == [0]
     assert c.stats().waiting_requests == 1
     r = admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30)
@@ -215,7 +216,9 @@ def test_pause_keep_without_update_changes_nothing(make_cluster, models):
     m = models["stories"]
     c, admin = start(make_cluster, models, m["old"], workers=1)
     prompt = [1, 403, 407]
-    s = Streams(c.stub, [request(token_ids=prompt, max_tokens=120, ignore_eos=True)])
+    # Long enough that it is still running when the flush after Resume arrives (~1 s of decode).
+    n = 1200
+    s = Streams(c.stub, [request(token_ids=prompt, max_tokens=n, ignore_eos=True)])
     harness.wait_until(lambda: s.counts()[0] >= 2, 60)
     admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_KEEP), metadata=W.auth(), timeout=30)
     # Flushing the prefix cache is allowed paused or not: the running sequence keeps its pages
@@ -225,13 +228,13 @@ def test_pause_keep_without_update_changes_nothing(make_cluster, models):
     admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30)
     assert flush().pages_freed == 0
     s.join()
-    assert s.tokens[0] == offline(m["old"], prompt, 120)
-    assert merged(s.spans[0]) == [(0, 0, 120)]
+    assert s.tokens[0] == offline(m["old"], prompt, n)
+    assert merged(s.spans[0]) == [(0, 0, n)]
     # The finished sequence left its full pages in the cache (every position but the last token's
     # was fed): flushing frees them, and then nothing is left.
     harness.wait_until(lambda: c.stats().running_requests == 0, 30)
     page = 16  # the CPU worker's page size
-    assert flush().pages_freed == (len(prompt) + 120 - 1) // page
+    assert flush().pages_freed == (len(prompt) + n - 1) // page
     assert flush().pages_freed == 0
 
 
