@@ -262,9 +262,9 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int32_t> s;
-  thread_local std::vector<float> sum16, sum32;
+  thread_local std::vector<float> sum16, sum32, dt;
   if (q.size() < static_cast<size_t>(m * nb * 32)) q.resize(m * nb * 32);
-  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb), sum32.resize(m * nb);
+  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb), sum32.resize(m * nb), dt.resize(m * nb);
   if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2), sum16.resize(m * nb * 2);
   // Rows are quantized on the pool too (each row's result is the same whichever thread does it).
   // The buffers are this thread's: the lambda takes their addresses, not the thread_locals.
@@ -279,7 +279,10 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
     QuantizeRows(ks, act, x + r0 * ldx, ldx, r1 - r0, k, nb, qp + r0 * nb * 32, dp + r0 * nb,
                  sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb);
   });
-  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) dt[b * m + i] = dp[i * nb + b];
+  }
+  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dt.data(), m};
   const int bits = internal::QuantBitsIndex(w.quant().bits);
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),

@@ -17,7 +17,7 @@
 #pragma once
 
 // Tile registers: tmm0..3 hold C (rows x 16 int32) of up to four sub-blocks in flight, tmm4/5 their
-// A and tmm6/7 their B, alternating, so that consecutive sub-blocks' tile instructions do not wait
+// A (one load per sub-block of the activations, for every panel) and tmm6/7 their B, alternating, so that consecutive sub-blocks' tile instructions do not wait
 // for each other (GCC's tile intrinsics take the register numbers as literals: the switches).
 constexpr int kAmxSlots = 4;
 
@@ -53,52 +53,54 @@ inline void AmxConfigure(int rows, int kbytes) {
   current = key;
 }
 
-// C[t] = A (the rows' quants at a, row stride lda) . B (the sub-block's groups at b, 64 bytes
-// each; signed_b: int8 values, else uint8).
-inline void AmxDot(int t, bool signed_b, const int8_t* a, int64_t lda, const uint8_t* b) {
+// Loads A (the rows' quants at a, row stride lda) into A register r (tmm4 + r).
+inline void AmxLoadA(int r, const int8_t* a, int64_t lda) {
+  if (r == 0) {
+    _tile_loadd(4, a, lda);
+  } else {
+    _tile_loadd(5, a, lda);
+  }
+}
+
+// One tile product into C[t] (cleared first) of A register r and the sub-block's groups at b
+// (64 bytes each; signed_b: int8 values, else uint8), loaded into B register s (tmm6 + s).
+#define ASTR_AMX_DOT(T, A, B)        \
+  _tile_zero(T);                     \
+  _tile_loadd(B, b, 64);             \
+  if (signed_b) {                    \
+    _tile_dpbssd(T, A, B);           \
+  } else {                           \
+    _tile_dpbsud(T, A, B);           \
+  }
+#define ASTR_AMX_DOT_T(T)              \
+  switch (r * 2 + s) {                 \
+    case 0:                            \
+      ASTR_AMX_DOT(T, 4, 6) break;     \
+    case 1:                            \
+      ASTR_AMX_DOT(T, 4, 7) break;     \
+    case 2:                            \
+      ASTR_AMX_DOT(T, 5, 6) break;     \
+    default:                           \
+      ASTR_AMX_DOT(T, 5, 7) break;     \
+  }
+inline void AmxDot(int t, int r, int s, bool signed_b, const uint8_t* b) {
   switch (t) {
     case 0:
-      _tile_zero(0);
-      _tile_loadd(4, a, lda);
-      _tile_loadd(6, b, 64);
-      if (signed_b) {
-        _tile_dpbssd(0, 4, 6);
-      } else {
-        _tile_dpbsud(0, 4, 6);
-      }
+      ASTR_AMX_DOT_T(0)
       break;
     case 1:
-      _tile_zero(1);
-      _tile_loadd(5, a, lda);
-      _tile_loadd(7, b, 64);
-      if (signed_b) {
-        _tile_dpbssd(1, 5, 7);
-      } else {
-        _tile_dpbsud(1, 5, 7);
-      }
+      ASTR_AMX_DOT_T(1)
       break;
     case 2:
-      _tile_zero(2);
-      _tile_loadd(4, a, lda);
-      _tile_loadd(6, b, 64);
-      if (signed_b) {
-        _tile_dpbssd(2, 4, 6);
-      } else {
-        _tile_dpbsud(2, 4, 6);
-      }
+      ASTR_AMX_DOT_T(2)
       break;
     default:
-      _tile_zero(3);
-      _tile_loadd(5, a, lda);
-      _tile_loadd(7, b, 64);
-      if (signed_b) {
-        _tile_dpbssd(3, 5, 7);
-      } else {
-        _tile_dpbsud(3, 5, 7);
-      }
+      ASTR_AMX_DOT_T(3)
       break;
   }
 }
+#undef ASTR_AMX_DOT_T
+#undef ASTR_AMX_DOT
 
 inline void AmxStore(int t, int32_t* out) {
   switch (t) {
@@ -137,7 +139,7 @@ struct QuantTileAmx {
     for (int j = 0; j < NP; ++j) pf[j] = reinterpret_cast<const char*>(w + j * panel_stride);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     // Quants with an offset go to B as q - offset (int8; every offset of the ggml types fits).
-    const bool signed_b = !f.has_min && f.offset <= 128;
+    const bool signed_b = BITS == 8 || (!f.has_min && f.offset <= 128);
     const __m512i off = _mm512_set1_epi8(static_cast<char>(signed_b ? f.offset : 0));
     const int8_t* xq = x.q + row0 * kp;
     const float* xd[MR];
@@ -159,7 +161,9 @@ struct QuantTileAmx {
     for (int64_t b0 = 0; b0 < x.k_blocks; b0 += group) {
       const int64_t nblk = std::min<int64_t>(group, x.k_blocks - b0);
       QuantBlockAt at[kAmxSlots][NP];
+      int dot = 0;
       for (int64_t u = 0; u < nblk; ++u) {
+        const uint8_t* bq[NP];
 #pragma GCC unroll 2
         for (int j = 0; j < NP; ++j) {
           const int slot = static_cast<int>((u * NP + j) * nh);
@@ -167,7 +171,7 @@ struct QuantTileAmx {
           const uint8_t* blk = at[u][j].block;
           const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kAmxPrefetchBytes;
           for (; pf[j] < until; pf[j] += 64) _mm_prefetch(pf[j], _MM_HINT_T1);
-          const uint8_t* bq = wide[slot];  // row g: group g's 4 quants of the 16 outputs
+          bq[j] = wide[slot];  // row g: group g's 4 quants of the 16 outputs
           if constexpr (BITS == 4) {
 #pragma GCC unroll 4
             for (int v = 0; v < 4; ++v) {
@@ -183,10 +187,19 @@ struct QuantTileAmx {
               _mm512_store_si512(wide[slot] + g * 64, _mm512_sub_epi8(Quant6(blk, g), off));
             }
           } else {
-            bq = blk;  // 8-bit blocks hold q - 128 already: read in place
+            bq[j] = blk;  // 8-bit blocks hold q - 128 already: read in place
           }
-          const int8_t* a = xq + (b0 + u) * 32;
-          for (int h = 0; h < nh; ++h) AmxDot(slot + h, signed_b, a + 16 * h, kp, bq + 256 * h);
+        }
+        // One A load serves every panel; A and B registers alternate so that consecutive
+        // products do not wait for each other.
+        const int8_t* a = xq + (b0 + u) * 32;
+        for (int h = 0; h < nh; ++h) {
+          const int r = static_cast<int>((u * nh + h) & 1);
+          AmxLoadA(r, a + 16 * h, kp);
+#pragma GCC unroll 2
+          for (int j = 0; j < NP; ++j, ++dot) {
+            AmxDot(static_cast<int>((u * NP + j) * nh + h), r, dot & 1, signed_b, bq[j] + 256 * h);
+          }
         }
       }
       for (int t = 0; t < nblk * nh * NP; ++t) AmxStore(t, c[t][0]);
@@ -202,6 +215,16 @@ struct QuantTileAmx {
             const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
                                                      blk + qbytes + (nh + h) * kPanel * scale_bytes)
                                         : _mm512_setzero_ps();
+            if constexpr (BITS == 8) {  // signed, no min: the same steps, a tighter loop
+              const float* db = x.dt + b * x.m + row0;
+#pragma GCC unroll 16
+              for (int i = 0; i < MR; ++i) {
+                const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(db[i]));
+                acc[i][j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cs[i])), scale, acc[i][j]);
+              }
+              continue;
+            }
 #pragma GCC unroll 16
             for (int i = 0; i < MR; ++i) {
               const __m512i isum = _mm512_load_si512(cs[i]);

@@ -16,7 +16,8 @@ namespace astr::cpu::internal {
 // x quantized per row (QuantFormat::act), seen per 32-element block: q[m][k_blocks * 32] (zero
 // padded), the scale of each block d[m][k_blocks] (a 256-element block's scale repeats), the
 // sums of q over each half block s[m][k_blocks * 2], and the min terms' factors: sum16[m][k_blocks
-// * 2] = d * s per half, sum32[m][k_blocks] = d * (s0 + s1), or with kQ8_1 that rounded to f16.
+// * 2] = d * s per half, sum32[m][k_blocks] = d * (s0 + s1), or with kQ8_1 that rounded to f16;
+// dt[k_blocks][m]: d transposed (a block's scales of every row side by side).
 struct QuantActivations {
   const int8_t* q = nullptr;
   const float* d = nullptr;
@@ -24,6 +25,8 @@ struct QuantActivations {
   const float* sum16 = nullptr;
   const float* sum32 = nullptr;
   int64_t k_blocks = 0;
+  const float* dt = nullptr;
+  int64_t m = 0;
 };
 
 // Exact f16 -> f32 (as vcvtph2ps).
