@@ -96,6 +96,10 @@ v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
 std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }
 metrics::Registry& Scheduler::metrics() { return loop_->metrics(); }
 std::string Scheduler::RenderMetrics() const { return loop_->metrics().Render(); }
+void Scheduler::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
+  loop_->CountSampleOutput(reason, tokens);
+}
+void Scheduler::ObserveRequestOutput(int64_t tokens) const { loop_->ObserveRequestOutput(tokens); }
 StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
   return loop_->Pause(mode, deadline);
 }

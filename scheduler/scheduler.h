@@ -175,7 +175,7 @@ class Scheduler {
   // Ends one sample early (the front matched a stop string): released at the next step; no
   // further events for it (a token already in flight is dropped). The request closes OK once
   // its other samples finish. `kept_tokens`: how many of its tokens the front returned (the
-  // tokens sampled after those are not counted as generated); -1: all. Thread-safe.
+  // sample's record drops the tokens sampled after those); -1: all. Thread-safe.
   void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens = -1);
   // Refuses new requests from now on; running and queued ones go on.
   void StartDrain();
@@ -250,6 +250,12 @@ class Scheduler {
   // Every family of metrics() in the Prometheus text format 0.0.4, the body of GET /metrics
   // (Content-Type metrics::kTextContentType). Thread-safe.
   std::string RenderMetrics() const;
+  // The output metrics count what the client got, so the front that returns it counts them
+  // (docs/metrics.md): a sample that ended with `tokens` tokens returned and finish `reason`
+  // (generation tokens, successes by reason), and a closed request's tokens returned over all its
+  // samples (the generation-tokens histogram). Thread-safe.
+  void CountSampleOutput(v1::FinishReason reason, int64_t tokens) const;
+  void ObserveRequestOutput(int64_t tokens) const;
 
  private:
   explicit Scheduler(std::unique_ptr<SchedulerLoop> loop);

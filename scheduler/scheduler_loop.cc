@@ -164,9 +164,8 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
                command.index < static_cast<int32_t>(request->samples.size())) {
       Sequence* seq = request->samples[command.index].get();
       if (seq->state != Sequence::State::kDone) {
-        metrics_->finished(v1::FINISH_REASON_STOP).Increment();  // the front matched a stop string
-        // Tokens sampled after the ones the front returned (while its finish was on the way)
-        // were never delivered: they are not the sample's.
+        // (The front matched a stop string.) Tokens sampled after the ones the front returned
+        // (while its finish was on the way) were never delivered: they are not the sample's.
         if (command.kept_tokens >= 0 &&
             command.kept_tokens < static_cast<int64_t>(seq->generated.size())) {
           seq->generated.resize(command.kept_tokens);
@@ -408,15 +407,12 @@ void SchedulerLoop::FinishSequence(Sequence* seq, v1::FinishReason reason, int32
   out.event.finish = reason;
   out.event.stop_token_id = stop_token_id;
   out.event.top.clear();
-  metrics_->finished(reason).Increment();
   EndSample(seq, now);
 }
 
 // A sample ends (finished, or FinishSample): its pages are free now and its live id is released
 // with the worker's next plan. The request closes with its last sample.
 void SchedulerLoop::EndSample(Sequence* seq, Clock::time_point now) {
-  // Generated tokens count once the sample ends, so that those a stop string cut off are not.
-  metrics_->generation_tokens->Increment(static_cast<int64_t>(seq->generated.size()));
   Unplace(seq);
   seq->state = Sequence::State::kDone;
   RequestState* r = seq->request;
@@ -428,10 +424,8 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
   r->closed = true;
   for (auto& seq : r->samples) {
     if (seq->state == Sequence::State::kDone) continue;
-    metrics_->generation_tokens->Increment(static_cast<int64_t>(seq->generated.size()));
     Unplace(seq.get());
     seq->state = Sequence::State::kDone;
-    metrics_->finished(v1::FINISH_REASON_ABORT).Increment();  // cancelled, deadline, failure
   }
   if (!r->scheduled) LeaveQueue(1, r->queued_tokens());
   ObserveClosedRequest(*r, now);
@@ -457,10 +451,7 @@ void SchedulerLoop::ObserveClosedRequest(const RequestState& r, Clock::time_poin
     m.request_prefill_time_seconds->Observe(Seconds(r.first_token - r.first_scheduled));
     m.request_decode_time_seconds->Observe(Seconds(now - r.first_token));
   }
-  int64_t generated = 0;
-  for (const auto& seq : r.samples) generated += static_cast<int64_t>(seq->generated.size());
   m.request_prompt_tokens->Observe(static_cast<double>(r.req.prompt.size()));
-  m.request_generation_tokens->Observe(static_cast<double>(generated));
 }
 
 // Requests stop counting against admission once scheduled (or ended). One lock per plan that

@@ -136,6 +136,9 @@ class SchedulerLoop {
   // The registry of the core's metrics (see Scheduler::metrics).
   metrics::Registry& metrics() { return registry_; }
   const metrics::Registry& metrics() const { return registry_; }
+  // What a request's front returned (Scheduler::CountSampleOutput / ObserveRequestOutput).
+  void CountSampleOutput(v1::FinishReason reason, int64_t tokens) const;
+  void ObserveRequestOutput(int64_t tokens) const;
 
  private:
   // An admin operation handed to the loop; the caller waits on `done`.

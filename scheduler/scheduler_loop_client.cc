@@ -135,6 +135,15 @@ void SchedulerLoop::Cancel(uint64_t key, Status why) {
   PushCommand(std::move(command));
 }
 
+void SchedulerLoop::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
+  metrics_->generation_tokens->Increment(tokens);
+  metrics_->finished(reason).Increment();
+}
+
+void SchedulerLoop::ObserveRequestOutput(int64_t tokens) const {
+  metrics_->request_generation_tokens->Observe(static_cast<double>(tokens));
+}
+
 void SchedulerLoop::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
   Command command;
   command.kind = Command::Kind::kFinishSample;

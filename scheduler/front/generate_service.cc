@@ -121,6 +121,7 @@ void FillPromptScores(const GenerateService::Call& call, v1::GenerateStreamRespo
 }
 
 GenerateService::Call::~Call() {
+  if (processor_) CountOutput(/*destroying=*/true);
   if (channel_) {
     channel_->SetListener(nullptr);
     service_->Unregister(channel_->key());
@@ -142,7 +143,25 @@ bool GenerateService::Call::Absorb() {
     status_ = batch.status;
     timings_ = batch.timings;
   }
+  CountOutput(/*destroying=*/false);
   return closed_;
+}
+
+void GenerateService::Call::CountOutput(bool destroying) {
+  const int32_t n = processor_->num_samples();
+  if (counted_.empty()) counted_.assign(n, false);
+  for (int32_t i = 0; i < n; ++i) {
+    const SampleOutput& s = processor_->sample(i);
+    if (counted_[i] || !(s.done() || destroying)) continue;
+    counted_[i] = true;
+    // FINISH_REASON_UNSPECIFIED (never finished: the call went away first) counts as an abort.
+    service_->scheduler_->CountSampleOutput(s.done() ? s.finish_reason() : v1::FINISH_REASON_ABORT,
+                                            s.num_tokens());
+  }
+  if (!request_counted_ && (closed_ || destroying)) {
+    request_counted_ = true;
+    service_->scheduler_->ObserveRequestOutput(processor_->completion_tokens());
+  }
 }
 
 void GenerateService::Call::TakeDeltas(CallUpdate* update) {

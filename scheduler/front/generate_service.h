@@ -136,7 +136,13 @@ class GenerateService::Call {
   BuiltRequest built_;
   std::shared_ptr<sched::RequestChannel> channel_;
   std::unique_ptr<OutputProcessor> processor_;
+  // Counts the output metrics of the samples that ended since the last call, and of the request
+  // once it closed (every sample ended); on destruction, the samples still running as aborted.
+  void CountOutput(bool destroying);
+
   std::vector<int32_t> stopped_;  // scratch
+  std::vector<bool> counted_;     // per sample: its output metrics are counted
+  bool request_counted_ = false;
   bool closed_ = false;
   bool close_taken_ = false;
   Status status_;

@@ -46,6 +46,7 @@ void SampleOutput::EndOnStop(const StopMatcher::Match& match) {
   pending_.stop_string = options_.stop[match.stop_index];
   pending_.stop_token_id.reset();
   done_ = true;
+  finish_reason_ = v1::FINISH_REASON_STOP;
 }
 
 void SampleOutput::Finish(v1::FinishReason reason, int32_t stop_token_id) {
@@ -63,6 +64,7 @@ void SampleOutput::Finish(v1::FinishReason reason, int32_t stop_token_id) {
   if (reason == v1::FINISH_REASON_STOP && stop_token_id >= 0)
     pending_.stop_token_id = stop_token_id;
   done_ = true;
+  finish_reason_ = reason;
 }
 
 void SampleOutput::Abort() { Finish(v1::FINISH_REASON_ABORT, -1); }

@@ -63,6 +63,8 @@ class SampleOutput {
   void Abort();
 
   bool done() const { return done_; }
+  // How it ended (once done()): what its last delta says.
+  v1::FinishReason finish_reason() const { return finish_reason_; }
   int32_t num_tokens() const { return num_tokens_; }
   // Moves out the output since the previous call.
   SampleDelta TakeDelta();
@@ -77,6 +79,7 @@ class SampleOutput {
   SampleDelta pending_;
   int32_t num_tokens_ = 0;
   bool done_ = false;
+  v1::FinishReason finish_reason_ = v1::FINISH_REASON_UNSPECIFIED;
 };
 
 // The scores of a request's prompt (OutputOptions.logprob_start), in position order.

@@ -291,6 +291,69 @@ TEST_F(GenerateServiceTest, StopStringEndsTheSampleAndReleasesIt) {
   EXPECT_TRUE(worker_->violations().empty());
 }
 
+// The value of the first sample in the metrics text that ends with `suffix` (name and labels).
+double MetricValue(const std::string& text, const std::string& suffix) {
+  size_t at = 0;
+  while ((at = text.find(suffix + " ", at)) != std::string::npos) {
+    const size_t line = text.rfind('\n', at);
+    const size_t start = line == std::string::npos ? 0 : line + 1;
+    if (text[start] != '#') return std::stod(text.substr(at + suffix.size() + 1));
+    at += suffix.size();
+  }
+  ADD_FAILURE() << "no sample ending with " << suffix;
+  return -1;
+}
+
+// The output metrics count what the client got: a stop string completed by the sample's last
+// token ends it as `stop` (the scheduler had ended it by length before the front saw the text),
+// and the generated tokens equal the sum of usage.completion_tokens.
+TEST_F(GenerateServiceTest, OutputMetricsCountWhatWasReturned) {
+  constexpr int kTokens = 12;
+  const std::string full = TextOf(Expected(0, 5, kTokens));
+  std::string stop;  // the text's shortest valid UTF-8 suffix of 3+ bytes found nowhere earlier
+  for (size_t len = 3; len <= full.size() && stop.empty(); ++len) {
+    const std::string s = full.substr(full.size() - len);
+    if (unicode::IsValidUtf8(s) && full.find(s) == full.size() - len) stop = s;
+  }
+  ASSERT_FALSE(stop.empty()) << full;
+  int64_t returned = 0;
+  auto generate = [&](const v1::GenerateRequest& req) {
+    v1::GenerateResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->Generate(&ctx, req, &resp).ok());
+    returned += resp.usage().completion_tokens();
+    return resp;
+  };
+  v1::GenerateRequest at_end = Request(kTokens, 5);
+  at_end.mutable_sampling()->add_stop(stop);
+  const v1::GenerateResponse r1 = generate(at_end);
+  ASSERT_EQ(r1.completions(0).finish_reason(), v1::FINISH_REASON_STOP);
+  ASSERT_EQ(r1.completions(0).stop_string(), stop);
+  // Runs to length: two samples.
+  const v1::GenerateResponse r2 = generate(Request(6, 7, /*n=*/2));
+  ASSERT_EQ(r2.completions(1).finish_reason(), v1::FINISH_REASON_LENGTH);
+  // A stop token id: its second token.
+  v1::GenerateRequest by_id = Request(20, 9);
+  by_id.mutable_sampling()->add_stop_token_ids(Expected(0, 9, 2)[1]);
+  const v1::GenerateResponse r3 = generate(by_id);
+  ASSERT_EQ(r3.completions(0).finish_reason(), v1::FINISH_REASON_STOP);
+  ASSERT_TRUE(WaitReleased());
+  const std::string m = scheduler_->RenderMetrics();
+  EXPECT_EQ(MetricValue(m, "finished_reason=\"stop\"}"), 2);
+  EXPECT_EQ(MetricValue(m, "finished_reason=\"length\"}"), 2);
+  EXPECT_EQ(MetricValue(m, "finished_reason=\"abort\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "finished_reason=\"eos\"}"), 0);
+  EXPECT_EQ(returned, kTokens + 2 * 6 + 2);
+  const auto counter = [&](const std::string& name) {
+    const size_t at = m.find("\n" + name + "{");
+    EXPECT_NE(at, std::string::npos) << name;
+    return std::stod(m.substr(m.find(' ', m.find('}', at)) + 1));
+  };
+  EXPECT_EQ(counter("astr:generation_tokens_total"), returned);
+  EXPECT_EQ(counter("astr:request_generation_tokens_count"), 3);
+  EXPECT_EQ(counter("astr:request_generation_tokens_sum"), returned);
+}
+
 TEST_F(GenerateServiceTest, InvalidUtf8IsInvalidArgumentNamingTheField) {
   // The C++ stub sends invalid UTF-8 in a string field (protobuf only logs); the server must
   // answer INVALID_ARGUMENT naming the field rather than protobuf's INTERNAL.
