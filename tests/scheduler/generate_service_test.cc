@@ -291,19 +291,6 @@ TEST_F(GenerateServiceTest, StopStringEndsTheSampleAndReleasesIt) {
   EXPECT_TRUE(worker_->violations().empty());
 }
 
-// The value of the first sample in the metrics text that ends with `suffix` (name and labels).
-double MetricValue(const std::string& text, const std::string& suffix) {
-  size_t at = 0;
-  while ((at = text.find(suffix + " ", at)) != std::string::npos) {
-    const size_t line = text.rfind('\n', at);
-    const size_t start = line == std::string::npos ? 0 : line + 1;
-    if (text[start] != '#') return std::stod(text.substr(at + suffix.size() + 1));
-    at += suffix.size();
-  }
-  ADD_FAILURE() << "no sample ending with " << suffix;
-  return -1;
-}
-
 // The output metrics count what the client got: a stop string completed by the sample's last
 // token ends it as `stop` (the scheduler had ended it by length before the front saw the text),
 // and the generated tokens equal the sum of usage.completion_tokens.
@@ -338,20 +325,24 @@ TEST_F(GenerateServiceTest, OutputMetricsCountWhatWasReturned) {
   const v1::GenerateResponse r3 = generate(by_id);
   ASSERT_EQ(r3.completions(0).finish_reason(), v1::FINISH_REASON_STOP);
   ASSERT_TRUE(WaitReleased());
-  const std::string m = scheduler_->RenderMetrics();
-  EXPECT_EQ(MetricValue(m, "finished_reason=\"stop\"}"), 2);
-  EXPECT_EQ(MetricValue(m, "finished_reason=\"length\"}"), 2);
-  EXPECT_EQ(MetricValue(m, "finished_reason=\"abort\"}"), 0);
-  EXPECT_EQ(MetricValue(m, "finished_reason=\"eos\"}"), 0);
-  EXPECT_EQ(returned, kTokens + 2 * 6 + 2);
-  const auto counter = [&](const std::string& name) {
-    const size_t at = m.find("\n" + name + "{");
-    EXPECT_NE(at, std::string::npos) << name;
-    return std::stod(m.substr(m.find(' ', m.find('}', at)) + 1));
+  const auto m = ::astr::testing::MetricSamples(scheduler_->RenderMetrics());
+  const std::string model = "model=\"fake\"";  // FakeWorker::Info's model_name
+  auto value = [&](const std::string& key) {
+    auto it = m.find(key);
+    EXPECT_NE(it, m.end()) << "no sample " << key;
+    return it == m.end() ? -1.0 : it->second;
   };
-  EXPECT_EQ(counter("astr:generation_tokens_total"), returned);
-  EXPECT_EQ(counter("astr:request_generation_tokens_count"), 3);
-  EXPECT_EQ(counter("astr:request_generation_tokens_sum"), returned);
+  auto finished = [&](const std::string& reason) {
+    return value("astr:request_success_total{" + model + ",finished_reason=\"" + reason + "\"}");
+  };
+  EXPECT_EQ(finished("stop"), 2);
+  EXPECT_EQ(finished("length"), 2);
+  EXPECT_EQ(finished("abort"), 0);
+  EXPECT_EQ(finished("eos"), 0);
+  EXPECT_EQ(returned, kTokens + 2 * 6 + 2);
+  EXPECT_EQ(value("astr:generation_tokens_total{" + model + "}"), returned);
+  EXPECT_EQ(value("astr:request_generation_tokens_count{" + model + "}"), 3);
+  EXPECT_EQ(value("astr:request_generation_tokens_sum{" + model + "}"), returned);
 }
 
 TEST_F(GenerateServiceTest, InvalidUtf8IsInvalidArgumentNamingTheField) {

@@ -11,6 +11,7 @@
 
 #include "scheduler/scheduler.h"
 #include "tests/scheduler/fake_worker.h"
+#include "tests/support/test_util.h"
 
 namespace astr::sched {
 namespace {
@@ -51,22 +52,6 @@ Status Drain(RequestChannel* channel, Fn&& on_event) {
 }
 Status Drain(RequestChannel* channel) {
   return Drain(channel, [](const SampleEvent&) {});
-}
-
-// Every sample line of a rendering, "name{labels}" -> value.
-std::map<std::string, double> Samples(const std::string& text) {
-  std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
-  }
-  return out;
 }
 
 // The sample's value; fails the test (and returns -1) when the rendering lacks it.
@@ -158,7 +143,7 @@ TEST_P(SchedulerMetricsTest, CountersAndHistogramsMatchWhatWasSent) {
   // The n > 1 requests' later samples reuse their prompt's full pages where they land with
   // sample 0 (the 21-token prompt of n = 3 has 5 full pages of 4 to share).
   EXPECT_GT(cached, 0);
-  const auto m = Samples(s->RenderMetrics());
+  const auto m = ::astr::testing::MetricSamples(s->RenderMetrics());
   const int64_t requests = static_cast<int64_t>(sent.size());
   EXPECT_EQ(Value(m, "astr:prompt_tokens_total{" + kModel + "}"), prompt_tokens);
   // The output metrics count what a front returned (generate_service_test): with no front here,
@@ -263,7 +248,7 @@ TEST_P(SchedulerMetricsTest, FinishedReasonsPerSample) {
   });
   EXPECT_TRUE(two_status.ok()) << two_status.ToString();
   WaitSettled(s.get(), {fake});
-  const auto m = Samples(s->RenderMetrics());
+  const auto m = ::astr::testing::MetricSamples(s->RenderMetrics());
   auto finished = [&](const char* reason) {
     return Value(m,
                  "astr:request_success_total{" + kModel + ",finished_reason=\"" + reason + "\"}");
@@ -285,7 +270,7 @@ TEST_P(SchedulerMetricsTest, RefusalsAreCounted) {
   EXPECT_EQ(s->Submit(MakeRequest(30, 10, 1)).status().code(), StatusCode::kResourceExhausted);
   s->StartDrain();
   EXPECT_EQ(s->Submit(MakeRequest(3, 3, 2)).status().code(), StatusCode::kUnavailable);
-  const auto m = Samples(s->RenderMetrics());
+  const auto m = ::astr::testing::MetricSamples(s->RenderMetrics());
   EXPECT_EQ(Value(m, "astr:requests_refused_total{" + kModel + "}"), 2);
   EXPECT_EQ(Value(m, "astr:requests_admitted_total{" + kModel + "}"), 0);
   EXPECT_EQ(Value(m, "astr:kv_pages_total{" + kModel + ",worker=\"fake-worker\"}"), 8);

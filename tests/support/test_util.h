@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct CommandResult {
   int exit_code = -1;  // -1 if the command could not run or did not exit normally
   std::string out;     // its standard output
 };
+// Every sample line of a Prometheus text rendering (Scheduler::RenderMetrics), "name{labels}" ->
+// value.
+std::map<std::string, double> MetricSamples(const std::string& text);
+
 // Runs a shell command and captures its standard output.
 CommandResult RunCommand(const std::string& command);
 
