@@ -68,10 +68,11 @@ void QuantizeSpanScalar(const float* x, int64_t n, float mul, int8_t* q) {
   }
 }
 
-// Quantizes each row of x as `act` says (gemm.h), and fills the per-block sums.
+// Quantizes each row of x as `act` says (gemm.h), and fills the per-block sums and the scales'
+// transposed copy (row i's scale of block b at dt[b * ldt + i]).
 void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_t ldx, int64_t m,
                   int64_t k, int64_t k_blocks, int8_t* q, float* d, int32_t* s, float* sum16,
-                  float* sum32) {
+                  float* sum32, float* dt, int64_t ldt) {
   const internal::AbsMaxFn abs_max = ks.abs_max != nullptr ? ks.abs_max : AbsMaxScalar;
   const internal::QuantizeSpanFn quantize =
       ks.quantize_span != nullptr ? ks.quantize_span : QuantizeSpanScalar;
@@ -114,6 +115,7 @@ void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_
       sum16[(i * k_blocks + b) * 2 + 1] = dr[b] * static_cast<float>(half[1]);
       const float whole = dr[b] * static_cast<float>(half[0] + half[1]);
       sum32[i * k_blocks + b] = act == ActQuant::kQ8_1 ? RoundF16(whole) : whole;
+      dt[b * ldt + i] = dr[b];
     }
   }
 }
@@ -264,7 +266,9 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   thread_local std::vector<int32_t> s;
   thread_local std::vector<float> sum16, sum32, dt;
   if (q.size() < static_cast<size_t>(m * nb * 32)) q.resize(m * nb * 32);
-  if (d.size() < static_cast<size_t>(m * nb)) d.resize(m * nb), sum32.resize(m * nb), dt.resize(m * nb);
+  if (d.size() < static_cast<size_t>(m * nb)) {
+    d.resize(m * nb), sum32.resize(m * nb), dt.resize(m * nb);
+  }
   if (s.size() < static_cast<size_t>(m * nb * 2)) s.resize(m * nb * 2), sum16.resize(m * nb * 2);
   // Rows are quantized on the pool too (each row's result is the same whichever thread does it).
   // The buffers are this thread's: the lambda takes their addresses, not the thread_locals.
@@ -273,16 +277,14 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   int32_t* const sp = s.data();
   float* const s16p = sum16.data();
   float* const s32p = sum32.data();
+  float* const dtp = dt.data();
   const ActQuant act = w.quant().act;
   const int64_t k = w.k();
   ParallelFor(pool, m, 1, [=, &ks](int64_t r0, int64_t r1) {
     QuantizeRows(ks, act, x + r0 * ldx, ldx, r1 - r0, k, nb, qp + r0 * nb * 32, dp + r0 * nb,
-                 sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb);
+                 sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb, dtp + r0, m);
   });
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) dt[b * m + i] = dp[i * nb + b];
-  }
-  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dt.data(), m};
+  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dtp, m};
   const int bits = internal::QuantBitsIndex(w.quant().bits);
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),

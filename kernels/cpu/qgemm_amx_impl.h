@@ -11,14 +11,15 @@
 // quants (tdpbsud). Types with an offset have it taken off the quants while they are widened into
 // a scratch, q - offset as int8 (tdpbssd), except 8-bit blocks, which hold q - 128 already and are
 // read in place (a widening copy there cost ~20% of the tile: its stores stall the tile loads that
-// read them). The sums then come out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the same integers the VNNI tile
-// forms per row. C (rows x 16 int32) is stored and the float steps run on it exactly as in the VNNI
+// read them). The sums then come out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the
+// same integers the VNNI tile forms per row. C (rows x 16 int32) is stored and the float steps run on it exactly as in the VNNI
 // tile (gemm.h), so both give the same bits.
 #pragma once
 
 // Tile registers: tmm0..3 hold C (rows x 16 int32) of up to four sub-blocks in flight, tmm4/5 their
-// A (one load per sub-block of the activations, for every panel) and tmm6/7 their B, alternating, so that consecutive sub-blocks' tile instructions do not wait
-// for each other (GCC's tile intrinsics take the register numbers as literals: the switches).
+// A (one load per sub-block of the activations, for every panel) and tmm6/7 their B, alternating,
+// so that consecutive sub-blocks' tile instructions do not wait for each other (GCC's tile
+// intrinsics take the register numbers as literals: the switches).
 constexpr int kAmxSlots = 4;
 
 // The AMX tile spends longer per byte than the VNNI tile, so it prefetches further ahead
