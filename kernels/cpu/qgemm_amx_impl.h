@@ -213,9 +213,6 @@ struct QuantTileAmx {
           for (int h = 0; h < nh; ++h) {
             const int32_t(&cs)[16][16] = c[(u * NP + j) * nh + h];
             const __m512 ws = LoadScales(f.super, hdr, blk + qbytes + h * kPanel * scale_bytes);
-            const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
-                                                     blk + qbytes + (nh + h) * kPanel * scale_bytes)
-                                        : _mm512_setzero_ps();
             if constexpr (BITS == 8) {  // signed, no min: the same steps, a tighter loop
               const float* db = x.dt + b * x.m + row0;
 #pragma GCC unroll 16
@@ -226,6 +223,9 @@ struct QuantTileAmx {
               }
               continue;
             }
+            const __m512 wm = f.has_min ? LoadScales(f.super, hdr + kPanel * 2,
+                                                     blk + qbytes + (nh + h) * kPanel * scale_bytes)
+                                        : _mm512_setzero_ps();
 #pragma GCC unroll 16
             for (int i = 0; i < MR; ++i) {
               const __m512i isum = _mm512_load_si512(cs[i]);
