@@ -1,5 +1,8 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace astr::cpu {
 namespace internal {
 namespace {
@@ -34,8 +37,25 @@ void AccumulateScalar(const float* p, int64_t ld, int64_t group, int64_t hd,
 
 }  // namespace
 
+// libm's exp, and the sum in row order.
+void SoftmaxScalar(float* scores, int64_t ld, int64_t group, int64_t n, float* m, float* l,
+                   float* correction) {
+  for (int64_t h = 0; h < group; ++h) {
+    float* sh = scores + h * ld;
+    const float m_new = std::max(m[h], *std::max_element(sh, sh + n));
+    correction[h] = std::exp(m[h] - m_new);
+    float sum = l[h] * correction[h];
+    for (int64_t j = 0; j < n; ++j) {
+      sh[j] = std::exp(sh[j] - m_new);
+      sum += sh[j];
+    }
+    l[h] = sum;
+    m[h] = m_new;
+  }
+}
+
 const AttnKernels& AttnKernelsScalar() {
-  static const AttnKernels k{ScoresScalar, AccumulateScalar};
+  static const AttnKernels k{ScoresScalar, AccumulateScalar, SoftmaxScalar};
   return k;
 }
 

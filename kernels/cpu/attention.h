@@ -23,6 +23,12 @@ struct AttnKernels {
   void (*accumulate)(const float* p /*[group, ld]*/, int64_t ld, int64_t group, int64_t hd,
                      const float* const* v_rows /*[n] -> [hd]*/, int64_t n,
                      const float* correction /*[group] or null*/, float* acc /*[group, hd]*/);
+  // The online-softmax update of one block of n >= 1 scores, for h < group: m_new = max(m[h], the
+  // largest of scores[h * ld + 0 .. n)); correction[h] = exp(m[h] - m_new) (0 while m[h] is
+  // -inf); scores[h * ld + j] = exp(scores[h * ld + j] - m_new); l[h] = l[h] * correction[h] +
+  // the sum of those n values; m[h] = m_new. The exp and the sum follow a fixed per-ISA order.
+  void (*softmax)(float* scores /*[group, ld]*/, int64_t ld, int64_t group, int64_t n,
+                  float* m /*[group]*/, float* l /*[group]*/, float* correction /*[group]*/);
 };
 
 // The kernels of one ISA path (any Isa this CPU can run; see AvailableIsas()).
@@ -32,6 +38,9 @@ namespace internal {
 const AttnKernels& AttnKernelsScalar();
 const AttnKernels& AttnKernelsAvx2();
 const AttnKernels& AttnKernelsAvx512();
+// The scalar path's softmax (libm's exp, the sum in row order), which the AVX2 path shares.
+void SoftmaxScalar(float* scores, int64_t ld, int64_t group, int64_t n, float* m, float* l,
+                   float* correction);
 }  // namespace internal
 
 }  // namespace astr::cpu

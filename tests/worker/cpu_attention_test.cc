@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/support/test_util.h"
 #include "worker/step_batch.h"
@@ -194,6 +196,74 @@ TEST(CpuAttentionTest, MatchesDoubleReferenceAndIsInvariant) {
         }
       }
     }
+  }
+}
+
+// The scores kernel reduces several heads' dot products together when the heads fill whole
+// vectors (4 heads a pass on AVX-512, then 2 or 1) and one at a time otherwise (a pass of 3): each
+// score must still be the same bits as the head's alone, whatever the group and n.
+TEST(CpuAttentionTest, ScoresDoNotDependOnTheGroupOrTheBlockLength) {
+  for (cpu::Isa isa : cpu::AvailableIsas()) {
+    const cpu::AttnKernels& kern = cpu::AttnKernelsFor(isa);
+    for (int64_t hd : {8, 64, 80, 128}) {
+      constexpr int64_t kGroup = 7, kRows = 32;
+      const std::vector<float> q = Random(kGroup * hd, 1, -3.0f, 3.0f);
+      const std::vector<float> k = Random(kRows * hd, 2);
+      std::vector<const float*> rows;
+      for (int64_t j = 0; j < kRows; ++j) rows.push_back(&k[j * hd]);
+      for (int64_t n : {1, 3, 5, 16, 17, 32}) {
+        SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " hd=" + std::to_string(hd) +
+                     " n=" + std::to_string(n));
+        std::vector<float> together(kGroup * kRows, -1.0f);
+        kern.scores(q.data(), kGroup, hd, rows.data(), n, 0.125f, together.data(), kRows);
+        for (int64_t h = 0; h < kGroup; ++h) {
+          std::vector<float> alone(kRows, -1.0f);
+          kern.scores(&q[h * hd], 1, hd, rows.data(), n, 0.125f, alone.data(), kRows);
+          ASSERT_EQ(0, std::memcmp(&together[h * kRows], alone.data(), n * sizeof(float)))
+              << "head " << h;
+          // Nothing past n is written.
+          for (int64_t j = n; j < kRows; ++j) ASSERT_EQ(together[h * kRows + j], -1.0f);
+        }
+      }
+    }
+  }
+}
+
+// The softmax update against libm's exp in double: with m = 0 and scores <= 0, each score becomes
+// exp(score) (2 ulp at most: AVX-512 has its own exp), l the sum, and an -inf m a correction of 0.
+TEST(CpuAttentionTest, SoftmaxUpdateIsExpWithinTwoUlp) {
+  for (cpu::Isa isa : cpu::AvailableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    const cpu::AttnKernels& kern = cpu::AttnKernelsFor(isa);
+    constexpr int64_t kN = 29;  // a partial vector on every path
+    double worst = 0;
+    for (int rep = 0; rep < 400; ++rep) {
+      std::vector<float> sc = Random(2 * kN, 100 + rep, -87.0f, 0.0f);
+      sc[0] = 0.0f;  // the block's max: m stays 0
+      float m[2] = {0.0f, -std::numeric_limits<float>::infinity()}, l[2] = {1.5f, 0.0f}, c[2];
+      const std::vector<float> in = sc;
+      kern.softmax(sc.data(), kN, 2, kN, m, l, c);
+      ASSERT_EQ(c[0], 1.0f);
+      ASSERT_EQ(m[0], 0.0f);
+      ASSERT_EQ(c[1], 0.0f);  // exp(-inf - m_new)
+      double sum = 0;
+      for (int64_t j = 0; j < kN; ++j) {
+        const double want = std::exp(static_cast<double>(in[j]));
+        sum += want;
+        const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+        worst = std::max(worst, std::fabs(sc[j] - want) / ulp);
+      }
+      ASSERT_NEAR(l[0], 1.5 + sum, 1e-6 * (1.5 + sum));
+      // Head 1's max is its own largest score.
+      const float mx = *std::max_element(in.begin() + kN, in.end());
+      ASSERT_EQ(m[1], mx);
+      for (int64_t j = 0; j < kN; ++j) {
+        const double want = std::exp(static_cast<double>(in[kN + j]) - mx);
+        ASSERT_NEAR(sc[kN + j], want, 2.5e-7 * want) << j;
+      }
+    }
+    EXPECT_LE(worst, 2.0);
+    std::printf("%s: worst exp error %.2f ulp\n", cpu::IsaName(isa), worst);
   }
 }
 

@@ -47,19 +47,7 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
       v_rows[j - j0] = v_pool + slot * slot_floats + g * hd;
     }
     kern.scores(q_row, group, hd, k_rows, n, scale, scores, kBlock);
-    for (int64_t h = 0; h < group; ++h) {
-      float* sh = scores + h * kBlock;
-      const float block_max = *std::max_element(sh, sh + n);
-      const float m_new = std::max(m[h], block_max);
-      corr[h] = std::exp(m[h] - m_new);
-      float sum = l[h] * corr[h];
-      for (int64_t j = 0; j < n; ++j) {
-        sh[j] = std::exp(sh[j] - m_new);
-        sum += sh[j];
-      }
-      l[h] = sum;
-      m[h] = m_new;
-    }
+    kern.softmax(scores, kBlock, group, n, m, l, corr);
     kern.accumulate(scores, kBlock, group, hd, v_rows, n, corr, acc);
   }
   for (int64_t h = 0; h < group; ++h) {
