@@ -18,7 +18,8 @@ import openai
 import pytest
 
 import harness
-from harness import STORIES, pb, request, stream, unary
+import weights as W
+from harness import STORIES, apb, pb, request, stream, unary
 
 SMOL = harness.default_model()
 needs_smol = pytest.mark.skipif(SMOL is None, reason="default model not present (scripts/default_model.sh)")
@@ -210,11 +211,13 @@ def test_sentencepiece_vocab(cluster):
         assert re.fullmatch(r" (Tom|Lily) (ran|sat) [a-z]{1,12}\.", s.text), s.text
 
 
-def test_constrained_outputs_survive_preemption(make_cluster):
+def test_constrained_outputs_survive_preemption(make_cluster, tmp_path):
     # A pool too small for all of them at once: samples are preempted and recomputed, and their
     # matchers (kept by the scheduler) continue where they were: the same text as alone.
     num_pages, page_size = 12, 16
-    c = make_cluster(worker_flags={"num_pages": num_pages, "page_size": page_size})
+    c = make_cluster(worker_flags={"num_pages": num_pages, "page_size": page_size},
+                     scheduler_flags={"admin_token_file": W.token_file(str(tmp_path))})
+    admin = c.scheduler.admin_stub()
     pattern = r"[a-z]{1,6}( [a-z]{1,6}){10,15}\."
     reqs = []
     for i in range(10):
@@ -222,8 +225,14 @@ def test_constrained_outputs_survive_preemption(make_cluster):
         req.sampling.constraint.CopyFrom(pb.Constraint(regex=pattern))
         reqs.append(req)
     alone = [unary(c.stub, r).one().text for r in reqs]
+    # Queued while paused, then admitted together: sent freely, a loaded machine could run them
+    # one after another (each takes a few milliseconds) and never fill the pool.
+    admin.Pause(apb.PauseRequest(mode=apb.PAUSE_MODE_KEEP), metadata=W.auth(), timeout=30)
     with ThreadPoolExecutor(len(reqs)) as pool:
-        together = list(pool.map(lambda r: unary(c.stub, r).one().text, reqs))
+        futures = [pool.submit(lambda r=r: unary(c.stub, r).one().text) for r in reqs]
+        harness.wait_until(lambda: c.stats().waiting_requests == len(reqs), 30)
+        assert admin.Resume(apb.ResumeRequest(), metadata=W.auth(), timeout=30).was_paused
+        together = [f.result() for f in futures]
     assert together == alone
     for t in together:
         assert re.fullmatch(pattern, t.lstrip()), t
