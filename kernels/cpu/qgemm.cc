@@ -83,6 +83,11 @@ void QuantizeRows(const QuantKernelSet& ks, ActQuant act, const float* x, int64_
     const float* xr = x + i * ldx;
     int8_t* qr = q + i * kp;
     float* dr = d + i * k_blocks;
+    if (ks.quantize_row32 != nullptr && act != ActQuant::kQ8_K) {
+      ks.quantize_row32(xr, k, k_blocks, act == ActQuant::kQ8_1, qr, dr, s + i * k_blocks * 2,
+                        sum16 + i * k_blocks * 2, sum32 + i * k_blocks, dt + i, ldt);
+      continue;
+    }
     for (int64_t g0 = 0; g0 < kp; g0 += group) {
       const int64_t g1 = std::min(kp, g0 + group), x1 = std::min(k, g1);
       const float amax = x1 > g0 ? abs_max(xr + g0, x1 - g0) : 0.0f;

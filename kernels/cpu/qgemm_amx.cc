@@ -24,7 +24,7 @@ namespace {
 const QuantKernelSet& QuantKernelsAmx() {
   static const QuantKernelSet set = [] {
     QuantKernelSet s = MakeQuantKernelSet<QuantTileAmx, 16, 2>();
-    UseAvx2ActivationLoops(&s);
+    UseAvx512ActivationLoops(&s);
     return s;
   }();
   return set;

@@ -73,6 +73,14 @@ using AbsMaxFn = float (*)(const float* x, int64_t n);
 using QuantizeSpanFn = void (*)(const float* x, int64_t n, float mul, int8_t* q);
 // The sums of q over each 16-element half of `blocks` 32-element blocks: s[2b], s[2b + 1].
 using HalfSumsFn = void (*)(const int8_t* q, int64_t blocks, int32_t* s);
+// One row's whole quantization in 32-element groups (ActQuant kQ8_0 / kQ8_1: qgemm.cc's
+// QuantizeRows, the loops above fused, the same results): q[k_blocks * 32] (0 past k), the scale
+// d[b] = f16(max |x| / 127), s[2b], s[2b + 1] (AbsMaxFn, QuantizeSpanFn, HalfSumsFn), sum16[2b + h]
+// = d[b] * s[2b + h], sum32[b] = d[b] * (s[2b] + s[2b + 1]) (rounded to f16 when round_sum32) and
+// dt[b * ldt] = d[b].
+using QuantizeRow32Fn = void (*)(const float* x, int64_t k, int64_t k_blocks, bool round_sum32,
+                                 int8_t* q, float* d, int32_t* s, float* sum16, float* sum32,
+                                 float* dt, int64_t ldt);
 
 struct QuantKernelSet {
   int max_rows = 1;
@@ -81,6 +89,7 @@ struct QuantKernelSet {
   AbsMaxFn abs_max = nullptr;  // null: the scalar loop
   QuantizeSpanFn quantize_span = nullptr;  // null: the scalar loop
   HalfSumsFn half_sums = nullptr;          // null: the scalar loop
+  QuantizeRow32Fn quantize_row32 = nullptr;  // null: the three loops above
   // [QuantBitsIndex(bits)][rows - 1][np - 1]
   QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };
@@ -88,6 +97,8 @@ struct QuantKernelSet {
 // Sets the activations' loops of `set` to the AVX2 ones (every AVX2-capable kernel set: they run at
 // memory speed, and give the scalar loops' results).
 void UseAvx2ActivationLoops(QuantKernelSet* set);
+// The AVX2 loops, and the AVX-512 quantize_row32 (the AVX-512 VNNI and AMX sets).
+void UseAvx512ActivationLoops(QuantKernelSet* set);
 
 // Bytes of one block's quants for one panel (16 outputs x 32 k).
 constexpr int64_t QuantBlockQuantBytes(int bits) { return bits * 64; }
