@@ -93,6 +93,8 @@ class CpuBackend final : public Backend {
  private:
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
+  // x += proj, then xn = RmsNorm(x) * norm, for rows [0, t), the rows on the pool.
+  void AddRmsNormRows(const float* norm, int64_t t);
 
   model::ModelConfig config_;
   CpuWeights weights_;
@@ -140,7 +142,6 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   const int64_t t = batch.num_tokens();
   const int64_t hd = c.head_dim;
   const int64_t q_cols = c.num_heads * hd, kv_cols = c.num_kv_heads * hd;
-  const float eps = static_cast<float>(c.rms_norm_eps);
   float* qkv = ws_.qkv.data();
 
   w.qkv.Apply(ws_.xn.data(), c.hidden_size, t, qkv, qkv_rows_, &pool_);
@@ -183,14 +184,24 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     }
   }
   w.o.Apply(ws_.attn.data(), q_cols, t, ws_.proj.data(), c.hidden_size, &pool_);
-  cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, w.mlp_norm.data(),
-                  eps, t, c.hidden_size, ws_.xn.data(), c.hidden_size);
+  AddRmsNormRows(w.mlp_norm.data(), t);
   const int64_t f = c.intermediate_size;
   w.gate_up.Apply(ws_.xn.data(), c.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
-  cpu::SiluMul(ws_.gate_up.data(), t, f, ws_.act.data(), f);
+  // Rows on the pool (each row's call is the same whichever thread makes it).
+  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+    cpu::SiluMul(ws_.gate_up.data() + r0 * 2 * f, r1 - r0, f, ws_.act.data() + r0 * f, f);
+  });
   w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), c.hidden_size, &pool_);
-  cpu::AddRmsNorm(ws_.x.data(), c.hidden_size, ws_.proj.data(), c.hidden_size, next_norm, eps, t,
-                  c.hidden_size, ws_.xn.data(), c.hidden_size);
+  AddRmsNormRows(next_norm, t);
+}
+
+void CpuBackend::AddRmsNormRows(const float* norm, int64_t t) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+    cpu::AddRmsNorm(ws_.x.data() + r0 * h, h, ws_.proj.data() + r0 * h, h, norm, eps, r1 - r0, h,
+                    ws_.xn.data() + r0 * h, h);
+  });
 }
 
 Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
