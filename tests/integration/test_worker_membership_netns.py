@@ -178,7 +178,11 @@ def test_workers_join_drain_and_die_under_16_streams(hosts, tmp_path):
                            .get("sequences_assigned", 0) and True, 30,
                            "worker 3 to get sequences")
             assert joined
-            # 2. Worker 1 leaves the name: drained, its running sequences finish there.
+            # 2. Worker 1 leaves the name: drained, its running sequences finish there. Right
+            # after the join the empty worker 3 takes every new sequence and worker 1 can run dry
+            # (it did under -j2 load): first wait until it runs some again.
+            _wait(lambda: (_workers(_stats(hosts, server)).get(addr[0]) or {})
+                  .get("running_sequences", 0) >= 2, 30, "worker 1 to run sequences again")
             hosts.list_workers([1, 2])
             _wait(lambda: addr[0] not in _workers(_stats(hosts, server)), 90,
                   "worker 1 to be drained and dropped")
