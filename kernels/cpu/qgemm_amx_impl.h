@@ -12,8 +12,8 @@
 // a scratch, q - offset as int8 (tdpbssd), except 8-bit blocks, which hold q - 128 already and are
 // read in place (a widening copy there cost ~20% of the tile: its stores stall the tile loads that
 // read them). The sums then come out already corrected, sum(x (q - o)) = sum(x q) - o sum(x), the
-// same integers the VNNI tile forms per row. C (rows x 16 int32) is stored and the float steps run on it exactly as in the VNNI
-// tile (gemm.h), so both give the same bits.
+// same integers the VNNI tile forms per row. C (rows x 16 int32) is stored and the float steps run
+// on it exactly as in the VNNI tile (gemm.h), so both give the same bits.
 #pragma once
 
 // Tile registers: tmm0..3 hold C (rows x 16 int32) of up to four sub-blocks in flight, tmm4/5 their

@@ -22,13 +22,13 @@ float RoundF16Avx512(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAR
 void QuantizeRow32Avx512(const float* x, int64_t k, int64_t k_blocks, bool round_sum32, int8_t* q,
                          float* d, int32_t* s, float* sum16, float* sum32, float* dt, int64_t ldt) {
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const auto mask = [](int64_t n) {  // the first n lanes
+    return n >= 16  ? static_cast<__mmask16>(0xFFFF)
+           : n <= 0 ? static_cast<__mmask16>(0)
+                    : static_cast<__mmask16>((1u << n) - 1);
+  };
   for (int64_t b = 0; b < k_blocks; ++b) {
     const int64_t j0 = b * 32, left = k - j0;
-    const auto mask = [](int64_t n) {
-      return n >= 16  ? static_cast<__mmask16>(0xFFFF)
-             : n <= 0 ? static_cast<__mmask16>(0)
-                      : static_cast<__mmask16>((1u << n) - 1);
-    };
     const __m512 x0 = _mm512_maskz_loadu_ps(mask(left), x + j0);
     const __m512 x1 = _mm512_maskz_loadu_ps(mask(left - 16), x + j0 + 16);
     // max(|x|, m) keeps m where |x| is NaN, as the scalar loop's std::max ignores NaN.
@@ -38,16 +38,12 @@ void QuantizeRow32Avx512(const float* x, int64_t k, int64_t k_blocks, bool round
     const float scale = RoundF16Avx512(amax / 127.0f);
     const __m512 mul = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     // Nearest even, as QuantizeSpanFn (NaN converts to INT_MIN, clamped to -127 like the others).
-    const __m512i i0 = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_cvt_roundps_epi32(_mm512_mul_ps(x0, mul),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                         lo),
-        hi);
-    const __m512i i1 = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, mul),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                         lo),
-        hi);
+    const auto quantize = [&](__m512 v) {
+      const __m512i i = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, mul),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      return _mm512_min_epi32(_mm512_max_epi32(i, lo), hi);
+    };
+    const __m512i i0 = quantize(x0), i1 = quantize(x1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j0), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j0 + 16), _mm512_cvtepi32_epi8(i1));
     const int32_t h0 = _mm512_reduce_add_epi32(i0), h1 = _mm512_reduce_add_epi32(i1);

@@ -12,12 +12,6 @@ namespace {
 constexpr int64_t kBlock =
     32;  // KV positions per softmax block (fixed: keeps results chunk-invariant)
 
-// The first KV position row t attends to (its sliding window's start), and the end.
-int64_t FirstPosition(const StepBatch& b, int64_t t, const AttentionShape& s) {
-  const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
-  return s.sliding_window > 0 ? std::max<int64_t>(0, n_kv - s.sliding_window) : 0;
-}
-
 // The end of the softmax block that starts at j0 (blocks are aligned to absolute positions).
 int64_t BlockEnd(int64_t j0, int64_t n_kv) { return std::min((j0 / kBlock + 1) * kBlock, n_kv); }
 
@@ -60,8 +54,9 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
   const float* v_rows[kBlock];
   const int32_t* pages = b.kv_page_indices.data() + b.kv_indptr[entry];
   const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
+  const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, n_kv - s.sliding_window) : 0;
   const float* q_row = q + t * ldq + g * group * hd;
-  for (int64_t j0 = FirstPosition(b, t, s); j0 < n_kv; j0 = BlockEnd(j0, n_kv)) {
+  for (int64_t j0 = lo; j0 < n_kv; j0 = BlockEnd(j0, n_kv)) {
     const int64_t j1 = BlockEnd(j0, n_kv);
     const int64_t n = j1 - j0;
     for (int64_t j = j0; j < j1; ++j) {
