@@ -39,13 +39,13 @@ ASAN_TESTS=(
   regex_test http_server_test
   kv_pool_test sampler_test step_batch_test worker_executor_test worker_service_failure_test
   api_keys_test page_pool_test scheduler_core_test request_builder_test openai_api_test
-  constraint_test tool_calls_test generate_service_test
+  constraint_test compile_budget_test compile_queue_test tool_calls_test generate_service_test
 )
 # Where threads meet: the scheduler loop and its gRPC front, the worker's service and step stream,
 # the HTTP server, the API keys' leases.
 TSAN_TESTS=(
   http_server_test api_keys_test scheduler_core_test generate_service_test
-  worker_service_failure_test task_pool_test
+  worker_service_failure_test task_pool_test compile_queue_test
 )
 
 run_job() {
@@ -65,11 +65,12 @@ run_job() {
   local regex
   regex="^($(IFS='|'; echo "${tests[*]}"))\\."
   # halt_on_error: the first report ends the test with a failure; the suppressions name only code
-  # outside astr (uninstrumented libraries).
+  # outside astr (uninstrumented libraries). die_after_fork=0: a constraint's compile runs in a
+  # fork()ed child (scheduler/compile_sandbox.h), which may start threads of its own.
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp" \
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp" \
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:die_after_fork=0:suppressions=$ROOT/tests/sanitizers/tsan.supp" \
     ctest --test-dir "$build" --output-on-failure -j "$par" -R "$regex" -L "unit|service|cli" \
     --timeout 600
 }

@@ -132,6 +132,12 @@ void ApiKeys::Lease::Release() {
   state_.reset();
 }
 
+std::string ApiKeys::Lease::key_name() const {
+  if (state_ == nullptr) return "";
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->spec.name;
+}
+
 StatusOr<std::shared_ptr<ApiKeys>> ApiKeys::Load(const std::string& path) {
   std::shared_ptr<ApiKeys> keys(new ApiKeys(path));
   if (Status s = keys->Reload(); !s.ok()) return s;

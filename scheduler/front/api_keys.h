@@ -56,6 +56,8 @@ class ApiKeys {
     Lease& operator=(Lease&& other) noexcept;
     ~Lease();
     void Release();
+    // The key's name (ApiKeySpec::name); empty when released or when the server has no keys.
+    std::string key_name() const;
 
    private:
     std::shared_ptr<State> state_;

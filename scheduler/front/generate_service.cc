@@ -190,9 +190,36 @@ GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
       front_limits_(front_limits),
       peer_limiter_(front_limits.max_calls_per_peer, "--max-calls-per-peer"),
       api_keys_(front_limits.api_keys != nullptr ? front_limits.api_keys
-                                                 : std::make_shared<ApiKeys>()) {}
+                                                 : std::make_shared<ApiKeys>()) {
+  if (model_.constraints != nullptr) {
+    compiles_ = std::make_unique<CompileQueue>(model_.constraints, front_limits.compiles);
+  }
+}
 
-GenerateService::~GenerateService() = default;
+GenerateService::~GenerateService() { compiles_.reset(); }
+
+std::shared_ptr<CompileQueue::Ticket> GenerateService::PrepareConstraint(
+    const v1::GenerateRequest& request, const std::string& client, CompileQueue::Done done) {
+  auto constraint = ConstraintOf(request.sampling(), model_);
+  if (constraint.ok() && *constraint) {
+    // A tool choice's constraint is made of the tools: their count first, at once.
+    if (Status tools = CheckTools(request); !tools.ok()) constraint = tools;
+  }
+  if (!constraint.ok()) {
+    CountError(constraint.status());
+    done(constraint.status());
+    return nullptr;
+  }
+  if (!*constraint) {
+    done(std::shared_ptr<const sched::CompiledConstraint>());
+    return nullptr;
+  }
+  return compiles_->Submit(client, (*constraint)->spec, (*constraint)->field,
+                           [this, done = std::move(done)](CompileQueue::Result r) {
+                             if (!r.ok()) CountError(r.status());
+                             done(std::move(r));
+                           });
+}
 
 void GenerateService::CancelAll(const Status& why) {
   std::vector<uint64_t> keys;
@@ -218,13 +245,14 @@ void GenerateService::CountError(const Status& s) {
 }
 
 StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
-    const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline) {
+    const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline,
+    std::shared_ptr<const sched::CompiledConstraint> compiled) {
   if (scheduler_->draining()) {
     refused_front_.fetch_add(1, std::memory_order_relaxed);
     return UnavailableError("draining: the server is shutting down and admits no new requests");
   }
   std::unique_ptr<Call> call(new Call(this));
-  auto built = BuildRequest(request, model_, limits_, RandomU64(), deadline);
+  auto built = BuildRequest(request, model_, limits_, RandomU64(), deadline, std::move(compiled));
   if (!built.ok()) {
     CountError(built.status());
     return built.status();

@@ -21,6 +21,7 @@
 #include "astr/v1/generate.pb.h"
 #include "common/base/status.h"
 #include "scheduler/front/api_keys.h"
+#include "scheduler/front/compile_queue.h"
 #include "scheduler/front/output_processor.h"
 #include "scheduler/front/peer_limiter.h"
 #include "scheduler/front/request_builder.h"
@@ -38,6 +39,8 @@ struct FrontLimits {
   int threads = 4;
   // The API keys both fronts check (--api-key-file); null: none needed.
   std::shared_ptr<ApiKeys> api_keys;
+  // Structured-output compiles: threads and each client's share (compile_queue.h).
+  CompileQueue::Options compiles;
 };
 
 class GenerateService {
@@ -50,10 +53,21 @@ class GenerateService {
   // Every Call must have been destroyed first.
   ~GenerateService();
 
-  // Validates, tokenizes and submits a generation request. Errors are counted (invalid or
-  // refused) and returned; UNAVAILABLE while the scheduler drains (Scheduler::StartDrain).
-  StatusOr<std::unique_ptr<Call>> Admit(const v1::GenerateRequest& request,
-                                        std::optional<sched::Clock::time_point> deadline);
+  // The first step of admission: compiles `request`'s constraint for `client` (its API key or
+  // its connection: the unit of fairness, compile_queue.h) without holding the calling thread.
+  // `done` runs exactly once with the compiled constraint (null when the request has none) or
+  // the error (counted): at once on this thread when nothing needs compiling (and null is
+  // returned), else later on a compile thread; the ticket cancels the wait.
+  std::shared_ptr<CompileQueue::Ticket> PrepareConstraint(const v1::GenerateRequest& request,
+                                                          const std::string& client,
+                                                          CompileQueue::Done done);
+  // Validates, tokenizes and submits a generation request, with its constraint as
+  // PrepareConstraint compiled it (null: compiled here, on this thread). Errors are counted
+  // (invalid or refused) and returned; UNAVAILABLE while the scheduler drains
+  // (Scheduler::StartDrain).
+  StatusOr<std::unique_ptr<Call>> Admit(
+      const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline,
+      std::shared_ptr<const sched::CompiledConstraint> compiled = {});
 
   Status Tokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
   Status Detokenize(const v1::DetokenizeRequest& request, v1::DetokenizeResponse* response);
@@ -76,6 +90,8 @@ class GenerateService {
   void CountStalled() { stalled_.fetch_add(1, std::memory_order_relaxed); }
 
   const ServedModel& model() const { return model_; }
+  // Null when the server serves no constraints.
+  const CompileQueue* compile_queue() const { return compiles_.get(); }
 
  private:
   void Unregister(uint64_t key);
@@ -94,6 +110,8 @@ class GenerateService {
   std::atomic<int64_t> stalled_{0};
   mutable std::mutex mu_;
   std::map<uint64_t, Call*> open_;  // guarded by mu_; by request key
+  // Last: stopped (its compiles cancelled, their callbacks run) before the rest goes.
+  std::unique_ptr<CompileQueue> compiles_;
 };
 
 // What Call::Poll found: new output per sample and, once, the request's end.

@@ -205,6 +205,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       return;
     }
     lease_ = std::move(*admitted);
+    client_ = lease_.key_name().empty() ? "peer " + peer_ : "key " + lease_.key_name();
     if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
       impl_->CountPeerLimitRefusal();
       std::lock_guard<std::mutex> lock(mu_);
@@ -218,15 +219,20 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    Status why = CancelReason(*context_);
-    if (call_ != nullptr) {
-      if (!call_closed_) call_->Cancel(why);
-      // A write in flight fails (OnWriteDone(false)) and finishes the call there.
-      if (!write_in_flight_) FinishLocked(rpc::ToGrpcStatus(why));
-    } else {
-      cancel_why_ = std::move(why);  // admission is still running: it ends the call
+    std::shared_ptr<CompileQueue::Ticket> compile;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Status why = CancelReason(*context_);
+      if (call_ != nullptr) {
+        if (!call_closed_) call_->Cancel(why);
+        // A write in flight fails (OnWriteDone(false)) and finishes the call there.
+        if (!write_in_flight_) FinishLocked(rpc::ToGrpcStatus(why));
+      } else {
+        cancel_why_ = std::move(why);  // admission is still running: it ends the call
+        compile = compile_;            // a compile it waits for stops (its done takes mu_)
+      }
     }
+    if (compile != nullptr) compile->Cancel();
   }
 
   void OnDone() override {
@@ -252,10 +258,11 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   }
 
  protected:
-  // Runs on the pool: parse, validate, tokenize, submit.
+  // Runs on the pool: parse, then the constraint's compile (off the pool when it is not cached),
+  // then Admitted.
   void Admit(const RawRequest& raw) {
-    v1::GenerateRequest request;
-    Status parsed = Parse(raw, &request);
+    auto request = std::make_shared<v1::GenerateRequest>();
+    Status parsed = Parse(raw, request.get());
     if (!parsed.ok()) impl_->CountInvalid();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -265,7 +272,31 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     }
     // The context stays valid: the call cannot finish while admission runs (OnCancel only
     // records cancel_why_ until call_ is set).
-    auto call = impl_->Admit(request, DeadlineOf(*context_));
+    const std::optional<sched::Clock::time_point> deadline = DeadlineOf(*context_);
+    auto ticket = impl_->PrepareConstraint(
+        *request, client_,
+        [self = this->shared_from_this(), request, deadline](CompileQueue::Result compiled) {
+          self->Guarded([&] { self->Admitted(*request, deadline, std::move(compiled)); });
+        });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compile_ = ticket;
+      if (!cancel_why_) return;
+    }
+    if (ticket != nullptr) ticket->Cancel();  // cancelled meanwhile
+  }
+
+  // Validate, tokenize, submit: on the pool, or on a compile thread after a compile.
+  void Admitted(const v1::GenerateRequest& request,
+                std::optional<sched::Clock::time_point> deadline, CompileQueue::Result compiled) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compile_.reset();
+      if (finished_) return;
+      if (cancel_why_) return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
+      if (!compiled.ok()) return FinishLocked(rpc::ToGrpcStatus(compiled.status()));
+    }
+    auto call = impl_->Admit(request, deadline, std::move(*compiled));
     std::lock_guard<std::mutex> lock(mu_);
     if (!call.ok()) return FinishLocked(rpc::ToGrpcStatus(call.status()));
     call_ = std::move(*call);
@@ -318,17 +349,19 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
   GenerateService* const impl_;
   grpc::CallbackServerContext* const context_;
   const std::string peer_;
+  std::string client_;  // the unit of compile fairness: "key NAME" or "peer ADDRESS"
   bool holds_slot_ = false;
   ApiKeys::Lease lease_;           // the API key's concurrency slot, from Start until OnDone
   std::shared_ptr<Derived> self_;  // mu_: from Start until OnDone
 
   std::mutex mu_;
-  std::unique_ptr<GenerateService::Call> call_;  // guarded by mu_; set once admitted
-  bool call_closed_ = false;                     // mu_: the scheduler closed the request
-  bool finished_ = false;                        // mu_: Finish was called
-  bool write_in_flight_ = false;                 // mu_ (streams only)
-  std::optional<Status> cancel_why_;             // mu_: cancelled before admission ended
-  CallUpdate update_;                            // mu_: scratch
+  std::unique_ptr<GenerateService::Call> call_;    // guarded by mu_; set once admitted
+  bool call_closed_ = false;                       // mu_: the scheduler closed the request
+  bool finished_ = false;                          // mu_: Finish was called
+  bool write_in_flight_ = false;                   // mu_ (streams only)
+  std::optional<Status> cancel_why_;               // mu_: cancelled before admission ended
+  std::shared_ptr<CompileQueue::Ticket> compile_;  // mu_: while the constraint compiles
+  CallUpdate update_;                              // mu_: scratch
   std::atomic<bool> pump_scheduled_{false};
   // Guards context_ for the watchdog, which may cancel the call from its own thread: OnDone
   // clears context_valid_ first. Recursive because TryCancel may run reactions inline.

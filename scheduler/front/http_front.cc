@@ -111,13 +111,45 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       for (v1::GenerateRequest& g : req_.prompts)
         g.mutable_sampling()->set_skip_special_tokens(false);
     }
+    // Every prompt has the same constraint: compiled once, off the pool when it is not cached.
+    std::string client;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (gone_) return;
+      client = lease_.key_name().empty() ? "peer " + exchange_->request().peer
+                                         : "key " + lease_.key_name();
+    }
+    auto ticket = front_->service()->PrepareConstraint(
+        req_.prompts[0], client, [self = shared_from_this()](CompileQueue::Result compiled) {
+          try {
+            self->AdmitPrompts(std::move(compiled));
+          } catch (const std::exception& e) {
+            self->Fail(InternalError(e.what()));
+          }
+        });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compile_ = ticket;
+      if (!gone_) return;
+    }
+    if (ticket != nullptr) ticket->Cancel();  // the client left meanwhile
+  }
+
+  // Admits every prompt with the compiled constraint: on the pool, or on a compile thread.
+  void AdmitPrompts(CompileQueue::Result compiled) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compile_.reset();
+      if (gone_) return;
+    }
+    if (!compiled.ok()) return Fail(oa::ApiErrorFromStatus(compiled.status(), req_));
     std::vector<std::unique_ptr<GenerateService::Call>> calls;
     for (const v1::GenerateRequest& prompt : req_.prompts) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (gone_) break;
       }
-      auto call = front_->service()->Admit(prompt, std::nullopt);
+      auto call = front_->service()->Admit(prompt, std::nullopt, *compiled);
       if (!call.ok()) {
         for (auto& c : calls) c->Cancel(Status(StatusCode::kCancelled, "another prompt failed"));
         return Fail(oa::ApiErrorFromStatus(call.status(), req_));
@@ -356,7 +388,15 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   }
 
   void ClientGone() {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<CompileQueue::Ticket> compile;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      compile = compile_;  // the constraint's compile stops (its done takes mu_)
+      ClientGoneLocked();
+    }
+    if (compile != nullptr) compile->Cancel();
+  }
+  void ClientGoneLocked() {
     gone_ = true;
     if (finished_) return;
     for (size_t p = 0; p < calls_.size(); ++p) {
@@ -400,6 +440,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   bool streaming_ = false;
   bool finished_ = false;
   bool gone_ = false;
+  std::shared_ptr<CompileQueue::Ticket> compile_;  // while the constraint compiles
   SteadyClock::time_point last_write_;
   CallUpdate update_;
 };

@@ -925,6 +925,7 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
         // "sampling.logit_bias[5]" -> param "logit_bias", message keeps the key.
         std::string shown = path.rfind("sampling.", 0) == 0 ? path.substr(9) : path;
         if (path.rfind("chat.", 0) == 0) shown = path.substr(5);
+        if (param == "tools") shown = param;  // chat.tools_json: the body's tools
         if (path == "text" || path.rfind("token_ids", 0) == 0 || path == "input" ||
             path == "chat") {
           shown = param;

@@ -49,6 +49,16 @@ StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::
   return j;
 }
 
+// chat.tools_json parsed, at most kMaxTools of them.
+StatusOr<nlohmann::ordered_json> ParseTools(const std::string& field, const std::string& text) {
+  ASTR_ASSIGN_OR_RETURN(nlohmann::ordered_json tools, ParseJson(field, text, "array"));
+  if (tools.size() > kMaxTools) {
+    return InvalidArgumentError(field + ": " + std::to_string(tools.size()) + " tools, at most " +
+                                std::to_string(kMaxTools));
+  }
+  return tools;
+}
+
 StatusOr<nlohmann::ordered_json> ChatMessageJson(const v1::ChatMessage& m,
                                                  const std::string& path) {
   if (m.role().empty()) return InvalidArgumentError(path + ".role: empty");
@@ -321,8 +331,7 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
     inputs.messages.push_back(std::move(msg));
   }
   if (!chat.tools_json().empty()) {
-    ASTR_ASSIGN_OR_RETURN(inputs.tools,
-                          ParseJson(field + ".tools_json", chat.tools_json(), "array"));
+    ASTR_ASSIGN_OR_RETURN(inputs.tools, ParseTools(field + ".tools_json", chat.tools_json()));
   }
   if (!chat.template_kwargs_json().empty()) {
     ASTR_ASSIGN_OR_RETURN(inputs.extra, ParseJson(field + ".template_kwargs_json",
@@ -368,16 +377,19 @@ StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model,
   return TextOrChatPrompt(model, request);
 }
 
-namespace {
+Status CheckTools(const v1::GenerateRequest& request) {
+  if (!request.has_chat() || request.chat().tools_json().empty()) return OkStatus();
+  return ParseTools("chat.tools_json", request.chat().tools_json()).status();
+}
 
-// sampling.constraint compiled (null when unset). Runs on the calling thread (a gRPC or HTTP
-// handler's), never the scheduler loop's: a request waits for its grammar, the steps do not.
-StatusOr<std::shared_ptr<const sched::CompiledConstraint>> CompileConstraint(
-    const v1::SamplingParameters& s, const ServedModel& model) {
-  if (!s.has_constraint()) return std::shared_ptr<const sched::CompiledConstraint>();
+StatusOr<std::optional<ConstraintRequest>> ConstraintOf(const v1::SamplingParameters& s,
+                                                        const ServedModel& model) {
+  if (!s.has_constraint()) return std::optional<ConstraintRequest>();
   const v1::Constraint& c = s.constraint();
-  sched::ConstraintSpec spec;
-  std::string field = "sampling.constraint";
+  ConstraintRequest r;
+  sched::ConstraintSpec& spec = r.spec;
+  std::string& field = r.field;
+  field = "sampling.constraint";
   switch (c.kind_case()) {
     case v1::Constraint::kJsonSchema:
       spec.kind = sched::ConstraintSpec::Kind::kJsonSchema;
@@ -423,14 +435,12 @@ StatusOr<std::shared_ptr<const sched::CompiledConstraint>> CompileConstraint(
   if (model.constraints == nullptr) {
     return InvalidArgumentError(field + ": this server serves no constraints");
   }
-  return model.constraints->Compile(spec, field);
+  return std::optional<ConstraintRequest>(std::move(r));
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<sched::ConstraintCompiler>> MakeConstraintCompiler(
     const tok::Tokenizer& tokenizer, int32_t vocab_size, const std::vector<int32_t>& stop_ids,
-    int threads, int64_t cache_bytes) {
+    const sched::ConstraintCompilerOptions& options) {
   sched::ConstraintVocab vocab;
   vocab.tokens.resize(static_cast<size_t>(vocab_size));
   bool byte_tokens = false;
@@ -449,12 +459,13 @@ StatusOr<std::unique_ptr<sched::ConstraintCompiler>> MakeConstraintCompiler(
   for (int32_t id : stop_ids) {
     if (id >= 0 && id < vocab_size) vocab.stop_ids.push_back(id);
   }
-  return sched::ConstraintCompiler::Create(vocab, threads, cache_bytes);
+  return sched::ConstraintCompiler::Create(vocab, options);
 }
 
 StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
                                     const RequestLimits& limits, uint64_t drawn_seed,
-                                    std::optional<sched::Clock::time_point> deadline) {
+                                    std::optional<sched::Clock::time_point> deadline,
+                                    std::shared_ptr<const sched::CompiledConstraint> compiled) {
   ASTR_RETURN_IF_ERROR(CheckRequestId(request.request_id(), limits));
   if (request.n() < 0 || request.n() > limits.max_n) {
     return Invalid("n", "must be in [0, " + std::to_string(limits.max_n) + "] (0 means 1), got " +
@@ -500,7 +511,15 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
                                 " bytes, at most " + std::to_string(kMaxCacheSaltBytes));
   }
   sr.cache_salt = request.cache_salt();
-  ASTR_ASSIGN_OR_RETURN(sr.constraint, CompileConstraint(s, model));
+  // The constraint is checked again when it came compiled: the compile was for this request's
+  // text, and min_tokens may not come with it.
+  ASTR_ASSIGN_OR_RETURN(std::optional<ConstraintRequest> constraint, ConstraintOf(s, model));
+  if (constraint && compiled != nullptr) {
+    sr.constraint = std::move(compiled);
+  } else if (constraint) {
+    ASTR_ASSIGN_OR_RETURN(sr.constraint,
+                          model.constraints->Compile(constraint->spec, constraint->field));
+  }
   sr.arrival = sched::Clock::now();
   sr.deadline = deadline;
   return out;

@@ -37,11 +37,11 @@ struct ServedModel {
 };
 
 // The constraint compiler of `tokenizer` over vocab_size logits rows (ids the tokenizer lacks are
-// never allowed), with `stop_ids` ending a constrained sample. `threads` compile one grammar's
-// token masks in parallel; `cache_bytes` bounds the compiled grammars kept (-1: unbounded).
+// never allowed), with `stop_ids` ending a constrained sample, compiling under `options` (threads,
+// cache, budget).
 StatusOr<std::unique_ptr<sched::ConstraintCompiler>> MakeConstraintCompiler(
     const tok::Tokenizer& tokenizer, int32_t vocab_size, const std::vector<int32_t>& stop_ids,
-    int threads, int64_t cache_bytes);
+    const sched::ConstraintCompilerOptions& options = {});
 
 // Per-request limits the operator sets (scheduler flags) or that bound memory per request.
 struct RequestLimits {
@@ -96,11 +96,32 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
 // or chat (parse_special_tokens = false is INVALID_ARGUMENT: see TokenizeChat).
 StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model, const v1::TokenizeRequest& request);
 
+// Tools one chat request may declare (chat.tools_json; OpenAI allows 128). Each is rendered into
+// the prompt, and a required or named tool choice compiles them all into one constraint.
+inline constexpr size_t kMaxTools = 1024;
+// chat.tools_json, when set, is a JSON array of at most kMaxTools (the check TokenizeChat makes,
+// for a caller that wants it before a compile).
+Status CheckTools(const v1::GenerateRequest& request);
+
+// A request's constraint to compile, and the field path its errors name
+// ("sampling.constraint.json_schema").
+struct ConstraintRequest {
+  sched::ConstraintSpec spec;
+  std::string field;
+};
+// sampling.constraint checked as far as it can be without compiling (a kind is set, its text is
+// not empty, no min_tokens, the server serves constraints); nullopt when there is none.
+StatusOr<std::optional<ConstraintRequest>> ConstraintOf(const v1::SamplingParameters& sampling,
+                                                        const ServedModel& model);
+
 // Validates and resolves `request`. `drawn_seed` is used when sampling.seed is unset; `deadline`
 // is the call's (none when the client set none). The request id is used as given (the caller
-// makes one when it is empty).
+// makes one when it is empty). `compiled` is the request's constraint compiled already
+// (GenerateService::PrepareConstraint); when null, a constraint is compiled here, on the calling
+// thread.
 StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const ServedModel& model,
                                     const RequestLimits& limits, uint64_t drawn_seed,
-                                    std::optional<sched::Clock::time_point> deadline);
+                                    std::optional<sched::Clock::time_point> deadline,
+                                    std::shared_ptr<const sched::CompiledConstraint> compiled = {});
 
 }  // namespace astr::front

@@ -69,6 +69,11 @@ struct Flags {
   int64_t front_threads = 4;
   int64_t grammar_threads = 2;
   int64_t grammar_cache_mb = 256;
+  int64_t grammar_max_compile_ms = 5000;
+  int64_t grammar_max_compile_mb = 0;
+  int64_t grammar_compile_workers = 2;
+  int64_t grammar_compiles_per_client = 1;
+  int64_t grammar_max_queued_per_client = 16;
   int64_t max_message_mb = 64;
   std::string admin_listen = "127.0.0.1:50053";
   std::string admin_token_file;
@@ -253,10 +258,30 @@ void Register(FlagSet* fs, Flags* f) {
           "tokens into response messages.");
   fs->Int("grammar-threads", &f->grammar_threads,
           "Threads that compile one structured-output constraint's token masks (JSON schema, "
-          "regex, grammar, choice; docs/structured.md). Compiling runs on the front thread of "
-          "the request, never the scheduler loop: the request waits, the steps do not.");
+          "regex, grammar, choice; docs/structured.md).");
+  fs->Int("grammar-compile-workers", &f->grammar_compile_workers,
+          "Structured-output constraints compiled at once, all clients together. Compiles run "
+          "on threads of their own (below the serving threads' CPU priority), never on the front "
+          "threads or the scheduler loop: a request waits for its grammar holding no thread.");
+  fs->Int("grammar-compiles-per-client", &f->grammar_compiles_per_client,
+          "Compiles one client (its API key, else its connection) may run at once; clients are "
+          "served in turn, so one client's schemas delay only its own requests.");
+  fs->Int("grammar-max-queued-per-client", &f->grammar_max_queued_per_client,
+          "Compiles one client may have waiting; beyond it a request is RESOURCE_EXHAUSTED "
+          "(HTTP 429). Requests for a constraint already compiling wait for that compile and "
+          "count for nothing.");
+  fs->Int("grammar-max-compile-ms", &f->grammar_max_compile_ms,
+          "Wall time one constraint's compile may take. A compile runs first in a child process "
+          "that is killed past half of it; one that fits is compiled again in the scheduler, so "
+          "that an accepted request also waits at most this long. Over it: INVALID_ARGUMENT / "
+          "HTTP 400 naming the field and this flag.");
+  fs->Int("grammar-max-compile-mb", &f->grammar_max_compile_mb,
+          "Memory one constraint's compile may use, in MiB, enforced on its child process; "
+          "0 = 4 KiB per vocabulary entry within [128, 1024] (192 MiB for a 49k vocabulary). "
+          "Over it: INVALID_ARGUMENT / HTTP 400 naming the field and this flag.");
   fs->Int("grammar-cache-mb", &f->grammar_cache_mb,
-          "Compiled constraints kept for reuse, in MiB (a repeated schema compiles once).");
+          "Compiled constraints kept for reuse, in MiB of the heap they hold (a repeated schema "
+          "compiles once; the least recently used go first).");
   fs->Int("max-message-mb", &f->max_message_mb,
           "Largest request message accepted, in MiB (long token-id prompts).");
 }
@@ -307,6 +332,17 @@ Status Validate(const Flags& f) {
         f.tool_call_parser + "'");
   }
   ASTR_RETURN_IF_ERROR(positive(f.grammar_cache_mb, "grammar-cache-mb"));
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_max_compile_ms, "grammar-max-compile-ms"));
+  if (f.grammar_max_compile_mb < 0 || f.grammar_max_compile_mb > (int64_t{1} << 20)) {
+    return InvalidArgumentError("--grammar-max-compile-mb must be in [0, 1048576], got " +
+                                std::to_string(f.grammar_max_compile_mb));
+  }
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_compile_workers, "grammar-compile-workers"));
+  if (f.grammar_compile_workers > 64) {
+    return InvalidArgumentError("--grammar-compile-workers must be <= 64");
+  }
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_compiles_per_client, "grammar-compiles-per-client"));
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_max_queued_per_client, "grammar-max-queued-per-client"));
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
   if (!(f.worker_refresh_s >= 0.1) || f.worker_refresh_s > 3600) {
     return InvalidArgumentError("--worker-refresh-s must be in [0.1, 3600]");
@@ -537,6 +573,11 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
   front_limits.threads = static_cast<int>(f.front_threads);
   front_limits.api_keys = f.api_keys;
+  front_limits.compiles.workers = static_cast<int>(f.grammar_compile_workers);
+  front_limits.compiles.per_client =
+      static_cast<int>(std::min<int64_t>(f.grammar_compiles_per_client, 1 << 20));
+  front_limits.compiles.max_queued_per_client =
+      static_cast<int>(std::min<int64_t>(f.grammar_max_queued_per_client, 1 << 20));
   front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits);
   front::GenerateGrpcService grpc_service(&service);
 
@@ -726,9 +767,13 @@ int Main(int argc, const char* const* argv) {
     LOG(ERROR) << model.status().ToString();
     return 1;
   }
-  auto constraints =
-      front::MakeConstraintCompiler(*model->tokenizer, model->vocab_size, model->eos_token_ids,
-                                    static_cast<int>(f.grammar_threads), f.grammar_cache_mb << 20);
+  sched::ConstraintCompilerOptions compile_options;
+  compile_options.threads = static_cast<int>(std::min<int64_t>(f.grammar_threads, 256));
+  compile_options.cache_bytes = f.grammar_cache_mb << 20;
+  compile_options.budget.time = std::chrono::milliseconds(f.grammar_max_compile_ms);
+  compile_options.budget.memory_bytes = f.grammar_max_compile_mb << 20;
+  auto constraints = front::MakeConstraintCompiler(*model->tokenizer, model->vocab_size,
+                                                   model->eos_token_ids, compile_options);
   if (!constraints.ok()) {
     LOG(ERROR) << constraints.status().ToString();
     return 1;
@@ -743,13 +788,30 @@ int Main(int argc, const char* const* argv) {
     std::shared_ptr<const sched::ConstraintCompiler> c = model->constraints;
     metrics::Registry& r = (*scheduler)->metrics();
     r.AddCallbackCounter("astr:constraint_compiles_total",
-                         "Structured-output constraints compiled (cache hits included).", {})
-        .Add({}, [c] { return static_cast<double>(c->compiles()); });
+                         "Structured-output constraints compiled (cache hits not included).", {})
+        .Add({}, [c] { return static_cast<double>(c->stats().compiles); });
     r.AddCallbackCounter("astr:constraint_compile_seconds_total",
-                         "Time spent compiling structured-output constraints, on the front "
-                         "threads (a cache hit takes microseconds).",
+                         "Wall time of those compiles (the trial in a child process and the "
+                         "scheduler's own compile).",
                          {})
-        .Add({}, [c] { return static_cast<double>(c->compile_ns()) * 1e-9; });
+        .Add({}, [c] { return static_cast<double>(c->stats().compile_ns) * 1e-9; });
+    r.AddCallbackCounter("astr:constraint_cache_hits_total",
+                         "Structured-output constraints found compiled in the cache.", {})
+        .Add({}, [c] { return static_cast<double>(c->stats().cache_hits); });
+    r.AddCallbackGauge("astr:constraint_cache_bytes",
+                       "Heap held by the compiled constraints in the cache (--grammar-cache-mb).",
+                       {})
+        .Add({}, [c] { return static_cast<double>(c->stats().cache_bytes); });
+    auto& refusals = r.AddCallbackCounter(
+        "astr:constraint_compile_refusals_total",
+        "Constraint compiles refused: over the time or memory budget, over a size limit, the "
+        "client's queue full (busy), or cancelled by their client.",
+        {"reason"});
+    refusals.Add({"time"}, [c] { return static_cast<double>(c->stats().over_time); });
+    refusals.Add({"memory"}, [c] { return static_cast<double>(c->stats().over_memory); });
+    refusals.Add({"size"}, [c] { return static_cast<double>(c->stats().too_large); });
+    refusals.Add({"busy"}, [c] { return static_cast<double>(c->stats().refused_busy); });
+    refusals.Add({"cancelled"}, [c] { return static_cast<double>(c->stats().cancelled); });
   }
   return Serve(f, std::move(*scheduler), std::move(*model), &membership);
 }

@@ -38,9 +38,10 @@ front::ServedModel* Make() {
   m->max_context_tokens = kContext;
   m->eos_token_ids = {2};
   // A bounded cache: every fuzzed grammar is new, and the process runs for hours.
-  m->constraints = OrDie(
-      front::MakeConstraintCompiler(*m->tokenizer, kVocab, m->eos_token_ids, 1, int64_t{8} << 20),
-      "constraint compiler");
+  m->constraints =
+      OrDie(front::MakeConstraintCompiler(*m->tokenizer, kVocab, m->eos_token_ids,
+                                          {.threads = 1, .cache_bytes = int64_t{8} << 20}),
+            "constraint compiler");
   return m;
 }
 

@@ -44,7 +44,8 @@ Loaded Load(const std::string& path, int32_t extra, int32_t eos) {
   l.tokenizer = *tok;
   l.vocab = l.tokenizer->vocab_size() + extra;
   l.eos = eos;
-  auto c = front::MakeConstraintCompiler(*l.tokenizer, l.vocab, {eos}, 2, -1);
+  auto c = front::MakeConstraintCompiler(*l.tokenizer, l.vocab, {eos},
+                                         {.threads = 2, .cache_bytes = -1});
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (c.ok()) l.compiler = std::move(*c);
   return l;
@@ -192,7 +193,7 @@ TEST(ConstraintTest, JsonSchemaAcceptsAValidDocumentsTokens) {
   ConstraintMatcher m2(*compiled);
   for (int32_t t : l.tokenizer->Encode(R"({"name")")) ASSERT_TRUE(m2.Accept(t));
   EXPECT_FALSE(m2.Accept(l.tokenizer->TokenToId("Ġ:")));
-  EXPECT_GE(l.compiler->compiles(), 1);
+  EXPECT_GE(l.compiler->stats().compiles, 1);
 }
 
 }  // namespace

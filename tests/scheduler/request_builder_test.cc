@@ -170,7 +170,8 @@ TEST_F(RequestBuilderTest, ConstraintsCompileOrNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "sampling.constraint.regex: this server serves no constraints");
 
-  auto compiler = MakeConstraintCompiler(*stories_.tokenizer, kStoriesVocab, {2}, 1, -1);
+  auto compiler = MakeConstraintCompiler(*stories_.tokenizer, kStoriesVocab, {2},
+                                         {.threads = 1, .cache_bytes = -1});
   ASSERT_TRUE(compiler.ok()) << compiler.status().ToString();
   stories_.constraints = std::move(*compiler);
   auto ok = Build(Parse(in + "sampling { constraint { choice { choices: ['a', 'b'] } } }"));
