@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <optional>
+#include <thread>
 
 namespace astr::sched {
 namespace {
@@ -64,6 +68,44 @@ int64_t StatusBytes(pid_t pid, const char* key) {
   }
   return -1;
 }
+
+// Waits for ended children on a thread of its own, so that a compile does not wait for its
+// child's address space to be torn down (milliseconds for a large scheduler) before it answers.
+class Reaper {
+ public:
+  static Reaper& Get() {
+    static Reaper* const reaper = new Reaper();  // never destroyed: its thread may outlive statics
+    return *reaper;
+  }
+  void Reap(pid_t pid) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pids_.push_back(pid);
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  Reaper() {
+    std::thread([this] { Run(); }).detach();
+  }
+  void Run() {
+    while (true) {
+      pid_t pid;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !pids_.empty(); });
+        pid = pids_.front();
+        pids_.pop_front();
+      }
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<pid_t> pids_;  // guarded by mu_
+};
 
 int g_answer_fd = -1;  // the child's end of the pipe (only ever set in a child)
 
@@ -176,7 +218,14 @@ SandboxResult RunInSandbox(const std::function<SandboxWork()>& work, const Sandb
   std::string answer;
   std::optional<Outcome> killed_for;
   const auto deadline = start + limits.time;
-  for (bool eof = false; !eof;) {
+  // The whole answer is in once its header and its message are.
+  auto complete = [&] {
+    if (answer.size() < sizeof(Header)) return false;
+    Header h;
+    std::memcpy(&h, answer.data(), sizeof(h));
+    return answer.size() >= sizeof(Header) + static_cast<size_t>(std::max(0, h.error_bytes));
+  };
+  for (bool eof = false; !eof && !complete();) {
     const auto now = Clock::now();
     if (now >= deadline) {
       killed_for = Outcome::kOverTime;
@@ -194,7 +243,7 @@ SandboxResult RunInSandbox(const std::function<SandboxWork()>& work, const Sandb
         eof = true;  // the child answered and exited, or died
       }
     }
-    if (eof) break;
+    if (eof || complete()) break;
     const int64_t rss = StatusBytes(pid, "RssAnon");
     const int64_t grown = rss < 0 ? 0 : std::max<int64_t>(0, rss - baseline);
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, grown);
@@ -209,8 +258,16 @@ SandboxResult RunInSandbox(const std::function<SandboxWork()>& work, const Sandb
   }
   if (killed_for) kill(pid, SIGKILL);
   close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (killed_for || complete()) {
+    Reaper::Get().Reap(pid);  // it ends on its own (or from SIGKILL): nothing more to learn
+  } else {
+    int status = 0;  // it died without an answer: how, for the error
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    out.outcome = Outcome::kCrashed;
+    out.error = DescribeExit(status);
+    out.elapsed = Clock::now() - start;
+    return out;
   }
   out.elapsed = Clock::now() - start;
   if (killed_for) {
@@ -218,11 +275,6 @@ SandboxResult RunInSandbox(const std::function<SandboxWork()>& work, const Sandb
     return out;
   }
   Header h{};
-  if (answer.size() < sizeof(h)) {
-    out.outcome = Outcome::kCrashed;
-    out.error = DescribeExit(status);
-    return out;
-  }
   std::memcpy(&h, answer.data(), sizeof(h));
   switch (h.kind) {
     case 0:

@@ -24,6 +24,9 @@ def test_smoke_run_prints_figures():
     doc = json.loads(r.stdout)
     assert doc["rounds"] == 1
     assert len(doc["compile_ms"]) == 3 and set(doc["compile_ms"]) == set(doc["cached_ms"])
+    assert set(doc["miss_request_ms"]) == set(doc["compile_ms"])
+    # A schema new to the server compiles; the same schema again comes from the cache.
+    assert all(v > 0 for v in doc["compile_ms"].values()), doc["compile_ms"]
     assert [d["batch"] for d in doc["decode"]] == [1, 2]
     for d in doc["decode"]:
         # Every constrained output has at least one token; both runs made the same count.

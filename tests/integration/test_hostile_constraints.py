@@ -224,7 +224,7 @@ def test_memory_comes_back_after_refused_and_evicted_compiles(smol, start_rss_kb
     assert metric(smol, "astr:constraint_cache_bytes") <= CACHE_MB << 20
     end_kb = status_kb(smol, "VmRSS")
     assert end_kb - start_rss_kb < 64 * 1024, (start_rss_kb, end_kb)
-    assert not children(smol)
+    oh.wait_until(lambda: not children(smol), timeout=5)  # every trial process is gone
 
 
 def test_other_clients_keep_their_latency_while_hostile_compiles_run(smol):
