@@ -14,8 +14,13 @@ struct CompileQueue::Ticket::Job {
   std::string client;
   std::string field;
   sched::ConstraintSpec spec;
+  struct Waiter {
+    std::shared_ptr<Ticket> ticket;
+    Done done;
+    Post post;
+  };
   // Every request waiting for this compile; cleared when it ends.
-  std::vector<std::pair<std::shared_ptr<Ticket>, Done>> waiters;
+  std::vector<Waiter> waiters;
   std::atomic<bool> cancelled{false};  // every waiter cancelled, or the queue stops
   bool running = false;                // a thread took it
   uint64_t seq = 0;                    // arrival order
@@ -44,8 +49,8 @@ void CompileQueue::Ticket::Cancel() {
     field = job_->field;
     auto& waiters = job_->waiters;
     for (auto it = waiters.begin(); it != waiters.end(); ++it) {
-      if (it->first.get() == this) {
-        done = std::move(it->second);
+      if (it->ticket.get() == this) {
+        done = std::move(it->done);
         waiters.erase(it);
         break;
       }
@@ -79,7 +84,8 @@ CompileQueue::~CompileQueue() {
 
 std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& client,
                                                            const sched::ConstraintSpec& spec,
-                                                           const std::string& field, Done done) {
+                                                           const std::string& field, Done done,
+                                                           Post post) {
   if (Status s = compiler_->Check(spec, field); !s.ok()) {
     done(s);
     return nullptr;
@@ -99,7 +105,7 @@ std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& cl
   }
   if (auto it = by_key_.find(key); it != by_key_.end() && !it->second->cancelled.load()) {
     ticket->job_ = it->second;  // the same constraint is compiling or queued: share it
-    it->second->waiters.emplace_back(ticket, std::move(done));
+    it->second->waiters.push_back({ticket, std::move(done), std::move(post)});
     return ticket;
   }
   // A client new to the queue (or back after it had nothing queued or running) ranks as never
@@ -119,7 +125,7 @@ std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& cl
   job->client = client;
   job->field = field;
   job->spec = spec;
-  job->waiters.emplace_back(ticket, std::move(done));
+  job->waiters.push_back({ticket, std::move(done), std::move(post)});
   job->seq = ++submit_tick_;
   ticket->job_ = job;
   by_key_[key] = job;  // replaces a cancelled one, which still ends on its own
@@ -176,15 +182,18 @@ void CompileQueue::Run() {
     Client& c = clients_[job->client];
     --c.running;
     if (c.running == 0 && c.queued.empty()) clients_.erase(job->client);
-    std::vector<Done> waiters;
-    for (auto& [ticket, done] : job->waiters) {
-      waiters.push_back(std::move(done));
-      ticket->job_.reset();
-    }
+    std::vector<Ticket::Job::Waiter> waiters = std::move(job->waiters);
     job->waiters.clear();
+    for (auto& w : waiters) w.ticket->job_.reset();
     lock.unlock();
     cv_.notify_all();  // the client's share is free again
-    for (Done& done : waiters) done(result);
+    for (auto& w : waiters) {
+      if (w.post == nullptr) {
+        w.done(result);
+      } else {
+        w.post([done = std::move(w.done), result] { done(result); });
+      }
+    }
     lock.lock();
   }
 }

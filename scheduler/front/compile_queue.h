@@ -38,6 +38,8 @@ class CompileQueue {
   };
   using Result = StatusOr<std::shared_ptr<const sched::CompiledConstraint>>;
   using Done = std::function<void(Result)>;
+  // Runs a task elsewhere (a front's TaskPool::Post).
+  using Post = std::function<void(std::function<void()>)>;
 
   // One request's wait.
   class Ticket {
@@ -63,9 +65,10 @@ class CompileQueue {
 
   // Compiles `spec` for `client`. `done` runs exactly once: on this thread before Submit returns
   // when nothing needs compiling (a cached constraint, a size limit, a full queue) — Submit then
-  // returns null — or later on a compile thread.
+  // returns null — or later, through `post` (on the compile thread when it is null), so that a
+  // compile thread only compiles.
   std::shared_ptr<Ticket> Submit(const std::string& client, const sched::ConstraintSpec& spec,
-                                 const std::string& field, Done done);
+                                 const std::string& field, Done done, Post post = nullptr);
 
   // Compiles waiting and running now. (Refusals are counted by the compiler: CountBusy.)
   int64_t queued() const;

@@ -199,7 +199,8 @@ GenerateService::GenerateService(sched::Scheduler* scheduler, ServedModel model,
 GenerateService::~GenerateService() { compiles_.reset(); }
 
 std::shared_ptr<CompileQueue::Ticket> GenerateService::PrepareConstraint(
-    const v1::GenerateRequest& request, const std::string& client, CompileQueue::Done done) {
+    const v1::GenerateRequest& request, const std::string& client, CompileQueue::Done done,
+    CompileQueue::Post post) {
   auto constraint = ConstraintOf(request.sampling(), model_);
   if (constraint.ok() && *constraint) {
     // A tool choice's constraint is made of the tools: their count first, at once.
@@ -214,11 +215,13 @@ std::shared_ptr<CompileQueue::Ticket> GenerateService::PrepareConstraint(
     done(std::shared_ptr<const sched::CompiledConstraint>());
     return nullptr;
   }
-  return compiles_->Submit(client, (*constraint)->spec, (*constraint)->field,
-                           [this, done = std::move(done)](CompileQueue::Result r) {
-                             if (!r.ok()) CountError(r.status());
-                             done(std::move(r));
-                           });
+  return compiles_->Submit(
+      client, (*constraint)->spec, (*constraint)->field,
+      [this, done = std::move(done)](CompileQueue::Result r) {
+        if (!r.ok()) CountError(r.status());
+        done(std::move(r));
+      },
+      std::move(post));
 }
 
 void GenerateService::CancelAll(const Status& why) {

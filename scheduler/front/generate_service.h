@@ -57,10 +57,11 @@ class GenerateService {
   // its connection: the unit of fairness, compile_queue.h) without holding the calling thread.
   // `done` runs exactly once with the compiled constraint (null when the request has none) or
   // the error (counted): at once on this thread when nothing needs compiling (and null is
-  // returned), else later on a compile thread; the ticket cancels the wait.
+  // returned), else later through `post` (the front's pool); the ticket cancels the wait.
   std::shared_ptr<CompileQueue::Ticket> PrepareConstraint(const v1::GenerateRequest& request,
                                                           const std::string& client,
-                                                          CompileQueue::Done done);
+                                                          CompileQueue::Done done,
+                                                          CompileQueue::Post post);
   // Validates, tokenizes and submits a generation request, with its constraint as
   // PrepareConstraint compiled it (null: compiled here, on this thread). Errors are counted
   // (invalid or refused) and returned; UNAVAILABLE while the scheduler drains

@@ -277,7 +277,8 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
         *request, client_,
         [self = this->shared_from_this(), request, deadline](CompileQueue::Result compiled) {
           self->Guarded([&] { self->Admitted(*request, deadline, std::move(compiled)); });
-        });
+        },
+        [pool = service_->pool()](std::function<void()> task) { pool->Post(std::move(task)); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       compile_ = ticket;
@@ -286,7 +287,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     if (ticket != nullptr) ticket->Cancel();  // cancelled meanwhile
   }
 
-  // Validate, tokenize, submit: on the pool, or on a compile thread after a compile.
+  // Validate, tokenize, submit (on the pool).
   void Admitted(const v1::GenerateRequest& request,
                 std::optional<sched::Clock::time_point> deadline, CompileQueue::Result compiled) {
     {

@@ -118,15 +118,18 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       if (gone_) return;
       client = lease_.key_name().empty() ? "peer " + exchange_->request().peer
                                          : "key " + lease_.key_name();
+      compiling_ = true;
     }
     auto ticket = front_->service()->PrepareConstraint(
-        req_.prompts[0], client, [self = shared_from_this()](CompileQueue::Result compiled) {
+        req_.prompts[0], client,
+        [self = shared_from_this()](CompileQueue::Result compiled) {
           try {
             self->AdmitPrompts(std::move(compiled));
           } catch (const std::exception& e) {
             self->Fail(InternalError(e.what()));
           }
-        });
+        },
+        [pool = front_->pool()](std::function<void()> task) { pool->Post(std::move(task)); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       compile_ = ticket;
@@ -135,12 +138,13 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     if (ticket != nullptr) ticket->Cancel();  // the client left meanwhile
   }
 
-  // Admits every prompt with the compiled constraint: on the pool, or on a compile thread.
+  // Admits every prompt with the compiled constraint (on the pool).
   void AdmitPrompts(CompileQueue::Result compiled) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      compiling_ = false;
       compile_.reset();
-      if (gone_) return;
+      if (gone_) return FinishLocked();  // ClientGone left the end to this
     }
     if (!compiled.ok()) return Fail(oa::ApiErrorFromStatus(compiled.status(), req_));
     std::vector<std::unique_ptr<GenerateService::Call>> calls;
@@ -405,7 +409,10 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       }
     }
     if (calls_.empty()) {
-      // Admission is still running: it sees gone_ and cancels what it admitted.
+      // Admission is still running: it sees gone_ and cancels what it admitted. While the
+      // constraint compiles, it also ends the response (so that the front, which waits for
+      // registered generations when it stops, outlives the compile's answer).
+      if (compiling_) return;
       finished_ = true;
       lease_.Release();
       front_->Unregister(this);
@@ -440,6 +447,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   bool streaming_ = false;
   bool finished_ = false;
   bool gone_ = false;
+  bool compiling_ = false;  // from before the constraint's compile is asked for until its answer
   std::shared_ptr<CompileQueue::Ticket> compile_;  // while the constraint compiles
   SteadyClock::time_point last_write_;
   CallUpdate update_;

@@ -543,6 +543,15 @@ def stream(stub, req, timeout=RPC_TIMEOUT_S):
 # Polling
 
 
+def proc_status(pid, key):
+    """A number from /proc/PID/status ("Threads", "VmRSS" and "VmHWM" in kB, ...)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {key} line in /proc/{pid}/status")
+
+
 def wait_until(fn, timeout, interval=0.005):
     """Calls fn() until it returns a truthy value; returns (value, seconds waited) or raises."""
     start = time.monotonic()

@@ -26,11 +26,7 @@ def deep_json(depth=DEEP):
 
 def scheduler_status(c, key):
     """A number from the scheduler's /proc/PID/status ("Threads", "VmHWM" in kB, ...)."""
-    with open(f"/proc/{c.scheduler.proc.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {key} line")
+    return harness.proc_status(c.scheduler.proc.proc.pid, key)
 
 
 def assert_serving(c, prompt=(1, 403, 407), max_tokens=4):

@@ -48,11 +48,7 @@ def smol(log_dir):
 
 
 def status_kb(c, key):
-    with open(f"/proc/{c.scheduler.proc.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {key} line")
+    return harness.proc_status(c.scheduler.proc.proc.pid, key)
 
 
 def children(c):
