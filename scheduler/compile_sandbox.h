@@ -23,6 +23,16 @@
 
 namespace astr::sched {
 
+// Whether fork() may be used while other threads run. Not under GCC's AddressSanitizer: its
+// runtime (libasan 8, GCC 12) does not lock its allocator around fork(), so a child forked while
+// another thread allocates can deadlock on its first allocation. Callers then run the work in
+// their own process, unbounded: that is a sanitizer test build only, never a served one.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSandboxAvailable = false;
+#else
+inline constexpr bool kSandboxAvailable = true;
+#endif
+
 struct SandboxLimits {
   std::chrono::milliseconds time{5000};  // wall time from fork to the child's answer
   int64_t memory_bytes = 256 << 20;      // anonymous memory the child may add to what it inherits

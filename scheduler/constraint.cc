@@ -324,19 +324,24 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
   ASTR_RETURN_IF_ERROR(Check(spec, field));
   const std::string f(field);
   const auto start = std::chrono::steady_clock::now();
-  // The trial: in a child process, killed past half the time or the memory.
+  // The trial: in a child process, killed past half the time or the memory. (Without a sandbox,
+  // in an ASan build, the compile below is the only one.)
   const Impl& impl = *impl_;
-  const SandboxResult trial = RunInSandbox(
-      [&impl, &spec]() {
-        SandboxWork w;
-        xgrammar::GrammarCompiler own(impl.info, impl.threads, /*cache_enabled=*/false);
-        const int64_t before = HeapInUseBytes();
-        xgrammar::CompiledGrammar g = impl.Run(own, spec);
-        w.retained_bytes = HeapInUseBytes() - before;
-        if (w.retained_bytes <= 0) w.retained_bytes = static_cast<int64_t>(g.MemorySizeBytes());
-        return w;
-      },
-      SandboxLimits{budget_.time / 2, budget_.memory_bytes}, cancelled);
+  SandboxResult trial;
+  trial.outcome = SandboxResult::Outcome::kOk;
+  if (kSandboxAvailable) {
+    trial = RunInSandbox(
+        [&impl, &spec]() {
+          SandboxWork w;
+          xgrammar::GrammarCompiler own(impl.info, impl.threads, /*cache_enabled=*/false);
+          const int64_t before = HeapInUseBytes();
+          xgrammar::CompiledGrammar g = impl.Run(own, spec);
+          w.retained_bytes = HeapInUseBytes() - before;
+          if (w.retained_bytes <= 0) w.retained_bytes = static_cast<int64_t>(g.MemorySizeBytes());
+          return w;
+        },
+        SandboxLimits{budget_.time / 2, budget_.memory_bytes}, cancelled);
+  }
   using Outcome = SandboxResult::Outcome;
   switch (trial.outcome) {
     case Outcome::kOk:
@@ -366,9 +371,12 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
   std::optional<xgrammar::CompiledGrammar> grammar;
   try {
     grammar = impl_->Run(impl_->compiler, spec);
-  } catch (const std::exception& e) {  // the trial compiled it: not expected
+  } catch (const std::exception& e) {  // the trial compiled it: only without a sandbox
     return InvalidArgumentError(f + ": " + CleanMessage(e.what()));
   }
+  const int64_t charge = trial.retained_bytes > 0
+                             ? trial.retained_bytes
+                             : static_cast<int64_t>(grammar->MemorySizeBytes());
   auto compiled = std::make_shared<const CompiledConstraint>(std::move(*grammar), vocab_size_);
   malloc_trim(0);  // the compile's scratch goes back to the system
   impl_->compiles.fetch_add(1, std::memory_order_relaxed);
@@ -376,7 +384,7 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count(),
       std::memory_order_relaxed);
-  impl_->Insert(key, compiled, std::max<int64_t>(trial.retained_bytes, 1));
+  impl_->Insert(key, compiled, std::max<int64_t>(charge, 1));
   return std::shared_ptr<const CompiledConstraint>(std::move(compiled));
 }
 

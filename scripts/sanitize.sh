@@ -45,7 +45,7 @@ ASAN_TESTS=(
 # the HTTP server, the API keys' leases.
 TSAN_TESTS=(
   http_server_test api_keys_test scheduler_core_test generate_service_test
-  worker_service_failure_test task_pool_test compile_queue_test
+  worker_service_failure_test task_pool_test compile_queue_test compile_budget_test
 )
 
 run_job() {

@@ -89,6 +89,8 @@ int64_t StatusKb(const char* key) {
 }
 
 TEST(CompileBudgetTest, OverTimeIsRefusedWhileItRunsNamingTheFieldAndTheBudget) {
+  if (!kSandboxAvailable)
+    GTEST_SKIP() << "no compile sandbox in this build (ASan: compile_sandbox.h)";
   ASTR_REQUIRE_SHARED_FILE(path, kGpt2);
   ConstraintCompilerOptions options{.threads = 1};
   options.budget.time = milliseconds(200);
@@ -113,6 +115,8 @@ TEST(CompileBudgetTest, OverTimeIsRefusedWhileItRunsNamingTheFieldAndTheBudget) 
 }
 
 TEST(CompileBudgetTest, OverMemoryIsRefusedNamingTheBudget) {
+  if (!kSandboxAvailable)
+    GTEST_SKIP() << "no compile sandbox in this build (ASan: compile_sandbox.h)";
   ASTR_REQUIRE_SHARED_FILE(path, kGpt2);
   ConstraintCompilerOptions options{.threads = 1};
   options.budget.time = milliseconds(60000);
@@ -129,6 +133,8 @@ TEST(CompileBudgetTest, OverMemoryIsRefusedNamingTheBudget) {
 }
 
 TEST(CompileBudgetTest, CancelStopsARunningCompile) {
+  if (!kSandboxAvailable)
+    GTEST_SKIP() << "no compile sandbox in this build (ASan: compile_sandbox.h)";
   ASTR_REQUIRE_SHARED_FILE(path, kGpt2);
   ConstraintCompilerOptions options{.threads = 1};
   options.budget.time = milliseconds(120000);
