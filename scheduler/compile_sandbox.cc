@@ -37,7 +37,7 @@ struct Header {
 constexpr size_t kMaxErrorBytes = 2048;  // header + message stay below PIPE_BUF: one write
 static_assert(sizeof(Header) + kMaxErrorBytes <= PIPE_BUF);
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ASTR_ADDRESS_SANITIZER) || defined(ASTR_THREAD_SANITIZER)
 constexpr bool kSanitized = true;  // their shadow memory makes an address-space limit meaningless
 #else
 constexpr bool kSanitized = false;

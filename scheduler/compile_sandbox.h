@@ -27,7 +27,23 @@ namespace astr::sched {
 // runtime (libasan 8, GCC 12) does not lock its allocator around fork(), so a child forked while
 // another thread allocates can deadlock on its first allocation. Callers then run the work in
 // their own process, unbounded: that is a sanitizer test build only, never a served one.
+// GCC says __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__, clang __has_feature (the fuzz build).
 #if defined(__SANITIZE_ADDRESS__)
+#define ASTR_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ASTR_ADDRESS_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define ASTR_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ASTR_THREAD_SANITIZER 1
+#endif
+#endif
+
+#if defined(ASTR_ADDRESS_SANITIZER)
 inline constexpr bool kSandboxAvailable = false;
 #else
 inline constexpr bool kSandboxAvailable = true;

@@ -72,7 +72,7 @@ ConstraintSpec EnumSchema(const std::vector<std::string>& words) {
           .text = nlohmann::json{{"enum", words}}.dump()};
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ASTR_ADDRESS_SANITIZER) || defined(ASTR_THREAD_SANITIZER)
 constexpr bool kSanitized = true;  // their allocator keeps its own books and quarantines frees
 #else
 constexpr bool kSanitized = false;
