@@ -21,6 +21,7 @@ struct CompileQueue::Ticket::Job {
   };
   // Every request waiting for this compile; cleared when it ends.
   std::vector<Waiter> waiters;
+  int64_t bytes = 0;                   // the constraint's text (the waiting queue's charge)
   std::atomic<bool> cancelled{false};  // every waiter cancelled, or the queue stops
   bool running = false;                // a thread took it
   uint64_t seq = 0;                    // arrival order
@@ -36,6 +37,7 @@ void CompileQueue::DropLocked(const std::shared_ptr<Ticket::Job>& job) {
   if (auto it = std::find(q.begin(), q.end(), job); it != q.end()) {
     q.erase(it);
     --queued_;
+    queued_bytes_ -= job->bytes;
   }
   if (q.empty() && c->second.running == 0) clients_.erase(c);
 }
@@ -120,6 +122,19 @@ std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& cl
         " constraint compiles waiting (--grammar-max-queued-per-client); retry later"));
     return nullptr;
   }
+  int64_t bytes = static_cast<int64_t>(spec.text.size());
+  for (const std::string& choice : spec.choices) bytes += static_cast<int64_t>(choice.size());
+  if (queued_bytes_ + bytes > options_.max_queued_bytes && queued_ > 0) {
+    compiler_->CountBusy();
+    if (c.queued.empty() && c.running == 0) clients_.erase(client);
+    lock.unlock();
+    const int64_t limit = options_.max_queued_bytes;
+    done(ResourceExhaustedError(field + ": the constraints waiting to compile would pass " +
+                                (limit % (1 << 20) == 0 ? std::to_string(limit >> 20) + " MiB"
+                                                        : std::to_string(limit) + " bytes") +
+                                " of text (--grammar-max-queued-mb); retry later"));
+    return nullptr;
+  }
   auto job = std::make_shared<Ticket::Job>();
   job->key = key;
   job->client = client;
@@ -127,10 +142,12 @@ std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& cl
   job->spec = spec;
   job->waiters.push_back({ticket, std::move(done), std::move(post)});
   job->seq = ++submit_tick_;
+  job->bytes = bytes;
   ticket->job_ = job;
   by_key_[key] = job;  // replaces a cancelled one, which still ends on its own
   c.queued.push_back(std::move(job));
   ++queued_;
+  queued_bytes_ += bytes;
   lock.unlock();
   cv_.notify_one();
   return ticket;
@@ -155,6 +172,7 @@ std::shared_ptr<CompileQueue::Ticket::Job> CompileQueue::NextLocked() {
   std::shared_ptr<Ticket::Job> job = std::move(best->queued.front());
   best->queued.pop_front();
   --queued_;
+  queued_bytes_ -= job->bytes;
   job->running = true;
   ++best->running;
   best->last_served = ++serve_tick_;

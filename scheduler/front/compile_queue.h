@@ -3,7 +3,9 @@
 // thread, while a few compile threads work through the queue:
 // - one client (its API key, else its connection) runs at most `per_client` compiles at once and
 //   has at most `max_queued_per_client` waiting; beyond that its request is RESOURCE_EXHAUSTED
-//   (HTTP 429), so a client that floods the server with schemas delays only itself;
+//   (HTTP 429), so a client that floods the server with schemas delays only itself; and the
+//   constraints waiting hold at most `max_queued_bytes` of text, all clients together (a flood
+//   from many connections is refused the same way instead of holding memory);
 // - a free thread takes the next compile of the client served least recently, so a client's
 //   first compile waits for the compiles running and at most one of each other client waiting,
 //   each bounded by the compile budget;
@@ -35,6 +37,7 @@ class CompileQueue {
     int workers = 2;                 // compiles at once, all clients together
     int per_client = 1;              // compiles of one client at once
     int max_queued_per_client = 16;  // compiles of one client waiting for a thread
+    int64_t max_queued_bytes = int64_t{64} << 20;  // text of the waiting constraints, all clients
   };
   using Result = StatusOr<std::shared_ptr<const sched::CompiledConstraint>>;
   using Done = std::function<void(Result)>;
@@ -96,6 +99,7 @@ class CompileQueue {
   uint64_t serve_tick_ = 0;                          // mu_
   uint64_t submit_tick_ = 0;                         // mu_
   int64_t queued_ = 0;                               // mu_: jobs in every client's queue
+  int64_t queued_bytes_ = 0;                         // mu_: their constraints' text
   int64_t running_ = 0;                              // mu_
   std::vector<std::thread> threads_;
 };

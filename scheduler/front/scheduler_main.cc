@@ -74,6 +74,7 @@ struct Flags {
   int64_t grammar_compile_workers = 2;
   int64_t grammar_compiles_per_client = 1;
   int64_t grammar_max_queued_per_client = 16;
+  int64_t grammar_max_queued_mb = 64;
   int64_t max_message_mb = 64;
   std::string admin_listen = "127.0.0.1:50053";
   std::string admin_token_file;
@@ -270,6 +271,10 @@ void Register(FlagSet* fs, Flags* f) {
           "Compiles one client may have waiting; beyond it a request is RESOURCE_EXHAUSTED "
           "(HTTP 429). Requests for a constraint already compiling wait for that compile and "
           "count for nothing.");
+  fs->Int("grammar-max-queued-mb", &f->grammar_max_queued_mb,
+          "Text of the constraints waiting for a compile, in MiB, all clients together; beyond "
+          "it a request is RESOURCE_EXHAUSTED (HTTP 429), so a flood from many connections "
+          "holds no more memory than this.");
   fs->Int("grammar-max-compile-ms", &f->grammar_max_compile_ms,
           "Wall time one constraint's compile may take. A compile runs first in a child process "
           "that is killed past half of it; one that fits is compiled again in the scheduler, so "
@@ -343,6 +348,10 @@ Status Validate(const Flags& f) {
   }
   ASTR_RETURN_IF_ERROR(positive(f.grammar_compiles_per_client, "grammar-compiles-per-client"));
   ASTR_RETURN_IF_ERROR(positive(f.grammar_max_queued_per_client, "grammar-max-queued-per-client"));
+  ASTR_RETURN_IF_ERROR(positive(f.grammar_max_queued_mb, "grammar-max-queued-mb"));
+  if (f.grammar_max_queued_mb > (int64_t{1} << 20)) {
+    return InvalidArgumentError("--grammar-max-queued-mb must be <= 1048576");
+  }
   ASTR_RETURN_IF_ERROR(positive(f.connect_timeout_s, "connect-timeout-s"));
   if (!(f.worker_refresh_s >= 0.1) || f.worker_refresh_s > 3600) {
     return InvalidArgumentError("--worker-refresh-s must be in [0.1, 3600]");
@@ -578,6 +587,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
       static_cast<int>(std::min<int64_t>(f.grammar_compiles_per_client, 1 << 20));
   front_limits.compiles.max_queued_per_client =
       static_cast<int>(std::min<int64_t>(f.grammar_max_queued_per_client, 1 << 20));
+  front_limits.compiles.max_queued_bytes = f.grammar_max_queued_mb << 20;
   front::GenerateService service(scheduler.get(), std::move(model), limits, front_limits);
   front::GenerateGrpcService grpc_service(&service);
 

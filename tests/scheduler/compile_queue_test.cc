@@ -157,6 +157,35 @@ TEST_F(CompileQueueTest, AFullQueueIsResourceExhaustedAtOnce) {
   EXPECT_TRUE(rec.result("b1").ok());
 }
 
+// The waiting constraints' text is bounded for all clients together (a flood from many
+// connections); one constraint alone always gets in.
+TEST_F(CompileQueueTest, TheWaitingTextIsBoundedForAllClients) {
+  Recorder rec;
+  const ConstraintSpec big = Slow(72);  // about 60 KB of choices
+  int64_t bytes = 0;
+  for (const std::string& c : big.choices) bytes += static_cast<int64_t>(c.size());
+  CompileQueue queue(compiler_, {.workers = 1,
+                                 .per_client = 1,
+                                 .max_queued_per_client = 8,
+                                 .max_queued_bytes = bytes + bytes / 2});
+  auto running = queue.Submit("a", Slow(71), "f", rec.For("running"));
+  ASSERT_TRUE(WaitRunning(queue, 1));
+  auto b = queue.Submit("b", big, "f", rec.For("b"));  // waits: within the bound
+  ASSERT_NE(b, nullptr);
+  auto c = queue.Submit("c", Slow(73), "f", rec.For("c"));  // would pass it
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(rec.result("c").status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(rec.result("c").status().message(),
+            "f: the constraints waiting to compile would pass " +
+                std::to_string(bytes + bytes / 2) +
+                " bytes of text (--grammar-max-queued-mb); retry later");
+  auto d = queue.Submit("d", Small("fits"), "f", rec.For("d"));  // a small one still fits
+  EXPECT_NE(d, nullptr);
+  ASSERT_TRUE(rec.WaitFor(4));
+  EXPECT_TRUE(rec.result("b").ok());
+  EXPECT_TRUE(rec.result("d").ok());
+}
+
 TEST_F(CompileQueueTest, RequestsForOneConstraintShareItsCompile) {
   Recorder rec;
   CompileQueue queue(compiler_, {.workers = 2, .per_client = 1, .max_queued_per_client = 1});
