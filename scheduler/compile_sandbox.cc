@@ -245,9 +245,7 @@ SandboxResult RunInSandbox(const std::function<SandboxWork()>& work, const Sandb
     }
     if (eof || complete()) break;
     const int64_t rss = StatusBytes(pid, "RssAnon");
-    const int64_t grown = rss < 0 ? 0 : std::max<int64_t>(0, rss - baseline);
-    out.peak_memory_bytes = std::max(out.peak_memory_bytes, grown);
-    if (grown > limits.memory_bytes) {
+    if (rss >= 0 && rss - baseline > limits.memory_bytes) {
       killed_for = Outcome::kOverMemory;
       break;
     }

@@ -73,7 +73,6 @@ struct SandboxResult {
   Outcome outcome = Outcome::kNoSandbox;
   std::string error;           // kFailed: the work's message; kCrashed / kNoSandbox: what happened
   int64_t retained_bytes = 0;  // kOk: as reported by the work
-  int64_t peak_memory_bytes = 0;  // the largest memory sample taken
   std::chrono::nanoseconds elapsed{0};
 };
 

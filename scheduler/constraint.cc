@@ -141,11 +141,10 @@ std::string Mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 }  // namespace
 
 struct ConstraintCompiler::Impl {
-  Impl(xgrammar::TokenizerInfo info_in, const ConstraintCompilerOptions& o, int64_t memory_bytes)
+  Impl(xgrammar::TokenizerInfo info_in, const ConstraintCompilerOptions& o)
       : info(std::move(info_in)),
         threads(std::max(1, o.threads)),
         cache_limit(o.cache_bytes),
-        memory_bytes(memory_bytes),
         compiler(info, threads, /*cache_enabled=*/false) {}
 
   // The compile itself, on `c` (the scheduler's compiler, or a child's own).
@@ -205,7 +204,6 @@ struct ConstraintCompiler::Impl {
   const xgrammar::TokenizerInfo info;
   const int threads;
   const int64_t cache_limit;
-  const int64_t memory_bytes;
   xgrammar::GrammarCompiler compiler;  // no cache of its own: ours below counts real bytes
 
   struct Entry {
@@ -241,7 +239,7 @@ StatusOr<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::Create(
     xgrammar::TokenizerInfo info(vocab.tokens, ToXgrammar(vocab.encoding), vocab_size,
                                  vocab.stop_ids, vocab.add_prefix_space);
     return std::unique_ptr<ConstraintCompiler>(new ConstraintCompiler(
-        std::make_unique<Impl>(std::move(info), options, budget.memory_bytes), vocab_size, budget));
+        std::make_unique<Impl>(std::move(info), options), vocab_size, budget));
   } catch (const std::exception& e) {
     return InternalError("constraint vocabulary: " + CleanMessage(e.what()));
   }
@@ -336,8 +334,7 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
           xgrammar::GrammarCompiler own(impl.info, impl.threads, /*cache_enabled=*/false);
           const int64_t before = HeapInUseBytes();
           xgrammar::CompiledGrammar g = impl.Run(own, spec);
-          w.retained_bytes = HeapInUseBytes() - before;
-          if (w.retained_bytes <= 0) w.retained_bytes = static_cast<int64_t>(g.MemorySizeBytes());
+          w.retained_bytes = HeapInUseBytes() - before;  // <= 0: no count (see below)
           return w;
         },
         SandboxLimits{budget_.time / 2, budget_.memory_bytes}, cancelled);

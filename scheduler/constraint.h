@@ -105,7 +105,6 @@ class ConstraintCompiler {
       const std::atomic<bool>* cancelled = nullptr) const;
 
   int32_t vocab_size() const { return vocab_size_; }
-  const CompileBudget& budget() const { return budget_; }
 
   // Counters (metrics).
   struct Stats {

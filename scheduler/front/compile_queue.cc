@@ -113,27 +113,25 @@ std::shared_ptr<CompileQueue::Ticket> CompileQueue::Submit(const std::string& cl
   // A client new to the queue (or back after it had nothing queued or running) ranks as never
   // served: before every client served since.
   Client& c = clients_[client];
-  if (static_cast<int>(c.queued.size()) >= options_.max_queued_per_client) {
+  auto refuse = [&](const std::string& why) {
     compiler_->CountBusy();
     if (c.queued.empty() && c.running == 0) clients_.erase(client);
     lock.unlock();
-    done(ResourceExhaustedError(
-        field + ": this client already has " + std::to_string(options_.max_queued_per_client) +
-        " constraint compiles waiting (--grammar-max-queued-per-client); retry later"));
+    done(ResourceExhaustedError(field + ": " + why + "; retry later"));
     return nullptr;
+  };
+  if (static_cast<int>(c.queued.size()) >= options_.max_queued_per_client) {
+    return refuse("this client already has " + std::to_string(options_.max_queued_per_client) +
+                  " constraint compiles waiting (--grammar-max-queued-per-client)");
   }
   int64_t bytes = static_cast<int64_t>(spec.text.size());
   for (const std::string& choice : spec.choices) bytes += static_cast<int64_t>(choice.size());
   if (queued_bytes_ + bytes > options_.max_queued_bytes && queued_ > 0) {
-    compiler_->CountBusy();
-    if (c.queued.empty() && c.running == 0) clients_.erase(client);
-    lock.unlock();
     const int64_t limit = options_.max_queued_bytes;
-    done(ResourceExhaustedError(field + ": the constraints waiting to compile would pass " +
-                                (limit % (1 << 20) == 0 ? std::to_string(limit >> 20) + " MiB"
-                                                        : std::to_string(limit) + " bytes") +
-                                " of text (--grammar-max-queued-mb); retry later"));
-    return nullptr;
+    return refuse("the constraints waiting to compile would pass " +
+                  (limit % (1 << 20) == 0 ? std::to_string(limit >> 20) + " MiB"
+                                          : std::to_string(limit) + " bytes") +
+                  " of text (--grammar-max-queued-mb)");
   }
   auto job = std::make_shared<Ticket::Job>();
   job->key = key;
@@ -187,13 +185,11 @@ void CompileQueue::Run() {
     std::shared_ptr<Ticket::Job> job;
     cv_.wait(lock, [&] { return (job = NextLocked()) != nullptr || (stopping_ && queued_ == 0); });
     if (job == nullptr) return;
-    ++running_;
     lock.unlock();
     Result result = job->cancelled.load(std::memory_order_acquire)
                         ? Result(Status(StatusCode::kCancelled, job->field + ": cancelled"))
                         : compiler_->Compile(job->spec, job->field, &job->cancelled);
     lock.lock();
-    --running_;
     if (auto it = by_key_.find(job->key); it != by_key_.end() && it->second == job) {
       by_key_.erase(it);
     }
@@ -223,7 +219,9 @@ int64_t CompileQueue::queued() const {
 
 int64_t CompileQueue::running() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return running_;
+  int64_t n = 0;
+  for (const auto& [name, c] : clients_) n += c.running;
+  return n;
 }
 
 }  // namespace astr::front

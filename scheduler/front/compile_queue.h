@@ -100,7 +100,6 @@ class CompileQueue {
   uint64_t submit_tick_ = 0;                         // mu_
   int64_t queued_ = 0;                               // mu_: jobs in every client's queue
   int64_t queued_bytes_ = 0;                         // mu_: their constraints' text
-  int64_t running_ = 0;                              // mu_
   std::vector<std::thread> threads_;
 };
 

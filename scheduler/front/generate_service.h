@@ -91,8 +91,6 @@ class GenerateService {
   void CountStalled() { stalled_.fetch_add(1, std::memory_order_relaxed); }
 
   const ServedModel& model() const { return model_; }
-  // Null when the server serves no constraints.
-  const CompileQueue* compile_queue() const { return compiles_.get(); }
 
  private:
   void Unregister(uint64_t key);

@@ -341,6 +341,30 @@ def served_model(cluster):
     return r.json()["data"][0]["id"]
 
 
+def scrape_metrics(cluster):
+    """GET /metrics of the scheduler, read with prometheus-client's parser: (families, samples),
+    samples keyed by (sample name, sorted label items)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = get(cluster.scheduler.http_address, "/metrics")
+    assert r.status == 200, r
+    assert r.content_type.startswith("text/plain"), r.headers
+    families = list(text_string_to_metric_families(r.text()))
+    samples = {}
+    for fam in families:
+        for s in fam.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in samples, f"sample {key} twice"
+            samples[key] = s.value
+    return families, samples
+
+
+def metric_total(samples, name, **labels):
+    """Sum of `name`'s samples whose labels include `labels` (any other labels summed over)."""
+    return sum(v for (n, ls), v in samples.items()
+               if n == name and all(dict(ls).get(k) == want for k, want in labels.items()))
+
+
 def wait_until(fn, timeout, interval=0.01):
     """Like harness.wait_until, importable without the gRPC stubs."""
     start = time.monotonic()

@@ -17,15 +17,12 @@ import random
 import re
 import socket
 import statistics
-import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import harness
 import openai_http as oh
@@ -69,14 +66,7 @@ def children(c):
 
 
 def metric(c, name, **labels):
-    r = oh.get(c.scheduler.http_address, "/metrics")
-    assert r.status == 200, r
-    total = 0.0
-    for fam in text_string_to_metric_families(r.text()):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
+    return oh.metric_total(oh.scrape_metrics(c)[1], name, **labels)
 
 
 def words(n, seed, lo=4, hi=12):

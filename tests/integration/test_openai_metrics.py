@@ -6,7 +6,6 @@ Names: docs/metrics.md."""
 import math
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import openai_http as oh
 
@@ -15,24 +14,8 @@ HISTOGRAMS = ["astr:time_to_first_token_seconds", "astr:e2e_request_latency_seco
 GAUGES = ["astr:num_requests_running", "astr:num_requests_waiting"]
 
 
-def scrape(c):
-    r = oh.get(c.scheduler.http_address, "/metrics")
-    assert r.status == 200, r
-    assert r.content_type.startswith("text/plain"), r.headers
-    families = list(text_string_to_metric_families(r.text()))
-    samples = {}
-    for fam in families:
-        for s in fam.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in samples, f"sample {key} twice"
-            samples[key] = s.value
-    return families, samples
-
-
-def total(samples, name, **labels):
-    """Sum of `name`'s samples whose labels include `labels` (any other labels summed over)."""
-    return sum(v for (n, ls), v in samples.items()
-               if n == name and all(dict(ls).get(k) == want for k, want in labels.items()))
+scrape = oh.scrape_metrics
+total = oh.metric_total
 
 
 def has(samples, name):
