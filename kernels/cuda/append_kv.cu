@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_prefill.h"
 
 namespace astr::cuda {
@@ -68,11 +69,11 @@ cudaError_t LaunchAppendKv(const bf16* k_new, const bf16* v_new, int64_t kv_new_
                    Aligned16(v_new) && Aligned16(kv.k) && Aligned16(kv.v);
   const int re = static_cast<int>(row_elems);
   if (vec) {
-    AppendKvKernel<true><<<num_rows, kAppendThreads, 0, stream>>>(
-        k_new, v_new, kv_new_stride, out_slots, re, pool_slots, kv.k, kv.v);
+    ASTR_LAUNCH_KERNEL(AppendKvKernel<true>, num_rows, kAppendThreads, 0, stream)
+    (k_new, v_new, kv_new_stride, out_slots, re, pool_slots, kv.k, kv.v);
   } else {
-    AppendKvKernel<false><<<num_rows, kAppendThreads, 0, stream>>>(
-        k_new, v_new, kv_new_stride, out_slots, re, pool_slots, kv.k, kv.v);
+    ASTR_LAUNCH_KERNEL(AppendKvKernel<false>, num_rows, kAppendThreads, 0, stream)
+    (k_new, v_new, kv_new_stride, out_slots, re, pool_slots, kv.k, kv.v);
   }
   return cudaGetLastError();
 }

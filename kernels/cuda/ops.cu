@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace astr::cuda {
@@ -292,9 +293,11 @@ cudaError_t LaunchEmbeddingGather(const bf16* table, const int32_t* ids, int num
   if (num_tokens == 0) return cudaSuccess;
   const bool vec = hidden % 8 == 0 && Aligned(table, 16) && Aligned(out, 16);
   if (vec) {
-    EmbeddingGatherKernel<true><<<num_tokens, 128, 0, stream>>>(table, ids, hidden, out);
+    ASTR_LAUNCH_KERNEL(EmbeddingGatherKernel<true>, num_tokens, 128, 0, stream)
+    (table, ids, hidden, out);
   } else {
-    EmbeddingGatherKernel<false><<<num_tokens, 128, 0, stream>>>(table, ids, hidden, out);
+    ASTR_LAUNCH_KERNEL(EmbeddingGatherKernel<false>, num_tokens, 128, 0, stream)
+    (table, ids, hidden, out);
   }
   return LaunchError();
 }
@@ -306,11 +309,11 @@ cudaError_t LaunchAddRmsNorm(float* x, const float* delta, const float* weight, 
   const bool vec = hidden % 4 == 0 && Aligned(x, 16) && Aligned(weight, 16) && Aligned(out, 8) &&
                    (delta == nullptr || Aligned(delta, 16));
   if (vec) {
-    AddRmsNormKernel<true>
-        <<<num_tokens, kRowThreads, 0, stream>>>(x, delta, weight, eps, hidden, out);
+    ASTR_LAUNCH_KERNEL(AddRmsNormKernel<true>, num_tokens, kRowThreads, 0, stream)
+    (x, delta, weight, eps, hidden, out);
   } else {
-    AddRmsNormKernel<false>
-        <<<num_tokens, kRowThreads, 0, stream>>>(x, delta, weight, eps, hidden, out);
+    ASTR_LAUNCH_KERNEL(AddRmsNormKernel<false>, num_tokens, kRowThreads, 0, stream)
+    (x, delta, weight, eps, hidden, out);
   }
   return LaunchError();
 }
@@ -324,8 +327,9 @@ cudaError_t LaunchHeadRmsNorm(bf16* rows, int64_t stride, int num_tokens, int he
   if (num_tokens == 0) return cudaSuccess;
   const int head_blocks = (heads + kHeadNormWarps - 1) / kHeadNormWarps;
   if (head_blocks > kMaxGridY) return cudaErrorInvalidValue;
-  HeadRmsNormKernel<<<dim3(num_tokens, head_blocks), kHeadNormWarps * 32, 0, stream>>>(
-      rows, stride, heads, head_dim, weight, eps);
+  ASTR_LAUNCH_KERNEL(HeadRmsNormKernel, dim3(num_tokens, head_blocks), kHeadNormWarps * 32, 0,
+                     stream)
+  (rows, stride, heads, head_dim, weight, eps);
   return LaunchError();
 }
 
@@ -338,8 +342,8 @@ cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, in
     return cudaErrorInvalidValue;
   }
   if (num_tokens == 0) return cudaSuccess;
-  RopeKernel<<<num_tokens, kRopeThreads, 0, stream>>>(rows, stride, heads, head_dim, rope_dim,
-                                                      positions, inv_freq, interleaved);
+  ASTR_LAUNCH_KERNEL(RopeKernel, num_tokens, kRopeThreads, 0, stream)
+  (rows, stride, heads, head_dim, rope_dim, positions, inv_freq, interleaved);
   return LaunchError();
 }
 
@@ -349,11 +353,11 @@ cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* ou
   if (num_tokens == 0) return cudaSuccess;
   const bool vec = ffn % 8 == 0 && Aligned(gate_up, 16) && Aligned(out, 16);
   if (vec) {
-    SiluMulKernel<true>
-        <<<EltGrid(ffn / 8, num_tokens), kEltThreads, 0, stream>>>(gate_up, num_tokens, ffn, out);
+    ASTR_LAUNCH_KERNEL(SiluMulKernel<true>, EltGrid(ffn / 8, num_tokens), kEltThreads, 0, stream)
+    (gate_up, num_tokens, ffn, out);
   } else {
-    SiluMulKernel<false>
-        <<<EltGrid(ffn, num_tokens), kEltThreads, 0, stream>>>(gate_up, num_tokens, ffn, out);
+    ASTR_LAUNCH_KERNEL(SiluMulKernel<false>, EltGrid(ffn, num_tokens), kEltThreads, 0, stream)
+    (gate_up, num_tokens, ffn, out);
   }
   return LaunchError();
 }
@@ -362,8 +366,8 @@ cudaError_t LaunchAddBias(bf16* rows, int64_t stride, int num_tokens, int cols, 
                           cudaStream_t stream) {
   if (num_tokens < 0 || cols <= 0 || stride < cols) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
-  AddBiasKernel<<<EltGrid(cols, num_tokens), kEltThreads, 0, stream>>>(rows, stride, num_tokens,
-                                                                       cols, bias);
+  ASTR_LAUNCH_KERNEL(AddBiasKernel, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
+  (rows, stride, num_tokens, cols, bias);
   return LaunchError();
 }
 
@@ -373,8 +377,8 @@ cudaError_t LaunchSigmoidGate(bf16* attn, int64_t attn_stride, const bf16* gate,
     return cudaErrorInvalidValue;
   }
   if (num_tokens == 0) return cudaSuccess;
-  SigmoidGateKernel<<<EltGrid(cols, num_tokens), kEltThreads, 0, stream>>>(
-      attn, attn_stride, gate, gate_stride, num_tokens, cols);
+  ASTR_LAUNCH_KERNEL(SigmoidGateKernel, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
+  (attn, attn_stride, gate, gate_stride, num_tokens, cols);
   return LaunchError();
 }
 
@@ -387,11 +391,11 @@ cudaError_t LaunchGatherRows(const bf16* in, int64_t in_stride, const int32_t* r
   const bool vec = cols % 8 == 0 && in_stride % 8 == 0 && out_stride % 8 == 0 && Aligned(in, 16) &&
                    Aligned(out, 16);
   if (vec) {
-    GatherRowsKernel<true>
-        <<<num_rows, 128, 0, stream>>>(in, in_stride, rows, cols, out, out_stride);
+    ASTR_LAUNCH_KERNEL(GatherRowsKernel<true>, num_rows, 128, 0, stream)
+    (in, in_stride, rows, cols, out, out_stride);
   } else {
-    GatherRowsKernel<false>
-        <<<num_rows, 128, 0, stream>>>(in, in_stride, rows, cols, out, out_stride);
+    ASTR_LAUNCH_KERNEL(GatherRowsKernel<false>, num_rows, 128, 0, stream)
+    (in, in_stride, rows, cols, out, out_stride);
   }
   return LaunchError();
 }

@@ -1,5 +1,6 @@
 #include <cfloat>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_attention_generic.h"
 
 namespace astr::cuda {
@@ -84,7 +85,9 @@ cudaError_t LaunchGenericPagedAttention(const GenericAttentionArgs& args, cudaSt
     return cudaErrorInvalidValue;
   }
   if (args.num_rows == 0) return cudaSuccess;
-  GenericPagedAttentionKernel<<<dim3(args.num_rows, d.num_heads), kWarp, 0, stream>>>(args);
+  ASTR_LAUNCH_KERNEL(GenericPagedAttentionKernel, dim3(args.num_rows, d.num_heads), kWarp, 0,
+                     stream)
+  (args);
   return cudaGetLastError();
 }
 

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_decode_impl.cuh"
 
@@ -189,7 +190,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
     PagedDecodeKernel(const PagedDecodeArgs a, float scale_log2) {
   using C = Config<kHeadDim>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  ASTR_DYNAMIC_SMEM(smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);    // [16, kRowStride]
   bf16* sK = sQ + C::kQElems;                  // [kStages, kTileTokens, kRowStride]
   bf16* sV = sK + C::kStages * C::kTileElems;  // [kStages, kTileTokens, kRowStride]
@@ -289,11 +290,12 @@ cudaError_t LaunchForHeadDim(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const float scale_log2 = a.dims.sm_scale * 1.4426950408889634f;  // log2(e)
   const dim3 grid(a.num_splits, a.batch, a.dims.num_kv_heads);
-  PagedDecodeKernel<kHeadDim><<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, scale_log2);
+  ASTR_LAUNCH_KERNEL(PagedDecodeKernel<kHeadDim>, grid, C::kThreads, C::kSmemBytes, stream)
+  (a, scale_log2);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  CombineKernel<<<dim3(a.dims.num_heads, a.batch), 128, 0, stream>>>(
-      a.o_partial, a.lse_partial, a.dims.num_heads, a.num_splits, kHeadDim, a.out, a.out_stride);
+  ASTR_LAUNCH_KERNEL(CombineKernel, dim3(a.dims.num_heads, a.batch), 128, 0, stream)
+  (a.o_partial, a.lse_partial, a.dims.num_heads, a.num_splits, kHeadDim, a.out, a.out_stride);
   return cudaGetLastError();
 }
 

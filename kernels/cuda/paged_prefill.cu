@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_prefill.h"
 #include "kernels/cuda/ptx.cuh"
 
@@ -302,7 +303,7 @@ __device__ __forceinline__ void StoreOutput(const PagedPrefillArgs& a, const Til
 template <int D>
 __global__ void __launch_bounds__(kThreads) PagedPrefillKernel(const PagedPrefillArgs a) {
   using T = Traits<D>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ASTR_DYNAMIC_SMEM(smem_raw);
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kRows][kStride]
   bf16* sK = sQ + kRows * T::kStride;            // [2][kKvRows][kStride]
   bf16* sV = sK + 2 * T::kKvRows * T::kStride;   // [2][kKvRows][kStride]
@@ -379,7 +380,7 @@ cudaError_t LaunchPrefillFor(const PagedPrefillArgs& a, cudaStream_t stream) {
       PagedPrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(a.dims.num_heads), static_cast<unsigned>(a.num_tiles));
-  PagedPrefillKernel<D><<<grid, kThreads, kSmem, stream>>>(a);
+  ASTR_LAUNCH_KERNEL(PagedPrefillKernel<D>, grid, kThreads, kSmem, stream)(a);
   return cudaGetLastError();
 }
 

@@ -8,6 +8,10 @@
 
 #include <cstdint>
 
+#if defined(ASTR_CUDA_EMU)
+// The emulated device (kernels/cuda/emu) runs the same wrappers as lane rendezvous on the CPU.
+#include "kernels/cuda/emu/ptx_emu.h"
+#else
 namespace astr::cuda::ptx {
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -58,6 +62,11 @@ __device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+}  // namespace astr::cuda::ptx
+#endif  // ASTR_CUDA_EMU
+
+namespace astr::cuda::ptx {
 
 // Two floats as bf16x2, `lo` in the low half (the lower column of an MMA fragment).
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "common/base/philox.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sampling.h"
 
 namespace astr::cuda {
@@ -516,7 +517,7 @@ cudaError_t LaunchSampling(const SamplingArgs& args, cudaStream_t stream) {
       (args.allowed == nullptr || args.mask_words != (args.vocab + 31) / 32)) {
     return cudaErrorInvalidValue;
   }
-  SamplingKernel<<<args.num_rows, kThreads, 0, stream>>>(args);
+  ASTR_LAUNCH_KERNEL(SamplingKernel, args.num_rows, kThreads, 0, stream)(args);
   return cudaGetLastError();
 }
 

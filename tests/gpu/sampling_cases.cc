@@ -301,7 +301,7 @@ SamplingCase Make(const std::string& op, int vocab, int rows, Logits logits, uin
   SamplingCase c;
   c.op = op;
   c.vocab = vocab;
-  c.rows = rows;
+  c.rows = rows = CaseRows(rows);
   c.logits = logits;
   c.seed = seed;
   c.max_mismatches = max_mismatches;
@@ -334,7 +334,7 @@ void RegisterSamplingBasicCases() {
     // Temperature draws over many seeds (different sequences and token indices too).
     for (float t : {0.7f, 1.0f, 1.5f}) {
       char extra[64];
-      std::snprintf(extra, sizeof(extra), "T=%g seeds=256", t);
+      std::snprintf(extra, sizeof(extra), "T=%g", t);  // a seed per row
       AddCase(Make("sampling_temperature", v, 256, Logits::kMixed, 3, 1, extra,
                    [t](int r, const float*) {
                      RowSpec s;
