@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/base/logging.h"
 #include "common/model/model_file.h"
 
 #ifndef ASTR_HAVE_CUDA_BUILD
@@ -19,6 +20,8 @@ namespace {
 struct CudaPlugin {
   std::string unavailable;  // "" when usable
   CudaPluginCreateFn create = nullptr;
+  bool emulated = false;  // the emulated device (kernels/cuda/emu): never chosen by auto
+  std::string device;     // the device's name, as the probe reports it
 };
 
 // <directory of this executable>/../lib/<plugin>, or $ASTR_CUDA_PLUGIN.
@@ -68,6 +71,10 @@ CudaPlugin LoadPlugin() {
     p.unavailable = std::string("no usable CUDA device: ") + why;
     return p;
   }
+  p.device = why;
+  using EmulatedFn = int (*)();
+  auto emulated = reinterpret_cast<EmulatedFn>(dlsym(handle, "astr_cuda_plugin_emulated"));
+  p.emulated = emulated != nullptr && emulated() != 0;
   p.create = create;
   return p;
 }
@@ -127,6 +134,18 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const model::ModelFile& file,
     }
     if (note != nullptr) *note = plugin.unavailable;
     return CreateCpuBackend(file, options);
+  }
+  if (plugin.emulated) {
+    if (kind == BackendKind::kAuto) {
+      // The emulator runs the GPU kernels on the CPU, for tests: never a silent choice.
+      if (note != nullptr) {
+        *note = "ASTR_CUDA_PLUGIN names the emulated device (" + plugin.device +
+                "); --backend auto never uses it (pass --backend cuda)";
+      }
+      return CreateCpuBackend(file, options);
+    }
+    LOG(WARNING) << "CUDA backend on the " << plugin.device
+                 << ": the CPU runs the GPU kernels (for tests, not for serving)";
   }
   char error[1024] = {0};
   Backend* backend = plugin.create(&file, &options, error, sizeof(error));

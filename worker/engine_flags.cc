@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/base/logging.h"
@@ -183,8 +184,10 @@ StatusOr<std::unique_ptr<Backend>> EngineFlags::CreateBackend(const model::Model
   std::string note;
   auto created = astr::CreateBackend(file, BackendOpts(), kind, &note);
   // On a machine with no NVIDIA driver the CPU is the expected choice: say nothing. With a driver,
-  // not using it is worth a line.
-  if (created.ok() && !note.empty() && NvidiaDriverPresent()) {
+  // or a plugin named by ASTR_CUDA_PLUGIN, not using it is worth a line.
+  const char* plugin = std::getenv("ASTR_CUDA_PLUGIN");
+  if (created.ok() && !note.empty() &&
+      (NvidiaDriverPresent() || (plugin != nullptr && *plugin != '\0'))) {
     LOG(WARNING) << "not using CUDA: " << note << "; running on the CPU backend";
   }
   return created;

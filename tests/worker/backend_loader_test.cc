@@ -103,5 +103,24 @@ TEST(BackendLoaderTest, RealPluginProbedWithoutAGpu) {
   EXPECT_NE(env.find("no usable CUDA device"), std::string::npos) << env;
 }
 
+// The emulated device's plugin (kernels/cuda/emu) runs the CUDA backend with --backend cuda, names
+// itself, and is never what auto picks.
+TEST(BackendLoaderTest, EmulatedPluginOnlyWhenAskedFor) {
+  ASTR_REQUIRE_SHARED_FILE(path, "models/stories260K.gguf");
+  const std::string plugin = testing::BinDir() + "/../lib/libastr_backend_cuda_emu.so";
+  if (access(plugin.c_str(), F_OK) != 0) GTEST_SKIP() << "built without the emulated device";
+  const std::string cuda = RunAstr("ASTR_CUDA_PLUGIN=" + plugin, "--backend cuda");
+  EXPECT_EQ(cuda.rfind("0:", 0), 0u) << cuda;
+  EXPECT_NE(cuda.find("CUDA backend on the emulated sm_90 (H200 profile)"), std::string::npos)
+      << cuda;
+  const std::string a100 =
+      RunAstr("ASTR_CUDA_EMU_PROFILE=sm_80 ASTR_CUDA_PLUGIN=" + plugin, "--backend cuda");
+  EXPECT_NE(a100.find("emulated sm_80 (A100 profile)"), std::string::npos) << a100;
+  const std::string automatic = RunAstr("ASTR_CUDA_PLUGIN=" + plugin, "--backend auto");
+  EXPECT_EQ(automatic.rfind("0:", 0), 0u) << automatic;
+  EXPECT_NE(automatic.find("--backend auto never uses it"), std::string::npos) << automatic;
+  EXPECT_NE(automatic.find("running on the CPU backend"), std::string::npos) << automatic;
+}
+
 }  // namespace
 }  // namespace astr

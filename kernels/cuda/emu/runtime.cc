@@ -592,8 +592,12 @@ cudaError_t cudaDeviceSynchronize(void) {
   return cudaSuccess;
 }
 
+// Ends the "context": waits for every stream and clears the sticky error, so that a test can go on
+// after a deliberate kernel fault. Allocations stay (the emulator has one process-wide context).
 cudaError_t cudaDeviceReset(void) {
   emu::SyncAll();
+  emu::g_sticky.store(cudaSuccess);
+  emu::t_last_error = cudaSuccess;
   return cudaSuccess;
 }
 

@@ -34,13 +34,28 @@ __attribute__((visibility("default"))) int astr_cuda_plugin_probe(char* why, int
     return 0;
   }
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major < 8) {
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    Fill(why, why_size, "cudaGetDeviceProperties failed");
+    return 0;
+  }
+  if (prop.major < 8) {
     Fill(why, why_size,
          std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
              std::to_string(prop.minor) + "; the CUDA backend needs 8.0 or newer (bf16 MMA)");
     return 0;
   }
+  Fill(why, why_size, prop.name);  // the device it will use
   return count;
+}
+
+// 1 when this plugin runs on the emulated device (kernels/cuda/emu, the CPU running the GPU
+// kernels): `--backend auto` never picks it. Optional for the loader (absent: 0).
+__attribute__((visibility("default"))) int astr_cuda_plugin_emulated() {
+#if defined(ASTR_CUDA_EMU)
+  return 1;
+#else
+  return 0;
+#endif
 }
 
 __attribute__((visibility("default"))) astr::Backend* astr_cuda_plugin_create(
