@@ -7,6 +7,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libgmock-dev nlohmann-json3-dev libgoogle-glog-dev libxxhash-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libboost1.81-dev
+  libboost-context1.81-dev
   python3 python3-pip python3-venv
   clang-format clang-tidy
   libssl-dev openssl
