@@ -96,6 +96,8 @@ std::string SharedPath(const std::string& relative) {
 
 }  // namespace astr::gputest
 
+// ASTR_OP_TEST_NO_MAIN: the helpers above only (tests that reuse the fixtures).
+#ifndef ASTR_OP_TEST_NO_MAIN
 namespace {
 
 const char* KindName(astr::gputest::CaseResult::Kind k) {
@@ -112,11 +114,13 @@ const char* KindName(astr::gputest::CaseResult::Kind k) {
 
 int Usage() {
   std::printf(
-      "Usage: astr-test-backend-ops [--filter SUBSTRING] [--json PATH] [--list]\n"
+      "Usage: astr-test-backend-ops [--filter SUBSTRING] [--json PATH] [--list] "
+      "[--stop-on-failure]\n"
       "Runs the CUDA op table: every kernel (and the whole CUDA backend) against the CPU backend.\n"
       "  --filter S  run only the cases whose name contains S\n"
       "  --json P    also write the results as JSON to P\n"
       "  --list      print the case names and exit\n"
+      "  --stop-on-failure  stop at the first failed case (scripts/emu_mutations.sh)\n"
       "Exit status: 0 all passed, 1 a case failed, 77 no usable GPU (skipped), 2 usage error.\n");
   return 0;
 }
@@ -126,12 +130,14 @@ int Usage() {
 int main(int argc, char** argv) {
   using namespace astr::gputest;
   std::string filter, json_path;
-  bool list = false;
+  bool list = false, stop_on_failure = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return Usage();
     if (arg == "--list") {
       list = true;
+    } else if (arg == "--stop-on-failure") {
+      stop_on_failure = true;
     } else if ((arg == "--filter" || arg == "--json") && i + 1 < argc) {
       (arg == "--filter" ? filter : json_path) = argv[++i];
     } else {
@@ -187,6 +193,10 @@ int main(int argc, char** argv) {
       std::printf("stopping: the device is in an error state\n");
       break;
     }
+    if (stop_on_failure && r.kind == CaseResult::kFail) {
+      std::printf("stopping at the first failure (--stop-on-failure)\n");
+      break;
+    }
   }
   std::printf("%d passed, %d failed, %d unsupported\n", passed, failed, unsupported);
   report["passed"] = passed;
@@ -195,3 +205,4 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
   return failed == 0 ? 0 : 1;
 }
+#endif  // ASTR_OP_TEST_NO_MAIN

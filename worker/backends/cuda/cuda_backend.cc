@@ -108,6 +108,9 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
                                                   options.cuda_graphs);
   b->device_sampling_ = options.device_sampling;
+  if (b->device_sampling_) {
+    ASTR_RETURN_IF_ERROR(b->sampler_.Reserve(wd.max_batch, c.vocab_size));
+  }
   return b;
 }
 

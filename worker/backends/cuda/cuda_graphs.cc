@@ -81,8 +81,13 @@ Status CudaGraphContext::Run(int bucket, cudaStream_t stream,
     exec = nullptr;
     return eager_from_now(std::string("instantiate: ") + cudaGetErrorString(inst));
   }
-  // Upload now, so the first replay does not allocate the graph's device resources.
-  ASTR_CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, stream), "uploading the decode graph");
+  // Upload now, so the first replay does not allocate the graph's device resources. A failed
+  // upload leaves no half-made exec behind: it is destroyed and the bucket runs eagerly.
+  if (const cudaError_t up = cudaGraphUpload(exec, stream); up != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    exec = nullptr;
+    return eager_from_now(std::string("upload: ") + cudaGetErrorString(up));
+  }
   return OkStatus();
 }
 

@@ -8,22 +8,118 @@
 namespace astr::cuda {
 namespace {
 
-// Appends `v` to `out` at a 16-byte aligned offset; returns the offset.
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Copies `n` elements to `base + *offset` (16-byte aligned) and advances *offset; returns where.
 template <typename T>
-size_t Append(std::vector<char>* out, const std::vector<T>& v) {
-  const size_t offset = (out->size() + 15) / 16 * 16;
-  out->resize(offset + v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(out->data() + offset, v.data(), v.size() * sizeof(T));
-  return offset;
+size_t Put(char* base, size_t* offset, const T* v, size_t n) {
+  const size_t at = Align16(*offset);
+  if (n > 0) std::memcpy(base + at, v, n * sizeof(T));
+  *offset = at + n * sizeof(T);
+  return at;
 }
 
 }  // namespace
+
+Status DeviceSampler::Reserve(int64_t max_rows, int64_t vocab, size_t min_edit_bytes) {
+  max_rows_ = std::max<int64_t>(max_rows, 1);
+  const size_t words = static_cast<size_t>((vocab + 31) / 32);
+  // Every row masked, plus the larger of min_edit_bytes and one row's most edits: a bias entry for
+  // every id and its min_tokens stop ids (8 bytes each), a penalty entry for every id (8 bytes).
+  const size_t masks = static_cast<size_t>(max_rows_) * (words * 4 + 4) + 64;
+  const size_t one_row = static_cast<size_t>(vocab) * 16 + 8 * 1024 + 4 * 16;
+  const size_t bytes = Align16(masks) + std::max(min_edit_bytes, one_row);
+  ASTR_ASSIGN_OR_RETURN(edits_, DeviceAllocator::Allocate(bytes, "sampling edits"));
+  ASTR_ASSIGN_OR_RETURN(staging_, PinnedMemory::Allocate(bytes, "sampling edits (staging)"));
+  ASTR_ASSIGN_OR_RETURN(
+      results_, PinnedMemory::Allocate(static_cast<size_t>(max_rows_) * sizeof(DeviceSampleResult),
+                                       "sampled tokens"));
+  return OkStatus();
+}
 
 void DeviceSampler::Pack(std::span<const SequenceSampler* const> samplers, int64_t vocab,
                          DeviceSamplingParams* params_out) {
   batch_.Clear();
   for (const SequenceSampler* s : samplers) PackSamplingRow(*s, vocab, &batch_);
   std::copy(batch_.params.begin(), batch_.params.end(), params_out);
+}
+
+size_t DeviceSampler::StagedBytes(int r0, int r1, std::span<const uint32_t* const> masks,
+                                  int64_t words) const {
+  const DeviceSamplingParams& first = batch_.params[r0];
+  const DeviceSamplingParams& last = batch_.params[r1 - 1];
+  const size_t bias = static_cast<size_t>(last.bias_end - first.bias_begin);
+  const size_t penalty = static_cast<size_t>(last.penalty_end - first.penalty_begin);
+  size_t masked = 0;
+  bool any = false;
+  for (int r = r0; r < r1 && !masks.empty(); ++r) {
+    if (masks[r] != nullptr) ++masked, any = true;
+  }
+  size_t n = Align16(bias * 4) + Align16(bias * 4) + Align16(penalty * 4) + Align16(penalty * 4);
+  if (any) n += Align16(static_cast<size_t>(r1 - r0) * 4) + masked * words * 4;
+  return n + 64;
+}
+
+Status DeviceSampler::LaunchRows(int r0, int r1, float* logits, float* raw_logits,
+                                 const DeviceSamplingParams* params,
+                                 DeviceSampleResult* device_results, int64_t vocab,
+                                 cudaStream_t stream, std::span<const uint32_t* const> masks) {
+  const int64_t words = (vocab + 31) / 32;
+  const int32_t b0 = batch_.params[r0].bias_begin, b1 = batch_.params[r1 - 1].bias_end;
+  const int32_t p0 = batch_.params[r0].penalty_begin, p1 = batch_.params[r1 - 1].penalty_end;
+  char* host = staging_.as<char>();
+  size_t used = 0;
+  const size_t bias_ids = Put(host, &used, batch_.bias_ids.data() + b0, b1 - b0);
+  const size_t bias_values = Put(host, &used, batch_.bias_values.data() + b0, b1 - b0);
+  const size_t penalty_ids = Put(host, &used, batch_.penalty_ids.data() + p0, p1 - p0);
+  const size_t penalty_generated = Put(host, &used, batch_.penalty_generated.data() + p0, p1 - p0);
+  bool masked = false;
+  for (int r = r0; r < r1 && !masks.empty(); ++r) masked = masked || masks[r] != nullptr;
+  size_t mask_rows = 0, mask_words = 0;
+  if (masked) {
+    mask_rows = Align16(used);
+    used = mask_rows + static_cast<size_t>(r1 - r0) * 4;
+    mask_words = Align16(used);
+    auto* rows = reinterpret_cast<int32_t*>(host + mask_rows);
+    auto* out = reinterpret_cast<uint32_t*>(host + mask_words);
+    int32_t next = 0;
+    for (int r = r0; r < r1; ++r) {
+      if (masks[r] == nullptr) {
+        rows[r - r0] = -1;
+        continue;
+      }
+      rows[r - r0] = next;
+      std::memcpy(out + static_cast<int64_t>(next) * words, masks[r], words * 4);
+      ++next;
+    }
+    used = mask_words + static_cast<size_t>(next) * words * 4;
+  }
+  char* dev = edits_.as<char>();
+  if (used > 0) {
+    ASTR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, used, cudaMemcpyHostToDevice, stream),
+                              "uploading the sampling edits");
+  }
+  SamplingArgs a;
+  a.logits = logits + static_cast<int64_t>(r0) * vocab;
+  a.num_rows = r1 - r0;
+  a.vocab = static_cast<int>(vocab);
+  a.params = params + r0;
+  // The rows' bias and penalty ranges index the whole step's arrays: point the kernel at where
+  // entry 0 would be, so that those indexes land in this chunk's slice.
+  a.bias_ids = reinterpret_cast<const int32_t*>(dev + bias_ids) - b0;
+  a.bias_values = reinterpret_cast<const float*>(dev + bias_values) - b0;
+  a.penalty_ids = reinterpret_cast<const int32_t*>(dev + penalty_ids) - p0;
+  a.penalty_generated = reinterpret_cast<const int32_t*>(dev + penalty_generated) - p0;
+  a.raw_logits = raw_logits + static_cast<int64_t>(r0) * vocab;
+  a.results = device_results + r0;
+  if (masked) {
+    a.mask_rows = reinterpret_cast<const int32_t*>(dev + mask_rows);
+    a.allowed = reinterpret_cast<const uint32_t*>(dev + mask_words);
+    a.mask_words = static_cast<int>(words);
+  }
+  ASTR_CUDA_RETURN_IF_ERROR(LaunchSampling(a, stream), "launching the sampling kernel");
+  ++launches_;
+  return OkStatus();
 }
 
 Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSamplingParams* params,
@@ -36,64 +132,36 @@ Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSampl
     return InvalidArgumentError("sampling: " + std::to_string(masks.size()) + " masks for " +
                                 std::to_string(rows) + " rows");
   }
+  if (rows > max_rows_ || edits_.get() == nullptr) {
+    return InvalidArgumentError("sampling: " + std::to_string(rows) + " rows, reserved for " +
+                                std::to_string(max_rows_));
+  }
   const int64_t words = (vocab + 31) / 32;
-  mask_rows_.clear();
-  mask_words_.clear();
-  bool masked = false;
-  for (const uint32_t* m : masks) {
-    if (m == nullptr) {
-      mask_rows_.push_back(-1);
-      continue;
+  const size_t capacity = edits_.bytes();
+  // Rows go in chunks whose edits fit the buffer (one chunk unless a step carries more edits than
+  // Reserve sized for). A chunk's upload may only overwrite the staging once the previous chunk's
+  // upload has run: the stream is synchronized between chunks.
+  for (int r0 = 0; r0 < rows;) {
+    int r1 = r0 + 1;
+    if (StagedBytes(r0, r1, masks, words) > capacity) {
+      return InvalidArgumentError("sampling: row " + std::to_string(r0) +
+                                  " has more edits than the sampling buffer holds");
     }
-    mask_rows_.push_back(static_cast<int32_t>(mask_words_.size() / words));
-    mask_words_.insert(mask_words_.end(), m, m + words);
-    masked = true;
+    while (r1 < rows && StagedBytes(r0, r1 + 1, masks, words) <= capacity) ++r1;
+    if (r0 > 0) {
+      ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "between sampling chunks");
+    }
+    ASTR_RETURN_IF_ERROR(
+        LaunchRows(r0, r1, logits, raw_logits, params, device_results, vocab, stream, masks));
+    r0 = r1;
   }
-  staging_.clear();
-  const size_t bias_ids = Append(&staging_, batch_.bias_ids);
-  const size_t bias_values = Append(&staging_, batch_.bias_values);
-  const size_t penalty_ids = Append(&staging_, batch_.penalty_ids);
-  const size_t penalty_generated = Append(&staging_, batch_.penalty_generated);
-  const size_t mask_rows = masked ? Append(&staging_, mask_rows_) : 0;
-  const size_t mask_words = masked ? Append(&staging_, mask_words_) : 0;
-  if (staging_.size() > edits_.bytes()) {
-    // Grows (doubling) only when a step carries more edits than any before.
-    ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "before growing the sampling edits");
-    ASTR_ASSIGN_OR_RETURN(edits_,
-                          DeviceAllocator::Allocate(std::max<size_t>(2 * staging_.size(), 1 << 16),
-                                                    "sampling edits"));
-  }
-  char* base = edits_.as<char>();
-  if (!staging_.empty()) {
-    ASTR_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(base, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, stream),
-        "uploading the sampling edits");
-  }
-  SamplingArgs a;
-  a.logits = logits;
-  a.num_rows = rows;
-  a.vocab = static_cast<int>(vocab);
-  a.params = params;
-  a.bias_ids = reinterpret_cast<const int32_t*>(base + bias_ids);
-  a.bias_values = reinterpret_cast<const float*>(base + bias_values);
-  a.penalty_ids = reinterpret_cast<const int32_t*>(base + penalty_ids);
-  a.penalty_generated = reinterpret_cast<const int32_t*>(base + penalty_generated);
-  a.raw_logits = raw_logits;
-  a.results = device_results;
-  if (masked) {
-    a.mask_rows = reinterpret_cast<const int32_t*>(base + mask_rows);
-    a.allowed = reinterpret_cast<const uint32_t*>(base + mask_words);
-    a.mask_words = static_cast<int>(words);
-  }
-  ASTR_CUDA_RETURN_IF_ERROR(LaunchSampling(a, stream), "launching the sampling kernel");
-  host_results_.resize(static_cast<size_t>(rows));
-  ASTR_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host_results_.data(), device_results, rows * sizeof(DeviceSampleResult),
-                      cudaMemcpyDeviceToHost, stream),
-      "copying the sampled tokens");
+  DeviceSampleResult* host = results_.as<DeviceSampleResult>();
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device_results, rows * sizeof(DeviceSampleResult),
+                                            cudaMemcpyDeviceToHost, stream),
+                            "copying the sampled tokens");
   ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sampling on the device");
   for (int i = 0; i < rows; ++i) {
-    const DeviceSampleResult& d = host_results_[i];
+    const DeviceSampleResult& d = host[i];
     SampleResult& r = results[i];
     r.token = d.token;
     r.logprob = d.logprob;

@@ -1,0 +1,116 @@
+// The CUDA backend's host-side defences, on the emulated device (kernels/cuda/emu), where faults
+// can be injected and the profile chosen: a failed graph upload leaves no exec behind; device
+// sampling never allocates in a step, also when a step's edits overflow the reserved buffer (the
+// rows are drawn in chunks, with the tokens a CPU draw gives).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/emu/emu.h"
+#include "tests/gpu/model_fixtures.h"
+#include "tests/gpu/op_test.h"
+#include "worker/backends/cuda/cuda_backend.h"
+#include "worker/backends/cuda/device_memory.h"
+#include "worker/backends/cuda/device_sampler.h"
+#include "worker/sampler.h"
+
+namespace astr::gputest {
+namespace {
+
+ModelSpec Stories() { return {"stories260K", "", "models/stories260K.gguf"}; }
+
+TEST(CudaBackendEmu, AFailedGraphUploadLeavesNoExecAndTheBucketRunsEagerly) {
+  auto file = OpenModel(Stories());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto eager = cuda::CudaBackend::Create(**file, Options(false));
+  auto graphs = cuda::CudaBackend::Create(**file, Options(true));
+  ASSERT_TRUE(eager.ok() && graphs.ok());
+  const int64_t vocab = (*file)->config().vocab_size;
+  Driver d;
+  for (int i = 0; i < 4; ++i) d.Add(Prompt(3 + i, vocab, i));
+  std::vector<float> a(4 * vocab), b(4 * vocab);
+  std::vector<size_t> sampled;
+  auto step = [&](const StepBatch& batch) {
+    ASSERT_TRUE((*eager)->Forward(batch, a.data()).ok());
+    ASSERT_TRUE((*graphs)->Forward(batch, b.data()).ok());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sampled.size() * vocab * sizeof(float)));
+    d.Accept(sampled, a, vocab);
+  };
+  step(d.Next(&sampled));
+  emu::InjectFailure("cudaGraphUpload", 1, cudaErrorMemoryAllocation);
+  step(d.Decode(4, &sampled));  // bucket 4: captured, the upload fails
+  EXPECT_EQ((*graphs)->graphs().captured(), 0);
+  for (int i = 0; i < 3; ++i) step(d.Decode(4, &sampled));  // eager from now on, still exact
+  EXPECT_EQ((*graphs)->graphs().captured(), 0);
+  EXPECT_EQ((*graphs)->graphs().replays(), 0);
+  step(d.Decode(2, &sampled));  // another bucket still gets its graph
+  step(d.Decode(2, &sampled));
+  EXPECT_EQ((*graphs)->graphs().captured(), 1);
+  EXPECT_EQ((*graphs)->graphs().replays(), 1);
+}
+
+// Rows with a bias on every id and penalties on many: far more edits than a small buffer holds.
+TEST(CudaBackendEmu, SamplingEditsBeyondTheBufferAreDrawnInChunksWithoutAllocating) {
+  constexpr int64_t kVocab = 3000;
+  constexpr int kRows = 12;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(kRows * kVocab);
+  for (float& x : logits) x = nd(rng);
+  std::vector<std::unique_ptr<SequenceSampler>> samplers;
+  std::vector<const SequenceSampler*> ptrs;
+  for (int r = 0; r < kRows; ++r) {
+    SamplingParams p;
+    p.temperature = r % 3 == 0 ? 0.0f : 0.8f;
+    p.seed = 100 + r;
+    p.frequency_penalty = 0.4f;
+    p.presence_penalty = 0.2f;
+    p.return_logprob = true;
+    for (int32_t t = 0; t < kVocab; t += 1 + r % 2)
+      p.logit_bias[t] = 0.01f * ((t * 7 + r) % 200 - 100);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 400; ++i) prompt.push_back((i * 37 + r) % kVocab);
+    auto s = std::make_unique<SequenceSampler>(p, r, prompt);
+    for (int i = 0; i < 300; ++i) s->Append((i * 53 + 3 * r) % kVocab);
+    ptrs.push_back(s.get());
+    samplers.push_back(std::move(s));
+  }
+  // CPU draws.
+  std::vector<SampleResult> want(kRows);
+  SamplerScratch scratch;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<float> row(logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab);
+    want[r] = Sample(row.data(), kVocab, *samplers[r], scratch);
+  }
+  // Device draws through a sampler whose edit buffer holds about two rows.
+  cuda::DeviceSampler ds;
+  ASSERT_TRUE(ds.Reserve(kRows, kVocab, 0).ok());
+  DeviceBuffer<float> dlogits, draw;
+  ASSERT_EQ(dlogits.Upload(logits), cudaSuccess);
+  ASSERT_EQ(draw.Resize(logits.size()), cudaSuccess);
+  DeviceBuffer<cuda::DeviceSamplingParams> dparams(kRows);
+  DeviceBuffer<cuda::DeviceSampleResult> dresults(kRows);
+  std::vector<cuda::DeviceSamplingParams> params(kRows);
+  ds.Pack(ptrs, kVocab, params.data());
+  ASSERT_EQ(
+      cudaMemcpy(dparams.get(), params.data(), kRows * sizeof(params[0]), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  const int64_t allocations = cuda::DeviceAllocator::allocations();
+  std::vector<SampleResult> got(kRows);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const Status s =
+      ds.Launch(dlogits.get(), draw.get(), dparams.get(), dresults.get(), kVocab, stream, got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(cuda::DeviceAllocator::allocations(), allocations);
+  EXPECT_GT(ds.launches(), 3) << "expected the rows in several chunks";
+  for (int r = 0; r < kRows; ++r) {
+    EXPECT_EQ(got[r].token, want[r].token) << "row " << r;
+    EXPECT_NEAR(got[r].logprob, want[r].logprob, 1e-3) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace astr::gputest
