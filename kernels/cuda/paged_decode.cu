@@ -186,10 +186,10 @@ __device__ __forceinline__ void MergeWarps(WarpState<kHeadDim>& st, float* merge
   }
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kStages>
 __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
     PagedDecodeKernel(const PagedDecodeArgs a, float scale_log2) {
-  using C = Config<kHeadDim>;
+  using C = Config<kHeadDim, kStages>;
   ASTR_DYNAMIC_SMEM(smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);    // [16, kRowStride]
   bf16* sK = sQ + C::kQElems;                  // [kStages, kTileTokens, kRowStride]
@@ -280,23 +280,32 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <int kHeadDim>
-cudaError_t LaunchForHeadDim(const PagedDecodeArgs& a, cudaStream_t stream) {
-  using C = Config<kHeadDim>;
+template <int kHeadDim, int kStages>
+cudaError_t LaunchWithStages(const PagedDecodeArgs& a, cudaStream_t stream) {
+  using C = Config<kHeadDim, kStages>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, and legal during capture.
-  cudaError_t err =
-      cudaFuncSetAttribute(PagedDecodeKernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(C::kSmemBytes));
+  cudaError_t err = cudaFuncSetAttribute(PagedDecodeKernel<kHeadDim, kStages>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(C::kSmemBytes));
   if (err != cudaSuccess) return err;
   const float scale_log2 = a.dims.sm_scale * 1.4426950408889634f;  // log2(e)
   const dim3 grid(a.num_splits, a.batch, a.dims.num_kv_heads);
-  ASTR_LAUNCH_KERNEL(PagedDecodeKernel<kHeadDim>, grid, C::kThreads, C::kSmemBytes, stream)
+  constexpr auto PagedDecodeKernelStages = PagedDecodeKernel<kHeadDim, kStages>;  // one macro arg
+  ASTR_LAUNCH_KERNEL(PagedDecodeKernelStages, grid, C::kThreads, C::kSmemBytes, stream)
   (a, scale_log2);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   ASTR_LAUNCH_KERNEL(CombineKernel, dim3(a.dims.num_heads, a.batch), 128, 0, stream)
   (a.o_partial, a.lse_partial, a.dims.num_heads, a.num_splits, kHeadDim, a.out, a.out_stride);
   return cudaGetLastError();
+}
+
+template <int kHeadDim>
+cudaError_t LaunchForHeadDim(const PagedDecodeArgs& a, cudaStream_t stream) {
+  const int stages = a.stages != 0 ? a.stages : (kHeadDim <= 128 ? 3 : 2);
+  if (stages == 3) return LaunchWithStages<kHeadDim, 3>(a, stream);
+  if (stages == 2) return LaunchWithStages<kHeadDim, 2>(a, stream);
+  return cudaErrorInvalidValue;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -351,19 +360,29 @@ bool SupportsPagedDecode(const AttentionDims& dims, const char** why) {
   return reason == nullptr;
 }
 
-size_t PagedDecodeSharedBytes(int head_dim) {
+size_t PagedDecodeSharedBytes(int head_dim, int stages) {
+  if (stages != 2 && stages != 3) return 0;
+  const bool three = stages == 3;
   switch (head_dim) {
     case 32:
-      return decode::Config<32>::kSmemBytes;
+      return three ? decode::Config<32, 3>::kSmemBytes : decode::Config<32, 2>::kSmemBytes;
     case 64:
-      return decode::Config<64>::kSmemBytes;
+      return three ? decode::Config<64, 3>::kSmemBytes : decode::Config<64, 2>::kSmemBytes;
     case 128:
-      return decode::Config<128>::kSmemBytes;
+      return three ? decode::Config<128, 3>::kSmemBytes : decode::Config<128, 2>::kSmemBytes;
     case 256:
-      return decode::Config<256>::kSmemBytes;
+      return three ? decode::Config<256, 3>::kSmemBytes : decode::Config<256, 2>::kSmemBytes;
     default:
       return 0;
   }
+}
+
+int PagedDecodeStages(int head_dim, size_t max_shared_bytes) {
+  for (int stages : {3, 2}) {
+    const size_t bytes = PagedDecodeSharedBytes(head_dim, stages);
+    if (bytes != 0 && bytes <= max_shared_bytes) return stages;
+  }
+  return 0;
 }
 
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream) {

@@ -51,6 +51,9 @@ struct PagedDecodeArgs {
   const int64_t* out_slots = nullptr;  // [batch]
 
   int num_splits = 1;  // from ChooseDecodeSplits; 1 <= num_splits <= kMaxDecodeSplits
+  // The cp.async pipeline's depth: 2 or 3 (PagedDecodeStages for the device); 0: 3 where
+  // head_dim <= 128, else 2.
+  int stages = 0;
   // Per-split results: o_partial is the split's softmax-normalized output; lse_partial the base-2
   // log-sum-exp of its scaled scores (log2(e) * sm_scale * q.k), -inf for an empty split (whose
   // o_partial row is then not written and not read).
@@ -81,10 +84,14 @@ inline int64_t DecodePartialLseFloats(int batch, const AttentionDims& d, int num
   return static_cast<int64_t>(batch) * d.num_heads * num_splits;
 }
 
-// Dynamic shared memory one decode CTA takes for this head_dim (0 if unsupported); the device's
-// per-block opt-in limit must allow it (A100 / H100 / H200 do for every head_dim; 99 KB parts such
-// as sm_86 / sm_89 do not at head_dim 128 and 256).
-size_t PagedDecodeSharedBytes(int head_dim);
+// Dynamic shared memory one decode CTA takes for this head_dim and pipeline depth (0 if either is
+// unsupported); the device's per-block opt-in limit must allow it. 3 stages fit A100 / H100 / H200
+// up to head_dim 128 (and 256 on H100 / H200); the 99 KB sm_86 / sm_89 parts take 2 stages at
+// head_dim 128 and cannot run 256.
+size_t PagedDecodeSharedBytes(int head_dim, int stages);
+// The deepest pipeline (3, else 2 stages) whose dynamic shared memory fits `max_shared_bytes` (the
+// device's cudaDevAttrMaxSharedMemoryPerBlockOptin); 0 if none does or head_dim is not supported.
+int PagedDecodeStages(int head_dim, size_t max_shared_bytes);
 
 // Enqueues append + split attention + combine on `stream`. Allocates nothing. Returns
 // cudaErrorInvalidValue for an unsupported shape or bad argument (checked on the host before any

@@ -23,14 +23,15 @@ inline constexpr float kNegInf = -INFINITY;
 
 // Shape of one CTA for a head_dim. Four warps share each K/V tile: warp w owns tile positions
 // [16w, 16w + 16) and keeps its own online-softmax state over them; the warps merge at the end.
-template <int kHeadDim>
+// kStagesT: the cp.async pipeline's depth. 3 keeps two tiles in flight; the launcher takes 2 where
+// 3 do not fit the device's shared memory (head_dim 256 on A100, 128 on the 99 KB sm_86/89 parts).
+template <int kHeadDim, int kStagesT = 3>
 struct Config {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpTokens = 16;                    // one k16 step of P.V per tile
   static constexpr int kTileTokens = kWarps * kWarpTokens;  // KV positions per pipeline stage
-  // Stages: 3 keeps two tiles in flight; head_dim 256 uses 2 to fit A100's 163 KiB per CTA.
-  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kStages = kStagesT;
   static constexpr int kQRows = 16;  // MMA rows: the GQA group's query heads, zero-padded
   // Shared rows are padded by 16 bytes so that the 8 row addresses of an ldmatrix fall into 8
   // different 16-byte bank groups (row pitch = odd multiple of 16 bytes): no bank conflicts.

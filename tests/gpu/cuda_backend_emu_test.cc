@@ -13,6 +13,7 @@
 #include "worker/backends/cuda/cuda_backend.h"
 #include "worker/backends/cuda/device_memory.h"
 #include "worker/backends/cuda/device_sampler.h"
+#include "worker/backends/cuda/gemm_lt.h"
 #include "worker/sampler.h"
 
 namespace astr::gputest {
@@ -48,6 +49,40 @@ TEST(CudaBackendEmu, AFailedGraphUploadLeavesNoExecAndTheBucketRunsEagerly) {
   step(d.Decode(2, &sampled));
   EXPECT_EQ((*graphs)->graphs().captured(), 1);
   EXPECT_EQ((*graphs)->graphs().replays(), 1);
+}
+
+// cuBLASLt's heuristic runs when the backend is created, for every m bucket; steps with prefill
+// lengths never seen before reuse their bucket's algorithm.
+TEST(CudaBackendEmu, NewPrefillLengthsRunNoGemmHeuristic) {
+  auto file = OpenModel({"random-llama-d64",
+                         "--arch llama --hidden 256 --layers 2 --heads 4 --kv-heads 1 --ffn 512 "
+                         "--vocab 1000 --seed 11",
+                         ""});
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto backend = cuda::CudaBackend::Create(**file, Options(true));
+  ASSERT_TRUE(backend.ok());
+  const int64_t at_start = (*backend)->gemm().heuristic_calls();
+  // 5 GEMM shapes; m buckets 1..1024 for the layers (11), 1..16 for the LM head (5).
+  EXPECT_EQ(at_start, 4 * 11 + 5);
+  const int64_t vocab = (*file)->config().vocab_size;
+  Driver d;
+  for (int len : {37, 101, 500, 3, 200}) d.Add(Prompt(len, vocab, len));  // <= 512 per sequence
+  std::vector<float> logits(16 * vocab);
+  std::vector<size_t> sampled;
+  for (size_t i = 0; i < 5; ++i) {
+    const Status s = (*backend)->Forward(d.Step({{i, 1000}}, &sampled), logits.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    d.Accept(sampled, logits, vocab);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const Status s = (*backend)->Forward(d.Decode(5, &sampled), logits.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    d.Accept(sampled, logits, vocab);
+  }
+  EXPECT_EQ((*backend)->gemm().heuristic_calls(), at_start);
+  EXPECT_EQ(cuda::LtGemm::BucketOf(37), 64);
+  EXPECT_EQ(cuda::LtGemm::BucketOf(64), 64);
+  EXPECT_EQ(cuda::LtGemm::BucketOf(1), 1);
 }
 
 // Rows with a bias on every id and penalties on many: far more edits than a small buffer holds.

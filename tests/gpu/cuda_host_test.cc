@@ -161,14 +161,32 @@ TEST(CudaBackendSizing, WorkspaceDimsFromTheModelAndOptions) {
 // head dims report 0.
 TEST(AttentionKernels, SharedMemoryFitsAnA100) {
   for (int hd : {32, 64, 128, 256}) {
-    EXPECT_GT(PagedDecodeSharedBytes(hd), 0u) << hd;
-    EXPECT_LE(PagedDecodeSharedBytes(hd), 166912u) << hd;
+    EXPECT_GT(PagedDecodeStages(hd, 166912), 0) << hd;
+    EXPECT_LE(PagedDecodeSharedBytes(hd, PagedDecodeStages(hd, 166912)), 166912u) << hd;
     EXPECT_GT(PagedPrefillSharedBytes(hd), 0u) << hd;
     EXPECT_LE(PagedPrefillSharedBytes(hd), 166912u) << hd;
   }
-  EXPECT_LT(PagedDecodeSharedBytes(64), PagedDecodeSharedBytes(128));
-  EXPECT_EQ(PagedDecodeSharedBytes(8), 0u);
+  EXPECT_LT(PagedDecodeSharedBytes(64, 3), PagedDecodeSharedBytes(128, 3));
+  EXPECT_LT(PagedDecodeSharedBytes(128, 2), PagedDecodeSharedBytes(128, 3));
+  EXPECT_EQ(PagedDecodeSharedBytes(8, 3), 0u);
+  EXPECT_EQ(PagedDecodeSharedBytes(128, 4), 0u);
   EXPECT_EQ(PagedPrefillSharedBytes(96), 0u);
+}
+
+// The 99 KB parts (sm_86 / sm_89: 101376 bytes opt-in). Decode at head_dim 128 needs 108,800 bytes
+// with three stages, so it runs two; prefill at 128 fits as it is; head_dim 256 decode does not fit
+// at all (the generic kernel takes it) while its prefill fits exactly.
+TEST(AttentionKernels, NinetyNineKilobyteParts) {
+  constexpr size_t k99 = 101376;
+  EXPECT_EQ(PagedDecodeSharedBytes(128, 3), 108800u);
+  EXPECT_EQ(PagedDecodeStages(128, k99), 2);
+  EXPECT_EQ(PagedDecodeStages(64, k99), 3);
+  EXPECT_EQ(PagedDecodeStages(256, k99), 0);
+  EXPECT_LE(PagedPrefillSharedBytes(128), k99);
+  EXPECT_LE(PagedPrefillSharedBytes(256), k99);
+  // Hopper's 227 KB take three stages even at head_dim 256.
+  EXPECT_EQ(PagedDecodeStages(256, 232448), 3);
+  EXPECT_EQ(PagedDecodeStages(256, 166912), 2);
 }
 
 }  // namespace

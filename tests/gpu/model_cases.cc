@@ -35,17 +35,37 @@ const std::vector<ModelSpec>& Models() {
        "--arch qwen3 --hidden 256 --layers 2 --heads 4 --kv-heads 2 "
        "--head-dim 128 --ffn 512 --vocab 1200 --seed 13",
        ""},
+      // GQA group 32: past the decode kernel's 16 rows (generic decode), tensor-core prefill.
+      {"random-llama-gqa32",
+       "--arch llama --hidden 256 --layers 2 --heads 32 --kv-heads 1 --head-dim 64 --ffn 512 "
+       "--vocab 1000 --seed 14",
+       ""},
   };
   return models;
 }
 
-// The tensor-core kernels serve every model whose head_dim they cover; only stories260K (head_dim
-// 8) takes the generic kernel. A wrong Supports* answer would otherwise go unnoticed.
+// The tensor-core kernels serve every model whose shape they cover, decode and prefill each on
+// their own: stories260K (head_dim 8) takes the generic kernel for both, the GQA-32 model for
+// decode only (its prefill stays on tensor cores). Decode runs three pipeline stages unless the
+// device allows less than the 108,800 bytes they take at head_dim 128 (the 99 KB sm_86 / sm_89
+// parts: two; head_dim 64 takes 57,600 and fits them all). A wrong Supports* answer or stage choice
+// would otherwise go unnoticed.
 std::string WrongAttentionPath(const ModelSpec& spec, const cuda::CudaBackend& backend) {
-  const bool want_generic = spec.name == "stories260K";
-  if (backend.generic_attention() == want_generic) return "";
-  return std::string("expected the ") + (want_generic ? "generic" : "tensor-core") +
-         " attention kernels";
+  const bool generic_prefill = spec.name == "stories260K";
+  const bool generic_decode = generic_prefill || spec.name == "random-llama-gqa32";
+  int optin = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  const bool d128 = spec.name.find("-d128") != std::string::npos;  // head_dim 128
+  const int stages = generic_decode ? 0 : d128 && optin < 108800 ? 2 : 3;
+  if (backend.generic_decode() == generic_decode && backend.generic_prefill() == generic_prefill &&
+      backend.decode_stages() == stages) {
+    return "";
+  }
+  return std::string("expected ") + (generic_decode ? "generic" : "tensor-core") + " decode (" +
+         std::to_string(stages) + " stages) and " + (generic_prefill ? "generic" : "tensor-core") +
+         " prefill; got " + (backend.generic_decode() ? "generic" : "tensor-core") + " decode (" +
+         std::to_string(backend.decode_stages()) + " stages) and " +
+         (backend.generic_prefill() ? "generic" : "tensor-core") + " prefill";
 }
 
 // Greedy generation on both backends (the CUDA one drawing on the GPU or on the host, with its

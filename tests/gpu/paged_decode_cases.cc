@@ -59,6 +59,7 @@ struct DecodeCase {
   // position that leaks in with score 0 (a zero-filled row) would dominate the softmax.
   bool negative_scores = false;
   uint64_t seed = 1;
+  int stages = 0;  // cp.async pipeline depth; 0: the deepest this device's shared memory allows
 
   int batch() const { return static_cast<int>(kv_lens.size()); }
   int num_splits() const {
@@ -85,7 +86,7 @@ std::string DecodeCase::shape() const {
                 batch(), lens_label.c_str(), page_size, num_heads, num_kv_heads, head_dim, window,
                 splits == kAutoSplits ? "auto:" : "", num_splits(), app, q_scale,
                 negative_scores ? " scores=neg" : "", static_cast<unsigned long long>(seed));
-  return buf;
+  return stages != 0 ? std::string(buf) + " stages=" + std::to_string(stages) : std::string(buf);
 }
 
 // Portable draws (the distributions' algorithms are implementation-defined; these are not).
@@ -265,6 +266,14 @@ CaseResult RunDecodeCase(const DecodeCase& c) {
   a.kv_new_stride = c.qkv_stride();
   a.out_slots = slots.get();
   a.num_splits = splits;
+  int optin = 0;
+  ASTR_GPU_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  a.stages = c.stages != 0 ? c.stages : cuda::PagedDecodeStages(c.head_dim, optin);
+  if (cuda::PagedDecodeSharedBytes(c.head_dim, a.stages) > static_cast<size_t>(optin)) {
+    return Unsupported("head_dim " + std::to_string(c.head_dim) + " at " +
+                       std::to_string(a.stages) + " stages needs more shared memory than " +
+                       std::to_string(optin) + " bytes");
+  }
   a.o_partial = o_part.get();
   a.lse_partial = lse_part.get();
   a.out = reinterpret_cast<bf16*>(out.get());
@@ -355,6 +364,18 @@ void RegisterDecodeCases() {
     for (int hd : {32, 64, 128, 256}) Add(Case({5, 130, 777}, 16, 2 * group, 2, hd, kAutoSplits));
   }
   Add(Case({4097}, 16, 32, 2, 256, kMax));
+  // The two-stage pipeline (what 99 KB parts run at head_dim 128), on every device.
+  for (int hd : {32, 64, 128, 256}) {
+    DecodeCase c = Case({5, 130, 777}, 16, 8, 2, hd, kAutoSplits);
+    c.stages = 2;
+    Add(c);
+  }
+  for (int window : {63, 1000}) {
+    DecodeCase c = Case({1, 100, 2000}, 7, 32, 8, 128, kMax);
+    c.window = window;
+    c.stages = 2;
+    Add(c);
+  }
   Add(Case({4097}, 16, 16, 16, 32, 1));
   // Batch sizes with mixed lengths.
   for (int batch : {1, 3, 8, 33}) {

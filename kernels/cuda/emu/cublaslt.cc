@@ -213,6 +213,27 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                       const cublasLtMatmulAlgo_t* algo,
+                                       cublasLtMatmulHeuristicResult_t* result) {
+  if (handle == nullptr || op == nullptr || a == nullptr || b == nullptr || c == nullptr ||
+      d == nullptr || algo == nullptr || result == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (!Supported(*reinterpret_cast<MatmulDesc*>(op), *reinterpret_cast<Layout*>(a),
+                 *reinterpret_cast<Layout*>(b), *reinterpret_cast<Layout*>(c),
+                 *reinterpret_cast<Layout*>(d))) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  std::memset(result, 0, sizeof(*result));
+  result->algo = *algo;
+  result->state = CUBLAS_STATUS_SUCCESS;
+  result->wavesCount = 1.0f;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t adesc, const void* B,
                               cublasLtMatrixLayout_t bdesc, const void* beta, const void* C,

@@ -50,23 +50,40 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
   ASTR_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
       "querying the shared memory limit");
-  const char* why = nullptr;
-  std::string reason;
-  if (!SupportsPagedDecode(dims, &why) || !SupportsPagedPrefill(dims, &why)) {
-    reason = why != nullptr ? why : "shape not covered by the tensor-core attention kernels";
-  } else if (std::max(PagedDecodeSharedBytes(dims.head_dim),
-                      PagedPrefillSharedBytes(dims.head_dim)) > static_cast<size_t>(smem_optin)) {
-    reason = "the tensor-core attention kernels need more shared memory per block at head_dim " +
-             std::to_string(c.head_dim) + " than this GPU allows (" + std::to_string(smem_optin) +
-             " bytes)";
-  }
-  if (!reason.empty()) {
+  // Decode and prefill each take the tensor-core kernel where it covers the shape and fits the
+  // device's shared memory (decode with the deepest pipeline that fits), else the generic kernel;
+  // each on its own (e.g. GQA groups past 16 keep the tensor-core prefill).
+  const size_t optin = static_cast<size_t>(smem_optin);
+  const auto fallback = [&](const char* path, const char* why) -> Status {
     if (c.head_dim > kGenericAttentionMaxHeadDim) {
       return InvalidArgumentError("the CUDA attention kernels cannot run head_dim " +
-                                  std::to_string(c.head_dim) + ": " + reason);
+                                  std::to_string(c.head_dim) + ": " + why);
     }
-    b->generic_attention_ = true;
-    LOG(WARNING) << "CUDA backend: " << reason << "; using the generic (slow) attention kernel";
+    LOG(WARNING) << "CUDA backend: " << why << "; " << path
+                 << " uses the generic (slow) attention kernel";
+    return OkStatus();
+  };
+  const char* why = nullptr;
+  b->decode_stages_ = PagedDecodeStages(dims.head_dim, optin);
+  if (!SupportsPagedDecode(dims, &why) || b->decode_stages_ == 0) {
+    const std::string reason =
+        why != nullptr ? std::string(why)
+                       : "paged decode needs more shared memory per block at head_dim " +
+                             std::to_string(c.head_dim) + " than this GPU allows (" +
+                             std::to_string(smem_optin) + " bytes)";
+    ASTR_RETURN_IF_ERROR(fallback("decode", reason.c_str()));
+    b->generic_decode_ = true;
+    b->decode_stages_ = 0;
+  }
+  why = nullptr;
+  if (!SupportsPagedPrefill(dims, &why) || PagedPrefillSharedBytes(dims.head_dim) > optin) {
+    const std::string reason =
+        why != nullptr ? std::string(why)
+                       : "paged prefill needs more shared memory per block at head_dim " +
+                             std::to_string(c.head_dim) + " than this GPU allows (" +
+                             std::to_string(smem_optin) + " bytes)";
+    ASTR_RETURN_IF_ERROR(fallback("prefill", reason.c_str()));
+    b->generic_prefill_ = true;
   }
   b->config_ = c;
   b->dims_ = dims;
@@ -105,6 +122,20 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
   ASTR_ASSIGN_OR_RETURN(b->ws_, InferenceWorkspace::Create(wd));
   ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
                                                  static_cast<size_t>(wd.gemm_workspace_bytes)));
+  {
+    // Every GEMM's algorithms, for every m bucket a step can bring, chosen now rather than when a
+    // new prefill length first arrives.
+    const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
+    const int64_t q_cols = c.num_heads * c.head_dim, qkv_rows = b->weights_.qkv_rows;
+    const int64_t rows = std::max<int64_t>(wd.max_tokens, wd.max_batch);
+    LtGemm& g = *b->gemm_;
+    ASTR_RETURN_IF_ERROR(g.Prepare(hidden, qkv_rows, CUDA_R_16BF, rows, qkv_rows, hidden));
+    ASTR_RETURN_IF_ERROR(g.Prepare(q_cols, hidden, CUDA_R_32F, rows, hidden, q_cols));
+    ASTR_RETURN_IF_ERROR(g.Prepare(hidden, 2 * ffn, CUDA_R_16BF, rows, 2 * ffn, hidden));
+    ASTR_RETURN_IF_ERROR(g.Prepare(ffn, hidden, CUDA_R_32F, rows, hidden, ffn));
+    ASTR_RETURN_IF_ERROR(
+        g.Prepare(hidden, c.vocab_size, CUDA_R_32F, wd.max_batch, c.vocab_size, hidden));
+  }
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
                                                   options.cuda_graphs);
   b->device_sampling_ = options.device_sampling;
@@ -394,7 +425,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   kv.num_pages = static_cast<int>(num_pages_);
   kv.page_size = static_cast<int>(page_size_);
   KvIndex index{m.kv_indptr, m.kv_page_indices, m.kv_last_page_len};
-  if (generic_attention_) {
+  if (decode ? generic_decode_ : generic_prefill_) {
     ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
                 "kv append");
     GenericAttentionArgs g;
@@ -422,6 +453,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     d.kv_new_stride = qkv_rows;
     d.out_slots = m.out_slots;
     d.num_splits = decode_splits(rows);
+    d.stages = decode_stages_;
     d.o_partial = a.o_partial;
     d.lse_partial = a.lse_partial;
     d.out = a.attn;

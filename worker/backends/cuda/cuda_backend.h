@@ -51,7 +51,12 @@ class CudaBackend final : public Backend {
   const CudaGraphContext& graphs() const { return *graphs_; }
   const InferenceWorkspace& workspace() const { return *ws_; }
   int decode_splits(int bucket) const;
-  bool generic_attention() const { return generic_attention_; }
+  // Which attention kernels serve this model on this device: the generic kernel (decode steps,
+  // other steps) and the decode pipeline's depth (0 with the generic kernel).
+  bool generic_decode() const { return generic_decode_; }
+  bool generic_prefill() const { return generic_prefill_; }
+  int decode_stages() const { return decode_stages_; }
+  const LtGemm& gemm() const { return *gemm_; }
   // The pool's bf16 contents of one layer (tests).
   const bf16* k_pool(int64_t layer) const;
   const bf16* v_pool(int64_t layer) const;
@@ -76,7 +81,9 @@ class CudaBackend final : public Backend {
   AttentionDims dims_;  // the attention shape every layer's kernels get
   int64_t num_pages_ = 0, page_size_ = 0;
   int num_sms_ = 1;
-  bool generic_attention_ = false;
+  bool generic_decode_ = false;
+  bool generic_prefill_ = false;
+  int decode_stages_ = 0;
   bool device_sampling_ = true;
   DeviceSampler sampler_;  // head_dim outside the tensor-core kernels' dispatch set
   cudaStream_t stream_ = nullptr;
