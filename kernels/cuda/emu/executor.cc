@@ -451,6 +451,17 @@ void Deadlock(Block& b) {
   }
 }
 
+// ASTR_CUDA_EMU_ORDER: the order the block's fibers run in between synchronization points,
+// "reverse" (default: warps last to first) or "forward". A correct kernel gives the same result in
+// both; a missing barrier shows in one of them.
+bool ReverseWarps() {
+  static const bool reverse = [] {
+    const char* v = std::getenv("ASTR_CUDA_EMU_ORDER");
+    return v == nullptr || std::string(v) != "forward";
+  }();
+  return reverse;
+}
+
 void RunBlock(Worker& w, KernelRun& run, int64_t linear) {
   Block& b = w.block;
   const LaunchConfig& c = run.config;
@@ -500,9 +511,14 @@ void RunBlock(Worker& w, KernelRun& run, int64_t linear) {
   }
   g_blocks.fetch_add(1, std::memory_order_relaxed);
   int64_t resumes = 0;
+  const bool reverse = ReverseWarps();
   while (b.done < b.n && !b.fault) {
     bool progressed = false;
-    for (int i = 0; i < b.n && !b.fault; ++i) {
+    for (int j = 0; j < b.n && !b.fault; ++j) {
+      // Reverse: the last warp first (lanes in order within a warp), so that a thread reading
+      // what a lower-numbered thread writes without a barrier between them reads it too early.
+      const int i = reverse ? ((b.n - 1 - j) / 32) * 32 + (j % 32) : j;
+      if (i >= b.n) continue;
       Lane& l = b.lanes[i];
       if (l.state != State::kRunnable) continue;
       tls_lane = &l;
