@@ -113,15 +113,21 @@ const char* KindName(astr::gputest::CaseResult::Kind k) {
 }
 
 int Usage() {
+  using astr::gputest::kEmulated;
   std::printf(
-      "Usage: astr-test-backend-ops [--filter SUBSTRING] [--json PATH] [--list] "
-      "[--stop-on-failure]\n"
-      "Runs the CUDA op table: every kernel (and the whole CUDA backend) against the CPU backend.\n"
+      "Usage: %s [--filter SUBSTRING] [--json PATH] [--list] [--stop-on-failure]\n"
+      "Runs the CUDA op table%s: every kernel (and the whole CUDA backend) against the CPU "
+      "backend.\n"
       "  --filter S  run only the cases whose name contains S\n"
       "  --json P    also write the results as JSON to P\n"
       "  --list      print the case names and exit\n"
       "  --stop-on-failure  stop at the first failed case (scripts/emu_mutations.sh)\n"
-      "Exit status: 0 all passed, 1 a case failed, 77 no usable GPU (skipped), 2 usage error.\n");
+      "Exit status: 0 all passed, 1 a case failed, %s2 usage error.\n",
+      kEmulated ? "astr-test-backend-ops-emu" : "astr-test-backend-ops",
+      kEmulated ? " on the emulated CUDA device (kernels/cuda/emu; ASTR_CUDA_EMU_PROFILE picks "
+                  "the device profile)"
+                : "",
+      kEmulated ? "" : "77 no usable GPU (skipped), ");
   return 0;
 }
 

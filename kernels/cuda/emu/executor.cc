@@ -552,7 +552,7 @@ void RunBlock(Worker& w, KernelRun& run, int64_t linear) {
 // ---- The pool -------------------------------------------------------------------------------
 
 struct Job {
-  KernelRun* run;
+  KernelRun* run = nullptr;
   int64_t completed = 0;
   std::condition_variable done_cv;
 };
@@ -578,7 +578,8 @@ class Pool {
   int size() const { return static_cast<int>(threads_.size()); }
 
   void Run(KernelRun& run) {
-    Job job{&run};
+    Job job;
+    job.run = &run;
     std::unique_lock<std::mutex> lock(mu_);
     jobs_.push_back(&job);
     cv_.notify_all();

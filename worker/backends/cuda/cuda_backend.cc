@@ -54,35 +54,31 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
   // device's shared memory (decode with the deepest pipeline that fits), else the generic kernel;
   // each on its own (e.g. GQA groups past 16 keep the tensor-core prefill).
   const size_t optin = static_cast<size_t>(smem_optin);
+  // `why`: the Supports* reason, or null when the kernel covers the shape but not the device.
   const auto fallback = [&](const char* path, const char* why) -> Status {
+    const std::string reason =
+        why != nullptr ? std::string(why)
+                       : std::string("paged ") + path + " needs more shared memory per block at " +
+                             "head_dim " + std::to_string(c.head_dim) + " than this GPU allows (" +
+                             std::to_string(smem_optin) + " bytes)";
     if (c.head_dim > kGenericAttentionMaxHeadDim) {
       return InvalidArgumentError("the CUDA attention kernels cannot run head_dim " +
-                                  std::to_string(c.head_dim) + ": " + why);
+                                  std::to_string(c.head_dim) + ": " + reason);
     }
-    LOG(WARNING) << "CUDA backend: " << why << "; " << path
+    LOG(WARNING) << "CUDA backend: " << reason << "; " << path
                  << " uses the generic (slow) attention kernel";
     return OkStatus();
   };
   const char* why = nullptr;
   b->decode_stages_ = PagedDecodeStages(dims.head_dim, optin);
   if (!SupportsPagedDecode(dims, &why) || b->decode_stages_ == 0) {
-    const std::string reason =
-        why != nullptr ? std::string(why)
-                       : "paged decode needs more shared memory per block at head_dim " +
-                             std::to_string(c.head_dim) + " than this GPU allows (" +
-                             std::to_string(smem_optin) + " bytes)";
-    ASTR_RETURN_IF_ERROR(fallback("decode", reason.c_str()));
+    ASTR_RETURN_IF_ERROR(fallback("decode", why));
     b->generic_decode_ = true;
     b->decode_stages_ = 0;
   }
   why = nullptr;
   if (!SupportsPagedPrefill(dims, &why) || PagedPrefillSharedBytes(dims.head_dim) > optin) {
-    const std::string reason =
-        why != nullptr ? std::string(why)
-                       : "paged prefill needs more shared memory per block at head_dim " +
-                             std::to_string(c.head_dim) + " than this GPU allows (" +
-                             std::to_string(smem_optin) + " bytes)";
-    ASTR_RETURN_IF_ERROR(fallback("prefill", reason.c_str()));
+    ASTR_RETURN_IF_ERROR(fallback("prefill", why));
     b->generic_prefill_ = true;
   }
   b->config_ = c;
