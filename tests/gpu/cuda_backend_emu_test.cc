@@ -51,6 +51,31 @@ TEST(CudaBackendEmu, AFailedGraphUploadLeavesNoExecAndTheBucketRunsEagerly) {
   EXPECT_EQ((*graphs)->graphs().replays(), 1);
 }
 
+// Out of device memory while the backend is created: RESOURCE_EXHAUSTED naming what did not fit,
+// and every byte allocated before it given back.
+TEST(CudaBackendEmu, OutOfMemoryAtCreationNamesTheBufferAndLeaksNothing) {
+  auto file = OpenModel(Stories());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const int64_t before = cuda::DeviceAllocator::bytes_in_use();
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  // The first, second, ... device allocation fails (weights, KV pool, workspace, sampling).
+  for (int skip = 0; skip < 4; ++skip) {
+    emu::InjectFailure("cudaMalloc", 1, cudaErrorMemoryAllocation, skip);
+    auto backend = cuda::CudaBackend::Create(**file, Options(true));
+    ASSERT_FALSE(backend.ok());
+    EXPECT_EQ(backend.status().code(), StatusCode::kResourceExhausted)
+        << backend.status().ToString();
+    EXPECT_NE(backend.status().message().find("allocating"), std::string::npos)
+        << backend.status().ToString();
+    (void)cudaGetLastError();
+    EXPECT_EQ(cuda::DeviceAllocator::bytes_in_use(), before);
+    size_t free_after = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    EXPECT_EQ(free_after, free_before);
+  }
+}
+
 // cuBLASLt's heuristic runs when the backend is created, for every m bucket; steps with prefill
 // lengths never seen before reuse their bucket's algorithm.
 TEST(CudaBackendEmu, NewPrefillLengthsRunNoGemmHeuristic) {

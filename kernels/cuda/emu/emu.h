@@ -81,8 +81,9 @@ cudaError_t StickyError();
 
 // The text of the last kernel fault ("" if none).
 std::string LastKernelFault();
-// Makes the next `count` calls of runtime function `api` (e.g. "cudaGraphUpload") fail with
-// `error` (also from the environment: ASTR_CUDA_EMU_FAIL=api:count:error_code,...).
-void InjectFailure(const std::string& api, int count, cudaError_t error);
+// After `skip` more successful calls, makes the next `count` calls of runtime function `api` (e.g.
+// "cudaGraphUpload", "cudaMalloc") fail with `error` (also from the environment:
+// ASTR_CUDA_EMU_FAIL=api:count[:error_code[:skip]],...).
+void InjectFailure(const std::string& api, int count, cudaError_t error, int skip = 0);
 
 }  // namespace astr::emu

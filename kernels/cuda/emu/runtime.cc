@@ -46,12 +46,13 @@ cudaError_t Fail(cudaError_t e) {
 struct Injection {
   int count = 0;
   cudaError_t error = cudaErrorUnknown;
+  int skip = 0;  // calls that still succeed first
 };
 std::mutex g_inject_mu;
 std::map<std::string, Injection>& Injections() {
   static auto* m = [] {
     auto* m = new std::map<std::string, Injection>();
-    // ASTR_CUDA_EMU_FAIL=api:count[:code],...
+    // ASTR_CUDA_EMU_FAIL=api:count[:code[:skip]],...
     if (const char* env = std::getenv("ASTR_CUDA_EMU_FAIL"); env != nullptr) {
       std::string s = env;
       size_t pos = 0;
@@ -66,6 +67,8 @@ std::map<std::string, Injection>& Injections() {
           inj.count = std::atoi(item.substr(c1 + 1, c2 - c1 - 1).c_str());
           if (c2 != std::string::npos) {
             inj.error = static_cast<cudaError_t>(std::atoi(item.substr(c2 + 1).c_str()));
+            const size_t c3 = item.find(':', c2 + 1);
+            if (c3 != std::string::npos) inj.skip = std::atoi(item.substr(c3 + 1).c_str());
           }
           (*m)[item.substr(0, c1)] = inj;
         }
@@ -81,6 +84,10 @@ cudaError_t Injected(const char* api) {
   auto& m = Injections();
   auto it = m.find(api);
   if (it == m.end() || it->second.count <= 0) return cudaSuccess;
+  if (it->second.skip > 0) {
+    --it->second.skip;
+    return cudaSuccess;
+  }
   --it->second.count;
   return it->second.error;
 }
@@ -385,9 +392,9 @@ std::string LastKernelFault() {
   return g_last_fault;
 }
 
-void InjectFailure(const std::string& api, int count, cudaError_t error) {
+void InjectFailure(const std::string& api, int count, cudaError_t error, int skip) {
   std::lock_guard<std::mutex> lock(g_inject_mu);
-  Injections()[api] = Injection{count, error};
+  Injections()[api] = Injection{count, error, skip};
 }
 
 }  // namespace astr::emu
