@@ -328,10 +328,15 @@ void RecordFault(const std::string& text, cudaError_t code) {
 
 }  // namespace
 
+// Bumped by every cudaFree: a thread's cached allocation is only trusted while it is unchanged.
+std::atomic<uint64_t> g_free_generation{0};
+
 bool IsDeviceRange(const void* p, size_t n) {
   thread_local uintptr_t cached_base = 0, cached_end = 0;
+  thread_local uint64_t cached_generation = 0;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (a >= cached_base && a + n <= cached_end) return true;
+  const uint64_t generation = g_free_generation.load(std::memory_order_acquire);
+  if (a >= cached_base && a + n <= cached_end && generation == cached_generation) return true;
   Memory& m = Mem();
   std::shared_lock<std::shared_mutex> lock(m.mu);
   auto it = m.device.upper_bound(a);
@@ -340,6 +345,7 @@ bool IsDeviceRange(const void* p, size_t n) {
   if (a < it->first || a + n > it->first + it->second) return false;
   cached_base = it->first;
   cached_end = it->first + it->second;
+  cached_generation = generation;
   return true;
 }
 
@@ -667,6 +673,7 @@ cudaError_t cudaFree(void* ptr) {
     if (it == m.device.end()) return Fail(cudaErrorInvalidValue);
     m.used -= it->second;
     m.device.erase(it);
+    emu::g_free_generation.fetch_add(1, std::memory_order_acq_rel);
   }
   std::free(ptr);
   return cudaSuccess;
