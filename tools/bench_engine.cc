@@ -23,6 +23,7 @@
 #include "common/model/model_file.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/backend_loader.h"
 #include "worker/engine.h"
 #include "worker/engine_flags.h"
 
@@ -187,6 +188,8 @@ int Main(int argc, const char* const* argv) {
   out["threads"] = ef.threads;
   out["weight_dtype"] = ef.dtype;
   out["backend"] = engine.backend().name();
+  // Which GPU the figures come from (an emulated device's are no GPU figures).
+  if (out["backend"] == "cuda") out["device"] = CudaDeviceName();
   out["cuda_graphs"] = ef.cuda_graphs;
   out["isa"] = cpu::IsaName(cpu::ActiveIsa());
   out["load_ms"] = load_ms;

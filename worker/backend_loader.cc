@@ -122,6 +122,8 @@ std::string RequestedBackend(const std::string& flag_value, bool flag_given, std
 
 std::string CudaUnavailableReason() { return Plugin().unavailable; }
 
+std::string CudaDeviceName() { return Plugin().unavailable.empty() ? Plugin().device : ""; }
+
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const model::ModelFile& file,
                                                  const BackendOptions& options, BackendKind kind,
                                                  std::string* note) {

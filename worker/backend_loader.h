@@ -35,6 +35,9 @@ bool NvidiaDriverPresent();
 // failed to load (its dlerror), or no usable device (the CUDA runtime's error). Loads the plugin
 // (once per process) when the driver is present.
 std::string CudaUnavailableReason();
+// The CUDA device the plugin probed ("NVIDIA H200", "emulated sm_90 (H200 profile)"); "" when the
+// plugin is not loaded or no device is usable. Loads the plugin like CudaUnavailableReason.
+std::string CudaDeviceName();
 
 // Creates the backend of `kind`. For kAuto, *note (if non-null) gets the reason the CPU backend was
 // chosen ("" when CUDA was).

@@ -688,6 +688,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
   const size_t rounded = (std::max<size_t>(size, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
+  std::memset(p, 0xFF, rounded);  // fresh pinned memory holds garbage too
   emu::Memory& m = emu::Mem();
   {
     std::unique_lock<std::shared_mutex> lock(m.mu);

@@ -162,6 +162,13 @@ Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSampl
   ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "sampling on the device");
   for (int i = 0; i < rows; ++i) {
     const DeviceSampleResult& d = host[i];
+    if (d.token < 0 || d.token >= vocab || d.num_top < 0 || d.num_top > kMaxTopLogprobs) {
+      // Never from a kernel that ran: a fault, or results read before they arrived.
+      return InternalError("sampling on the device: row " + std::to_string(i) +
+                           " came back with token " + std::to_string(d.token) + " (vocabulary " +
+                           std::to_string(vocab) + ") and " + std::to_string(d.num_top) +
+                           " alternatives");
+    }
     SampleResult& r = results[i];
     r.token = d.token;
     r.logprob = d.logprob;
