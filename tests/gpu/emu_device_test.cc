@@ -77,7 +77,7 @@ TEST_F(EmuDevice, LanesThatDisagreeOnTheMaskFault) {
   ASSERT_EQ(cudaMalloc(&d, 32 * sizeof(float)), cudaSuccess);
   ASTR_LAUNCH_KERNEL(MaskDisagreement, 1, 32, 0, nullptr)(d);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-  EXPECT_NE(astr::emu::LastKernelFault().find("mask"), std::string::npos)
+  EXPECT_NE(astr::emu::LastKernelFault().find("disagree on the mask"), std::string::npos)
       << astr::emu::LastKernelFault();
   cudaDeviceReset();
   cudaFree(d);

@@ -159,6 +159,7 @@ struct Lane {
   uint32_t in[10] = {};
   uint32_t out[4] = {};
   uint64_t in64 = 0, out64 = 0;
+  unsigned last_mask = 0;  // the mask of this lane's last warp collective (diagnostics)
   // cp.async: copies issued and not landed; the open (uncommitted) group is `committed`.
   std::vector<CpCopy> copies;
   int committed = 0;
@@ -397,6 +398,7 @@ void Rendezvous(int kind, unsigned mask) {
                   KindName(kind), mask, KindName(w.kind), w.mask);
     Fault(buf);
   }
+  l.last_mask = mask;
   if (++w.arrived < __builtin_popcount(mask)) {
     l.state = State::kWaitWarp;
     Yield(l);
@@ -435,6 +437,20 @@ void Deadlock(Block& b) {
   char buf[400];
   if (at_warp > 0) {
     const WarpSlot& w = b.warps[first_warp->warp];
+    // A lane the waiting mask names that finished a collective under another mask: the lanes
+    // disagree on the mask.
+    const Lane* lanes = &b.lanes[static_cast<size_t>(first_warp->warp) * 32];
+    for (int i = 0; i < 32 && first_warp->warp * 32 + i < b.n; ++i) {
+      if ((w.mask >> i & 1) && lanes[i].state == State::kDone && lanes[i].last_mask != 0 &&
+          lanes[i].last_mask != w.mask) {
+        std::snprintf(buf, sizeof(buf),
+                      "warp lanes disagree on the mask: lanes wait in %s with mask 0x%08x, lane "
+                      "%d used mask 0x%08x and exited",
+                      KindName(w.kind), w.mask, i, lanes[i].last_mask);
+        SetFault(b, Describe(b, first_warp) + ": " + buf, cudaErrorLaunchFailure);
+        return;
+      }
+    }
     std::snprintf(buf, sizeof(buf),
                   "%s (mask 0x%08x): %d of its %d lanes arrived; the others exited or wait at "
                   "__syncthreads (%d threads at a barrier, %d exited)",
@@ -498,6 +514,7 @@ void RunBlock(Worker& w, KernelRun& run, int64_t linear) {
     l.state = State::kRunnable;
     l.copies.clear();
     l.committed = 0;
+    l.last_mask = 0;
     l.fiber = ctx::fiber(std::allocator_arg, PooledStack{&w}, [&l, &b](ctx::fiber&& sink) {
       l.sink = std::move(sink);
       try {
