@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/model/tensor_dtype.h"
 #include "kernels/cuda/emu/emu.h"
 #include "kernels/cuda/emu/profiles.h"
 #include "kernels/cuda/launch.cuh"
@@ -18,6 +19,7 @@
 
 namespace {
 
+namespace model = astr::model;
 using astr::cuda::ptx::CpAsync16;
 using astr::cuda::ptx::CpAsyncCommit;
 using astr::cuda::ptx::CpAsyncWait;
@@ -25,19 +27,6 @@ using astr::cuda::ptx::LdMatrixX4;
 using astr::cuda::ptx::LdMatrixX4Trans;
 using astr::cuda::ptx::Mma16816;
 using astr::cuda::ptx::SmemAddr;
-
-uint16_t Bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBits(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Resets the sticky error a deliberate fault leaves behind.
 class EmuDevice : public ::testing::Test {
@@ -170,8 +159,8 @@ TEST_F(EmuDevice, MmaWithLdmatrixFragmentsIsTheMatrixProduct) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<uint16_t> a(256), bt(256);
-  for (auto& x : a) x = Bf16Bits(u(rng));
-  for (auto& x : bt) x = Bf16Bits(u(rng));
+  for (auto& x : a) x = model::F32ToBf16(u(rng));
+  for (auto& x : bt) x = model::F32ToBf16(u(rng));
   uint16_t *da = nullptr, *db = nullptr;
   float* dd = nullptr;
   ASSERT_EQ(cudaMalloc(&da, 512), cudaSuccess);
@@ -186,7 +175,7 @@ TEST_F(EmuDevice, MmaWithLdmatrixFragmentsIsTheMatrixProduct) {
     for (int n = 0; n < 16; ++n) {
       double want = 0.0;
       for (int k = 0; k < 16; ++k)
-        want += double{FromBits(a[m * 16 + k])} * FromBits(bt[n * 16 + k]);
+        want += double{model::Bf16ToF32(a[m * 16 + k])} * model::Bf16ToF32(bt[n * 16 + k]);
       EXPECT_NEAR(d[m * 16 + n], want, 1e-5) << "D[" << m << "][" << n << "]";
     }
   }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/model/tensor_dtype.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/emu/emu.h"
@@ -33,20 +34,6 @@ struct Layout {
 struct Preference {
   uint64_t max_workspace = 0;
 };
-
-float Bf16ToF32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t F32ToBf16(float f) {  // round to nearest even; NaN stays NaN
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // The supported form, or false.
 bool Supported(const MatmulDesc& d, const Layout& a, const Layout& b, const Layout& c,
@@ -82,7 +69,7 @@ void RunMatmul(const Layout a, const Layout b, const Layout c, float alpha, floa
   }
   std::vector<float> x(static_cast<size_t>(m * k));
   for (int64_t j = 0; j < m; ++j) {
-    for (int64_t t = 0; t < k; ++t) x[j * k + t] = Bf16ToF32(B[j * b.ld + t]);
+    for (int64_t t = 0; t < k; ++t) x[j * k + t] = astr::model::Bf16ToF32(B[j * b.ld + t]);
   }
   const astr::cpu::PackedMatrix packed = astr::cpu::PackedMatrix::FromBf16(w.data(), n, k);
   std::vector<float> y(static_cast<size_t>(m * n));
@@ -95,13 +82,14 @@ void RunMatmul(const Layout a, const Layout b, const Layout c, float alpha, floa
       const int64_t at = j * c.ld + i;
       float v = alpha * y[j * n + i];
       if (beta != 0.0f) {
-        v += beta * (c.type == CUDA_R_32F ? static_cast<const float*>(C)[at]
-                                          : Bf16ToF32(static_cast<const uint16_t*>(C)[at]));
+        v += beta * (c.type == CUDA_R_32F
+                         ? static_cast<const float*>(C)[at]
+                         : astr::model::Bf16ToF32(static_cast<const uint16_t*>(C)[at]));
       }
       if (c.type == CUDA_R_32F) {
         static_cast<float*>(D)[at] = v;
       } else {
-        static_cast<uint16_t*>(D)[at] = F32ToBf16(v);
+        static_cast<uint16_t*>(D)[at] = astr::model::F32ToBf16(v);
       }
     }
   }

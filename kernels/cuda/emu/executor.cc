@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/model/tensor_dtype.h"
+
 namespace astr::emu {
 
 // Defined in runtime.cc: whether [p, p + n) lies inside one device allocation.
@@ -281,12 +283,6 @@ uint16_t Load16(const Block& b, uint32_t off) {
   std::memcpy(&v, b.smem + off, 2);
   return v;
 }
-float Bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Computes a completed collective's results for every lane in the mask.
 void Resolve(Block& b, int warp, const WarpSlot& slot) {
@@ -329,8 +325,8 @@ void Resolve(Block& b, int warp, const WarpSlot& slot) {
     case kMma: {
       // The PTX ISA's fragment layouts (g = lane / 4, t = lane % 4).
       float A[16][16], B[16][8], C[16][8];
-      auto lo = [](uint32_t w) { return Bf16(static_cast<uint16_t>(w & 0xFFFF)); };
-      auto hi = [](uint32_t w) { return Bf16(static_cast<uint16_t>(w >> 16)); };
+      auto lo = [](uint32_t w) { return model::Bf16ToF32(static_cast<uint16_t>(w & 0xFFFF)); };
+      auto hi = [](uint32_t w) { return model::Bf16ToF32(static_cast<uint16_t>(w >> 16)); };
       for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, t = l & 3;
         const uint32_t* in = lanes[l].in;

@@ -255,15 +255,18 @@ bool UnsafeCallProhibited() {
   return prohibited;
 }
 
+// Whether any stream is capturing; every such capture is invalidated (a device-wide synchronize
+// would wait for them all).
 bool AnyCapture() {
   std::lock_guard<std::mutex> lock(g_streams_mu);
+  bool any = false;
   for (StreamImpl* s : Streams()) {
     if (s->capturing) {
       s->invalidated = true;
-      return true;
+      any = true;
     }
   }
-  return false;
+  return any;
 }
 
 // Enqueues a stream-ordered operation, or records it into the stream's capture. The legacy

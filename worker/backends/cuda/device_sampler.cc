@@ -44,26 +44,23 @@ void DeviceSampler::Pack(std::span<const SequenceSampler* const> samplers, int64
   std::copy(batch_.params.begin(), batch_.params.end(), params_out);
 }
 
-size_t DeviceSampler::StagedBytes(int r0, int r1, std::span<const uint32_t* const> masks,
-                                  int64_t words) const {
-  const DeviceSamplingParams& first = batch_.params[r0];
-  const DeviceSamplingParams& last = batch_.params[r1 - 1];
-  const size_t bias = static_cast<size_t>(last.bias_end - first.bias_begin);
-  const size_t penalty = static_cast<size_t>(last.penalty_end - first.penalty_begin);
-  size_t masked = 0;
-  bool any = false;
-  for (int r = r0; r < r1 && !masks.empty(); ++r) {
-    if (masks[r] != nullptr) ++masked, any = true;
+size_t DeviceSampler::StagedBytes(int r0, int r1, int masked, int64_t words) const {
+  const size_t bias =
+      static_cast<size_t>(batch_.params[r1 - 1].bias_end - batch_.params[r0].bias_begin);
+  const size_t penalty =
+      static_cast<size_t>(batch_.params[r1 - 1].penalty_end - batch_.params[r0].penalty_begin);
+  size_t n = 2 * Align16(bias * 4) + 2 * Align16(penalty * 4);
+  if (masked > 0) {
+    n += Align16(static_cast<size_t>(r1 - r0) * 4) + static_cast<size_t>(masked) * words * 4;
   }
-  size_t n = Align16(bias * 4) + Align16(bias * 4) + Align16(penalty * 4) + Align16(penalty * 4);
-  if (any) n += Align16(static_cast<size_t>(r1 - r0) * 4) + masked * words * 4;
   return n + 64;
 }
 
 Status DeviceSampler::LaunchRows(int r0, int r1, float* logits, float* raw_logits,
                                  const DeviceSamplingParams* params,
                                  DeviceSampleResult* device_results, int64_t vocab,
-                                 cudaStream_t stream, std::span<const uint32_t* const> masks) {
+                                 cudaStream_t stream, std::span<const uint32_t* const> masks,
+                                 bool masked) {
   const int64_t words = (vocab + 31) / 32;
   const int32_t b0 = batch_.params[r0].bias_begin, b1 = batch_.params[r1 - 1].bias_end;
   const int32_t p0 = batch_.params[r0].penalty_begin, p1 = batch_.params[r1 - 1].penalty_end;
@@ -73,8 +70,6 @@ Status DeviceSampler::LaunchRows(int r0, int r1, float* logits, float* raw_logit
   const size_t bias_values = Put(host, &used, batch_.bias_values.data() + b0, b1 - b0);
   const size_t penalty_ids = Put(host, &used, batch_.penalty_ids.data() + p0, p1 - p0);
   const size_t penalty_generated = Put(host, &used, batch_.penalty_generated.data() + p0, p1 - p0);
-  bool masked = false;
-  for (int r = r0; r < r1 && !masks.empty(); ++r) masked = masked || masks[r] != nullptr;
   size_t mask_rows = 0, mask_words = 0;
   if (masked) {
     mask_rows = Align16(used);
@@ -142,17 +137,24 @@ Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSampl
   // Reserve sized for). A chunk's upload may only overwrite the staging once the previous chunk's
   // upload has run: the stream is synchronized between chunks.
   for (int r0 = 0; r0 < rows;) {
-    int r1 = r0 + 1;
-    if (StagedBytes(r0, r1, masks, words) > capacity) {
+    // Extend the chunk row by row while its edits fit (O(1) per row: the edit ranges are
+    // contiguous, and the masked rows are counted as they join).
+    int r1 = r0, masked = 0;
+    while (r1 < rows) {
+      const int with = masked + (!masks.empty() && masks[r1] != nullptr ? 1 : 0);
+      if (StagedBytes(r0, r1 + 1, with, words) > capacity) break;
+      masked = with;
+      ++r1;
+    }
+    if (r1 == r0) {
       return InvalidArgumentError("sampling: row " + std::to_string(r0) +
                                   " has more edits than the sampling buffer holds");
     }
-    while (r1 < rows && StagedBytes(r0, r1 + 1, masks, words) <= capacity) ++r1;
     if (r0 > 0) {
       ASTR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "between sampling chunks");
     }
-    ASTR_RETURN_IF_ERROR(
-        LaunchRows(r0, r1, logits, raw_logits, params, device_results, vocab, stream, masks));
+    ASTR_RETURN_IF_ERROR(LaunchRows(r0, r1, logits, raw_logits, params, device_results, vocab,
+                                    stream, masks, masked > 0));
     r0 = r1;
   }
   DeviceSampleResult* host = results_.as<DeviceSampleResult>();

@@ -46,9 +46,10 @@ class DeviceSampler {
   // Stages rows [r0, r1)'s edits in staging_, uploads them and launches their draws.
   Status LaunchRows(int r0, int r1, float* logits, float* raw_logits,
                     const DeviceSamplingParams* params, DeviceSampleResult* device_results,
-                    int64_t vocab, cudaStream_t stream, std::span<const uint32_t* const> masks);
-  // The bytes rows [r0, r1) stage (16-byte aligned arrays).
-  size_t StagedBytes(int r0, int r1, std::span<const uint32_t* const> masks, int64_t words) const;
+                    int64_t vocab, cudaStream_t stream, std::span<const uint32_t* const> masks,
+                    bool masked);
+  // The bytes rows [r0, r1), `masked` of them with a mask, stage (16-byte aligned arrays).
+  size_t StagedBytes(int r0, int r1, int masked, int64_t words) const;
 
   SamplingBatch batch_;
   DeviceMemory edits_;    // the edit arrays on the device, back to back
