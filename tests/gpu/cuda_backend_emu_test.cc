@@ -172,5 +172,31 @@ TEST(CudaBackendEmu, SamplingEditsBeyondTheBufferAreDrawnInChunksWithoutAllocati
   }
 }
 
+// A single row with more edits than the reserved buffer holds (here: reserved for a 100-token
+// vocabulary, drawn over 3000) is refused naming the row; nothing is launched.
+TEST(CudaBackendEmu, ARowWhoseEditsExceedTheBufferIsRefused) {
+  constexpr int64_t kVocab = 3000;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  for (int32_t t = 0; t < kVocab; ++t) p.logit_bias[t] = 1.0f;
+  SequenceSampler s(p, 0, std::vector<int32_t>{1, 2, 3});
+  std::vector<const SequenceSampler*> ptrs = {&s};
+  cuda::DeviceSampler ds;
+  ASSERT_TRUE(ds.Reserve(1, 100, 0).ok());
+  std::vector<cuda::DeviceSamplingParams> params(1);
+  ds.Pack(ptrs, kVocab, params.data());
+  DeviceBuffer<float> logits(kVocab), raw(kVocab);
+  DeviceBuffer<cuda::DeviceSamplingParams> dparams(1);
+  DeviceBuffer<cuda::DeviceSampleResult> dresults(1);
+  std::vector<SampleResult> got(1);
+  const Status st =
+      ds.Launch(logits.get(), raw.get(), dparams.get(), dresults.get(), kVocab, nullptr, got);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("row 0 has more edits than the sampling buffer holds"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(ds.launches(), 0);
+}
+
 }  // namespace
 }  // namespace astr::gputest
