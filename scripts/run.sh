@@ -5,6 +5,7 @@
 # server, and keeps serving until Ctrl-C.
 #   Extra arguments go to `astr generate` (e.g. --max-tokens 64 --temperature 0.7 --seed 1).
 #   ASTR_CHAT: the message (default "What is the capital of France?").
+#   ASTR_SYSTEM: the system message (default: asks for one short English sentence; '' for none).
 #   ASTR_PORT: the scheduler's gRPC port (default 50051).
 #   ASTR_HTTP_PORT: the port of its OpenAI-compatible HTTP API (default 8000; 'off' for none).
 #   ASTR_RUN_ONESHOT=1: stop the servers after the answer and exit 0 (for tests and scripts).
@@ -18,13 +19,21 @@ ASTR="$BUILD/bin/astr"
 LOCAL="$ROOT/deploy/local/astr-local"
 PID_FILE="$ROOT/.cache/local/run.pid"
 MESSAGE="${ASTR_CHAT:-What is the capital of France?}"
+# A 135M-parameter model needs to be told what kind of answer is wanted: without a system message
+# it answers this question in looping French.
+SYSTEM="${ASTR_SYSTEM-You are a helpful assistant. Answer in one short English sentence.}"
+# The sampling defaults served to requests that leave them unset (the OpenAI API, grpcurl): the
+# model card's temperature and top_p, a mild repetition penalty and a length cap, because the GGUF
+# file names none (see docs/sampling.md, "Served defaults").
+GEN_CONFIG="$ROOT/scripts/default_model.generation_config.json"
 
 START_LOG="$ROOT/.cache/local/run-start.log"
 mkdir -p "$(dirname "$START_LOG")"
 echo "astr: starting astr-worker and astr-scheduler for $(basename "$MODEL")" >&2
 HTTP_PORT="${ASTR_HTTP_PORT:-8000}"
 if ! ADDR="$("$LOCAL" --detach --model "$MODEL" --port "${ASTR_PORT:-50051}" --http-port "$HTTP_PORT" \
-  --build-dir "$BUILD" --pid-file "$PID_FILE" 2>"$START_LOG")"; then
+  --build-dir "$BUILD" --pid-file "$PID_FILE" -- --generation-config "$GEN_CONFIG" \
+  2>"$START_LOG")"; then
   cat "$START_LOG" >&2
   exit 1
 fi
@@ -34,8 +43,9 @@ trap '"$LOCAL" stop --pid-file "$PID_FILE"' EXIT
 trap 'exit 0' INT TERM
 
 echo "astr: serving at $ADDR (logs in .cache/local/logs)" >&2
+[ -z "$SYSTEM" ] || echo "astr: system: $SYSTEM" >&2
 echo "astr: user: $MESSAGE" >&2
-"$ASTR" generate --server "$ADDR" --chat "$MESSAGE" "$@"
+"$ASTR" generate --server "$ADDR" ${SYSTEM:+--system "$SYSTEM"} --chat "$MESSAGE" "$@"
 if [ "${ASTR_RUN_ONESHOT:-0}" = 1 ]; then exit 0; fi
 
 ASTR_REL="${ASTR#"$ROOT"/}"

@@ -188,7 +188,11 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
                                 " tokens but the model's context holds " + std::to_string(ctx) +
                                 " (prompt + generated), leaving no room to generate");
   }
-  if (!s.has_max_tokens()) return static_cast<int32_t>(ctx - prompt_len);
+  if (!s.has_max_tokens()) {
+    const int64_t rest = ctx - prompt_len;
+    const auto& preferred = model.generation_defaults.max_tokens;
+    return static_cast<int32_t>(preferred ? std::min<int64_t>(*preferred, rest) : rest);
+  }
   // max_tokens < 1 is left to ValidateSamplingParams, which names it.
   if (prompt_len + s.max_tokens() > ctx) {
     return InvalidArgumentError("sampling.max_tokens: prompt (" + std::to_string(prompt_len) +
@@ -199,19 +203,25 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
   return s.max_tokens();
 }
 
-// The request's sampling parameters with the defaults applied (temperature, top_p and
-// repetition_penalty 1 when unset) and the model's EOS ids, not yet validated.
+// The request's sampling parameters with the defaults applied (the served model's
+// generation_defaults where the request leaves a field unset, else SamplingParams' own) and the
+// model's EOS ids, not yet validated.
 SamplingParams SamplingParamsOf(const v1::SamplingParameters& s, int32_t max_tokens,
                                 const ServedModel& model, uint64_t seed) {
+  const model::GenerationDefaults& d = model.generation_defaults;
   SamplingParams p;
-  p.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-  p.top_k = s.top_k();
-  p.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-  p.min_p = s.min_p();
-  p.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+  p.temperature = s.has_temperature() ? s.temperature() : d.temperature.value_or(p.temperature);
+  p.top_k = s.has_top_k() ? s.top_k() : d.top_k.value_or(p.top_k);
+  p.top_p = s.has_top_p() ? s.top_p() : d.top_p.value_or(p.top_p);
+  p.min_p = s.has_min_p() ? s.min_p() : d.min_p.value_or(p.min_p);
+  p.repetition_penalty =
+      s.has_repetition_penalty() ? s.repetition_penalty() : d.repetition_penalty.value_or(1.0f);
   p.frequency_penalty = s.frequency_penalty();
   p.presence_penalty = s.presence_penalty();
-  p.penalty_window = s.penalty_window();
+  // The model's window goes with its repetition penalty: only when the request sets no penalty.
+  const bool own_penalties = s.penalty_window() != 0 || s.has_repetition_penalty() ||
+                             s.frequency_penalty() != 0 || s.presence_penalty() != 0;
+  p.penalty_window = own_penalties ? s.penalty_window() : d.penalty_window.value_or(0);
   p.logit_bias.insert(s.logit_bias().begin(), s.logit_bias().end());
   p.seed = seed;
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());

@@ -15,6 +15,7 @@
 #include "astr/v1/generate.pb.h"
 #include "common/base/status.h"
 #include "common/chat/chat_template.h"
+#include "common/model/generation_defaults.h"
 #include "common/text/tokenizer/tokenizer.h"
 #include "scheduler/constraint.h"
 #include "scheduler/scheduler.h"
@@ -31,6 +32,8 @@ struct ServedModel {
   int32_t vocab_size = 0;              // rows of the output projection (worker Info)
   int32_t max_context_tokens = 0;      // prompt + generated tokens of one sequence (worker Info)
   std::vector<int32_t> eos_token_ids;  // the tokenizer's and the model file's, deduplicated
+  // Sampling defaults of requests that leave a field unset (the scheduler's --generation-config).
+  model::GenerationDefaults generation_defaults;
   // Compiles structured-output constraints against this vocabulary (MakeConstraintCompiler);
   // null: a constraint is INVALID_ARGUMENT ("this server serves no constraints").
   std::shared_ptr<const sched::ConstraintCompiler> constraints;

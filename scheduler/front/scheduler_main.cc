@@ -27,6 +27,7 @@
 #include "common/grpc/health.h"
 #include "common/grpc/shutdown_signal.h"
 #include "common/grpc/tls.h"
+#include "common/model/generation_defaults.h"
 #include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
@@ -54,6 +55,7 @@ struct Flags {
   std::string workers;
   std::string listen = "127.0.0.1:50051";
   std::string tokenizer;
+  std::string generation_config = "auto";
   sched::SchedulerOptions sched;
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
@@ -177,6 +179,14 @@ void Register(FlagSet* fs, Flags* f) {
   fs->String("tokenizer", &f->tokenizer,
              "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
              "here. Default: the model path the first worker reports.");
+  fs->String("generation-config", &f->generation_config,
+             "Sampling defaults of requests that leave temperature, top_k, top_p, min_p, "
+             "repetition_penalty or max_tokens unset: 'auto' serves the model's own "
+             "recommendation (generation_config.json next to a Hugging Face model, or a GGUF "
+             "file's general.sampling.* keys; the --tokenizer path when set, else the first "
+             "worker's model path); 'none' serves astr's defaults (temperature 1, top_p 1, "
+             "...); a folder or .json file is read as a generation_config.json. A request's "
+             "own value always wins.");
   fs->Int("max-batch-tokens", &f->sched.max_batch_tokens,
           "Most tokens (decode rows plus prefill chunks) in one step of one worker; the "
           "worker's own limit caps it.");
@@ -454,6 +464,7 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
 
 // The tokenizer, chat template and limits of the served model.
 StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
+                                             const std::string& generation_config,
                                              const std::vector<v1::InfoResponse>& infos) {
   const std::string path = flag_path.empty() ? infos[0].model_path() : flag_path;
   const std::string source = flag_path.empty() ? "the first worker's model path" : "--tokenizer";
@@ -478,6 +489,15 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
   // The tokenizer's EOS ids (generation_config.json) and those the model file names.
   model.eos_token_ids = model.tokenizer->eos_ids();
   MergeTokenIds(&model.eos_token_ids, infos[0].eos_token_ids());
+  if (generation_config != "none") {
+    const std::string from = generation_config == "auto" ? path : generation_config;
+    auto defaults = model::LoadGenerationDefaults(from);
+    if (!defaults.ok()) return defaults.status().WithContext("--generation-config");
+    model.generation_defaults = std::move(*defaults);
+  }
+  LOG(INFO) << "sampling defaults of requests that leave them unset: "
+            << model.generation_defaults.Describe() << " (--generation-config " << generation_config
+            << ")";
   LOG(INFO) << "tokenizer " << path << ": " << model.tokenizer->Describe() << "; chat template: "
             << (model.chat_template ? model.chat_template->origin()
                                     : "none (" + model.no_chat_template_reason + ")");
@@ -772,7 +792,7 @@ int Main(int argc, const char* const* argv) {
   }
   std::vector<v1::InfoResponse> infos;
   for (const auto& w : *workers) infos.push_back(w->info());
-  auto model = LoadServedModel(f.tokenizer, infos);
+  auto model = LoadServedModel(f.tokenizer, f.generation_config, infos);
   if (!model.ok()) {
     LOG(ERROR) << model.status().ToString();
     return 1;

@@ -77,3 +77,51 @@ def test_chat_without_messages_invalid(smol):
     assert "messages" in e.value.details(), e.value.details()
     # Still serving.
     unary(smol.stub, request(chat=[("user", "Hi")], max_tokens=2))
+
+
+def _run_script_default(name):
+    """The default value scripts/run.sh gives `name` ("${ASTR_X-...}" or "${ASTR_X:-...}")."""
+    import os
+    import re
+
+    text = open(os.path.join(harness.SOURCE_DIR, "scripts", "run.sh")).read()
+    m = re.search(r'^' + name + r'="\$\{[A-Z_]+:?-(.*)\}"$', text, re.M)
+    assert m, f"{name} not found in scripts/run.sh"
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def served_defaults(log_dir):
+    """The default model served as scripts/run.sh serves it: with its generation config."""
+    import os
+    import tempfile
+
+    config = os.path.join(harness.SOURCE_DIR, "scripts", "default_model.generation_config.json")
+    yield from harness.openai_cluster(log_dir, MODEL, worker_flags={"num_pages": 128, "page_size": 16},
+                                      scheduler_flags={"generation_config": config})
+
+
+def test_run_command_answers_the_capital_of_france(served_defaults):
+    """What ./scripts/run.sh prints on a fresh machine: its question, its system message and its
+    `astr generate` call, against the server it starts."""
+    message = _run_script_default("MESSAGE")
+    system = _run_script_default("SYSTEM")
+    assert "capital of France" in message
+    r = harness.run_cli("generate", "--server", served_defaults.scheduler.address, "--system", system,
+                        "--chat", message)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout, r.stdout
+    assert "finish: eos" in r.stderr and len(r.stdout) < 200, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_openai_chat_with_served_defaults_answers(served_defaults, seed):
+    """An OpenAI client that sets nothing but the messages gets the served defaults (sampled at
+    temperature 0.2, length-capped) and still a short, right answer."""
+    system = _run_script_default("SYSTEM")
+    r = served_defaults.client.chat.completions.create(
+        model=served_defaults.model, seed=seed,
+        messages=[{"role": "system", "content": system},
+                  {"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in r.choices[0].message.content, r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop"
