@@ -51,6 +51,9 @@ constexpr int kMaxAdminMessageBytes = 256 << 20;
 // The floor of --max-calls-per-peer 0 (automatic).
 constexpr int64_t kMinAutoCallsPerPeer = 64;
 
+// Where the admin service listens when --admin-token-file is given without --admin-listen.
+constexpr char kDefaultAdminListen[] = "127.0.0.1:50053";
+
 struct Flags {
   std::string workers;
   std::string listen = "127.0.0.1:50051";
@@ -78,7 +81,7 @@ struct Flags {
   int64_t grammar_max_queued_per_client = 16;
   int64_t grammar_max_queued_mb = 64;
   int64_t max_message_mb = 64;
-  std::string admin_listen = "127.0.0.1:50053";
+  std::string admin_listen;  // empty: none, unless --admin-token-file (then kDefaultAdminListen)
   std::string admin_token_file;
   std::string admin_token;  // read from admin_token_file before any worker is dialed
   std::string http_listen;
@@ -120,8 +123,10 @@ void Register(FlagSet* fs, Flags* f) {
              "logged (INFO) as 'listening on HOST:PORT' once every worker is connected.");
   fs->String("admin-listen", &f->admin_listen,
              "Address of the astr.v1.Admin service (weight updates, pause / resume; "
-             "docs/rl.md), HOST:PORT, loopback by default; the bound address is logged as "
-             "'admin service on HOST:PORT'. Empty: no admin service.");
+             "docs/rl.md), HOST:PORT; the bound address is logged as 'admin service on "
+             "HOST:PORT'. Default: none, or 127.0.0.1:50053 when --admin-token-file is given "
+             "(without a token every admin call would be refused, so no port is taken and any "
+             "number of schedulers share a machine). Empty: no admin service.");
   fs->String("admin-token-file", &f->admin_token_file,
              "File holding the bearer token every admin call must present "
              "(`authorization: Bearer <token>` metadata). Without it every admin call is "
@@ -663,6 +668,8 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     }
     const std::string admin_host = f.admin_listen.substr(0, f.admin_listen.rfind(':'));
     LOG(INFO) << "admin service on " << admin_host << ":" << admin_port;
+  } else {
+    LOG(INFO) << "no admin service (--admin-token-file or --admin-listen serves one)";
   }
 
   // The OpenAI-compatible HTTP API: in-process, on the same GenerateService as gRPC.
@@ -745,6 +752,9 @@ int Main(int argc, const char* const* argv) {
   LogOptions log;
   log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (!fs.WasSet("admin-listen") && !f.admin_token_file.empty()) {
+    f.admin_listen = kDefaultAdminListen;
+  }
   f.sched.worker_drain_timeout_ms = f.worker_drain_timeout_s * 1000;
   Status valid = Validate(f);
   if (valid.ok() && !f.admin_token_file.empty()) {
