@@ -13,16 +13,6 @@ namespace {
 
 constexpr int kQBlock = 32;
 
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 void StoreU16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v & 0xFF);
@@ -436,43 +426,6 @@ StatusOr<uint64_t> DTypeByteSize(DType dtype, int64_t num_elements) {
     return InvalidArgumentError("tensor byte size overflows");
   }
   return blocks * per;
-}
-
-float F16ToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) return BitsFloat(sign | 0x7F800000u | (mant << 13));  // inf / NaN
-  if (exp != 0) return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
-  if (mant == 0) return BitsFloat(sign);
-  // Subnormal: value = mant * 2^-24.
-  const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
-  return sign ? -v : v;
-}
-
-uint16_t F32ToF16(float f) {
-  const uint32_t x = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7FFFFFFF;
-  if (abs >= 0x7F800000u) {  // inf or NaN
-    return sign | 0x7C00 | (abs > 0x7F800000u ? 0x200 : 0);
-  }
-  if (abs >= 0x477FF000u) return sign | 0x7C00;  // rounds to >= 65520 -> inf
-  if (abs < 0x38800000u) {                       // below the smallest normal f16 (2^-14)
-    // Subnormal or zero: value / 2^-24 rounded to nearest even.
-    const float v = BitsFloat(abs) * 16777216.0f;
-    return sign | static_cast<uint16_t>(std::nearbyint(v));
-  }
-  uint32_t rounded = abs + 0xFFF + ((abs >> 13) & 1);  // round to nearest even at bit 13
-  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
-}
-
-float Bf16ToF32(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
-
-uint16_t F32ToBf16(float f) {
-  const uint32_t x = FloatBits(f);
-  if ((x & 0x7FFFFFFF) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
 }
 
 void DequantizeToF32(DType dtype, const void* src, int64_t n, float* dst) {

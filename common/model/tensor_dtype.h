@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/base/half.h"
 #include "common/base/status.h"
 
 namespace astr::model {
@@ -66,10 +67,11 @@ int64_t DTypeBlockBytes(DType dtype);
 // or the size overflows.
 StatusOr<uint64_t> DTypeByteSize(DType dtype, int64_t num_elements);
 
-float F16ToF32(uint16_t h);
-uint16_t F32ToF16(float f);  // round to nearest even; overflow -> inf
-float Bf16ToF32(uint16_t b);
-uint16_t F32ToBf16(float f);  // round to nearest even; NaN stays NaN
+// The scalar 16-bit float conversions (common/base/half.h), under the names model code uses.
+using ::astr::Bf16ToF32;
+using ::astr::F16ToF32;
+using ::astr::F32ToBf16;
+using ::astr::F32ToF16;
 
 // The block types as unsigned quants with per-sub-block scales: each element's value is
 //   scale * (q - offset)      (has_min false), or

@@ -6,9 +6,8 @@
 // LoadTail(p, left) / StoreTail(p, v, left) (first min(left, kLanes) lanes, the rest zero / kept),
 // Store(p, v), Fma(a, b, c) = a * b + c, Mul(a, b), ReduceAdd(v) (a fixed tree) and
 // ReduceAddLanes(v[kLanes]) (lane e = ReduceAdd(v[e]), bit for bit, from fewer instructions).
-// Softmax (the AVX-512 path's) also needs LoadTailOr(p, left, x) (the rest x), Add, Sub, Max,
-// First(v) (lane 0), ReduceMax(v), RoundNearest(v), Pow2(n) (2^n of integral n in [-126, 127]) and
-// ZeroBelow(x, t, v) (v, with 0 in the lanes where x < t).
+// Softmax (the AVX-512 path's) also needs LoadTailOr(p, left, x) (the rest x), Sub, First(v) (lane
+// 0), ReduceMax(v) and what VecExp (vec_exp.h) needs.
 //
 // Order of operations, identical in every code path below (so it depends only on hd, never on n,
 // the group size or a head's place in the group):
@@ -22,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec_exp.h"
 
 namespace astr::cpu::internal::attn {
 
@@ -126,26 +126,6 @@ inline void AccumulateHeads(const float* p, int64_t ld, int64_t hd, const float*
   }
 }
 
-// exp(x) lane by lane (Cephes' expf: x = n ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial in r;
-// 0.94 ulp at worst in cpu_attention_test), 0 below -87.33 (and for -inf): the softmax's arguments
-// are never positive.
-template <class V>
-inline typename V::T Exp(typename V::T x) {
-  using T = typename V::T;
-  const T xc = V::Max(x, V::Set1(-87.33f));
-  const T n = V::RoundNearest(V::Mul(xc, V::Set1(1.44269504088896341f)));
-  T r = V::Fma(n, V::Set1(-0.693359375f), xc);
-  r = V::Fma(n, V::Set1(2.12194440e-4f), r);
-  T p = V::Set1(1.9875691500e-4f);
-  p = V::Fma(p, r, V::Set1(1.3981999507e-3f));
-  p = V::Fma(p, r, V::Set1(8.3334519073e-3f));
-  p = V::Fma(p, r, V::Set1(4.1665795894e-2f));
-  p = V::Fma(p, r, V::Set1(1.6666665459e-1f));
-  p = V::Fma(p, r, V::Set1(5.0000001201e-1f));
-  const T y = V::Add(V::Fma(p, V::Mul(r, r), r), V::Set1(1.0f));
-  return V::ZeroBelow(x, -87.33f, V::Mul(y, V::Pow2(n)));
-}
-
 // The online-softmax update of one block (AttnKernels::softmax), a head at a time.
 template <class V>
 void Softmax(float* scores, int64_t ld, int64_t group, int64_t n, float* m, float* l,
@@ -158,10 +138,10 @@ void Softmax(float* scores, int64_t ld, int64_t group, int64_t n, float* m, floa
     T mx = V::Set1(m[h]);
     for (int64_t j = 0; j < n; j += L) mx = V::Max(mx, V::LoadTailOr(sh + j, n - j, kNegInf));
     const T m_new = V::Set1(V::ReduceMax(mx));
-    const float corr = V::First(Exp<V>(V::Sub(V::Set1(m[h]), m_new)));
+    const float corr = V::First(VecExp<V>(V::Sub(V::Set1(m[h]), m_new)));
     T sum = V::Zero();
     for (int64_t j = 0; j < n; j += L) {
-      const T p = Exp<V>(V::Sub(V::LoadTailOr(sh + j, n - j, kNegInf), m_new));
+      const T p = VecExp<V>(V::Sub(V::LoadTailOr(sh + j, n - j, kNegInf), m_new));
       V::StoreTail(sh + j, p, n - j);
       sum = V::Add(sum, p);
     }

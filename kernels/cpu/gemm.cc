@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/base/half.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/qgemm_kernels.h"
@@ -19,14 +20,6 @@ using internal::SplitGemm;
 
 // Below this many multiply-adds a GEMM runs on the calling thread: waking a worker costs more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
-
-uint16_t F32ToBf16Rne(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
-    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
 
 const KernelSet& Kernels(Isa isa, WeightType type, int64_t m) {
   switch (isa) {
@@ -117,7 +110,7 @@ PackedMatrix PackedMatrix::FromF32Rows(int64_t n, int64_t k, WeightType type,
         uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.get()) + p * pm.panel_stride();
         for (int64_t kk = 0; kk < k; ++kk) {
           uint16_t* d = dst + (kk / 2) * 2 * kPanel + (kk & 1);
-          for (int64_t r = 0; r < rows; ++r) d[r * 2] = F32ToBf16Rne(src[r * k + kk]);
+          for (int64_t r = 0; r < rows; ++r) d[r * 2] = ::astr::F32ToBf16(src[r * k + kk]);
         }
       }
     }

@@ -4,19 +4,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/base/half.h"
 #include "kernels/cpu/gemm_kernels.h"
 
 namespace astr::cpu::internal {
 namespace {
 
 constexpr int kPanel = PackedMatrix::kPanel;
-
-float Bf16ToF32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 void Store(const float* acc /*[rows, np * 16]*/, int rows, int np, float* y, int64_t ldy,
            int64_t ncols, bool accumulate) {

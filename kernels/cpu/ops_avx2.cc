@@ -5,37 +5,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/base/half.h"
 #include "kernels/cpu/ops_kernels.h"
+#include "kernels/cpu/vec_avx2.h"
+#include "kernels/cpu/vec_exp.h"
 
 namespace astr::cpu::internal {
 namespace {
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// exp(x), ~2 ulp: Cephes expf polynomial on x - n ln2, times 2^n built in the exponent field.
-// The clamp keeps n in [-126, 127] so 2^n is a normal float.
-inline __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 float SumSquares(const float* x, int64_t dim) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -45,7 +21,7 @@ float SumSquares(const float* x, int64_t dim) {
     acc0 = _mm256_fmadd_ps(v0, v0, acc0);
     acc1 = _mm256_fmadd_ps(v1, v1, acc1);
   }
-  float s = HorizontalSum(_mm256_add_ps(acc0, acc1));
+  float s = V256::ReduceAdd(_mm256_add_ps(acc0, acc1));
   for (; i < dim; ++i) s += x[i] * x[i];
   return s;
 }
@@ -68,7 +44,7 @@ float AddSumSquares(float* x, const float* d, int64_t dim) {
     _mm256_storeu_ps(x + i, v);
     acc = _mm256_fmadd_ps(v, v, acc);
   }
-  float s = HorizontalSum(acc);
+  float s = V256::ReduceAdd(acc);
   for (; i < dim; ++i) {
     x[i] += d[i];
     s += x[i] * x[i];
@@ -119,7 +95,7 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   for (; i + 8 <= f; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 silu =
-        _mm256_div_ps(g, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        _mm256_div_ps(g, _mm256_add_ps(one, VecExp<V256>(_mm256_sub_ps(_mm256_setzero_ps(), g))));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }
   for (; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
@@ -132,7 +108,7 @@ float Dot(const float* a, const float* b, int64_t n) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
-  float s = HorizontalSum(_mm256_add_ps(acc0, acc1));
+  float s = V256::ReduceAdd(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -161,13 +137,6 @@ void AddInPlace(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
-uint16_t F32ToBf16One(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
 void F32ToBf16(const float* x, uint16_t* y, int64_t n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i inf = _mm256_set1_epi32(0x7F800000);
@@ -187,7 +156,7 @@ void F32ToBf16(const float* x, uint16_t* y, int64_t n) {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_castsi256_si128(packed));
   }
-  for (; i < n; ++i) y[i] = F32ToBf16One(x[i]);
+  for (; i < n; ++i) y[i] = ::astr::F32ToBf16(x[i]);
 }
 
 void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
@@ -197,10 +166,7 @@ void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
     _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
   }
-  for (; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(x[i]) << 16;
-    std::memcpy(&y[i], &bits, sizeof(bits));
-  }
+  for (; i < n; ++i) y[i] = ::astr::Bf16ToF32(x[i]);
 }
 
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {

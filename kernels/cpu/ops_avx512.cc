@@ -9,30 +9,11 @@
 #include <cstdint>
 
 #include "kernels/cpu/ops_kernels.h"
+#include "kernels/cpu/vec_avx512.h"
+#include "kernels/cpu/vec_exp.h"
 
 namespace astr::cpu::internal {
 namespace {
-
-inline __mmask16 TailMask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
-// exp(x), ~2 ulp: Cephes expf polynomial on x - n ln2, scaled by 2^n with vscalefps.
-inline __m512 Exp(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
 
 float SumSquares(const float* x, int64_t dim) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -45,7 +26,7 @@ float SumSquares(const float* x, int64_t dim) {
     }
   }
   for (; i < dim; i += 16) {
-    const __m512 v = _mm512_maskz_loadu_ps(TailMask(dim - i), x + i);
+    const __m512 v = _mm512_maskz_loadu_ps(V512::Mask(dim - i), x + i);
     acc[0] = _mm512_fmadd_ps(v, v, acc[0]);
   }
   return _mm512_reduce_add_ps(
@@ -55,7 +36,7 @@ float SumSquares(const float* x, int64_t dim) {
 void ScaleMul(const float* x, float scale, const float* w, float* y, int64_t dim) {
   const __m512 s = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < dim; i += 16) {
-    const __mmask16 m = TailMask(dim - i);
+    const __mmask16 m = V512::Mask(dim - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s);
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)));
   }
@@ -73,7 +54,7 @@ float AddSumSquares(float* x, const float* d, int64_t dim) {
     acc1 = _mm512_fmadd_ps(v1, v1, acc1);
   }
   for (; i < dim; i += 16) {
-    const __mmask16 m = TailMask(dim - i);
+    const __mmask16 m = V512::Mask(dim - i);
     const __m512 v =
         _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, d + i));
     _mm512_mask_storeu_ps(x + i, m, v);
@@ -89,7 +70,7 @@ void RopeRotate(float* x, int64_t heads, int64_t head_dim, int64_t half, int64_t
     if (interleaved) {
       float* xa = xh + 2 * i0;
       for (int64_t j = 0; j < 2 * count; j += 16) {
-        const __mmask16 m = TailMask(2 * count - j);  // 2 * count is even: pairs never split
+        const __mmask16 m = V512::Mask(2 * count - j);  // 2 * count is even: pairs never split
         const __m512 v = _mm512_maskz_loadu_ps(m, xa + j);
         const __m512 swapped = _mm512_permute_ps(v, 0xB1);  // (x1, x0, x3, x2, ...)
         const __m512 r = _mm512_fmadd_ps(swapped, _mm512_maskz_loadu_ps(m, s + j),
@@ -100,7 +81,7 @@ void RopeRotate(float* x, int64_t heads, int64_t head_dim, int64_t half, int64_t
       float* xa = xh + i0;
       float* xb = xh + i0 + half;
       for (int64_t j = 0; j < count; j += 16) {
-        const __mmask16 m = TailMask(count - j);
+        const __mmask16 m = V512::Mask(count - j);
         const __m512 a = _mm512_maskz_loadu_ps(m, xa + j), b = _mm512_maskz_loadu_ps(m, xb + j);
         const __m512 cj = _mm512_maskz_loadu_ps(m, c + j), sj = _mm512_maskz_loadu_ps(m, s + j);
         _mm512_mask_storeu_ps(xa + j, m, _mm512_fmsub_ps(a, cj, _mm512_mul_ps(b, sj)));
@@ -113,10 +94,10 @@ void RopeRotate(float* x, int64_t heads, int64_t head_dim, int64_t half, int64_t
 void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < f; i += 16) {
-    const __mmask16 m = TailMask(f - i);
+    const __mmask16 m = V512::Mask(f - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
     const __m512 silu =
-        _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_div_ps(g, _mm512_add_ps(one, VecExp<V512>(_mm512_sub_ps(_mm512_setzero_ps(), g))));
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
@@ -129,7 +110,7 @@ float Dot(const float* a, const float* b, int64_t n) {
     acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
   }
   for (; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
@@ -138,7 +119,7 @@ float Dot(const float* a, const float* b, int64_t n) {
 void Axpy(float alpha, const float* x, float* y, int64_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     _mm512_mask_storeu_ps(
         y + i, m,
         _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
@@ -148,14 +129,14 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 void Scale(float* y, float alpha, int64_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     _mm512_mask_storeu_ps(
         y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i)));
   }
@@ -167,7 +148,7 @@ void F32ToBf16(const float* x, uint16_t* y, int64_t n) {
   const __m512i bias = _mm512_set1_epi32(0x7FFF);
   const __m512i one = _mm512_set1_epi32(1);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     const __m512i b = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), one);
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, bias), lsb), 16);
@@ -179,7 +160,7 @@ void F32ToBf16(const float* x, uint16_t* y, int64_t n) {
 
 void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
     _mm512_mask_storeu_ps(y + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
   }
@@ -187,7 +168,7 @@ void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
 
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
+    const __mmask16 m = V512::Mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
   }
 }

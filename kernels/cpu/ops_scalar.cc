@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/base/half.h"
 #include "kernels/cpu/ops_kernels.h"
 
 namespace astr::cpu::internal {
@@ -61,47 +62,15 @@ void AddInPlace(float* y, const float* x, int64_t n) {
 }
 
 void F32ToBf16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], sizeof(bits));
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-      y[i] = static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN: keep sign, force quiet
-    } else {
-      y[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = ::astr::F32ToBf16(x[i]);
 }
 
 void Bf16ToF32(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(x[i]) << 16;
-    std::memcpy(&y[i], &bits, sizeof(bits));
-  }
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  float mag;
-  if (exp == 0) {
-    mag = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    const uint32_t bits = 0x7F800000u | (mant << 13);  // inf or NaN
-    std::memcpy(&mag, &bits, sizeof(mag));
-  } else {
-    const uint32_t bits = ((exp + 112) << 23) | (mant << 13);
-    std::memcpy(&mag, &bits, sizeof(mag));
-  }
-  uint32_t out;
-  std::memcpy(&out, &mag, sizeof(out));
-  out |= sign;
-  float f;
-  std::memcpy(&f, &out, sizeof(f));
-  return f;
+  for (int64_t i = 0; i < n; ++i) y[i] = ::astr::Bf16ToF32(x[i]);
 }
 
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = HalfToFloat(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = ::astr::F16ToF32(x[i]);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/base/half.h"
 #include "common/base/logging.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_kernels.h"
@@ -19,23 +20,6 @@ using internal::QuantKernelSet;
 
 constexpr int64_t kPanel = PackedMatrix::kPanel;
 
-uint16_t F32ToF16Rne(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u)
-    return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0));
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {  // f16 subnormal (or zero): value / 2^-24, rounded to nearest even
-    float a;
-    std::memcpy(&a, &abs, sizeof(a));
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  const uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
-  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-}
-
 const QuantKernelSet& Kernels(Isa isa, int64_t m) {
   if (isa >= Isa::kAvx512 && CpuHasAvx512Vnni()) {
     if (m >= internal::kAmxMinRows && CpuUsesAmx()) return internal::QuantKernelsAmx();
@@ -45,7 +29,7 @@ const QuantKernelSet& Kernels(Isa isa, int64_t m) {
   return internal::QuantKernelsScalar();
 }
 
-float RoundF16(float f) { return internal::F16BitsToF32(F32ToF16Rne(f)); }
+float RoundF16(float f) { return F16ToF32(F32ToF16(f)); }
 
 float AbsMaxScalar(const float* x, int64_t n) {
   float amax = 0.0f;
@@ -202,10 +186,10 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
         if (fmt.super && b % 8 == 0) {
           uint8_t* header = const_cast<uint8_t*>(at.header);
           for (int64_t r = 0; r < kPanel; ++r) {
-            const uint16_t dh = F32ToF16Rne(d[r * supers + b / 8]);
+            const uint16_t dh = F32ToF16(d[r * supers + b / 8]);
             std::memcpy(header + r * 2, &dh, 2);
             if (fmt.has_min) {
-              const uint16_t mh = F32ToF16Rne(dmin[r * supers + b / 8]);
+              const uint16_t mh = F32ToF16(dmin[r * supers + b / 8]);
               std::memcpy(header + (kPanel + r) * 2, &mh, 2);
             }
           }
@@ -240,10 +224,10 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
               if (fmt.has_min) std::memcpy(m_at, &m[sidx], 1);
               continue;
             }
-            const uint16_t sh = F32ToF16Rne(scale[sidx]);
+            const uint16_t sh = F32ToF16(scale[sidx]);
             std::memcpy(s_at, &sh, 2);
             if (fmt.has_min) {
-              const uint16_t mh = F32ToF16Rne(min[sidx]);
+              const uint16_t mh = F32ToF16(min[sidx]);
               std::memcpy(m_at, &mh, 2);
             }
           }

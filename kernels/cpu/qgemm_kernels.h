@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "common/base/half.h"
 #include "kernels/cpu/gemm.h"
 
 namespace astr::cpu::internal {
@@ -28,33 +29,6 @@ struct QuantActivations {
   const float* dt = nullptr;
   int64_t m = 0;
 };
-
-// Exact f16 -> f32 (as vcvtph2ps).
-inline float F16BitsToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400u) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
-    }
-  } else if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
                                  const uint8_t* w /*first panel*/, int64_t panel_stride,

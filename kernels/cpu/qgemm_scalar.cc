@@ -14,7 +14,7 @@ constexpr int kPanel = PackedMatrix::kPanel;
 float F16Value(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, sizeof(h));
-  return F16BitsToF32(h);
+  return ::astr::F16ToF32(h);
 }
 
 // Quant u of output r, k t of group g in a block (gemm.h's layouts).
