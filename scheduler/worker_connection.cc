@@ -9,8 +9,10 @@
 #include <thread>
 
 #include "astr/v1/worker.grpc.pb.h"
+#include "common/grpc/deadline.h"
 #include "common/grpc/grpc_status.h"
 #include "common/grpc/keepalive.h"
+#include "common/grpc/message_limits.h"
 
 namespace astr::sched {
 namespace {
@@ -19,13 +21,12 @@ using StepStream = grpc::ClientReaderWriter<v1::StepPlan, v1::StepResult>;
 using Clock = std::chrono::steady_clock;
 
 // Plans of large prefills (many token ids in SequenceStart) exceed gRPC's 4 MiB default.
-constexpr int kMaxMessageBytes = 64 << 20;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const rpc::ChannelSecurity& security) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
   // A restarted worker should be found again within a fraction of a second, not after gRPC's
   // default backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -140,7 +141,7 @@ class GrpcWorkerConnection final : public WorkerConnection {
  private:
   StatusOr<v1::InfoResponse> CallInfo(Clock::time_point deadline) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + (deadline - Clock::now()));
+    context.set_deadline(rpc::GrpcDeadline(deadline));
     // Waits for the channel to connect (retrying with the backoff above) instead of failing on
     // the first refused connection: a worker that is still loading its model is not down.
     context.set_wait_for_ready(true);

@@ -10,8 +10,10 @@
 
 #include "common/base/clock.h"
 #include "common/base/logging.h"
+#include "common/grpc/deadline.h"
 #include "common/grpc/grpc_status.h"
 #include "common/grpc/keepalive.h"
+#include "common/grpc/message_limits.h"
 #include "scheduler/front/api_keys.h"
 
 namespace astr::front {
@@ -22,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 // Buckets are forwarded as they come; a worker's queue holds at most this many, so the scheduler
 // holds at most this many buckets per worker (plus the one being read).
 constexpr size_t kForwardQueue = 2;
-// Largest message on the worker channels: a bucket (the worker accepts 256 MiB).
-constexpr int kMaxWorkerMessageBytes = 256 << 20;
 constexpr auto kControlTimeout = std::chrono::seconds(30);
 constexpr auto kChecksumTimeout = std::chrono::seconds(120);
 
@@ -196,8 +196,8 @@ std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address)
   auto& channel = channels_[address];
   if (channel == nullptr) {
     grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(kMaxWorkerMessageBytes);
-    args.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
+    args.SetMaxSendMessageSize(rpc::kMaxMessageBytes);
+    args.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
     // Its own connection, beside the step stream's, so a push never delays a step's messages.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     // A worker that stops answering (SIGSTOP, a hung host) breaks a push within seconds instead of
@@ -531,13 +531,7 @@ grpc::Status AdminService::Pause(grpc::ServerContext* context, const v1::PauseRe
       return Error(grpc::StatusCode::INVALID_ARGUMENT,
                    "mode: expected PAUSE_MODE_ABORT, PAUSE_MODE_DRAIN or PAUSE_MODE_KEEP");
   }
-  const auto now_sys = std::chrono::system_clock::now();
-  const auto left = context->deadline() - now_sys;
-  const Clock::time_point deadline =
-      context->deadline() == std::chrono::system_clock::time_point::max() ||
-              left > std::chrono::hours(24 * 365)
-          ? Clock::time_point::max()
-          : Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+  const Clock::time_point deadline = rpc::SteadyDeadlineOrMax(context->deadline());
   auto result = scheduler_->Pause(mode, deadline);
   if (!result.ok()) return rpc::ToGrpcStatus(result.status());
   response->set_mode(request->mode());
@@ -578,10 +572,7 @@ grpc::Status AdminService::DrainWorker(grpc::ServerContext* context,
                  "timeout_s: " + std::to_string(request->timeout_s()) + " outside [0, 86400]");
   }
   // Waits until the worker left, or the call's deadline (the drain goes on then).
-  const auto deadline =
-      context->deadline() == std::chrono::system_clock::time_point::max()
-          ? sched::Clock::time_point::max()
-          : sched::Clock::now() + (context->deadline() - std::chrono::system_clock::now());
+  const auto deadline = rpc::SteadyDeadlineOrMax(context->deadline());
   auto drained = scheduler_->DrainWorker(request->address(),
                                          std::chrono::seconds(request->timeout_s()),
                                          /*wait=*/true, deadline, /*exclude=*/true);

@@ -46,14 +46,14 @@ void FillTop(const std::vector<std::vector<TokenLogprob>>& top,
 // Appends `spans` to `out`, joining a span that continues the last one with the same version.
 void AddSpans(const std::vector<VersionSpan>& spans,
               google::protobuf::RepeatedPtrField<v1::WeightVersionSpan>* out) {
-  for (const VersionSpan& s : spans) {
-    if (!out->empty()) {
-      v1::WeightVersionSpan& last = (*out)[out->size() - 1];
-      if (last.version() == s.version && last.start() + last.count() == s.start) {
-        last.set_count(last.count() + s.count);
-        continue;
-      }
-    }
+  std::vector<VersionSpan> joined;
+  if (!out->empty()) {
+    const v1::WeightVersionSpan& last = (*out)[out->size() - 1];
+    joined.push_back({last.version(), last.start(), last.count()});
+    out->RemoveLast();
+  }
+  for (const VersionSpan& s : spans) AppendVersionSpan(&joined, s);
+  for (const VersionSpan& s : joined) {
     v1::WeightVersionSpan* span = out->Add();
     span->set_version(s.version);
     span->set_start(s.start);

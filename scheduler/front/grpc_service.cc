@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/base/logging.h"
+#include "common/grpc/deadline.h"
 #include "common/grpc/grpc_status.h"
 #include "scheduler/front/utf8_check.h"
 
@@ -64,13 +65,6 @@ void Serialize(const google::protobuf::MessageLite& message, grpc::ByteBuffer* o
   const std::string bytes = message.SerializeAsString();
   grpc::Slice slice(bytes);
   *out = grpc::ByteBuffer(&slice, 1);
-}
-
-std::optional<sched::Clock::time_point> DeadlineOf(const grpc::CallbackServerContext& context) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return std::nullopt;
-  // The scheduler's clock is steady; carry the remaining time over.
-  return sched::Clock::now() + (deadline - std::chrono::system_clock::now());
 }
 
 // The call's `authorization` metadata (an API key, api_keys.h), if it has one.
@@ -272,7 +266,8 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     }
     // The context stays valid: the call cannot finish while admission runs (OnCancel only
     // records cancel_why_ until call_ is set).
-    const std::optional<sched::Clock::time_point> deadline = DeadlineOf(*context_);
+    const std::optional<sched::Clock::time_point> deadline =
+        rpc::SteadyDeadline(context_->deadline());
     auto ticket = impl_->PrepareConstraint(
         *request, client_,
         [self = this->shared_from_this(), request, deadline](CompileQueue::Result compiled) {

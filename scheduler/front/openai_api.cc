@@ -980,14 +980,7 @@ void ChoiceOutput::Append(const SampleDelta& d) {
   token_ids.insert(token_ids.end(), d.token_ids.begin(), d.token_ids.end());
   logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   top.insert(top.end(), d.top.begin(), d.top.end());
-  for (const VersionSpan& s : d.versions) {
-    if (!versions.empty() && versions.back().version == s.version &&
-        versions.back().start + versions.back().count == s.start) {
-      versions.back().count += s.count;
-    } else {
-      versions.push_back(s);
-    }
-  }
+  for (const VersionSpan& s : d.versions) AppendVersionSpan(&versions, s);
   if (d.finished) {
     finished = true;
     finish_reason = d.finish_reason;

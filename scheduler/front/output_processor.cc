@@ -5,6 +5,15 @@
 
 namespace astr::front {
 
+void AppendVersionSpan(std::vector<VersionSpan>* spans, const VersionSpan& span) {
+  if (!spans->empty() && spans->back().version == span.version &&
+      spans->back().start + spans->back().count == span.start) {
+    spans->back().count += span.count;
+  } else {
+    spans->push_back(span);
+  }
+}
+
 SampleOutput::SampleOutput(const tok::Tokenizer& tokenizer, const OutputOptions& options,
                            std::span<const int32_t> prompt)
     : options_(options),
@@ -19,13 +28,7 @@ bool SampleOutput::AddToken(const sched::SampleEvent& event) {
   if (options_.top_logprobs > 0) pending_.top.push_back(event.top);
   pending_.weight_version = event.weight_version;
   const int32_t index = num_tokens_ - 1;
-  std::vector<VersionSpan>& spans = pending_.versions;
-  if (!spans.empty() && spans.back().version == event.weight_version &&
-      spans.back().start + spans.back().count == index) {
-    ++spans.back().count;
-  } else {
-    spans.push_back({event.weight_version, index, 1});
-  }
+  AppendVersionSpan(&pending_.versions, {event.weight_version, index, 1});
   // Stop strings count from the min_tokens-th token on (the worker masks EOS and stop ids the
   // same way).
   const bool may_stop = num_tokens_ >= options_.min_tokens;

@@ -30,6 +30,10 @@ struct VersionSpan {
   int32_t count = 0;
 };
 
+// Appends `span` to `spans`, joining it to the last one when it continues it with the same version:
+// the one rule by which the output processor, the gRPC and the HTTP fronts merge spans.
+void AppendVersionSpan(std::vector<VersionSpan>* spans, const VersionSpan& span);
+
 // One sample's output since the previous delta.
 struct SampleDelta {
   std::string text;

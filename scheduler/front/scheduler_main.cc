@@ -25,6 +25,7 @@
 #include "common/base/token_ids.h"
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/health.h"
+#include "common/grpc/message_limits.h"
 #include "common/grpc/shutdown_signal.h"
 #include "common/grpc/tls.h"
 #include "common/model/generation_defaults.h"
@@ -46,7 +47,6 @@ using Clock = std::chrono::steady_clock;
 // (gRPC 1.51), so it is short: once the scheduler is idle, a last message needs milliseconds.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 // Largest admin message: one bucket of an UpdateWeights stream (the workers take 256 MiB).
-constexpr int kMaxAdminMessageBytes = 256 << 20;
 
 // The floor of --max-calls-per-peer 0 (automatic).
 constexpr int64_t kMinAutoCallsPerPeer = 64;
@@ -659,7 +659,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     admin_builder.AddListeningPort(f.admin_listen, ServerCredentials(f), &admin_port);
     admin_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     admin_builder.RegisterService(admin.get());
-    admin_builder.SetMaxReceiveMessageSize(kMaxAdminMessageBytes);
+    admin_builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
     admin_server = admin_builder.BuildAndStart();
     if (admin_server == nullptr || admin_port == 0) {
       LOG(ERROR) << "--admin-listen: cannot listen on " << f.admin_listen

@@ -16,6 +16,7 @@
 #include "common/grpc/grpc_logging.h"
 #include "common/grpc/health.h"
 #include "common/grpc/keepalive.h"
+#include "common/grpc/message_limits.h"
 #include "common/grpc/shutdown_signal.h"
 #include "common/grpc/tls.h"
 #include "common/http/http_server.h"
@@ -85,7 +86,7 @@ int Serve(const std::string& listen, const std::string& metrics_listen, int64_t 
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(&service);
   // A SequenceStart carries a whole prompt: allow long contexts.
-  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     LOG(ERROR) << "--listen: cannot listen on " << listen

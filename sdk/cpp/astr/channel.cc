@@ -5,12 +5,10 @@
 #include <grpcpp/security/credentials.h>
 
 #include "common/base/file_util.h"
+#include "common/grpc/message_limits.h"
 
 namespace astr::client {
 namespace {
-
-// Large outputs (long generations with top-n logprobs) exceed gRPC's 4 MiB default.
-constexpr int kMaxReceiveBytes = 256 << 20;
 
 StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
   auto text = ReadFileToString(path);
@@ -45,7 +43,7 @@ StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address,
                                                      const ConnectOptions& options) {
   if (address.empty()) return InvalidArgumentError("server address is empty");
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  args.SetMaxReceiveMessageSize(rpc::kMaxMessageBytes);
   // A server that is still starting is retried quickly (astr health --wait-s, launchers waiting
   // for readiness).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
