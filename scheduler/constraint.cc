@@ -249,11 +249,11 @@ Status ConstraintCompiler::Check(const ConstraintSpec& spec, std::string_view fi
   const std::string f(field);
   auto too_large = [&](const std::string& what) {
     impl_->too_large.fetch_add(1, std::memory_order_relaxed);
-    return InvalidArgumentError(f + ": " + what);
+    return FieldError(f, ": " + what);
   };
   switch (spec.kind) {
     case ConstraintSpec::Kind::kChoice: {
-      if (spec.choices.empty()) return InvalidArgumentError(f + " must list at least one choice");
+      if (spec.choices.empty()) return FieldError(f, " must list at least one choice");
       if (spec.choices.size() > kMaxChoices) {
         return too_large(std::to_string(spec.choices.size()) + " choices, at most " +
                          std::to_string(kMaxChoices));
@@ -261,7 +261,7 @@ Status ConstraintCompiler::Check(const ConstraintSpec& spec, std::string_view fi
       size_t bytes = 0;
       for (size_t i = 0; i < spec.choices.size(); ++i) {
         if (spec.choices[i].empty()) {
-          return InvalidArgumentError(f + "[" + std::to_string(i) + "] must not be empty");
+          return FieldError(f + "[" + std::to_string(i) + "]", " must not be empty");
         }
         bytes += spec.choices[i].size();
       }
@@ -293,10 +293,10 @@ Status ConstraintCompiler::Check(const ConstraintSpec& spec, std::string_view fi
   try {
     schema = nlohmann::json::parse(spec.text);
   } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgumentError(f + ": not valid JSON at byte " + std::to_string(e.byte) + " (" +
-                                CleanJsonError(e.what()) + ")");
+    return FieldError(f, ": not valid JSON at byte " + std::to_string(e.byte) + " (" +
+                             CleanJsonError(e.what()) + ")");
   } catch (const nlohmann::json::exception& e) {  // out_of_range: 1e999
-    return InvalidArgumentError(f + ": not valid JSON (" + CleanJsonError(e.what()) + ")");
+    return FieldError(f, ": not valid JSON (" + CleanJsonError(e.what()) + ")");
   }
   if (const size_t values = CountEnumValues(schema); values > kMaxSchemaEnumValues) {
     return too_large(std::to_string(values) + " enum and const values, at most " +
@@ -344,22 +344,22 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
     case Outcome::kOk:
       break;
     case Outcome::kFailed:
-      return InvalidArgumentError(f + ": " + CleanMessage(trial.error));
+      return FieldError(f, ": " + CleanMessage(trial.error));
     case Outcome::kOverTime:
       impl_->over_time.fetch_add(1, std::memory_order_relaxed);
-      return InvalidArgumentError(f + ": compiling it takes longer than the budget of " +
-                                  std::to_string(budget_.time.count()) +
-                                  " ms (--grammar-max-compile-ms)");
+      return FieldError(f, ": compiling it takes longer than the budget of " +
+                               std::to_string(budget_.time.count()) +
+                               " ms (--grammar-max-compile-ms)");
     case Outcome::kOverMemory:
       impl_->over_memory.fetch_add(1, std::memory_order_relaxed);
-      return InvalidArgumentError(f + ": compiling it needs more memory than the budget of " +
-                                  Mib(budget_.memory_bytes) + " (--grammar-max-compile-mb)");
+      return FieldError(f, ": compiling it needs more memory than the budget of " +
+                               Mib(budget_.memory_bytes) + " (--grammar-max-compile-mb)");
     case Outcome::kCancelled:
       impl_->cancelled.fetch_add(1, std::memory_order_relaxed);
       return Status(StatusCode::kCancelled, f + ": the compile was cancelled");
     case Outcome::kCrashed:
       LOG(WARNING) << f << ": " << trial.error;
-      return InvalidArgumentError(f + ": the grammar compiler failed on it (" + trial.error + ")");
+      return FieldError(f, ": the grammar compiler failed on it (" + trial.error + ")");
     case Outcome::kNoSandbox:
       LOG(WARNING) << "constraint compile: " << trial.error;
       return ResourceExhaustedError(f + ": cannot compile now (" + trial.error + ")");
@@ -369,7 +369,7 @@ StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Compile(
   try {
     grammar = impl_->Run(impl_->compiler, spec);
   } catch (const std::exception& e) {  // the trial compiled it: only without a sandbox
-    return InvalidArgumentError(f + ": " + CleanMessage(e.what()));
+    return FieldError(f, ": " + CleanMessage(e.what()));
   }
   const int64_t charge = trial.retained_bytes > 0
                              ? trial.retained_bytes

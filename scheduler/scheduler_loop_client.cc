@@ -54,14 +54,14 @@ SchedulerLoop::~SchedulerLoop() {
 }
 
 StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest request) {
-  if (request.prompt.empty()) return InvalidArgumentError("prompt: must not be empty");
-  if (request.n < 1) return InvalidArgumentError("n: must be >= 1");
-  if (request.max_tokens < 1) return InvalidArgumentError("max_tokens: must be >= 1");
+  if (request.prompt.empty()) return FieldError("prompt", ": must not be empty");
+  if (request.n < 1) return FieldError("n", ": must be >= 1");
+  if (request.max_tokens < 1) return FieldError("max_tokens", ": must be >= 1");
   if (request.logprob_start < 0 ||
       request.logprob_start > static_cast<int64_t>(request.prompt.size())) {
-    return InvalidArgumentError("logprob_start: " + std::to_string(request.logprob_start) +
-                                " outside [0, " + std::to_string(request.prompt.size()) +
-                                "] (0 = no prompt scoring)");
+    return FieldError("logprob_start", ": " + std::to_string(request.logprob_start) +
+                                           " outside [0, " + std::to_string(request.prompt.size()) +
+                                           "] (0 = no prompt scoring)");
   }
   const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   const int64_t max_pool_tokens = max_pool_tokens_.load(std::memory_order_relaxed);
@@ -71,7 +71,8 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
                                   " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                                   ") = " + std::to_string(footprint) +
                                   " tokens do not fit in the KV pool of any worker (largest: " +
-                                  std::to_string(max_pool_tokens) + " tokens)");
+                                  std::to_string(max_pool_tokens) + " tokens)")
+        .WithKind(ErrorKind::kNeverFits);
   }
   // Built outside the lock: n sequences, one per sample.
   auto state = std::make_unique<RequestState>();

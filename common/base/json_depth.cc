@@ -50,7 +50,7 @@ Status CheckJsonDepth(std::string_view text, const std::string& what, int max_de
   int deepest = 0;
   const size_t at = FirstTooDeep(text, max_depth, &deepest);
   if (at == std::string_view::npos) return OkStatus();
-  return InvalidArgumentError(what + ": JSON nested deeper than " + std::to_string(max_depth) +
+  return FieldError(what, ": JSON nested deeper than " + std::to_string(max_depth) +
                               " levels (at byte " + std::to_string(at) + ")");
 }
 

@@ -13,7 +13,7 @@ class FieldErrors {
       : prefix_(prefix), vocab_size_(vocab_size) {}
 
   Status Invalid(std::string_view field, const std::string& what) const {
-    return InvalidArgumentError(std::string(prefix_) + std::string(field) + " " + what);
+    return FieldError(std::string(prefix_) + std::string(field), " " + what);
   }
 
   // `v` must lie in [lo, hi] (open ends when lo_open / hi_open); NaN never does.
@@ -26,12 +26,13 @@ class FieldErrors {
                               FormatNumber(v));
   }
 
-  // `what` is the id's name in the message, e.g. "stop_token_ids[1]" or "logit_bias: key".
-  Status CheckTokenId(const std::string& what, int32_t id) const {
+  // `field` is the id's field ("stop_token_ids[1]", "logit_bias"), `label` what follows it in the
+  // message (": key" for a logit_bias key).
+  Status CheckTokenId(const std::string& field, int32_t id, const char* label = "") const {
     if (id >= 0 && id < vocab_size_) return OkStatus();
-    return InvalidArgumentError(std::string(prefix_) + what + " = " + std::to_string(id) +
-                                " is outside the vocabulary [0, " + std::to_string(vocab_size_) +
-                                ")");
+    return FieldError(std::string(prefix_) + field, label + (" = " + std::to_string(id)) +
+                                                        " is outside the vocabulary [0, " +
+                                                        std::to_string(vocab_size_) + ")");
   }
 
   Status CheckTokenIds(const char* field, const std::vector<int32_t>& ids) const {
@@ -90,7 +91,7 @@ Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size,
                      "must be >= 0 (0 = whole context), got " + std::to_string(p.penalty_window));
   }
   for (const auto& [id, bias] : p.logit_bias) {  // a std::map: the first bad id is the lowest
-    ASTR_RETURN_IF_ERROR(e.CheckTokenId("logit_bias: key", id));
+    ASTR_RETURN_IF_ERROR(e.CheckTokenId("logit_bias", id, ": key"));
     ASTR_RETURN_IF_ERROR(e.CheckRange("logit_bias[" + std::to_string(id) + "]", bias,
                                       -kMaxLogitBias, kMaxLogitBias, false, false));
   }
@@ -108,8 +109,8 @@ Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size,
                                          std::to_string(p.logprobs));
   }
   if (p.logprobs_mode != LogprobsMode::kRaw && p.logprobs_mode != LogprobsMode::kProcessed) {
-    return InvalidArgumentError(std::string(field_prefix) + "logprobs_mode: unknown value " +
-                                std::to_string(static_cast<int32_t>(p.logprobs_mode)));
+    return FieldError(std::string(field_prefix) + "logprobs_mode",
+                      ": unknown value " + std::to_string(static_cast<int32_t>(p.logprobs_mode)));
   }
   return OkStatus();
 }

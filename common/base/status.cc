@@ -49,7 +49,23 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
-  return Status(code_, std::string(context) + ": " + message_);
+  Status s(code_, std::string(context) + ": " + message_);
+  s.kind_ = kind_;
+  return s;
+}
+
+Status Status::WithKind(ErrorKind kind) const {
+  Status s = *this;
+  s.kind_ = kind;
+  return s;
+}
+
+Status Status::FieldError(std::string field, std::string_view rest, StatusCode code,
+                          ErrorKind kind) {
+  Status s(code, field + std::string(rest));
+  s.field_ = std::move(field);
+  s.kind_ = kind;
+  return s;
 }
 
 }  // namespace astr

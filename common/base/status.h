@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,15 @@ enum class StatusCode : int {
 
 std::string_view StatusCodeName(StatusCode code);
 
+// What a request error says beyond its code, for the fronts that answer kinds differently (the
+// HTTP API: 400 or 429). Never derived from the message text.
+enum class ErrorKind : uint8_t {
+  kUnspecified = 0,
+  kInvalidValue,   // the field's value is malformed or out of range
+  kLimitExceeded,  // the field is over a limit the operator set or memory imposes
+  kNeverFits,      // the request can never be served here (larger than every worker's KV pool)
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -45,15 +55,36 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The path of the request field the error is about ("sampling.top_p", "chat.messages[1].role"),
+  // the message's first characters; empty when the error is about no one field.
+  const std::string& field() const { return field_; }
+  ErrorKind kind() const { return kind_; }
   // "INVALID_ARGUMENT: message" (or "OK").
   std::string ToString() const;
-  // Returns a copy whose message is "context: message"; the code is kept.
+  // Returns a copy whose message is "context: message"; the code and kind are kept, the field is
+  // not (the message no longer starts with it).
   Status WithContext(std::string_view context) const;
+  // A copy with `kind`.
+  Status WithKind(ErrorKind kind) const;
+
+  // An error about request field `field`: the message is `field` followed by `rest` (which starts
+  // with ": ", " " or " = ", e.g. FieldError("sampling.top_p", " must be in (0, 1], got 0")).
+  static Status FieldError(std::string field, std::string_view rest,
+                           StatusCode code = StatusCode::kInvalidArgument,
+                           ErrorKind kind = ErrorKind::kInvalidValue);
 
  private:
   StatusCode code_ = StatusCode::kOk;
+  ErrorKind kind_ = ErrorKind::kUnspecified;
   std::string message_;
+  std::string field_;
 };
+
+// Status::FieldError with INVALID_ARGUMENT: the request's field `field` is wrong.
+inline Status FieldError(std::string field, std::string_view rest,
+                         ErrorKind kind = ErrorKind::kInvalidValue) {
+  return Status::FieldError(std::move(field), rest, StatusCode::kInvalidArgument, kind);
+}
 
 inline Status OkStatus() { return Status(); }
 inline Status InvalidArgumentError(std::string m) {

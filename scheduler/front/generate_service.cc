@@ -300,9 +300,9 @@ Status GenerateService::Detokenize(const v1::DetokenizeRequest& request,
   for (int i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= model_.vocab_size) {
       invalid_.fetch_add(1, std::memory_order_relaxed);
-      return InvalidArgumentError(
-          "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
-          " is outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
+      return FieldError("token_ids[" + std::to_string(i) + "]",
+                        " = " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                            std::to_string(model_.vocab_size) + ")");
     }
   }
   const bool skip = !request.has_skip_special_tokens() || request.skip_special_tokens();

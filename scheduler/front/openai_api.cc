@@ -913,14 +913,12 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
     case StatusCode::kFailedPrecondition:
     case StatusCode::kOutOfRange: {
       e.status = 400;
-      // The message starts with the field path: "sampling.top_p must be ...", "chat.messages[0]
-      // .role: empty", "text: the prompt is ...".
+      // The error's field (a v1::GenerateRequest path: "sampling.top_p", "chat.messages[0].role",
+      // "text"), which the message starts with; renamed to the OpenAI request's names.
       const std::string& m = status.message();
-      size_t end = m.find_first_of(" :=");
-      if (end == std::string::npos) end = m.size();
-      const std::string path = m.substr(0, end);
-      if (!path.empty() && path.find_first_not_of(
-                               "abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos) {
+      const std::string& path = status.field();
+      const size_t end = path.size();
+      if (!path.empty() && m.compare(0, end, path) == 0) {
         std::string param = OpenAiParam(path, request);
         // "sampling.logit_bias[5]" -> param "logit_bias", message keeps the key.
         std::string shown = path.rfind("sampling.", 0) == 0 ? path.substr(9) : path;
@@ -941,7 +939,7 @@ ApiError ApiErrorFromStatus(const Status& status, const ApiRequest& request) {
     }
     case StatusCode::kResourceExhausted:
       // A request larger than every worker's KV pool can never be served: the client's to fix.
-      if (status.message().find("do not fit in the KV pool") != std::string::npos) {
+      if (status.kind() == ErrorKind::kNeverFits) {
         e.status = 400;
         e.param = request.max_completion_tokens ? "max_completion_tokens" : "max_tokens";
       } else {

@@ -16,18 +16,18 @@ namespace {
 constexpr size_t kMaxCacheSaltBytes = 256;
 
 Status Invalid(const std::string& field, const std::string& what) {
-  return InvalidArgumentError(field + " " + what);
+  return FieldError(field, " " + what);
 }
 
 Status CheckUtf8(const std::string& field, const std::string& s) {
   if (unicode::IsValidUtf8(s)) return OkStatus();
-  return InvalidArgumentError(field + ": invalid UTF-8");
+  return FieldError(field, ": invalid UTF-8");
 }
 
 Status CheckTokenId(const std::string& field, int32_t id, int32_t vocab_size) {
   if (id >= 0 && id < vocab_size) return OkStatus();
-  return InvalidArgumentError(field + " = " + std::to_string(id) +
-                              " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  return FieldError(field, " = " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab_size) + ")");
 }
 
 // Parses `text` as JSON for `field`; `kind` is "array" or "object".
@@ -38,13 +38,13 @@ StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::
   try {
     j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgumentError(field + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    return FieldError(field, ": not valid JSON (byte " + std::to_string(e.byte) + ")");
   } catch (const nlohmann::json::exception& e) {  // out_of_range: a number past the double range
-    return InvalidArgumentError(field + ": not valid JSON (" + e.what() + ")");
+    return FieldError(field, std::string(": not valid JSON (") + e.what() + ")");
   }
   const bool want_array = std::string_view(kind) == "array";
   if (want_array ? !j.is_array() : !j.is_object()) {
-    return InvalidArgumentError(field + ": must be a JSON " + kind + ", got " + j.type_name());
+    return FieldError(field, std::string(": must be a JSON ") + kind + ", got " + j.type_name());
   }
   return j;
 }
@@ -53,15 +53,15 @@ StatusOr<nlohmann::ordered_json> ParseJson(const std::string& field, const std::
 StatusOr<nlohmann::ordered_json> ParseTools(const std::string& field, const std::string& text) {
   ASTR_ASSIGN_OR_RETURN(nlohmann::ordered_json tools, ParseJson(field, text, "array"));
   if (tools.size() > kMaxTools) {
-    return InvalidArgumentError(field + ": " + std::to_string(tools.size()) + " tools, at most " +
-                                std::to_string(kMaxTools));
+    return FieldError(field, ": " + std::to_string(tools.size()) + " tools, at most " +
+                                 std::to_string(kMaxTools));
   }
   return tools;
 }
 
 StatusOr<nlohmann::ordered_json> ChatMessageJson(const v1::ChatMessage& m,
                                                  const std::string& path) {
-  if (m.role().empty()) return InvalidArgumentError(path + ".role: empty");
+  if (m.role().empty()) return FieldError(path + ".role", ": empty");
   ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".role", m.role()));
   ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".content", m.content()));
   ASTR_RETURN_IF_ERROR(CheckUtf8(path + ".name", m.name()));
@@ -89,9 +89,9 @@ StatusOr<std::string> CutAfterFinalMessage(std::string rendered, const std::stri
     pos = rendered.rfind(final_text);
   }
   if (pos == std::string::npos) {
-    return InvalidArgumentError(field +
-                                ".continue_final_message: the rendered template does not contain "
-                                "the final message's content");
+    return FieldError(field + ".continue_final_message",
+                      ": the rendered template does not contain "
+                      "the final message's content");
   }
   rendered.resize(pos + final_text.size());
   return rendered;
@@ -122,8 +122,9 @@ StatusOr<Prompt> TextOrChatPrompt(const ServedModel& model, const Request& r) {
     return TokenizeText(model, r.text(), add_special, "text", parse_special);
   }
   if (!parse_special) {
-    return InvalidArgumentError(
-        "parse_special_tokens: false applies to text input only; chat input is rendered by the "
+    return FieldError(
+        "parse_special_tokens",
+        ": false applies to text input only; chat input is rendered by the "
         "chat template, whose role markers are special tokens, and is always tokenized with "
         "special-token parsing on");
   }
@@ -139,7 +140,7 @@ StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const Serv
     }
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = r.token_ids().ids();
-      if (ids.empty()) return InvalidArgumentError("token_ids.ids: empty");
+      if (ids.empty()) return FieldError("token_ids.ids", ": empty");
       for (int i = 0; i < ids.size(); ++i) {
         ASTR_RETURN_IF_ERROR(
             CheckTokenId("token_ids.ids[" + std::to_string(i) + "]", ids[i], model.vocab_size));
@@ -149,7 +150,7 @@ StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& r, const Serv
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
-  return InvalidArgumentError("input: missing (set one of text, token_ids or chat)");
+  return FieldError("input", ": missing (set one of text, token_ids or chat)");
 }
 
 // The most prompt tokens worth tokenizing: the context (a prompt of exactly the context is then
@@ -160,9 +161,9 @@ size_t PromptTokenLimit(const ServedModel& model) {
 
 Status PromptTooLong(const std::string& field, const ServedModel& model, size_t at_least,
                      const std::string& why) {
-  return InvalidArgumentError(field + ": the prompt is at least " + std::to_string(at_least) +
-                              " tokens (" + why + ") but the model's context holds " +
-                              std::to_string(model.max_context_tokens) + " (prompt + generated)");
+  return FieldError(field, ": the prompt is at least " + std::to_string(at_least) + " tokens (" +
+                               why + ") but the model's context holds " +
+                               std::to_string(model.max_context_tokens) + " (prompt + generated)");
 }
 
 // Tokenizes `text` up to the context limit; `field` names the input in errors.
@@ -184,9 +185,9 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
                                    const ServedModel& model) {
   const int64_t ctx = model.max_context_tokens;
   if (prompt_len >= ctx) {
-    return InvalidArgumentError("input: the prompt has " + std::to_string(prompt_len) +
-                                " tokens but the model's context holds " + std::to_string(ctx) +
-                                " (prompt + generated), leaving no room to generate");
+    return FieldError("input", ": the prompt has " + std::to_string(prompt_len) +
+                                   " tokens but the model's context holds " + std::to_string(ctx) +
+                                   " (prompt + generated), leaving no room to generate");
   }
   if (!s.has_max_tokens()) {
     const int64_t rest = ctx - prompt_len;
@@ -195,10 +196,10 @@ StatusOr<int32_t> ResolveMaxTokens(const v1::SamplingParameters& s, int64_t prom
   }
   // max_tokens < 1 is left to ValidateSamplingParams, which names it.
   if (prompt_len + s.max_tokens() > ctx) {
-    return InvalidArgumentError("sampling.max_tokens: prompt (" + std::to_string(prompt_len) +
-                                " tokens) + max_tokens (" + std::to_string(s.max_tokens()) +
-                                ") exceeds the model's context of " + std::to_string(ctx) +
-                                " tokens");
+    return FieldError("sampling.max_tokens",
+                      ": prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
+                          std::to_string(s.max_tokens()) + ") exceeds the model's context of " +
+                          std::to_string(ctx) + " tokens");
   }
   return s.max_tokens();
 }
@@ -255,14 +256,14 @@ void DropRepeatedIds(std::vector<int32_t>* ids, int32_t vocab_size) {
 Status CheckListSizes(const v1::SamplingParameters& s, const std::vector<int32_t>& stop_ids,
                       const RequestLimits& limits) {
   if (s.logit_bias_size() > limits.max_logit_bias) {
-    return InvalidArgumentError("sampling.logit_bias: " + std::to_string(s.logit_bias_size()) +
-                                " entries, more than the limit of " +
-                                std::to_string(limits.max_logit_bias));
+    return FieldError("sampling.logit_bias", ": " + std::to_string(s.logit_bias_size()) +
+                                                 " entries, more than the limit of " +
+                                                 std::to_string(limits.max_logit_bias));
   }
   if (stop_ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
-    return InvalidArgumentError("sampling.stop_token_ids: " + std::to_string(stop_ids.size()) +
-                                " distinct ids, more than the limit of " +
-                                std::to_string(limits.max_stop_token_ids));
+    return FieldError("sampling.stop_token_ids", ": " + std::to_string(stop_ids.size()) +
+                                                     " distinct ids, more than the limit of " +
+                                                     std::to_string(limits.max_stop_token_ids));
   }
   return OkStatus();
 }
@@ -270,18 +271,18 @@ Status CheckListSizes(const v1::SamplingParameters& s, const std::vector<int32_t
 Status ResolveStopStrings(const v1::SamplingParameters& s, const RequestLimits& limits,
                           OutputOptions* output) {
   if (s.stop_size() > limits.max_stop_strings) {
-    return InvalidArgumentError("sampling.stop: " + std::to_string(s.stop_size()) +
-                                " stop strings, more than the limit of " +
-                                std::to_string(limits.max_stop_strings));
+    return FieldError("sampling.stop", ": " + std::to_string(s.stop_size()) +
+                                           " stop strings, more than the limit of " +
+                                           std::to_string(limits.max_stop_strings));
   }
   for (int i = 0; i < s.stop_size(); ++i) {
     const std::string field = "sampling.stop[" + std::to_string(i) + "]";
     const std::string& stop = s.stop(i);
-    if (stop.empty()) return InvalidArgumentError(field + ": empty");
+    if (stop.empty()) return FieldError(field, ": empty");
     if (stop.size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
-      return InvalidArgumentError(field + ": " + std::to_string(stop.size()) +
-                                  " bytes, more than the limit of " +
-                                  std::to_string(limits.max_stop_string_bytes));
+      return FieldError(field, ": " + std::to_string(stop.size()) +
+                                   " bytes, more than the limit of " +
+                                   std::to_string(limits.max_stop_string_bytes));
     }
     ASTR_RETURN_IF_ERROR(CheckUtf8(field, stop));
     output->stop.push_back(stop);
@@ -303,9 +304,9 @@ Status CheckLogprobStart(const v1::GenerateRequest& r, size_t prompt_len) {
 
 Status CheckRequestId(const std::string& id, const RequestLimits& limits) {
   if (id.size() > static_cast<size_t>(limits.max_request_id_bytes)) {
-    return InvalidArgumentError("request_id: " + std::to_string(id.size()) +
-                                " bytes, more than the limit of " +
-                                std::to_string(limits.max_request_id_bytes));
+    return FieldError("request_id", ": " + std::to_string(id.size()) +
+                                        " bytes, more than the limit of " +
+                                        std::to_string(limits.max_request_id_bytes));
   }
   return CheckUtf8("request_id", id);
 }
@@ -314,14 +315,14 @@ Status CheckRequestId(const std::string& id, const RequestLimits& limits) {
 
 StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text, bool add_special,
                               const std::string& field, bool parse_special) {
-  if (text.empty()) return InvalidArgumentError(field + ": empty");
+  if (text.empty()) return FieldError(field, ": empty");
   ASTR_RETURN_IF_ERROR(CheckUtf8(field, text));
   Prompt p;
   ASTR_ASSIGN_OR_RETURN(
       p.ids,
       EncodeWithinContext(
           model, text, {.add_special_tokens = add_special, .parse_special = parse_special}, field));
-  if (p.ids.empty()) return InvalidArgumentError(field + ": tokenizes to no tokens");
+  if (p.ids.empty()) return FieldError(field, ": tokenizes to no tokens");
   ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
   return p;
 }
@@ -329,11 +330,10 @@ StatusOr<Prompt> TokenizeText(const ServedModel& model, const std::string& text,
 StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& chat,
                               const std::string& field) {
   if (model.chat_template == nullptr) {
-    return InvalidArgumentError(field + ": the model has no chat template (" +
-                                model.no_chat_template_reason +
-                                "); send text or token_ids instead");
+    return FieldError(field, ": the model has no chat template (" + model.no_chat_template_reason +
+                                 "); send text or token_ids instead");
   }
-  if (chat.messages().empty()) return InvalidArgumentError(field + ".messages: empty");
+  if (chat.messages().empty()) return FieldError(field + ".messages", ": empty");
   chat::ChatInputs inputs;
   for (int i = 0; i < chat.messages_size(); ++i) {
     ASTR_ASSIGN_OR_RETURN(auto msg, ChatMessageJson(chat.messages(i), field + ".messages[" +
@@ -349,10 +349,10 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
   }
   if (chat.has_add_generation_prompt() && chat.add_generation_prompt() &&
       chat.continue_final_message()) {
-    return InvalidArgumentError(field +
-                                ".add_generation_prompt: cannot be true with "
-                                "continue_final_message (the last message is continued, not "
-                                "answered)");
+    return FieldError(field + ".add_generation_prompt",
+                      ": cannot be true with "
+                      "continue_final_message (the last message is continued, not "
+                      "answered)");
   }
   inputs.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt()
                                                                    : !chat.continue_final_message();
@@ -363,7 +363,7 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
     const StatusCode code = rendered.status().code() == StatusCode::kResourceExhausted
                                 ? StatusCode::kInvalidArgument
                                 : rendered.status().code();
-    return Status(code, field + ": " + rendered.status().message());
+    return Status::FieldError(field, ": " + rendered.status().message(), code);
   }
   Prompt p;
   p.rendered = std::move(*rendered);
@@ -374,7 +374,7 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
   ASTR_ASSIGN_OR_RETURN(
       p.ids, EncodeWithinContext(model, p.rendered,
                                  {.add_special_tokens = false, .parse_special = true}, field));
-  if (p.ids.empty()) return InvalidArgumentError(field + ": the rendered conversation is empty");
+  if (p.ids.empty()) return FieldError(field, ": the rendered conversation is empty");
   ASTR_RETURN_IF_ERROR(ValidatePromptIds(p.ids, model, field));
   return p;
 }
@@ -382,7 +382,7 @@ StatusOr<Prompt> TokenizeChat(const ServedModel& model, const v1::ChatInput& cha
 StatusOr<Prompt> TokenizeRequestInput(const ServedModel& model,
                                       const v1::TokenizeRequest& request) {
   if (!request.has_text() && !request.has_chat()) {
-    return InvalidArgumentError("input: missing (set text or chat)");
+    return FieldError("input", ": missing (set text or chat)");
   }
   return TextOrChatPrompt(model, request);
 }
@@ -436,14 +436,14 @@ StatusOr<std::optional<ConstraintRequest>> ConstraintOf(const v1::SamplingParame
   }
   if (spec.kind != sched::ConstraintSpec::Kind::kChoice &&
       spec.kind != sched::ConstraintSpec::Kind::kJsonObject && spec.text.empty()) {
-    return InvalidArgumentError(field + " must not be empty");
+    return FieldError(field, " must not be empty");
   }
   if (s.min_tokens() > 0) {
     return Invalid("sampling.min_tokens",
                    "cannot be combined with a constraint (its end may come first)");
   }
   if (model.constraints == nullptr) {
-    return InvalidArgumentError(field + ": this server serves no constraints");
+    return FieldError(field, ": this server serves no constraints");
   }
   return std::optional<ConstraintRequest>(std::move(r));
 }
@@ -511,14 +511,14 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   sr.priority = request.priority();
   if (request.kv_on_weight_update() != v1::KV_ON_WEIGHT_UPDATE_RECOMPUTE &&
       request.kv_on_weight_update() != v1::KV_ON_WEIGHT_UPDATE_REUSE) {
-    return InvalidArgumentError("kv_on_weight_update: unknown value " +
-                                std::to_string(request.kv_on_weight_update()));
+    return FieldError("kv_on_weight_update",
+                      ": unknown value " + std::to_string(request.kv_on_weight_update()));
   }
   sr.reuse_kv_on_weight_update = request.kv_on_weight_update() == v1::KV_ON_WEIGHT_UPDATE_REUSE;
   sr.logprob_start = out.output.logprob_start;
   if (request.cache_salt().size() > kMaxCacheSaltBytes) {
-    return InvalidArgumentError("cache_salt: " + std::to_string(request.cache_salt().size()) +
-                                " bytes, at most " + std::to_string(kMaxCacheSaltBytes));
+    return FieldError("cache_salt", ": " + std::to_string(request.cache_salt().size()) +
+                                        " bytes, at most " + std::to_string(kMaxCacheSaltBytes));
   }
   sr.cache_salt = request.cache_salt();
   // The constraint is checked again when it came compiled: the compile was for this request's

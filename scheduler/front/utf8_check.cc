@@ -53,7 +53,7 @@ struct Walker {
           break;
         }
         if (!unicode::IsValidUtf8(wire.substr(at, len))) {
-          return InvalidArgumentError(path + ": invalid UTF-8");
+          return FieldError(path, ": invalid UTF-8");
         }
         continue;
       }

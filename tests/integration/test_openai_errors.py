@@ -171,6 +171,65 @@ def test_bad_completion(cluster, model, case, body, status, param):
     assert_serves(cluster, model)
 
 
+# Bad values per field, for requests the fixed cases above do not spell out: each is put, alone,
+# into a body whose other fields are valid and drawn at random (so the error must come from the
+# bad field whatever else the body holds); every 400 must name that field in `param`.
+BAD_VALUES = {
+    "temperature": [-0.5, "0.7", [1], 1e39],
+    "top_p": [0, -1, 1.01, "x", {}],
+    "top_k": [-2, 1.5, "k"],
+    "min_p": [-0.1, 1.5, "m"],
+    "repetition_penalty": [0, -1, "r"],
+    "presence_penalty": [2.5, -2.01, "p"],
+    "frequency_penalty": [3, -9, [0]],
+    "max_tokens": [0, -1, 2.5, "8", STORIES_CONTEXT + 1],
+    "min_tokens": [-1, 1.5, "2"],
+    "n": [0, MAX_N + 1, "1", 1.5],
+    "logprobs": [-1, 21, "2", 1.5],
+    "seed": ["s", 1.5, [1]],
+    "stop": [7, [1], [""], {"a": 1}],
+    "stop_token_ids": [[STORIES_VOCAB], [-1], "1", [1.5]],
+    "logit_bias": [{"x": 1}, {"1": 101}, {"1": -101}, {str(STORIES_VOCAB + 3): 0}, [1]],
+    "echo": ["true", 2],
+    "ignore_eos": ["no", 3],
+    "skip_special_tokens": [0.5, "yes"],
+    "include_stop_str_in_output": ["y", 7],
+}
+VALID_EXTRAS = {
+    "temperature": [0, 0.5, 1.2], "top_p": [0.5, 1], "top_k": [0, 5], "min_p": [0, 0.1],
+    "repetition_penalty": [1, 1.2], "presence_penalty": [0, 0.5], "frequency_penalty": [0, -0.5],
+    "seed": [1, 99], "stop": ["zz", ["a b", "q"]], "n": [1, 2], "logprobs": [0, 3],
+    "logit_bias": [{"5": 1.5}], "ignore_eos": [False, True], "echo": [False, True],
+}
+
+
+def generated_cases(count, seed):
+    import random
+
+    rng = random.Random(seed)
+    fields = sorted(BAD_VALUES)
+    cases = []
+    for i in range(count):
+        bad_field = fields[i % len(fields)]
+        bad = rng.choice(BAD_VALUES[bad_field])
+        body = completion(max_tokens=rng.choice([1, 3, 8]))
+        for extra in rng.sample(sorted(VALID_EXTRAS), rng.randint(0, 5)):
+            if extra != bad_field:
+                body[extra] = rng.choice(VALID_EXTRAS[extra])
+        if bad_field == "min_tokens":
+            body["max_tokens"] = 8
+        body[bad_field] = bad
+        cases.append((f"{bad_field}={bad!r}", body, bad_field))
+    return cases
+
+
+def test_generated_bad_fields_name_their_param(cluster, model):
+    for case, body, field in generated_cases(120, seed=37):
+        r = oh.post(cluster.scheduler.http_address, "/v1/completions", fill(body, model))
+        check_error(r, 400, field, f"{case} in {body}")
+    assert_serves(cluster, model)
+
+
 def test_bad_completion_streamed_is_refused_before_the_stream(cluster, model):
     # A streaming request that is invalid gets the plain error, not an event stream.
     r = oh.post(cluster.scheduler.http_address, "/v1/completions", completion(model=model, stream=True,

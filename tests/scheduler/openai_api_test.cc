@@ -153,9 +153,8 @@ TEST(OpenAiParse, RequiredAndNamedToolChoiceBecomeConstraints) {
   EXPECT_EQ(named.tool_name, "f");
   EXPECT_EQ(named.prompts[0].sampling().constraint().json_schema(),
             R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})");
-  EXPECT_EQ(
-      ApiErrorFromStatus(InvalidArgumentError("sampling.constraint.json_schema: bad"), named).param,
-      "tools");
+  EXPECT_EQ(ApiErrorFromStatus(FieldError("sampling.constraint.json_schema", ": bad"), named).param,
+            "tools");
 }
 
 TEST(OpenAiParse, StreamOptions) {
@@ -287,27 +286,27 @@ TEST(OpenAiErrors, ConstraintCompileErrorsNameTheFieldTheyCameFrom) {
   so.constraint_param = "structured_outputs";
   struct Case {
     const ApiRequest* req;
-    std::string message, param, shown;
+    std::string field, rest, param, shown;
   };
   const Case cases[] = {
-      {&fmt, "sampling.constraint.json_schema: not valid JSON at byte 3",
+      {&fmt, "sampling.constraint.json_schema", ": not valid JSON at byte 3",
        "response_format.json_schema.schema",
        "response_format.json_schema.schema: not valid JSON at byte 3"},
-      {&so, "sampling.constraint.json_schema: bad", "structured_outputs.json",
+      {&so, "sampling.constraint.json_schema", ": bad", "structured_outputs.json",
        "structured_outputs.json: bad"},
-      {&so, "sampling.constraint.grammar: EBNF parser error at line 1, column 4",
+      {&so, "sampling.constraint.grammar", ": EBNF parser error at line 1, column 4",
        "structured_outputs.grammar",
        "structured_outputs.grammar: EBNF parser error at line 1, column 4"},
-      {&so, "sampling.constraint.choice.choices[1] must not be empty",
+      {&so, "sampling.constraint.choice.choices[1]", " must not be empty",
        "structured_outputs.choice[1]", "structured_outputs.choice[1] must not be empty"},
-      {&fmt, "sampling.min_tokens cannot be combined with a constraint", "min_tokens",
+      {&fmt, "sampling.min_tokens", " cannot be combined with a constraint", "min_tokens",
        "min_tokens cannot be combined with a constraint"},
   };
   for (const Case& c : cases) {
-    const ApiError e = ApiErrorFromStatus(InvalidArgumentError(c.message), *c.req);
+    const ApiError e = ApiErrorFromStatus(FieldError(c.field, c.rest), *c.req);
     EXPECT_EQ(e.status, 400);
-    EXPECT_EQ(e.param, c.param) << c.message;
-    EXPECT_EQ(e.message, c.shown) << c.message;
+    EXPECT_EQ(e.param, c.param) << c.field;
+    EXPECT_EQ(e.message, c.shown) << c.field;
   }
 }
 
@@ -330,32 +329,31 @@ TEST(OpenAiErrors, SharedValidationErrorsMapToOpenAiNames) {
   completions.endpoint = Endpoint::kCompletions;
   struct Case {
     const ApiRequest* req;
-    std::string message;
-    std::string param;
-    std::string shown;
+    std::string field, rest, param, shown;
   };
   const Case cases[] = {
-      {&chat, "sampling.top_p must be in (0, 1], got 0", "top_p", "top_p must be in (0, 1], got 0"},
-      {&chat, "chat.messages[0].role: empty", "messages[0].role", "messages[0].role: empty"},
-      {&completions, "text: the prompt is at least 70 tokens", "prompt",
+      {&chat, "sampling.top_p", " must be in (0, 1], got 0", "top_p",
+       "top_p must be in (0, 1], got 0"},
+      {&chat, "chat.messages[0].role", ": empty", "messages[0].role", "messages[0].role: empty"},
+      {&completions, "text", ": the prompt is at least 70 tokens", "prompt",
        "prompt: the prompt is at least 70 tokens"},
-      {&completions, "token_ids.ids[3] = 900 is outside the vocabulary [0, 512)", "prompt",
+      {&completions, "token_ids.ids[3]", " = 900 is outside the vocabulary [0, 512)", "prompt",
        "prompt = 900 is outside the vocabulary [0, 512)"},
-      {&completions, "sampling.top_logprobs must be in [0, 20], got 30", "logprobs",
+      {&completions, "sampling.top_logprobs", " must be in [0, 20], got 30", "logprobs",
        "top_logprobs must be in [0, 20], got 30"},
-      {&chat, "sampling.stop[2]: 2000 bytes", "stop", "stop[2]: 2000 bytes"},
-      {&completions, "n: 99 is more than --max-n 16", "n", "n: 99 is more than --max-n 16"},
+      {&chat, "sampling.stop[2]", ": 2000 bytes", "stop", "stop[2]: 2000 bytes"},
+      {&completions, "n", ": 99 is more than --max-n 16", "n", "n: 99 is more than --max-n 16"},
   };
   for (const Case& c : cases) {
-    const ApiError e = ApiErrorFromStatus(InvalidArgumentError(c.message), *c.req);
+    const ApiError e = ApiErrorFromStatus(FieldError(c.field, c.rest), *c.req);
     EXPECT_EQ(e.status, 400);
-    EXPECT_EQ(e.param, c.param) << c.message;
-    EXPECT_EQ(e.message, c.shown) << c.message;
+    EXPECT_EQ(e.param, c.param) << c.field;
+    EXPECT_EQ(e.message, c.shown) << c.field;
   }
   ApiRequest mct = chat;
   mct.max_completion_tokens = true;
   const ApiError e = ApiErrorFromStatus(
-      InvalidArgumentError("sampling.max_tokens: prompt (10) + max_tokens (9000) > 2048"), mct);
+      FieldError("sampling.max_tokens", ": prompt (10) + max_tokens (9000) > 2048"), mct);
   EXPECT_EQ(e.param, "max_completion_tokens");
   EXPECT_EQ(e.message.rfind("max_completion_tokens:", 0), 0u) << e.message;
 }
@@ -368,8 +366,17 @@ TEST(OpenAiErrors, AdmissionErrorsAreRetryableOrNot) {
   EXPECT_GT(full.retry_after_s, 0);
   const ApiError never = ApiErrorFromStatus(
       ResourceExhaustedError("prompt (5 tokens) + max_tokens (9) = 14 tokens do not fit in the "
-                             "KV pool of any worker (largest: 8 tokens)"),
+                             "KV pool of any worker (largest: 8 tokens)")
+          .WithKind(ErrorKind::kNeverFits),
       r);
+  // The kind decides, never the text: the same words without it are a retryable 429.
+  EXPECT_EQ(
+      ApiErrorFromStatus(ResourceExhaustedError("x tokens do not fit in the KV pool"), r).status,
+      429);
+  // A message that merely looks like a field path names no param.
+  const ApiError untyped = ApiErrorFromStatus(InvalidArgumentError("top_p must be in (0, 1]"), r);
+  EXPECT_EQ(untyped.status, 400);
+  EXPECT_TRUE(untyped.param.empty());
   EXPECT_EQ(never.status, 400);
   EXPECT_EQ(never.param, "max_tokens");
   const ApiError draining = ApiErrorFromStatus(UnavailableError("draining"), r);

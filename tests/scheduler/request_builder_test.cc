@@ -62,6 +62,17 @@ struct InvalidCase {
   std::string message;  // expected substring of the message (names the field)
 };
 
+// A request error carries its field path (what the fronts render: the OpenAI `param`), and the
+// message starts with it: no front ever parses the message for it.
+void ExpectTypedField(const Status& s) {
+  if (s.code() != StatusCode::kInvalidArgument && s.code() != StatusCode::kFailedPrecondition) {
+    return;
+  }
+  EXPECT_FALSE(s.field().empty()) << "no field: " << s.message();
+  EXPECT_EQ(s.message().rfind(s.field(), 0), 0u) << s.field() << " vs " << s.message();
+  EXPECT_EQ(s.kind(), ErrorKind::kInvalidValue) << s.message();
+}
+
 TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
   const std::string ok_input = "token_ids { ids: [1, 403] } ";
   const std::vector<InvalidCase> cases = {
@@ -158,6 +169,7 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
     EXPECT_EQ(built.status().code(), c.code) << built.status().ToString();
     EXPECT_NE(built.status().message().find(c.message), std::string::npos)
         << "got: " << built.status().message() << "\nwant: " << c.message;
+    ExpectTypedField(built.status());
   }
 }
 
@@ -466,6 +478,7 @@ TEST_F(ChatRequestTest, InvalidChatFieldsAreNamed) {
     EXPECT_EQ(built.status().code(), c.code);
     EXPECT_NE(built.status().message().find(c.message), std::string::npos)
         << "got: " << built.status().message();
+    ExpectTypedField(built.status());
   }
 }
 
@@ -578,6 +591,7 @@ TEST_F(ChatRequestTest, JsonNested50000DeepIsRefusedNamingTheField) {
     EXPECT_EQ(built.status().message().rfind(c.field + ": JSON nested deeper than 128 levels", 0),
               0u)
         << built.status().message();
+    EXPECT_EQ(built.status().field(), c.field);
   }
 }
 
@@ -670,6 +684,7 @@ TEST_F(ChatRequestTest, TemplateErrorsNameChat) {
   ASSERT_FALSE(built.ok());
   EXPECT_EQ(built.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(built.status().message().rfind("chat: ", 0), 0u) << built.status().message();
+  EXPECT_EQ(built.status().field(), "chat");
   EXPECT_NE(built.status().message().find("roles must alternate"), std::string::npos);
 }
 
@@ -685,6 +700,7 @@ TEST_F(ChatRequestTest, TemplateOverItsBudgetIsInvalidArgumentNamingThePosition)
   ASSERT_FALSE(built.ok());
   EXPECT_EQ(built.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(built.status().message().rfind("chat: ", 0), 0u) << built.status().message();
+  EXPECT_EQ(built.status().field(), "chat");
   EXPECT_NE(built.status().message().find("line 1, column"), std::string::npos)
       << built.status().message();
   // Text input on the same model is served.
