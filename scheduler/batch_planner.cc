@@ -269,7 +269,7 @@ bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, Pla
   }
   while (grow > pool.num_free()) {
     std::span<Sequence* const> candidates(q->running.data() + i, q->running.size() - i);
-    const size_t victim = i + preemption_.PickVictim(candidates);
+    const size_t victim = i + preemption_.PickVictim(candidates, fair_);
     q->running[victim]->preempted_at_step = step_id;
     q->Requeue(victim);
     ++out->num_preempted;
@@ -299,6 +299,12 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   for (size_t p = static_cast<size_t>(seq->step_pages_before); p < pages.size(); ++p) {
     entry->add_new_pages(pages[p]);
   }
+  if (fair_ != nullptr) {
+    const int64_t start = seq->num_computed, end = start + seq->step_tokens;
+    const int64_t input =
+        std::max<int64_t>(0, std::min<int64_t>(end, seq->num_prompt_tokens()) - start);
+    fair_->Charge(seq->request->client, input, seq->step_tokens - input);
+  }
   seq->num_computed += seq->step_tokens;
   // A decode row always samples; a prefill chunk only when it reaches the end of the known tokens.
   const bool sample = seq->num_computed >= seq->num_start_tokens;
@@ -324,15 +330,32 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
 void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
                          v1::StepPlan* plan, PlanOutcome* out) {
   PagePool& pool = q->pool;
+  // Fair share: priority first, then the client served least, then queue order (stable).
+  const std::vector<Sequence*>* order = &q->waiting;
+  if (fair_ != nullptr && fair_->active_clients() > 1 && q->waiting.size() > 1) {
+    admit_order_.assign(q->waiting.begin(), q->waiting.end());
+    std::stable_sort(admit_order_.begin(), admit_order_.end(),
+                     [this](const Sequence* a, const Sequence* b) {
+                       const RequestState& ra = *a->request;
+                       const RequestState& rb = *b->request;
+                       if (ra.req.priority != rb.req.priority) {
+                         return ra.req.priority > rb.req.priority;
+                       }
+                       return fair_->Counter(ra.client) < fair_->Counter(rb.client);
+                     });
+    order = &admit_order_;
+  }
   size_t taken = 0;  // admitted so far; they leave the waiting queue once at the end
-  for (size_t i = 0; i < q->waiting.size() &&
+  for (size_t i = 0; i < order->size() &&
                      static_cast<int64_t>(q->running.size() + taken) < limits_.max_sequences &&
                      used < step_budget_;
        ++i) {
-    Sequence* seq = q->waiting[i];
+    Sequence* seq = (*order)[i];
     // Held (drain): a request that has not started keeps its place; later sequences of started
     // requests may pass it.
     if (hold_new_requests_ && !seq->request->scheduled) continue;
+    // Held (its client stopped reading): it waits, keeping its place, until released.
+    if (seq->request->held) continue;
     // Just preempted for lack of pages: restarting it in the same plan would only thrash. Later
     // sequences wait behind it, keeping queue order.
     if (seq->preempted_at_step == step_id) break;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "astr/v1/worker.pb.h"
+#include "scheduler/fair_share.h"
 #include "scheduler/page_pool.h"
 #include "scheduler/policies.h"
 #include "scheduler/prefix_cache.h"
@@ -132,6 +133,9 @@ class BatchPlanner {
   // Bounds the tokens of a step that has decode rows (StepCostModel::Budget); nullptr = the
   // limits' max_tokens always. `cost` must outlive the planner's use of it.
   void set_cost_model(const StepCostModel* cost) { cost_ = cost; }
+  // Fair share across clients: admission and preemption order, and the service each step gives
+  // (charged as entries are planned). nullptr = arrival order. Must outlive the planner's use.
+  void set_fair_share(FairShare* fair) { fair_ = fair; }
 
   // Plans one step of `queues` into `plan` (cleared first, storage reused) and `outcome`.
   // `now` stamps the first scheduling of a request.
@@ -161,6 +165,8 @@ class BatchPlanner {
   uint64_t next_live_id_ = 1;
   bool hold_new_requests_ = false;
   const StepCostModel* cost_ = nullptr;
+  FairShare* fair_ = nullptr;
+  std::vector<Sequence*> admit_order_;  // Admit's scratch: waiting in fair-share order
   int64_t step_budget_ = 0;  // token budget of the step being planned
   std::vector<int32_t> matched_;  // ReuseCachedPrefix's scratch
   std::vector<uint32_t> mask_;    // EmitEntry's scratch: a constrained draw's token mask

@@ -29,12 +29,23 @@ StepLimits StepCapacity::For(const v1::InfoResponse& worker) const {
   return limits;
 }
 
-size_t PreemptionPolicy::PickVictim(std::span<Sequence* const> candidates) const {
+size_t PreemptionPolicy::PickVictim(std::span<Sequence* const> candidates,
+                                    const FairShare* fair) const {
   size_t victim = 0;
   QueueOrder order;
-  // The sequence that comes last in queue order: lowest priority, then newest.
+  // Lowest priority; then (fair share) the client served most; then last in queue order.
+  auto before = [&](const Sequence* a, const Sequence* b) {  // a is preempted before b
+    const RequestState& ra = *a->request;
+    const RequestState& rb = *b->request;
+    if (ra.req.priority != rb.req.priority) return ra.req.priority < rb.req.priority;
+    if (fair != nullptr) {
+      const int64_t ca = fair->Counter(ra.client), cb = fair->Counter(rb.client);
+      if (ca != cb) return ca > cb;
+    }
+    return order(b, a);
+  };
   for (size_t i = 1; i < candidates.size(); ++i) {
-    if (order(candidates[victim], candidates[i])) victim = i;
+    if (before(candidates[i], candidates[victim])) victim = i;
   }
   return victim;
 }

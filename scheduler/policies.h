@@ -15,6 +15,7 @@
 
 #include "astr/v1/worker.pb.h"
 #include "common/base/status.h"
+#include "scheduler/fair_share.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/sequence.h"
 
@@ -49,10 +50,12 @@ class StepCapacity {
 
 // Lowest priority first; among equals the newest (latest arrival, highest sample index), whose
 // recompute costs the least and whose client has waited the least.
+// With fair share, among equal priorities the sequence of the client with the largest virtual
+// counter goes first.
 class PreemptionPolicy {
  public:
   // Index in `candidates` (non-empty) of the sequence to preempt.
-  size_t PickVictim(std::span<Sequence* const> candidates) const;
+  size_t PickVictim(std::span<Sequence* const> candidates, const FairShare* fair = nullptr) const;
 };
 
 // What admission looks at, as of the Submit call.

@@ -86,6 +86,8 @@ StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request
   return loop_->Submit(std::move(request));
 }
 void Scheduler::Cancel(uint64_t key, Status why) { loop_->Cancel(key, std::move(why)); }
+void Scheduler::Hold(uint64_t key, bool hold) { loop_->Hold(key, hold); }
+
 void Scheduler::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
   loop_->FinishSample(key, index, kept_tokens);
 }

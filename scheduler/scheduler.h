@@ -59,6 +59,9 @@ struct SchedRequest {
   // Prefix cache isolation (GenerateRequest.cache_salt): only requests with the same salt share
   // cached K/V. Empty = the shared namespace.
   std::string cache_salt;
+  // Who sent it, the unit of fair share (SchedulerOptions::fair_share): "key NAME" when API keys
+  // are on, else "peer ADDRESS" (the client connection). Empty: one anonymous client.
+  std::string client;
   // Structured outputs: each sample's matcher starts from this (null: unconstrained).
   std::shared_ptr<const CompiledConstraint> constraint;
 };
@@ -98,6 +101,10 @@ struct SchedulerOptions {
   // waiting / decode rows when more sequences wait for their first token; -1 = unbounded, only
   // max_batch_tokens), and always the decode rows plus 64 prefill tokens.
   int64_t max_step_ms = 0;
+  // Fair share across clients (scheduler/fair_share.h, VTC): waiting sequences of the client
+  // that received the least service start first, those of the client that received the most
+  // are preempted first; priorities come before both. Off: arrival order.
+  bool fair_share = true;
 };
 
 // Checks every option's range; INVALID_ARGUMENT names the flag (--max-batch-tokens, ...).
@@ -177,6 +184,10 @@ class Scheduler {
   // its other samples finish. `kept_tokens`: how many of its tokens the front returned (the
   // sample's record drops the tokens sampled after those); -1: all. Thread-safe.
   void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens = -1);
+  // Holds the request (its client stopped reading a stream): its running sequences are
+  // preempted at the next step (pages freed, recomputed later from their tokens, the same
+  // output) and none starts again until Hold(key, false). Thread-safe; unknown keys are ignored.
+  void Hold(uint64_t key, bool hold);
   // Refuses new requests from now on; running and queued ones go on.
   void StartDrain();
   // Whether StartDrain was called: the process's one draining flag, which the front asks too.

@@ -160,6 +160,8 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
     RequestState* request = it->second.get();
     if (command.kind == Command::Kind::kCancel) {
       CloseRequest(request, std::move(command.status), now);
+    } else if (command.kind == Command::Kind::kHold) {
+      ApplyHold(request, command.hold);
     } else if (command.index >= 0 &&
                command.index < static_cast<int32_t>(request->samples.size())) {
       Sequence* seq = request->samples[command.index].get();
@@ -178,6 +180,7 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
 
 void SchedulerLoop::AddRequest(std::unique_ptr<RequestState> request, Clock::time_point now) {
   RequestState* r = request.get();
+  if (options_.fair_share) r->client = fair_.Join(r->req.client);
   requests_.emplace(r->key, std::move(request));
   ++num_waiting_requests_;
   if (r->req.deadline) {
@@ -264,6 +267,7 @@ bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
   WorkerQueues& q = w->queues;
   if (q.running.empty() && q.waiting.empty() && q.release.empty()) return false;
   PlanOutcome& out = w->outcomes[w->plans_sent % 2];
+  w->planner.set_fair_share(options_.fair_share ? &fair_ : nullptr);
   w->planner.Plan(&q, next_step_id_++, now, &w->plan, &out);
   RecordOutcome(w, out);
   if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) return false;
@@ -422,6 +426,8 @@ void SchedulerLoop::EndSample(Sequence* seq, Clock::time_point now) {
 void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_point now) {
   if (r->closed) return;
   r->closed = true;
+  if (r->client >= 0) fair_.Leave(r->client);
+  if (r->held) stat_held_.fetch_sub(1, std::memory_order_relaxed);
   for (auto& seq : r->samples) {
     if (seq->state == Sequence::State::kDone) continue;
     Unplace(seq.get());
@@ -438,6 +444,24 @@ void SchedulerLoop::CloseRequest(RequestState* r, Status status, Clock::time_poi
   out_.closes.push_back(OutputClose{std::move(r->channel), std::move(status), timings});
   closed_.push_back(r->key);
   stat_finished_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SchedulerLoop::ApplyHold(RequestState* r, bool hold) {
+  if (r->held == hold) return;
+  r->held = hold;
+  stat_held_.fetch_add(hold ? 1 : -1, std::memory_order_relaxed);
+  if (!hold) return;  // its waiting sequences are planned again from the next step
+  // Its running sequences give their pages back now; they restart from their tokens (the same
+  // output: the sampler's stream is keyed by position) once released. A token in flight for one
+  // comes back under a released live id and is dropped.
+  for (auto& seq : r->samples) {
+    if (seq->state != Sequence::State::kRunning || seq->worker < 0) continue;
+    std::vector<Sequence*>& running = workers_[seq->worker]->queues.running;
+    auto it = std::find(running.begin(), running.end(), seq.get());
+    if (it == running.end()) continue;
+    workers_[seq->worker]->queues.Requeue(static_cast<size_t>(it - running.begin()));
+    stat_preemptions_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // Once per request that started: it has a queue time, and prefill and decode times once a token

@@ -112,6 +112,7 @@ class SchedulerLoop {
   StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
   void Cancel(uint64_t key, Status why);
   void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens);
+  void Hold(uint64_t key, bool hold);
   void StartDrain();
   bool draining() const { return draining_.load(); }
   bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
@@ -172,6 +173,7 @@ class SchedulerLoop {
       kSubmit,
       kCancel,
       kFinishSample,
+      kHold,
       kPause,
       kResume,
       kCommit,
@@ -185,6 +187,7 @@ class SchedulerLoop {
     Status status;                          // kCancel
     int32_t index = 0;                      // kFinishSample
     int32_t kept_tokens = -1;               // kFinishSample
+    bool hold = false;                      // kHold
     std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit, kAddWorker, kDrainWorker
   };
   void PushCommand(Command command);
@@ -212,6 +215,8 @@ class SchedulerLoop {
                       Clock::time_point now);
   void EndSample(Sequence* seq, Clock::time_point now);
   void CloseRequest(RequestState* request, Status status, Clock::time_point now);
+  // Holds or releases a request (Scheduler::Hold): held, its running sequences are preempted.
+  void ApplyHold(RequestState* request, bool hold);
   void LeaveQueue(int64_t requests, int64_t tokens);
   void PublishStats();
   // Registers the gauges and counters that read the atomics Stats() reads (callback families).
@@ -295,6 +300,7 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_refused_{0};
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
+  std::atomic<int64_t> stat_held_{0};     // requests held now (their clients stopped reading)
   std::atomic<int64_t> stat_members_{0};  // workers in the pool (not removed)
   std::atomic<int64_t> stat_cache_queries_{0};  // prefix cache: tokens looked up, all workers
   std::atomic<int64_t> stat_cache_hits_{0};     // and found
@@ -339,6 +345,7 @@ class SchedulerLoop {
   std::vector<std::pair<uint64_t, std::unique_ptr<RequestState>>> graveyard_;
   const int max_in_flight_;        // 2 with SchedulerOptions::overlap_steps, else 1
   std::vector<WorkerLoad> loads_;  // Place's scratch
+  FairShare fair_;                 // every client's virtual token counter (options_.fair_share)
   std::vector<int32_t> route_pages_;  // CachedPrefixTokens's scratch
   uint64_t worker_breaks_ = 0;     // worker stream breaks so far (counts each request once each)
   std::vector<RequestState*> failing_;  // OnWorkerBroken's scratch

@@ -136,6 +136,14 @@ void SchedulerLoop::Cancel(uint64_t key, Status why) {
   PushCommand(std::move(command));
 }
 
+void SchedulerLoop::Hold(uint64_t key, bool hold) {
+  Command command;
+  command.kind = Command::Kind::kHold;
+  command.key = key;
+  command.hold = hold;
+  PushCommand(std::move(command));
+}
+
 void SchedulerLoop::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
   metrics_->generation_tokens->Increment(tokens);
   metrics_->finished(reason).Increment();
@@ -170,6 +178,7 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
   stats.set_requests_refused(stat_refused_.load(kRelaxed));
   stats.set_requests_finished(stat_finished_.load(kRelaxed));
   stats.set_preemptions(stat_preemptions_.load(kRelaxed));
+  stats.set_requests_held(static_cast<int32_t>(stat_held_.load(kRelaxed)));
   stats.set_draining(draining_.load(kRelaxed));
   std::lock_guard<std::mutex> members(workers_mu_);
   bool any_up = false;

@@ -90,6 +90,11 @@ struct RequestState {
   int32_t prompt_scores_sent = 0;
   // Prompt tokens whose K/V came from the prefix cache at the request's first start (usage).
   int32_t cached_tokens = 0;
+  // Fair share (FairShare): its client's id, -1 when fair share is off.
+  int32_t client = -1;
+  // Held (Scheduler::Hold, its client stopped reading): its sequences were preempted and none is
+  // started again until it is released.
+  bool held = false;
   int32_t worker_failures = 0;      // worker stream breaks this request was running through
   uint64_t last_failure_break = 0;  // the loop's break counter when it was last counted
   // Prompt tokens it counts for in the admission queue (prompt length * n) until scheduled.

@@ -247,9 +247,42 @@ void GenerateService::CountError(const Status& s) {
   if (s.code() == StatusCode::kInvalidArgument) invalid_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void GenerateService::Call::OutputBlocked(sched::Clock::time_point since) {
+  if (!blocked_since_) blocked_since_ = since;
+}
+
+void GenerateService::Call::OutputTaken() {
+  blocked_since_.reset();
+  if (!paused_) return;
+  paused_ = false;
+  if (!closed_) service_->scheduler_->Hold(key(), false);
+}
+
+std::optional<Status> GenerateService::Call::CheckStall(sched::Clock::time_point now) {
+  if (!blocked_since_ || stalled_) return std::nullopt;
+  const FrontLimits& limits = service_->front_limits_;
+  const auto blocked = now - *blocked_since_;
+  if (limits.stream_stall_timeout.count() > 0 && blocked >= limits.stream_stall_timeout) {
+    stalled_ = true;
+    service_->CountStalled();
+    Status why(StatusCode::kCancelled, "the client read nothing for " +
+                                           std::to_string(limits.stream_stall_timeout.count()) +
+                                           " ms (--stream-stall-timeout-s): stream cancelled");
+    if (!closed_) Cancel(why);  // a request that ended meanwhile has nothing left to abort
+    return why;
+  }
+  if (!closed_ && !paused_ && limits.stream_pause_after.count() > 0 &&
+      blocked >= limits.stream_pause_after) {
+    paused_ = true;
+    service_->CountPaused();
+    service_->scheduler_->Hold(key(), true);
+  }
+  return std::nullopt;
+}
+
 StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
     const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline,
-    std::shared_ptr<const sched::CompiledConstraint> compiled) {
+    std::shared_ptr<const sched::CompiledConstraint> compiled, std::string client) {
   if (scheduler_->draining()) {
     refused_front_.fetch_add(1, std::memory_order_relaxed);
     return UnavailableError("draining: the server is shutting down and admits no new requests");
@@ -262,6 +295,7 @@ StatusOr<std::unique_ptr<GenerateService::Call>> GenerateService::Admit(
   }
   call->built_ = std::move(*built);
   if (call->built_.sched.request_id.empty()) call->built_.sched.request_id = MakeRequestId();
+  call->built_.sched.client = std::move(client);
   // Submit takes its own copy; the prompt stays here for the detokenizer and the response.
   // The scheduler counts its own refusals.
   auto channel = scheduler_->Submit(call->built_.sched);
@@ -348,6 +382,7 @@ v1::GetServerStatsResponse GenerateService::Stats() const {
   stats.set_requests_invalid(invalid_.load(kRelaxed));
   stats.set_requests_refused_peer_limit(refused_peer_limit_.load(kRelaxed));
   stats.set_streams_stalled(stalled_.load(kRelaxed));
+  stats.set_streams_paused(paused_.load(kRelaxed));
   stats.set_open_calls(static_cast<int32_t>(peer_limiter_.open()));
   return stats;
 }

@@ -35,6 +35,10 @@ struct FrontLimits {
   int64_t max_calls_per_peer = 256;
   // A stream whose client has read nothing for this long is cancelled (0 = never).
   std::chrono::milliseconds stream_stall_timeout{30'000};
+  // A stream whose client has read nothing for this long is paused: its request is held
+  // (Scheduler::Hold: its KV pages go back to the pool; it is recomputed, the same output, when
+  // the client reads again). 0 = never.
+  std::chrono::milliseconds stream_pause_after{1'000};
   // Threads that validate, tokenize and assemble responses.
   int threads = 4;
   // The API keys both fronts check (--api-key-file); null: none needed.
@@ -66,9 +70,10 @@ class GenerateService {
   // PrepareConstraint compiled it (null: compiled here, on this thread). Errors are counted
   // (invalid or refused) and returned; UNAVAILABLE while the scheduler drains
   // (Scheduler::StartDrain).
+  // `client` is the unit of fair share (SchedRequest::client): "key NAME" or "peer ADDRESS".
   StatusOr<std::unique_ptr<Call>> Admit(
       const v1::GenerateRequest& request, std::optional<sched::Clock::time_point> deadline,
-      std::shared_ptr<const sched::CompiledConstraint> compiled = {});
+      std::shared_ptr<const sched::CompiledConstraint> compiled = {}, std::string client = "");
 
   Status Tokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
   Status Detokenize(const v1::DetokenizeRequest& request, v1::DetokenizeResponse* response);
@@ -89,6 +94,7 @@ class GenerateService {
   void CountInvalid() { invalid_.fetch_add(1, std::memory_order_relaxed); }
   void CountPeerLimitRefusal() { refused_peer_limit_.fetch_add(1, std::memory_order_relaxed); }
   void CountStalled() { stalled_.fetch_add(1, std::memory_order_relaxed); }
+  void CountPaused() { paused_.fetch_add(1, std::memory_order_relaxed); }
 
   const ServedModel& model() const { return model_; }
 
@@ -107,6 +113,7 @@ class GenerateService {
   std::atomic<int64_t> refused_front_{0};  // refusals decided here (draining), not the scheduler
   std::atomic<int64_t> refused_peer_limit_{0};
   std::atomic<int64_t> stalled_{0};
+  std::atomic<int64_t> paused_{0};
   mutable std::mutex mu_;
   std::map<uint64_t, Call*> open_;  // guarded by mu_; by request key
   // Last: stopped (its compiles cancelled, their callbacks run) before the rest goes.
@@ -145,6 +152,17 @@ class GenerateService::Call {
   // Aborts the request in the scheduler; its close arrives through the channel.
   void Cancel(Status why);
 
+  // Back-pressure, one rule for every front: the owner says when output starts waiting on the
+  // client (a write the client has not taken) and when the client took it.
+  void OutputBlocked(sched::Clock::time_point since);  // no-op while already blocked
+  void OutputTaken();                                  // releases a pause
+  // Checked by the owner's watchdog while output is blocked: past FrontLimits::
+  // stream_pause_after the request is held (counted once per pause); past stream_stall_timeout
+  // the returned status is why the call must end (counted as a stall; the request is cancelled
+  // here).
+  std::optional<Status> CheckStall(sched::Clock::time_point now);
+  bool paused() const { return paused_; }
+
  private:
   friend class GenerateService;
   explicit Call(GenerateService* service) : service_(service) {}
@@ -160,6 +178,9 @@ class GenerateService::Call {
   std::vector<int32_t> stopped_;  // scratch
   std::vector<bool> counted_;     // per sample: its output metrics are counted
   bool request_counted_ = false;
+  std::optional<sched::Clock::time_point> blocked_since_;  // output waits on the client
+  bool paused_ = false;                                    // held in the scheduler
+  bool stalled_ = false;                                   // cancelled for the stall
   bool closed_ = false;
   bool close_taken_ = false;
   Status status_;

@@ -292,7 +292,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       if (cancel_why_) return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
       if (!compiled.ok()) return FinishLocked(rpc::ToGrpcStatus(compiled.status()));
     }
-    auto call = impl_->Admit(request, deadline, std::move(*compiled));
+    auto call = impl_->Admit(request, deadline, std::move(*compiled), client_);
     std::lock_guard<std::mutex> lock(mu_);
     if (!call.ok()) return FinishLocked(rpc::ToGrpcStatus(call.status()));
     call_ = std::move(*call);
@@ -413,6 +413,7 @@ class StreamReactor final
     std::lock_guard<std::mutex> lock(mu_);
     write_in_flight_ = false;
     write_started_ns_.store(0, std::memory_order_relaxed);
+    if (ok && call_ != nullptr) call_->OutputTaken();
     // !ok: the client went away, or the call was cancelled (stall, deadline). A write that still
     // completed after the watchdog declared the stall ends the call too: the stall was counted
     // and the request aborted, so the client must see CANCELLED, not the rest and an OK.
@@ -435,26 +436,26 @@ class StreamReactor final
       outbox_.pop_front();
       write_in_flight_ = true;
       write_started_ns_.store(NowNs(), std::memory_order_relaxed);
+      if (call_ != nullptr) call_->OutputBlocked(sched::Clock::now());
       StartWrite(&writing_);
       return;
     }
     if (final_) FinishLocked(rpc::ToGrpcStatus(*final_));
   }
 
-  // The watchdog: cancels the call when its pending write is older than `timeout_ns`.
-  void CancelIfStalled(int64_t now_ns, int64_t timeout_ns) {
+  // The watchdog: applies the call's stall rule (GenerateService::Call::CheckStall: pause,
+  // then cancel) once its pending write is older than `threshold_ns`, the earlier of the two.
+  void CancelIfStalled(int64_t now_ns, int64_t threshold_ns) {
     const int64_t started = write_started_ns_.load(std::memory_order_relaxed);
-    if (started == 0 || now_ns - started < timeout_ns) return;
+    if (started == 0 || now_ns - started < threshold_ns) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || !write_in_flight_ || stall_why_) return;
-      stall_why_ = Status(StatusCode::kCancelled,
-                          "the client read nothing for " + std::to_string(timeout_ns / 1'000'000) +
-                              " ms (--stream-stall-timeout-s): stream cancelled");
-      if (call_ != nullptr && !call_closed_) call_->Cancel(*stall_why_);
-      impl_->CountStalled();
-      LOG(WARNING) << "request " << (call_ ? call_->request_id() : std::string("?")) << " from "
-                   << peer_ << ": " << stall_why_->message();
+      if (finished_ || !write_in_flight_ || stall_why_ || call_ == nullptr) return;
+      std::optional<Status> why = call_->CheckStall(sched::Clock::now());
+      if (!why) return;  // paused at most
+      stall_why_ = std::move(why);
+      LOG(WARNING) << "request " << call_->request_id() << " from " << peer_ << ": "
+                   << stall_why_->message();
     }
     // The pending write then fails (OnWriteDone(false)) and finishes the call.
     std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
@@ -535,9 +536,15 @@ void GenerateGrpcService::UnregisterStream(const StreamReactor* stream) {
 }
 
 void GenerateGrpcService::WatchStalls() {
-  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 impl_->front_limits().stream_stall_timeout)
-                                 .count();
+  // The earlier of the pause and the stall timeout (0 = that one never).
+  const FrontLimits& limits = impl_->front_limits();
+  std::chrono::milliseconds threshold = limits.stream_stall_timeout;
+  if (limits.stream_pause_after.count() > 0 &&
+      (threshold.count() == 0 || limits.stream_pause_after < threshold)) {
+    threshold = limits.stream_pause_after;
+  }
+  const int64_t timeout_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(threshold).count();
   std::vector<std::shared_ptr<StreamReactor>> open;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_cv_.wait_for(lock, kStallCheckInterval, [this] { return stop_; })) {

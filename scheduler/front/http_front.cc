@@ -78,7 +78,9 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
 
   void PingIfIdle(SteadyClock::time_point now, std::chrono::milliseconds interval) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!streaming_ || finished_ || now - last_write_ < interval) return;
+    if (!streaming_ || finished_) return;
+    if (exchange_->unsent_bytes() > 0) return CheckStallLocked();
+    if (now - last_write_ < interval) return;
     if (exchange_->unsent_bytes() > 0) return;
     exchange_->Write(": ping\n\n");
     last_write_ = now;
@@ -118,6 +120,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       if (gone_) return;
       client = lease_.key_name().empty() ? "peer " + exchange_->request().peer
                                          : "key " + lease_.key_name();
+      client_ = client;
       compiling_ = true;
     }
     auto ticket = front_->service()->PrepareConstraint(
@@ -153,7 +156,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
         std::lock_guard<std::mutex> lock(mu_);
         if (gone_) break;
       }
-      auto call = front_->service()->Admit(prompt, std::nullopt, *compiled);
+      auto call = front_->service()->Admit(prompt, std::nullopt, *compiled, client_);
       if (!call.ok()) {
         for (auto& c : calls) c->Cancel(Status(StatusCode::kCancelled, "another prompt failed"));
         return Fail(oa::ApiErrorFromStatus(call.status(), req_));
@@ -264,16 +267,33 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     }
   }
 
+  // The calls' stall rule (GenerateService::Call::CheckStall), while the client leaves a write
+  // unread: each call is paused, then the stall timeout ends the response.
+  void CheckStallLocked() {
+    std::optional<Status> why;
+    for (size_t p = 0; p < calls_.size(); ++p) {
+      if (auto w = calls_[p]->CheckStall(sched::Clock::now()); w && !why) why = std::move(w);
+    }
+    if (!why) return;
+    LOG(WARNING) << "HTTP request " << (calls_.empty() ? std::string("?") : calls_[0]->request_id())
+                 << " from " << exchange_->request().peer << ": " << why->message();
+    FinishLocked();
+  }
+
   void PumpStream() {
     // While the client has not taken the last write, output stays in the calls (one growing
-    // delta per choice) and the pump runs again when the write completes.
+    // delta per choice) and the pump runs again when the write completes; meanwhile the stall
+    // rule may pause the calls (their pages go back to the pool) and, later, end them.
     if (exchange_->unsent_bytes() > 0) {
+      const auto now = sched::Clock::now();
+      for (auto& c : calls_) c->OutputBlocked(now);
       std::weak_ptr<HttpGeneration> weak = shared_from_this();
       exchange_->OnWritable([weak] {
         if (auto self = weak.lock()) self->SchedulePump();
       });
       return;
     }
+    for (auto& c : calls_) c->OutputTaken();
     std::string out;
     bool done = true;
     for (size_t p = 0; p < calls_.size(); ++p) {
@@ -450,6 +470,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   bool compiling_ = false;  // from before the constraint's compile is asked for until its answer
   std::shared_ptr<CompileQueue::Ticket> compile_;  // while the constraint compiles
   SteadyClock::time_point last_write_;
+  std::string client_;  // the unit of compile and scheduling fairness; set before admission
   CallUpdate update_;
 };
 
@@ -541,8 +562,9 @@ void HttpFront::CountResponse(const char* route, int status) {
 }
 
 void HttpFront::Ping() {
+  // Also the stall watchdog (pause, then cancel, of streams whose client does not read).
   const auto tick = std::clamp(options_.ping_interval / 4, std::chrono::milliseconds(20),
-                               std::chrono::milliseconds(1000));
+                               std::chrono::milliseconds(200));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     stop_cv_.wait_for(lock, tick);

@@ -71,6 +71,7 @@ struct Flags {
   int64_t drain_timeout_s = 60;
   int64_t max_calls_per_peer = 0;
   int64_t stream_stall_timeout_s = 30;
+  int64_t stream_pause_ms = 1000;
   int64_t front_threads = 4;
   int64_t grammar_threads = 2;
   int64_t grammar_cache_mb = 256;
@@ -266,9 +267,20 @@ void Register(FlagSet* fs, Flags* f) {
           "room; "
           "raise it for a trainer that sends many requests over one connection.");
   fs->Int("stream-stall-timeout-s", &f->stream_stall_timeout_s,
-          "A GenerateStream whose client reads nothing for this long (its pending message is "
-          "not taken) is cancelled: the request is aborted and its KV pages freed. While a "
-          "client is slow, output accumulates in one pending message per sample. 0 = never.");
+          "A stream (GenerateStream, or an HTTP response with stream: true) whose client reads "
+          "nothing for this long (its pending message is not taken) is cancelled: the request "
+          "is aborted and its KV pages freed. While a client is slow, output accumulates in one "
+          "pending message per sample. 0 = never.");
+  fs->Int("stream-pause-ms", &f->stream_pause_ms,
+          "A stream whose client reads nothing for this long is paused: its sequences give "
+          "their KV pages back (preempted) and compute nothing until the client reads again, "
+          "then resume with the same output (recomputed from their tokens, the prefix cache "
+          "helping). So never-read streams cannot hold the pool. 0 = never.");
+  fs->Bool("fair-share", &f->sched.fair_share,
+           "Fair share across clients (the API key when --api-key-file is set, else the client "
+           "connection): virtual token counters (VTC) order admission (the client served least "
+           "first) and preemption (the client served most first); priorities still come first. "
+           "--no-fair-share: arrival order.");
   fs->Int("front-threads", &f->front_threads,
           "Threads that parse, validate and tokenize requests, render chat templates and turn "
           "tokens into response messages.");
@@ -380,6 +392,7 @@ Status Validate(const Flags& f) {
   if (f.stream_stall_timeout_s < 0) {
     return InvalidArgumentError("--stream-stall-timeout-s must be >= 0");
   }
+  if (f.stream_pause_ms < 0) return InvalidArgumentError("--stream-pause-ms must be >= 0");
   ASTR_RETURN_IF_ERROR(positive(f.max_message_mb, "max-message-mb"));
   if (f.max_message_mb > 2047) return InvalidArgumentError("--max-message-mb must be <= 2047");
   if (f.drain_timeout_s < 0) return InvalidArgumentError("--drain-timeout-s must be >= 0");
@@ -605,6 +618,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   LOG(INFO) << "at most " << front_limits.max_calls_per_peer
             << " open calls per client connection (--max-calls-per-peer)";
   front_limits.stream_stall_timeout = std::chrono::seconds(f.stream_stall_timeout_s);
+  front_limits.stream_pause_after = std::chrono::milliseconds(f.stream_pause_ms);
   front_limits.threads = static_cast<int>(f.front_threads);
   front_limits.api_keys = f.api_keys;
   front_limits.compiles.workers = static_cast<int>(f.grammar_compile_workers);

@@ -123,6 +123,7 @@ class PlannerHarness {
   const std::vector<int32_t>& scored(const RequestState* r) { return scored_[r]; }
 
   WorkerQueues& queues() { return queues_; }
+  void SetFairShare(FairShare* fair) { planner_.set_fair_share(fair); }
   const v1::StepPlan& plan() const { return plan_; }
   const PlanOutcome& outcome() const { return outcome_; }
   FakeWorker& worker() { return worker_; }
@@ -286,6 +287,69 @@ TEST(BatchPlannerTest, HigherPriorityIsAdmittedFirst) {
                       "L0@2+1*",
                       "-[L0]",
                   });
+}
+
+TEST(BatchPlannerTest, FairShareAdmitsTheClientServedLeastFirst) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 1, .prefill_chunk = 16}, 16, 4);
+  FairShare fair;
+  h.SetFairShare(&fair);
+  // Client h queues three requests, then client l one: l is served after h's first (the
+  // counters tie at 0 before anyone is served, and ties keep arrival order), not after all.
+  for (const char* label : {"A", "B", "C"}) h.Add(label, 2, 2, 1)->client = fair.Join("h");
+  h.Add("L", 2, 2, 4)->client = fair.Join("l");
+  ExpectTable(&h, {
+                      "A0@0+2* +[A0]",
+                      "A0@2+1*",
+                      "L0@0+2* +[L0] -[A0]",
+                      "L0@2+1*",
+                      "B0@0+2* +[B0] -[L0]",
+                      "B0@2+1*",
+                      "C0@0+2* +[C0] -[B0]",
+                      "C0@2+1*",
+                      "-[C0]",
+                  });
+  // L's service: its 2 prompt tokens, and one decode row (its first token came with the prompt).
+  EXPECT_EQ(fair.Counter(fair.Join("l")), 2 * FairShare::kInputWeight + FairShare::kOutputWeight);
+}
+
+TEST(BatchPlannerTest, FairSharePreemptsTheClientServedMostFirst) {
+  // As PreemptsTheNewestWhenPagesRunOutAndRestartsIt, but A's client has been served more: A,
+  // though older, gives its pages up instead of B.
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 4, 2);
+  FairShare fair;
+  h.SetFairShare(&fair);
+  RequestState* a = h.Add("A", 3, 4, 11);
+  RequestState* b = h.Add("B", 3, 4, 12);
+  a->client = fair.Join("served a lot");
+  b->client = fair.Join("new");
+  fair.Charge(a->client, 1000, 0);
+  // Admitted in fair order (B first); running in queue order (A first).
+  EXPECT_EQ(h.Step(), "B0@0+3* A0@0+3* +[B0 A0]");
+  EXPECT_EQ(h.Step(), "A0@3+1* B0@3+1*");
+  EXPECT_EQ(h.Step(), "B0@4+1* -[A0]");
+  EXPECT_EQ(a->preemptions, 1);
+  EXPECT_EQ(b->preemptions, 0);
+  for (int i = 0; i < 10 && !h.Done(); ++i) h.Step();
+  EXPECT_TRUE(h.Done());
+  EXPECT_TRUE(h.worker().violations().empty());
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+  EXPECT_EQ(h.queues().pool.num_free(), 4);
+}
+
+TEST(BatchPlannerTest, HeldRequestIsNotStartedUntilReleased) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 16, 4);
+  RequestState* a = h.Add("A", 2, 2, 1);
+  a->held = true;
+  h.Add("B", 2, 1, 2);
+  EXPECT_EQ(h.Step(), "B0@0+2* +[B0]");
+  EXPECT_EQ(h.Step(), "-[B0]");
+  EXPECT_EQ(h.Step(), "");
+  a->held = false;
+  EXPECT_EQ(h.Step(), "A0@0+2* +[A0]");
+  EXPECT_EQ(h.Step(), "A0@2+1*");
+  EXPECT_EQ(h.Step(), "-[A0]");
+  EXPECT_TRUE(h.Done());
 }
 
 TEST(BatchPlannerTest, SequenceCapLimitsRunningSequences) {
