@@ -132,6 +132,52 @@ def test_one_client_cannot_lock_out_the_others(make_cluster):
     assert_serving(c)
 
 
+def test_never_read_streams_are_paused_and_give_their_pages_back(make_cluster):
+    # A pool of 4096 tokens, and a client that opens 40 streams of 1900 tokens it never reads:
+    # without pausing they would hold the whole pool until the stall timeout (off here).
+    c = make_cluster(worker_flags={"num_pages": 256, "page_size": 16},
+                     scheduler_flags={"stream_stall_timeout_s": 0, "stream_pause_ms": 500})
+    total_pages = c.stats().workers[0].total_pages
+    greedy = grpc.insecure_channel(c.scheduler.address, options=[
+        ("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)])
+    prompt = [1, 403, 407]
+    stub = harness.pb_grpc.GenerateStub(greedy)
+    calls = [stub.GenerateStream(request(token_ids=prompt, max_tokens=1900, return_logprobs=True,
+                                         top_logprobs=5, seed=i), timeout=300)
+             for i in range(40)]
+    try:
+        # Every stream is paused once its client's window is full: held, its pages returned.
+        stats, waited = harness.wait_until(
+            lambda: (s := c.stats()).requests_held == 40 and s, timeout=60, interval=0.1)
+        assert stats.streams_paused >= 40, stats
+        harness.wait_pages_free(c, timeout=10)
+        print(f"40 never-read streams held after {waited:.1f} s; pool free again "
+              f"({total_pages} pages)")
+        # Another client is answered at once, with the offline engine's output.
+        with grpc.insecure_channel(c.scheduler.address,
+                                   options=[("grpc.use_local_subchannel_pool", 1)]) as other:
+            t0 = time.monotonic()
+            got = unary(harness.pb_grpc.GenerateStub(other),
+                        request(token_ids=prompt, max_tokens=8)).one()
+            took = time.monotonic() - t0
+        want = harness.offline_run(STORIES, prompt_ids=prompt, max_tokens=8)
+        assert harness.offline_mismatch(got, want) is None
+        assert took < 10, f"the other client waited {took:.1f} s"
+        # A paused stream whose client reads again resumes where it was, with the same output
+        # as if it had never paused (recomputed from its tokens).
+        first = harness.collect_stream(calls[0])
+        sample = first.one()
+        want = harness.offline_run(STORIES, prompt_ids=prompt, max_tokens=1900)
+        assert harness.offline_mismatch(sample, want) is None
+    finally:
+        for x in calls:
+            x.cancel()
+        greedy.close()
+    harness.wait_pages_free(c, timeout=30)
+    assert c.stats().requests_held == 0
+    assert_serving(c)
+
+
 def test_stream_of_a_client_that_stops_reading_is_cancelled(make_cluster):
     c = make_cluster(scheduler_flags={"stream_stall_timeout_s": 1})
     # A small receive window: the server can write little before it must wait for the reader.
