@@ -6,6 +6,7 @@
 #include <string>
 
 #include "scheduler/scheduler_loop.h"
+#include "scheduler/worker_fit.h"
 
 namespace astr::sched {
 namespace {
@@ -20,19 +21,13 @@ Status ValidateSetup(const SchedulerOptions& o,
                      const std::vector<std::unique_ptr<WorkerConnection>>& workers) {
   ASTR_RETURN_IF_ERROR(ValidateSchedulerOptions(o));
   if (workers.empty()) return InvalidArgumentError("--workers: at least one worker is needed");
-  const std::string& hash = workers[0]->info().content_hash();
+  // The first worker defines the pool; every one (the first included: its KV pool) must fit it.
+  const PoolIdentity pool = PoolOf(workers[0]->info());
   for (const auto& w : workers) {
-    const v1::InfoResponse& info = w->info();
-    if (info.num_pages() < 1 || info.page_size() < 1) {
-      return FailedPreconditionError("worker " + w->address() + " reports a KV pool of " +
-                                     std::to_string(info.num_pages()) + " pages of " +
-                                     std::to_string(info.page_size()) + " tokens");
-    }
-    if (info.content_hash() != hash) {
-      return FailedPreconditionError(
-          "--workers must all serve the same model: " + workers[0]->address() + " has " + hash +
-          ", " + w->address() + " has " + info.content_hash());
-    }
+    Status fits = CheckWorkerFits(w->address(), w->info(), pool);
+    if (!fits.ok())
+      return fits.WithContext("--workers (the first one, " + workers[0]->address() +
+                              ", defines the pool)");
   }
   return OkStatus();
 }

@@ -33,6 +33,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/sequence.h"
+#include "scheduler/worker_fit.h"
 
 namespace astr::sched {
 
@@ -280,6 +281,7 @@ class SchedulerLoop {
   int32_t max_context_tokens_ = 0;  // smallest context over the members (0 = unknown)
   std::string model_name_;           // the first worker's, the `model` label of the metrics
   std::string content_hash_;         // every member serves this model
+  std::string model_path_;           // the first worker's, for messages
 
   // Client threads <-> loop.
   mutable std::mutex mu_;

@@ -19,6 +19,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
     weight_version_.store(workers[0]->info().weight_version());
     model_name_ = workers[0]->info().model_name();
     content_hash_ = workers[0]->info().content_hash();
+    model_path_ = workers[0]->info().model_path();
   }
   std::vector<std::string> addresses;
   for (auto& conn : workers) {

@@ -96,21 +96,9 @@ void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
   if (info.draining()) {
     return refuse(FailedPreconditionError("worker " + address + " is shutting down (draining)"));
   }
-  if (!content_hash_.empty() && info.content_hash() != content_hash_) {
-    return refuse(FailedPreconditionError(
-        "worker " + address + " serves model hash " + info.content_hash() + " (" +
-        info.model_path() + "), the pool serves model hash " + content_hash_));
-  }
-  if (info.weight_version() != version) {
-    return refuse(FailedPreconditionError(
-        "worker " + address + " serves weight version " + std::to_string(info.weight_version()) +
-        ", the pool serves version " + std::to_string(version) +
-        " (push the weights to it first, or restart it from the current checkpoint)"));
-  }
-  if (info.num_pages() < 1 || info.page_size() < 1) {
-    return refuse(FailedPreconditionError(
-        "worker " + address + " reports a KV pool of " + std::to_string(info.num_pages()) +
-        " pages of " + std::to_string(info.page_size()) + " tokens"));
+  if (Status fits = CheckWorkerFits(address, info, {content_hash_, model_path_, version});
+      !fits.ok()) {
+    return refuse(std::move(fits));
   }
   auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_, options_);
   slot->metrics = metrics_->ForWorker(address);

@@ -144,30 +144,18 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
     }
     if (w->reconnected.load(std::memory_order_acquire)) {
       w->reconnector.join();
-      const v1::InfoResponse& info = w->conn->info();
-      if (info.content_hash() != w->info.content_hash() ||
-          info.num_pages() != w->info.num_pages() || info.page_size() != w->info.page_size()) {
-        // Another model or pool answers at that address: never route to it again.
-        LOG(ERROR) << "worker " << w->conn->address()
-                   << " came back with a different model or KV pool (hash " << info.content_hash()
-                   << ", " << info.num_pages() << " pages of " << info.page_size()
-                   << "); keeping it down";
+      // Another model or pool answers at that address, or it missed a weight update (restarted,
+      // or down while one was committed): serving it would mix them. Never route to it again.
+      const PoolIdentity pool{w->info.content_hash(), w->info.model_path(),
+                              weight_version_.load(std::memory_order_relaxed), &w->info};
+      if (Status fits = CheckWorkerFits(w->conn->address(), w->conn->info(), pool); !fits.ok()) {
+        LOG(ERROR) << fits.message() << "; keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
-        if (w->health == WorkerSlot::Health::kReconnecting) MoveWaiting(w, /*keep_unplaceable=*/false, now);
+        if (w->health == WorkerSlot::Health::kReconnecting) {
+          MoveWaiting(w, /*keep_unplaceable=*/false, now);
+        }
         w->health = WorkerSlot::Health::kDown;
         w->broken_since = Clock::time_point::max();  // no further attempts
-        continue;
-      }
-      if (info.weight_version() != weight_version_.load(std::memory_order_relaxed)) {
-        // It missed a weight update (restarted, or down while it was committed): serving it would
-        // mix versions.
-        LOG(ERROR) << "worker " << w->conn->address() << " came back serving weight version "
-                   << info.weight_version() << ", not the current "
-                   << weight_version_.load(std::memory_order_relaxed) << "; keeping it down";
-        w->reconnected.store(false, std::memory_order_relaxed);
-        if (w->health == WorkerSlot::Health::kReconnecting) MoveWaiting(w, /*keep_unplaceable=*/false, now);
-        w->health = WorkerSlot::Health::kDown;
-        w->broken_since = Clock::time_point::max();
         continue;
       }
       LOG(INFO) << "worker " << w->conn->address() << ": step stream reconnected";

@@ -35,6 +35,7 @@
 #include "scheduler/front/http_front.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_connection.h"
+#include "scheduler/worker_fit.h"
 #include "scheduler/worker_membership.h"
 
 namespace astr {
@@ -461,20 +462,13 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
   }
+  // The rule every member keeps (scheduler/worker_fit.h); the first worker defines the pool.
+  const sched::PoolIdentity pool = sched::PoolOf(workers[0]->info());
   for (const auto& w : workers) {
-    const v1::InfoResponse& info = w->info();
-    const v1::InfoResponse& first = workers[0]->info();
-    if (info.weight_version() != first.weight_version()) {
-      return FailedPreconditionError(
-          "--workers must all serve the same weight version: " + workers[0]->address() +
-          " serves version " + std::to_string(first.weight_version()) + ", " + w->address() +
-          " version " + std::to_string(info.weight_version()));
-    }
-    if (info.content_hash() != first.content_hash()) {
-      return FailedPreconditionError(
-          "--workers must all serve the same model: " + workers[0]->address() + " serves " +
-          first.model_path() + " (hash " + first.content_hash() + "), " + w->address() +
-          " serves " + info.model_path() + " (hash " + info.content_hash() + ")");
+    Status fits = sched::CheckWorkerFits(w->address(), w->info(), pool);
+    if (!fits.ok()) {
+      return fits.WithContext("--workers (the first one, " + workers[0]->address() +
+                              ", defines the pool)");
     }
   }
   return workers;
