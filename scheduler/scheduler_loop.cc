@@ -146,36 +146,37 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
 }
 
 void SchedulerLoop::ApplyCommands(Clock::time_point now) {
-  for (Command& command : applying_) {
-    if (command.kind == Command::Kind::kSubmit) {
-      AddRequest(std::move(command.request), now);
-      continue;
+  struct Apply {
+    SchedulerLoop* loop;
+    Clock::time_point now;
+    void operator()(SubmitCommand& c) const { loop->AddRequest(std::move(c.request), now); }
+    void operator()(AdminCommand& c) const { loop->ApplyAdmin(c, now); }
+    void operator()(CancelCommand& c) const {
+      if (RequestState* r = loop->OpenRequest(c.key)) loop->CloseRequest(r, std::move(c.why), now);
     }
-    if (command.admin != nullptr) {
-      ApplyAdmin(command, now);
-      continue;
+    void operator()(HoldCommand& c) const {
+      if (RequestState* r = loop->OpenRequest(c.key)) loop->ApplyHold(r, c.hold);
     }
-    auto it = requests_.find(command.key);
-    if (it == requests_.end() || it->second->closed) continue;  // already ended
-    RequestState* request = it->second.get();
-    if (command.kind == Command::Kind::kCancel) {
-      CloseRequest(request, std::move(command.status), now);
-    } else if (command.kind == Command::Kind::kHold) {
-      ApplyHold(request, command.hold);
-    } else if (command.index >= 0 &&
-               command.index < static_cast<int32_t>(request->samples.size())) {
-      Sequence* seq = request->samples[command.index].get();
-      if (seq->state != Sequence::State::kDone) {
-        // (The front matched a stop string.) Tokens sampled after the ones the front returned
-        // (while its finish was on the way) were never delivered: they are not the sample's.
-        if (command.kept_tokens >= 0 &&
-            command.kept_tokens < static_cast<int64_t>(seq->generated.size())) {
-          seq->generated.resize(command.kept_tokens);
-        }
-        EndSample(seq, now);
+    void operator()(FinishSampleCommand& c) const {
+      RequestState* r = loop->OpenRequest(c.key);
+      if (r == nullptr || c.index < 0 || c.index >= static_cast<int32_t>(r->samples.size())) return;
+      Sequence* seq = r->samples[c.index].get();
+      if (seq->state == Sequence::State::kDone) return;
+      // (The front matched a stop string.) Tokens sampled after the ones the front returned
+      // (while its finish was on the way) were never delivered: they are not the sample's.
+      if (c.kept_tokens >= 0 && c.kept_tokens < static_cast<int64_t>(seq->generated.size())) {
+        seq->generated.resize(c.kept_tokens);
       }
+      loop->EndSample(seq, now);
     }
-  }
+  };
+  for (Command& command : applying_) std::visit(Apply{this, now}, command);
+}
+
+RequestState* SchedulerLoop::OpenRequest(uint64_t key) {
+  auto it = requests_.find(key);
+  if (it == requests_.end() || it->second->closed) return nullptr;  // already ended
+  return it->second.get();
 }
 
 void SchedulerLoop::AddRequest(std::unique_ptr<RequestState> request, Clock::time_point now) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "common/metrics/registry.h"
@@ -169,28 +170,31 @@ class SchedulerLoop {
     // Waits until Finish; false when `deadline` passed first.
     bool Wait(Clock::time_point deadline);
   };
-  struct Command {
-    enum class Kind {
-      kSubmit,
-      kCancel,
-      kFinishSample,
-      kHold,
-      kPause,
-      kResume,
-      kCommit,
-      kAddWorker,
-      kDrainWorker,
-      kFlushCache
-    };
-    Kind kind = Kind::kSubmit;
-    uint64_t key = 0;
-    std::unique_ptr<RequestState> request;  // kSubmit
-    Status status;                          // kCancel
-    int32_t index = 0;                      // kFinishSample
-    int32_t kept_tokens = -1;               // kFinishSample
-    bool hold = false;                      // kHold
-    std::shared_ptr<AdminOp> admin;         // kPause, kResume, kCommit, kAddWorker, kDrainWorker
+  // What client threads hand the loop, one typed struct per kind (applied in ApplyCommands).
+  struct SubmitCommand {
+    std::unique_ptr<RequestState> request;
   };
+  struct CancelCommand {
+    uint64_t key = 0;
+    Status why;
+  };
+  struct FinishSampleCommand {
+    uint64_t key = 0;
+    int32_t index = 0;
+    int32_t kept_tokens = -1;
+  };
+  struct HoldCommand {
+    uint64_t key = 0;
+    bool hold = false;
+  };
+  // An admin operation; the caller waits on the op.
+  struct AdminCommand {
+    enum class Kind { kPause, kResume, kCommit, kAddWorker, kDrainWorker, kFlushCache };
+    Kind kind = Kind::kPause;
+    std::shared_ptr<AdminOp> op;
+  };
+  using Command =
+      std::variant<SubmitCommand, CancelCommand, FinishSampleCommand, HoldCommand, AdminCommand>;
   void PushCommand(Command command);
 
   // Loop thread (scheduler_loop.cc).
@@ -226,7 +230,9 @@ class SchedulerLoop {
   void ObserveClosedRequest(const RequestState& r, Clock::time_point now);
 
   // Loop side of the admin operations (scheduler_loop_admin.cc).
-  void ApplyAdmin(Command& command, Clock::time_point now);
+  void ApplyAdmin(AdminCommand& command, Clock::time_point now);
+  // The request a command names, when it is still open.
+  RequestState* OpenRequest(uint64_t key);
   void ApplyPause(AdminOp* op, Clock::time_point now);
   void ApplyResume(AdminOp* op, Clock::time_point now);
   // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.

@@ -51,7 +51,7 @@ StatusOr<PauseResult> SchedulerLoop::Pause(PauseMode mode, Clock::time_point dea
   if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
   auto op = std::make_shared<AdminOp>();
   op->mode = mode;
-  PushCommand(Command{.kind = Command::Kind::kPause, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kPause, op});
   if (!op->Wait(deadline)) {
     return Status(StatusCode::kDeadlineExceeded,
                   "deadline passed while running requests drained; generation stays paused "
@@ -63,7 +63,7 @@ StatusOr<PauseResult> SchedulerLoop::Pause(PauseMode mode, Clock::time_point dea
 
 ResumeResult SchedulerLoop::Resume() {
   auto op = std::make_shared<AdminOp>();
-  PushCommand(Command{.kind = Command::Kind::kResume, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kResume, op});
   op->Wait(Clock::time_point::max());
   return op->resume;
 }
@@ -81,7 +81,7 @@ StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t
   op->apply = std::move(apply);
   op->label = std::move(label);
   if (!workers.empty()) op->updated_workers = std::move(workers);
-  PushCommand(Command{.kind = Command::Kind::kCommit, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kCommit, op});
   op->Wait(Clock::time_point::max());
   if (!op->status.ok()) return op->status;
   return op->commit;
@@ -89,7 +89,7 @@ StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t
 
 int64_t SchedulerLoop::FlushCache() {
   auto op = std::make_shared<AdminOp>();
-  PushCommand(Command{.kind = Command::Kind::kFlushCache, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kFlushCache, op});
   op->Wait(Clock::time_point::max());
   return op->pages_freed;
 }
@@ -129,36 +129,34 @@ std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
   return out;
 }
 
-void SchedulerLoop::ApplyAdmin(Command& command, Clock::time_point now) {
-  AdminOp* op = command.admin.get();
+void SchedulerLoop::ApplyAdmin(AdminCommand& command, Clock::time_point now) {
+  AdminOp* op = command.op.get();
   switch (command.kind) {
-    case Command::Kind::kPause:
+    case AdminCommand::Kind::kPause:
       ApplyPause(op, now);
-      if (op->mode == PauseMode::kDrain && !op->finished) drain_waiters_.push_back(command.admin);
+      if (op->mode == PauseMode::kDrain && !op->finished) drain_waiters_.push_back(command.op);
       break;
-    case Command::Kind::kResume:
+    case AdminCommand::Kind::kResume:
       ApplyResume(op, now);
       break;
-    case Command::Kind::kAddWorker:
+    case AdminCommand::Kind::kAddWorker:
       ApplyAddWorker(op, now);
       break;
-    case Command::Kind::kDrainWorker:
-      ApplyDrainWorker(command.admin, now);
+    case AdminCommand::Kind::kDrainWorker:
+      ApplyDrainWorker(command.op, now);
       break;
-    case Command::Kind::kFlushCache:
+    case AdminCommand::Kind::kFlushCache:
       for (auto& w : workers_) op->pages_freed += w->queues.FlushCache();
       LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
       op->Finish();
       break;
-    case Command::Kind::kCommit:
+    case AdminCommand::Kind::kCommit:
       if (pending_commit_ != nullptr) {
         op->status = AbortedError("another weight commit is pending");
         op->Finish();
         break;
       }
-      pending_commit_ = command.admin;
-      break;
-    default:
+      pending_commit_ = command.op;
       break;
   }
 }

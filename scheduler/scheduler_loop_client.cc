@@ -107,11 +107,7 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
     ++queue_.waiting_requests;
     queue_.waiting_tokens += state->queued_tokens();
     open_requests_.fetch_add(1, std::memory_order_acq_rel);
-    Command command;
-    command.kind = Command::Kind::kSubmit;
-    command.key = state->key;
-    command.request = std::move(state);
-    commands_.push_back(std::move(command));
+    commands_.push_back(SubmitCommand{std::move(state)});
     wake = loop_sleeping_;
   }
   stat_admitted_.fetch_add(1, std::memory_order_relaxed);
@@ -130,20 +126,10 @@ void SchedulerLoop::PushCommand(Command command) {
 }
 
 void SchedulerLoop::Cancel(uint64_t key, Status why) {
-  Command command;
-  command.kind = Command::Kind::kCancel;
-  command.key = key;
-  command.status = std::move(why);
-  PushCommand(std::move(command));
+  PushCommand(CancelCommand{key, std::move(why)});
 }
 
-void SchedulerLoop::Hold(uint64_t key, bool hold) {
-  Command command;
-  command.kind = Command::Kind::kHold;
-  command.key = key;
-  command.hold = hold;
-  PushCommand(std::move(command));
-}
+void SchedulerLoop::Hold(uint64_t key, bool hold) { PushCommand(HoldCommand{key, hold}); }
 
 void SchedulerLoop::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
   metrics_->generation_tokens->Increment(tokens);
@@ -155,12 +141,7 @@ void SchedulerLoop::ObserveRequestOutput(int64_t tokens) const {
 }
 
 void SchedulerLoop::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
-  Command command;
-  command.kind = Command::Kind::kFinishSample;
-  command.key = key;
-  command.index = index;
-  command.kept_tokens = kept_tokens;
-  PushCommand(std::move(command));
+  PushCommand(FinishSampleCommand{key, index, kept_tokens});
 }
 
 void SchedulerLoop::StartDrain() {

@@ -16,7 +16,7 @@ Status SchedulerLoop::AddWorker(std::unique_ptr<WorkerConnection> worker) {
   if (worker == nullptr) return InvalidArgumentError("AddWorker: no connection");
   auto op = std::make_shared<AdminOp>();
   op->conn = std::move(worker);
-  PushCommand(Command{.kind = Command::Kind::kAddWorker, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kAddWorker, op});
   op->Wait(Clock::time_point::max());
   return op->status;
 }
@@ -31,7 +31,7 @@ StatusOr<DrainResult> SchedulerLoop::DrainWorker(const std::string& address,
                                     : std::chrono::milliseconds(options_.worker_drain_timeout_ms);
   op->exclude = exclude;
   op->wait = wait;
-  PushCommand(Command{.kind = Command::Kind::kDrainWorker, .admin = op});
+  PushCommand(AdminCommand{AdminCommand::Kind::kDrainWorker, op});
   if (!op->Wait(wait ? wait_deadline : Clock::time_point::max())) {
     return Status(StatusCode::kDeadlineExceeded,
                   "worker " + address + " is still draining (it goes on)");
