@@ -132,6 +132,11 @@ void ApiKeys::Lease::Release() {
   state_.reset();
 }
 
+std::string ApiKeys::Lease::ClientName(const std::string& peer) const {
+  const std::string key = key_name();
+  return key.empty() ? "peer " + peer : "key " + key;
+}
+
 std::string ApiKeys::Lease::key_name() const {
   if (state_ == nullptr) return "";
   std::lock_guard<std::mutex> lock(state_->mu);

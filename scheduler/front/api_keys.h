@@ -58,6 +58,10 @@ class ApiKeys {
     void Release();
     // The key's name (ApiKeySpec::name); empty when released or when the server has no keys.
     std::string key_name() const;
+    // Who the call is for fairness (structured-output compiles and the scheduler's fair share),
+    // the same on every front: "key NAME" when the call presented an API key, else "peer PEER"
+    // (the client connection).
+    std::string ClientName(const std::string& peer) const;
 
    private:
     std::shared_ptr<State> state_;

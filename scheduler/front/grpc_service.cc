@@ -199,7 +199,7 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
       return;
     }
     lease_ = std::move(*admitted);
-    client_ = lease_.key_name().empty() ? "peer " + peer_ : "key " + lease_.key_name();
+    client_ = lease_.ClientName(peer_);
     if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
       impl_->CountPeerLimitRefusal();
       std::lock_guard<std::mutex> lock(mu_);

@@ -118,8 +118,7 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (gone_) return;
-      client = lease_.key_name().empty() ? "peer " + exchange_->request().peer
-                                         : "key " + lease_.key_name();
+      client = lease_.ClientName(exchange_->request().peer);
       client_ = client;
       compiling_ = true;
     }

@@ -100,6 +100,21 @@ TEST(ApiKeysTest, MissingMalformedAndWrongKeysAreUnauthenticated) {
   EXPECT_TRUE(keys->Admit(&right, false).ok());
 }
 
+TEST(ApiKeysTest, TheClientIsTheKeyWhenThereIsOneElseTheConnection) {
+  ApiKeys none;
+  auto anonymous = none.Admit(nullptr, true);
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ(anonymous->ClientName("ipv4:127.0.0.1:4000"), "peer ipv4:127.0.0.1:4000");
+  auto keys = Load(TempDir("api_keys") + "/keys", "sk-a name=team-a\n");
+  ASSERT_NE(keys, nullptr);
+  const std::string a = Bearer("sk-a");
+  auto keyed = keys->Admit(&a, true);
+  ASSERT_TRUE(keyed.ok());
+  EXPECT_EQ(keyed->ClientName("ipv4:127.0.0.1:4000"), "key team-a");
+  keyed->Release();
+  EXPECT_EQ(keyed->ClientName("p"), "peer p");
+}
+
 TEST(ApiKeysTest, RateIsATokenBucketPerKey) {
   auto keys = Load(TempDir("api_keys") + "/keys", "sk-a name=a rps=2 burst=3\nsk-b name=b\n");
   ASSERT_NE(keys, nullptr);
