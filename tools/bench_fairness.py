@@ -26,7 +26,6 @@ sent -> first message carrying a token), and failures (with the first few messag
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -37,14 +36,12 @@ import grpc
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+from bench_http import Server, log  # noqa: E402  (the same server handling as bench_http.py)
 CONFIGS = {
     "before": ["--no-fair-share", "--stream-pause-ms", "0"],
     "after": [],
 }
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 def parse_args(argv):
@@ -89,45 +86,16 @@ def load_stubs(out_dir):
     return generate_pb2, generate_pb2_grpc
 
 
-class Server:
-    def __init__(self, argv, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-
-    def wait_for(self, pattern, timeout_s=300):
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            with open(self.log_path, "rb") as f:
-                m = re.search(pattern, f.read().decode("utf-8", "replace"))
-            if m:
-                return f"{m.group(1)}:{m.group(2)}"
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.log_path}: exited with {self.proc.returncode}")
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.log_path}: no {pattern!r} in {timeout_s} s")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 def start(args, config, log_dir):
-    worker = Server([os.path.join(args.bin_dir, "astr-worker"), "--model", args.model,
+    worker = Server(f"worker-{config}",
+                    [os.path.join(args.bin_dir, "astr-worker"), "--model", args.model,
                      "--listen", "127.0.0.1:0", "--threads", str(args.threads),
-                     "--kv-cache-mb", str(args.kv_cache_mb)],
-                    os.path.join(log_dir, f"worker-{config}.log"))
+                     "--kv-cache-mb", str(args.kv_cache_mb)], log_dir)
     address = worker.wait_for(r"listening on (\S+):(\d+)")
-    scheduler = Server([os.path.join(args.bin_dir, "astr-scheduler"), "--workers", address,
+    scheduler = Server(f"scheduler-{config}",
+                       [os.path.join(args.bin_dir, "astr-scheduler"), "--workers", address,
                         "--listen", "127.0.0.1:0", "--stream-stall-timeout-s", "0"] + CONFIGS[config],
-                       os.path.join(log_dir, f"scheduler-{config}.log"))
+                       log_dir)
     return worker, scheduler, scheduler.wait_for(r"listening on (\S+):(\d+)")
 
 
