@@ -26,7 +26,6 @@ sent -> first message carrying a token), and failures (with the first few messag
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
