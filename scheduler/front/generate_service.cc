@@ -361,6 +361,16 @@ void GenerateService::GetModelInfo(v1::GetModelInfoResponse* response) const {
   response->set_has_chat_template(model_.chat_template != nullptr);
   response->set_max_n(limits_.max_n);
   response->set_max_stop_strings(limits_.max_stop_strings);
+  const model::GenerationDefaults& d = model_.generation_defaults;
+  v1::SamplingParameters* s = response->mutable_default_sampling();
+  if (d.temperature) s->set_temperature(*d.temperature);
+  if (d.top_k) s->set_top_k(*d.top_k);
+  if (d.top_p) s->set_top_p(*d.top_p);
+  if (d.min_p) s->set_min_p(*d.min_p);
+  if (d.repetition_penalty) s->set_repetition_penalty(*d.repetition_penalty);
+  if (d.penalty_window) s->set_penalty_window(*d.penalty_window);
+  if (d.max_tokens) s->set_max_tokens(*d.max_tokens);
+  response->set_default_sampling_source(d.source);
   for (const sched::WorkerMember& member : members) {
     const v1::InfoResponse& info = member.info;
     v1::WorkerDescription* w = response->add_workers();

@@ -81,7 +81,6 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     if (!streaming_ || finished_) return;
     if (exchange_->unsent_bytes() > 0) return CheckStallLocked();
     if (now - last_write_ < interval) return;
-    if (exchange_->unsent_bytes() > 0) return;
     exchange_->Write(": ping\n\n");
     last_write_ = now;
   }

@@ -93,3 +93,20 @@ def test_bad_file_refused_at_start(log_dir):
         assert "--generation-config" in msg and path in msg and "top_p" in msg, msg
     finally:
         c.close()
+
+
+def test_model_info_and_astr_info_show_the_served_defaults(served, plain):
+    info = served.scheduler.model_info()
+    d = info.default_sampling
+    assert d.HasField("temperature") and d.temperature == 0.0
+    assert d.HasField("repetition_penalty") and d.repetition_penalty == pytest.approx(2.0)
+    assert d.HasField("max_tokens") and d.max_tokens == 32
+    assert not d.HasField("top_p") and not d.HasField("top_k")
+    assert info.default_sampling_source.endswith("generation_config.json")
+    r = harness.run_cli("info", "--server", served.scheduler.address)
+    assert r.returncode == 0, r.stderr
+    assert "served defaults: temperature=0 repetition_penalty=2 max_tokens=32 (from " in r.stdout, r.stdout
+    none = plain.scheduler.model_info()
+    assert not none.default_sampling.HasField("temperature") and none.default_sampling_source == ""
+    r = harness.run_cli("info", "--server", plain.scheduler.address)
+    assert "served defaults: none" in r.stdout, r.stdout

@@ -25,6 +25,28 @@ void PrintModelInfo(const v1::GetModelInfoResponse& info) {
   std::printf("weight version:  %lld\n", static_cast<long long>(info.weight_version()));
   std::printf("limits:          n <= %d, stop strings <= %d\n", info.max_n(),
               info.max_stop_strings());
+  // What requests that leave these fields unset get (the scheduler's --generation-config).
+  const v1::SamplingParameters& d = info.default_sampling();
+  std::string defaults;
+  auto add = [&](const char* name, const std::string& value) {
+    defaults += (defaults.empty() ? "" : " ") + std::string(name) + "=" + value;
+  };
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  if (d.has_temperature()) add("temperature", num(d.temperature()));
+  if (d.has_top_k()) add("top_k", std::to_string(d.top_k()));
+  if (d.has_top_p()) add("top_p", num(d.top_p()));
+  if (d.has_min_p()) add("min_p", num(d.min_p()));
+  if (d.has_repetition_penalty()) add("repetition_penalty", num(d.repetition_penalty()));
+  if (d.penalty_window() != 0) add("penalty_window", std::to_string(d.penalty_window()));
+  if (d.has_max_tokens()) add("max_tokens", std::to_string(d.max_tokens()));
+  std::printf("served defaults: %s%s\n", defaults.empty() ? "none" : defaults.c_str(),
+              info.default_sampling_source().empty()
+                  ? ""
+                  : (" (from " + info.default_sampling_source() + ")").c_str());
   for (const auto& w : info.workers()) {
     std::printf(
         "worker %s: backend %s, dtype %s, %lld pages x %d tokens, max batch %d seqs / %d "
