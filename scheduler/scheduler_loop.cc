@@ -51,10 +51,12 @@ void SchedulerLoop::Run() {
     progressed_ = StepWorkers(now) || !applying_.empty();
     applying_.clear();
     AdvanceDrains(Clock::now());
-    AdvanceAdmin(now);
     output_->Post(&out_);
     BuryClosed();
     PublishStats();
+    // After the stats: a Pause(kDrain) answered here must find them without its requests.
+    AdvanceAdmin(now);
+    output_->Post(&out_);
   }
   // Shutting down: whatever is still open ends now, including requests submitted since the last
   // iteration (their channels must close too).

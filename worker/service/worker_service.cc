@@ -114,9 +114,16 @@ void WorkerService::Drain(std::chrono::milliseconds finish_timeout,
   // Graceful part: the scheduler learns of the drain from the next answer (or Info) and closes
   // the stream once the sequences running here are done. A stream with nothing live on it, idle
   // in Read, is ended now: no answer would ever carry the news.
-  const bool idle = !in_step_ && executor_->counters().live_sequences == 0;
-  if (stream_ != nullptr && !idle && finish_timeout.count() > 0) {
-    stream_closed_.wait_for(lock, finish_timeout, [this] { return stream_ == nullptr; });
+  // That holds at any moment of the wait: a step in flight when the drain began may have been
+  // answered before draining_ was set, leaving an idle stream whose scheduler never hears of
+  // the drain. So the stream is looked at again every kDrainPoll and cut once it is idle.
+  constexpr auto kDrainPoll = std::chrono::milliseconds(50);
+  const auto give_up = std::chrono::steady_clock::now() + finish_timeout;
+  while (stream_ != nullptr && std::chrono::steady_clock::now() < give_up) {
+    if (!in_step_ && executor_->counters().live_sequences == 0) break;  // idle: cut it now
+    const auto left = give_up - std::chrono::steady_clock::now();
+    stream_closed_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(left, kDrainPoll),
+                            [this] { return stream_ == nullptr; });
   }
   // The cut: the step being executed is answered, then the stream ends; an idle stream is blocked
   // in Read, and cancelling it is the only way to wake it.
