@@ -270,7 +270,6 @@ bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
   WorkerQueues& q = w->queues;
   if (q.running.empty() && q.waiting.empty() && q.release.empty()) return false;
   PlanOutcome& out = w->outcomes[w->plans_sent % 2];
-  w->planner.set_fair_share(options_.fair_share ? &fair_ : nullptr);
   w->planner.Plan(&q, next_step_id_++, now, &w->plan, &out);
   RecordOutcome(w, out);
   if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) return false;

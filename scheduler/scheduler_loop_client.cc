@@ -25,6 +25,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
   for (auto& conn : workers) {
     addresses.push_back(conn->address());
     workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_, options_));
+    if (options_.fair_share) workers_.back()->planner.set_fair_share(&fair_);
   }
   RecomputePoolLimits();
   metrics_ =

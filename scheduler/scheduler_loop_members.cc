@@ -103,6 +103,7 @@ void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
   auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_, options_);
   slot->metrics = metrics_->ForWorker(address);
   slot->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
+  if (options_.fair_share) slot->planner.set_fair_share(&fair_);
   WorkerSlot* w = slot.get();
   {
     // A removed slot whose connection is gone holds nothing: reuse its index.

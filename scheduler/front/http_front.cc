@@ -113,16 +113,14 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
         g.mutable_sampling()->set_skip_special_tokens(false);
     }
     // Every prompt has the same constraint: compiled once, off the pool when it is not cached.
-    std::string client;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (gone_) return;
-      client = lease_.ClientName(exchange_->request().peer);
-      client_ = client;
+      client_ = lease_.ClientName(exchange_->request().peer);
       compiling_ = true;
     }
     auto ticket = front_->service()->PrepareConstraint(
-        req_.prompts[0], client,
+        req_.prompts[0], client_,
         [self = shared_from_this()](CompileQueue::Result compiled) {
           try {
             self->AdmitPrompts(std::move(compiled));

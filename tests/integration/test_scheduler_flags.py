@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(
         ("--front-threads", "0"),
         ("--front-threads", "257"),
         ("--stream-stall-timeout-s", "-1"),
+        ("--stream-pause-ms", "-1"),
         ("--max-message-mb", "0"),
         ("--worker-refresh-s", "0"),
         ("--worker-drain-timeout-s", "-1"),
