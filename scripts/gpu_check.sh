@@ -34,7 +34,7 @@ cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DASTR_WITH_
   -DASTR_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${ASTR_CUDA_ARCH:-native}" \
   -DASTR_DEPS_DIR="$DEPS" -DASTR_SHARED_DIR="$SHARED" ${ASTR_GPU_CMAKE_ARGS:-} >> "$LOG" 2>&1 || { echo "configure failed"; tail -30 "$LOG"; exit 1; }
 step "build"
-TARGETS=(astr astr-bench astr-bench-attention astr-test-backend-ops cuda_host_test)
+TARGETS=(astr astr-bench astr-bench-attention astr-test-backend-ops cuda_host_test astr_backend_cuda)
 for t in decode_splits_test prefill_plan_test sampling_pack_test; do
   [ -f "$ROOT/tests/gpu/$t.cc" ] && TARGETS+=("$t")
 done

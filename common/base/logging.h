@@ -9,7 +9,7 @@
 // Severities: INFO, WARNING, ERROR, FATAL (the process aborts after the line). With glog
 // (ASTR_HAVE_GLOG, Debian's libgoogle-glog-dev) these are glog's own macros. Without it (the bare
 // GPU build, or -DASTR_WITH_GLOG=OFF) a minimal fallback below provides LOG, LOG_IF, VLOG,
-// VLOG_IS_ON and CHECK with the same behaviour and the same line formats.
+// VLOG_IS_ON, CHECK and CHECK_EQ/NE/LT/LE/GT/GE with the same behaviour and the same line formats.
 //
 // Before InitLogging a binary's lines go to stderr in the text format, INFO and up.
 #pragma once
@@ -84,6 +84,13 @@ struct Voidify {
 #define VLOG_IS_ON(level) ::astr::log_internal::VlogEnabled(level)
 #define VLOG(level) LOG_IF(INFO, VLOG_IS_ON(level))
 #define CHECK(condition) LOG_IF(FATAL, !(condition)) << "Check failed: " #condition " "
+#define ASTR_CHECK_OP(op, a, b) LOG_IF(FATAL, !((a)op(b))) << "Check failed: " #a " " #op " " #b " "
+#define CHECK_EQ(a, b) ASTR_CHECK_OP(==, a, b)
+#define CHECK_NE(a, b) ASTR_CHECK_OP(!=, a, b)
+#define CHECK_LT(a, b) ASTR_CHECK_OP(<, a, b)
+#define CHECK_LE(a, b) ASTR_CHECK_OP(<=, a, b)
+#define CHECK_GT(a, b) ASTR_CHECK_OP(>, a, b)
+#define CHECK_GE(a, b) ASTR_CHECK_OP(>=, a, b)
 #endif  // ASTR_HAVE_GLOG
 
 namespace astr {

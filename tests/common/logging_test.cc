@@ -199,6 +199,26 @@ TEST(LoggingTest, LogAtUsesTheGivenFileAndLine) {
   EXPECT_EQ(nlohmann::json::parse(lines[1]).at("level"), "ERROR");
 }
 
+// The comparison checks glog has, which the fallback must have too (the bare GPU build found it
+// lacked them): a true one says nothing and evaluates each operand once; a false one aborts naming
+// the expression and the streamed context.
+TEST(LoggingTest, ComparisonChecksPassSilentlyAndAbortNamingTheExpression) {
+  Init("text");
+  int calls = 0;
+  auto next = [&calls] { return ++calls; };
+  CHECK_EQ(next(), 1);
+  CHECK_NE(next(), 1);
+  CHECK_LT(next(), 4);
+  CHECK_LE(next(), 4);
+  CHECK_GT(next(), 4);
+  CHECK_GE(next(), 6);
+  EXPECT_EQ(calls, 6);
+  int x = 3;
+  EXPECT_DEATH(CHECK_EQ(x, 2) << "context " << 7, "Check failed: x == 2.*context 7");
+  EXPECT_DEATH(CHECK_LE(x, 2), "Check failed: x <= 2");
+  EXPECT_DEATH(CHECK_GT(x, 3), "Check failed: x > 3");
+}
+
 TEST(LoggingTest, BadOptionsNameTheirFlag) {
   LogOptions o;
   o.format = "xml";
