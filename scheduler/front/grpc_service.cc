@@ -16,6 +16,7 @@
 #include "common/base/logging.h"
 #include "common/grpc/deadline.h"
 #include "common/grpc/grpc_status.h"
+#include "scheduler/front/call_life.h"
 #include "scheduler/front/utf8_check.h"
 
 namespace astr::front {
@@ -172,167 +173,79 @@ class UnaryTask final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-// The admission, output pump, cancellation and cleanup of one generation call, shared by the
-// unary (Generate) and streaming (GenerateStream) reactors. `Derived` provides
-// EmitLocked() (under mu_: send what is ready, or finish) and owns a shared_ptr to itself from
-// Start until OnDone, so that pool tasks and listeners may outlive the gRPC call safely (they
-// find finished_ set, or call_ gone, and do nothing).
-template <typename Derived, typename GrpcReactor>
-class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<Derived> {
+// A generation call on gRPC: the call's life (call_life.h: admission, pump, back-pressure,
+// stalls, cancellation) plus gRPC's encoding of it. `GrpcReactor` is the unary or the write
+// reactor. The call owns a shared_ptr to itself from Start until OnDone, so that pool tasks and
+// listeners may outlive the gRPC call safely (they find finished_ set, or no calls, and do
+// nothing).
+template <typename GrpcReactor>
+class GrpcGeneration : public GrpcReactor, public CallLife {
  public:
-  GenerationCall(GenerateGrpcService* service, grpc::CallbackServerContext* context)
-      : service_(service), impl_(service->impl()), context_(context), peer_(context->peer()) {
-    service_->ReactorStarted();
+  GrpcGeneration(GenerateGrpcService* service, grpc::CallbackServerContext* context)
+      : CallLife(service->impl(), service->pool(), context->peer()),
+        grpc_service_(service),
+        context_(context) {
+    grpc_service_->ReactorStarted();
   }
 
-  // From the method handler: takes a peer slot and queues admission.
-  void Start(std::shared_ptr<Derived> self, const grpc::ByteBuffer* request) {
+  // From the method handler: the gate (API key, the connection's call slot), then the admission.
+  void Start(std::shared_ptr<CallLife> self, const grpc::ByteBuffer* request) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      self_ = self;
+      self_ = std::move(self);
     }
     const std::optional<std::string> auth = Authorization(*context_);
-    auto admitted = impl_->api_keys().Admit(auth ? &*auth : nullptr, /*generation=*/true);
-    if (!admitted.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      FinishLocked(rpc::ToGrpcStatus(admitted.status()));
-      return;
-    }
-    lease_ = std::move(*admitted);
-    client_ = lease_.ClientName(peer_);
-    if (Status s = impl_->peer_limiter().Acquire(peer_); !s.ok()) {
-      impl_->CountPeerLimitRefusal();
+    if (Status s = Open(auth ? &*auth : nullptr); !s.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       FinishLocked(rpc::ToGrpcStatus(s));
       return;
     }
-    holds_slot_ = true;
-    service_->pool()->Post([self = std::move(self), raw = Capture(request)] {
-      self->Guarded([&] { self->Admit(raw); });
-    });
+    raw_ = Capture(request);  // read by Decode, on the pool, after Begin posts it
+    Begin();
   }
 
-  void OnCancel() override {
-    std::shared_ptr<CompileQueue::Ticket> compile;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Status why = CancelReason(*context_);
-      if (call_ != nullptr) {
-        if (!call_closed_) call_->Cancel(why);
-        // A write in flight fails (OnWriteDone(false)) and finishes the call there.
-        if (!write_in_flight_) FinishLocked(rpc::ToGrpcStatus(why));
-      } else {
-        cancel_why_ = std::move(why);  // admission is still running: it ends the call
-        compile = compile_;            // a compile it waits for stops (its done takes mu_)
-      }
-    }
-    if (compile != nullptr) compile->Cancel();
-  }
+  void OnCancel() override { Cancel(CancelReason(*context_)); }
 
   void OnDone() override {
     {
       std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
       context_valid_ = false;
     }
-    std::shared_ptr<Derived> keep;
+    std::shared_ptr<CallLife> keep;
     {
       std::lock_guard<std::mutex> lock(mu_);
       keep = std::move(self_);
-      if (call_ != nullptr && !call_closed_) {
-        call_->Cancel(Status(StatusCode::kCancelled, "the call ended"));
-      }
-      call_.reset();  // detaches the listener: no pump is scheduled from now on
+      CloseLocked();
     }
-    if (holds_slot_) impl_->peer_limiter().Release(peer_);
-    lease_.Release();
-    static_cast<Derived*>(this)->OnCallDone();
-    GenerateGrpcService* service = service_;
+    OnCallDone();
+    GenerateGrpcService* service = grpc_service_;
     keep.reset();  // may be the last reference: nothing of `this` is touched after it
     service->ReactorDone();
   }
 
  protected:
-  // Runs on the pool: parse, then the constraint's compile (off the pool when it is not cached),
-  // then Admitted.
-  void Admit(const RawRequest& raw) {
-    auto request = std::make_shared<v1::GenerateRequest>();
-    Status parsed = Parse(raw, request.get());
-    if (!parsed.ok()) impl_->CountInvalid();
-    {
+  virtual void OnCallDone() {}
+
+  // The request's bytes into its one prompt. The context stays valid: the call cannot finish
+  // while the admission runs (a cancel is only recorded until then).
+  std::optional<Admission> Decode() override {
+    Admission admission;
+    Status parsed = Parse(raw_, &admission.prompts.emplace_back());
+    raw_ = RawRequest();
+    if (!parsed.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-      if (cancel_why_) return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
-      if (!parsed.ok()) return FinishLocked(rpc::ToGrpcStatus(parsed));
+      FinishLocked(rpc::ToGrpcStatus(parsed));
+      return std::nullopt;
     }
-    // The context stays valid: the call cannot finish while admission runs (OnCancel only
-    // records cancel_why_ until call_ is set).
-    const std::optional<sched::Clock::time_point> deadline =
-        rpc::SteadyDeadline(context_->deadline());
-    auto ticket = impl_->PrepareConstraint(
-        *request, client_,
-        [self = this->shared_from_this(), request, deadline](CompileQueue::Result compiled) {
-          self->Guarded([&] { self->Admitted(*request, deadline, std::move(compiled)); });
-        },
-        [pool = service_->pool()](std::function<void()> task) { pool->Post(std::move(task)); });
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      compile_ = ticket;
-      if (!cancel_why_) return;
-    }
-    if (ticket != nullptr) ticket->Cancel();  // cancelled meanwhile
+    admission.deadline = rpc::SteadyDeadline(context_->deadline());
+    return admission;
   }
 
-  // Validate, tokenize, submit (on the pool).
-  void Admitted(const v1::GenerateRequest& request,
-                std::optional<sched::Clock::time_point> deadline, CompileQueue::Result compiled) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      compile_.reset();
-      if (finished_) return;
-      if (cancel_why_) return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
-      if (!compiled.ok()) return FinishLocked(rpc::ToGrpcStatus(compiled.status()));
-    }
-    auto call = impl_->Admit(request, deadline, std::move(*compiled), client_);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!call.ok()) return FinishLocked(rpc::ToGrpcStatus(call.status()));
-    call_ = std::move(*call);
-    if (cancel_why_) {
-      call_->Cancel(*cancel_why_);
-      return FinishLocked(rpc::ToGrpcStatus(*cancel_why_));
-    }
-    std::weak_ptr<Derived> weak = this->shared_from_this();
-    call_->SetListener([weak] {
-      if (auto self = weak.lock()) self->SchedulePump();
-    });
-  }
+  void FailLocked(const Status& why) override { FinishLocked(rpc::ToGrpcStatus(why)); }
 
-  void SchedulePump() {
-    if (pump_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
-    service_->pool()->Post([self = this->shared_from_this()] {
-      self->Guarded([&] { self->Pump(); });
-    });
-  }
-
-  // Runs a pool step; an exception it throws (a bug) ends this call with INTERNAL instead of the
-  // process (std::terminate), and the scheduler keeps serving every other call.
-  template <typename Step>
-  void Guarded(Step&& step) {
-    try {
-      step();
-    } catch (const std::exception& e) {
-      const Status s = InternalError(e.what());
-      std::lock_guard<std::mutex> lock(mu_);
-      if (call_ != nullptr && !call_closed_) call_->Cancel(s);
-      FinishLocked(rpc::ToGrpcStatus(s));
-    }
-  }
-
-  void Pump() {
-    pump_scheduled_.store(false, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || call_ == nullptr) return;
-    call_closed_ = call_->Absorb();
-    static_cast<Derived*>(this)->EmitLocked();
+  // A write in flight fails (OnWriteDone(false)) and finishes the call there.
+  void CancelledLocked(const Status& why) override {
+    if (!write_in_flight_) FinishLocked(rpc::ToGrpcStatus(why));
   }
 
   void FinishLocked(grpc::Status status) {
@@ -341,24 +254,16 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
     this->Finish(std::move(status));
   }
 
-  GenerateGrpcService* const service_;
-  GenerateService* const impl_;
-  grpc::CallbackServerContext* const context_;
-  const std::string peer_;
-  std::string client_;  // the unit of compile fairness: "key NAME" or "peer ADDRESS"
-  bool holds_slot_ = false;
-  ApiKeys::Lease lease_;           // the API key's concurrency slot, from Start until OnDone
-  std::shared_ptr<Derived> self_;  // mu_: from Start until OnDone
+  // The call's one scheduler request (after the admission).
+  GenerateService::Call& call() { return *calls_[0]; }
+  bool call_closed() const { return closed_[0]; }
 
-  std::mutex mu_;
-  std::unique_ptr<GenerateService::Call> call_;    // guarded by mu_; set once admitted
-  bool call_closed_ = false;                       // mu_: the scheduler closed the request
-  bool finished_ = false;                          // mu_: Finish was called
-  bool write_in_flight_ = false;                   // mu_ (streams only)
-  std::optional<Status> cancel_why_;               // mu_: cancelled before admission ended
-  std::shared_ptr<CompileQueue::Ticket> compile_;  // mu_: while the constraint compiles
-  CallUpdate update_;                              // mu_: scratch
-  std::atomic<bool> pump_scheduled_{false};
+  GenerateGrpcService* const grpc_service_;
+  grpc::CallbackServerContext* const context_;
+  RawRequest raw_;                  // from Start until Decode
+  std::shared_ptr<CallLife> self_;  // mu_: from Start until OnDone
+  bool write_in_flight_ = false;    // mu_ (streams only)
+  CallUpdate update_;               // mu_: scratch
   // Guards context_ for the watchdog, which may cancel the call from its own thread: OnDone
   // clears context_valid_ first. Recursive because TryCancel may run reactions inline.
   std::recursive_mutex context_mu_;
@@ -366,16 +271,17 @@ class GenerationCall : public GrpcReactor, public std::enable_shared_from_this<D
 };
 
 // Generate: the whole response at the request's end.
-class UnaryGenerate final : public GenerationCall<UnaryGenerate, grpc::ServerUnaryReactor> {
+class UnaryGenerate final : public GrpcGeneration<grpc::ServerUnaryReactor> {
  public:
   UnaryGenerate(GenerateGrpcService* service, grpc::CallbackServerContext* context,
                 grpc::ByteBuffer* response)
-      : GenerationCall(service, context), response_(response) {}
+      : GrpcGeneration(service, context), response_(response) {}
 
-  void EmitLocked() {
+ private:
+  void EmitLocked() override {
     if (!started_) {
       started_ = true;
-      const BuiltRequest& built = call_->built();
+      const BuiltRequest& built = call().built();
       message_.set_request_id(built.sched.request_id);
       message_.set_seed(built.seed);
       if (built.output.return_prompt_ids) {
@@ -383,52 +289,49 @@ class UnaryGenerate final : public GenerationCall<UnaryGenerate, grpc::ServerUna
       }
       for (int32_t i = 0; i < built.sched.n; ++i) message_.add_completions()->set_index(i);
     }
-    call_->TakeDeltas(&update_);
+    call().TakeDeltas(&update_);
     for (const auto& [index, delta] : update_.deltas) {
       AppendToCompletion(delta, message_.mutable_completions(index));
     }
     if (!update_.closed) return;
     if (!update_.status.ok()) return FinishLocked(rpc::ToGrpcStatus(update_.status));
-    FillTotals(*call_, update_, message_.mutable_usage(), message_.mutable_timings());
-    FillPromptScores(*call_, &message_);
+    FillTotals(call(), update_, message_.mutable_usage(), message_.mutable_timings());
+    FillPromptScores(call(), &message_);
     Serialize(message_, response_);
     FinishLocked(grpc::Status::OK);
   }
-  void OnCallDone() {}
 
- private:
   grpc::ByteBuffer* const response_;
   v1::GenerateResponse message_;  // guarded by mu_
   bool started_ = false;          // guarded by mu_
 };
 
 // GenerateStream: a message per sample as output arrives, one write at a time.
-class StreamReactor final
-    : public GenerationCall<StreamReactor, grpc::ServerWriteReactor<grpc::ByteBuffer>> {
+class StreamReactor final : public GrpcGeneration<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   StreamReactor(GenerateGrpcService* service, grpc::CallbackServerContext* context)
-      : GenerationCall(service, context) {}
+      : GrpcGeneration(service, context) {}
 
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     write_in_flight_ = false;
     write_started_ns_.store(0, std::memory_order_relaxed);
-    if (ok && call_ != nullptr) call_->OutputTaken();
+    if (ok) OutputTakenLocked();
     // !ok: the client went away, or the call was cancelled (stall, deadline). A write that still
     // completed after the watchdog declared the stall ends the call too: the stall was counted
     // and the request aborted, so the client must see CANCELLED, not the rest and an OK.
     if (!ok || stall_why_) {
       const Status why =
           stall_why_.value_or(Status(StatusCode::kCancelled, "the client went away"));
-      if (call_ != nullptr && !call_closed_) call_->Cancel(why);
+      CancelOpenLocked(why);
       return FinishLocked(rpc::ToGrpcStatus(why));
     }
-    if (call_ != nullptr) EmitLocked();
+    if (!calls_.empty()) EmitLocked();
   }
 
   // Sends the next message, or turns new output into messages, or finishes once the request
   // closed and everything is written.
-  void EmitLocked() {
+  void EmitLocked() override {
     if (finished_ || write_in_flight_) return;
     if (outbox_.empty()) BuildMessages();
     if (!outbox_.empty()) {
@@ -436,7 +339,7 @@ class StreamReactor final
       outbox_.pop_front();
       write_in_flight_ = true;
       write_started_ns_.store(NowNs(), std::memory_order_relaxed);
-      if (call_ != nullptr) call_->OutputBlocked(sched::Clock::now());
+      OutputBlockedLocked(sched::Clock::now());
       StartWrite(&writing_);
       return;
     }
@@ -450,48 +353,46 @@ class StreamReactor final
     if (started == 0 || now_ns - started < threshold_ns) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || !write_in_flight_ || stall_why_ || call_ == nullptr) return;
-      std::optional<Status> why = call_->CheckStall(sched::Clock::now());
+      if (finished_ || !write_in_flight_ || stall_why_ || calls_.empty()) return;
+      std::optional<Status> why = CheckStallLocked(sched::Clock::now());
       if (!why) return;  // paused at most
       stall_why_ = std::move(why);
-      LOG(WARNING) << "request " << call_->request_id() << " from " << peer_ << ": "
-                   << stall_why_->message();
     }
     // The pending write then fails (OnWriteDone(false)) and finishes the call.
     std::lock_guard<std::recursive_mutex> context_lock(context_mu_);
     if (context_valid_) context_->TryCancel();
   }
 
-  void OnCallDone() { service_->UnregisterStream(this); }
+  void OnCallDone() override { grpc_service_->UnregisterStream(this); }
 
  private:
   void BuildMessages() {
     // The first message carries the prompt's scores, which are in by the end of sample 0's
     // prefill; until then (or the close) every sample's output waits in the processor.
-    if (first_ && !call_closed_ && !call_->processor().prompt_scored()) return;
-    call_->TakeDeltas(&update_);
+    if (first_ && !call_closed() && !call().processor().prompt_scored()) return;
+    call().TakeDeltas(&update_);
     const bool closing = update_.closed && !final_;
     std::vector<v1::GenerateStreamResponse> out;
     if (held_) out.push_back(std::move(*held_));
     held_.reset();
     for (const auto& [index, delta] : update_.deltas) {
-      out.push_back(StreamMessage(call_->request_id(), index, delta));
+      out.push_back(StreamMessage(call().request_id(), index, delta));
     }
-    if (closing && out.empty()) out.emplace_back().set_request_id(call_->request_id());
+    if (closing && out.empty()) out.emplace_back().set_request_id(call().request_id());
     if (first_ && !out.empty()) {
       first_ = false;
-      const BuiltRequest& built = call_->built();
+      const BuiltRequest& built = call().built();
       out.front().set_seed(built.seed);
       if (built.output.return_prompt_ids) {
         out.front().mutable_prompt_ids()->Add(built.sched.prompt.begin(), built.sched.prompt.end());
       }
-      FillPromptScores(*call_, &out.front());
+      FillPromptScores(call(), &out.front());
     }
     if (closing) {
       // The last message carries the totals, which only the close knows.
-      FillTotals(*call_, update_, out.back().mutable_usage(), out.back().mutable_timings());
+      FillTotals(call(), update_, out.back().mutable_usage(), out.back().mutable_timings());
       final_ = update_.status;
-    } else if (call_->processor().all_done() && !out.empty()) {
+    } else if (call().processor().all_done() && !out.empty()) {
       held_ = std::move(out.back());  // every sample is done: wait for the close's totals
       out.pop_back();
     }

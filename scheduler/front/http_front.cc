@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/base/logging.h"
+#include "scheduler/front/call_life.h"
 #include "scheduler/front/openai_api.h"
 
 namespace astr::front {
@@ -54,51 +55,58 @@ oa::ApiError InternalError(const char* what) {
 }
 }  // namespace
 
-// One completions or chat request: admission, the output pump, cancellation. Owned by the
-// front's registry until its response ends (and by the pool tasks running it); the exchange's and
-// the calls' callbacks hold weak pointers.
-class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
+// One completions or chat request: the call's life (call_life.h: admission, pump,
+// back-pressure, stalls, cancellation) plus the OpenAI encoding of it. Owned by the front's
+// registry until its response ends (and by the pool tasks running it); the exchange's and the
+// calls' callbacks hold weak pointers.
+class HttpGeneration final : public CallLife {
  public:
-  HttpGeneration(HttpFront* front, std::shared_ptr<http::Exchange> exchange, oa::Endpoint endpoint,
-                 ApiKeys::Lease lease)
-      : front_(front),
+  HttpGeneration(HttpFront* front, std::shared_ptr<http::Exchange> exchange, oa::Endpoint endpoint)
+      : CallLife(front->service(), front->pool(), exchange->request().peer),
+        front_(front),
         exchange_(std::move(exchange)),
         endpoint_(endpoint),
-        lease_(std::move(lease)),
         route_(endpoint == oa::Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions") {}
 
+  // After a successful Open: registers with the front and starts the admission.
   void Start() {
-    front_->Register(shared_from_this());
-    std::weak_ptr<HttpGeneration> weak = shared_from_this();
+    auto self = std::static_pointer_cast<HttpGeneration>(shared_from_this());
+    front_->Register(self);
+    std::weak_ptr<HttpGeneration> weak = self;
     exchange_->OnClose([weak] {
-      if (auto self = weak.lock()) self->ClientGone();
+      if (auto g = weak.lock()) g->ClientGone();
     });
-    front_->pool()->Post([self = shared_from_this()] { self->Guarded(&HttpGeneration::Admit); });
+    Begin();
   }
 
+  // The front's timer: keeps an idle stream alive with a comment line, and applies the stall
+  // rule while the client leaves a write unread.
   void PingIfIdle(SteadyClock::time_point now, std::chrono::milliseconds interval) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!streaming_ || finished_) return;
-    if (exchange_->unsent_bytes() > 0) return CheckStallLocked();
+    if (exchange_->unsent_bytes() > 0) {
+      if (CheckStallLocked(sched::Clock::now())) FinishLocked();
+      return;
+    }
     if (now - last_write_ < interval) return;
     exchange_->Write(": ping\n\n");
     last_write_ = now;
   }
 
  private:
-  // Pool: parse, check the model, admit every prompt.
-  void Admit() {
+  // Pool: parse, check the model, choose the tool-call format.
+  std::optional<Admission> Decode() override {
     const http::Request& http_req = exchange_->request();
     const std::string* rid = http_req.Header("x-request-id");
     oa::ParseResult parsed = oa::ParseRequest(endpoint_, http_req.body, rid ? *rid : "");
     if (!parsed.request) {
-      front_->service()->CountInvalid();
-      return Fail(parsed.error);
+      Fail(parsed.error);
+      return std::nullopt;
     }
     req_ = std::move(*parsed.request);
     if (!req_.model.empty() && req_.model != front_->model_name()) {
-      front_->service()->CountInvalid();
-      return Fail(ModelNotFound(req_.model));
+      Fail(ModelNotFound(req_.model));
+      return std::nullopt;
     }
     // Tool calls are parsed from the output in the model's format (auto), or in the form the
     // constraint of a required / named choice gives it.
@@ -112,59 +120,13 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       for (v1::GenerateRequest& g : req_.prompts)
         g.mutable_sampling()->set_skip_special_tokens(false);
     }
-    // Every prompt has the same constraint: compiled once, off the pool when it is not cached.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (gone_) return;
-      client_ = lease_.ClientName(exchange_->request().peer);
-      compiling_ = true;
-    }
-    auto ticket = front_->service()->PrepareConstraint(
-        req_.prompts[0], client_,
-        [self = shared_from_this()](CompileQueue::Result compiled) {
-          try {
-            self->AdmitPrompts(std::move(compiled));
-          } catch (const std::exception& e) {
-            self->Fail(InternalError(e.what()));
-          }
-        },
-        [pool = front_->pool()](std::function<void()> task) { pool->Post(std::move(task)); });
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      compile_ = ticket;
-      if (!gone_) return;
-    }
-    if (ticket != nullptr) ticket->Cancel();  // the client left meanwhile
+    Admission admission;
+    admission.prompts = req_.prompts;  // every prompt has the same constraint
+    return admission;
   }
 
-  // Admits every prompt with the compiled constraint (on the pool).
-  void AdmitPrompts(CompileQueue::Result compiled) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      compiling_ = false;
-      compile_.reset();
-      if (gone_) return FinishLocked();  // ClientGone left the end to this
-    }
-    if (!compiled.ok()) return Fail(oa::ApiErrorFromStatus(compiled.status(), req_));
-    std::vector<std::unique_ptr<GenerateService::Call>> calls;
-    for (const v1::GenerateRequest& prompt : req_.prompts) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (gone_) break;
-      }
-      auto call = front_->service()->Admit(prompt, std::nullopt, *compiled, client_);
-      if (!call.ok()) {
-        for (auto& c : calls) c->Cancel(Status(StatusCode::kCancelled, "another prompt failed"));
-        return Fail(oa::ApiErrorFromStatus(call.status(), req_));
-      }
-      calls.push_back(std::move(*call));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (gone_) {
-      for (auto& c : calls) c->Cancel(Status(StatusCode::kCancelled, "the client went away"));
-      return;
-    }
-    calls_ = std::move(calls);
+  // Every prompt admitted: the response's context, and the stream's start.
+  void AdmittedLocked() override {
     const int32_t n = calls_[0]->built().sched.n;
     n_ = n;
     const bool chat = endpoint_ == oa::Endpoint::kChat;
@@ -186,7 +148,6 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       prompts_.push_back(std::move(info));
       usage_.prompt_tokens += static_cast<int64_t>(calls_[p]->built().sched.prompt.size());
     }
-    closed_.assign(calls_.size(), false);
     close_seen_.assign(calls_.size(), false);
     statuses_.assign(calls_.size(), OkStatus());
     choices_.assign(calls_.size() * n, oa::ChoiceOutput());
@@ -204,38 +165,11 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
       exchange_->StartStream(200, "text/event-stream",
                              {{"Cache-Control", "no-cache"}, {"X-Request-Id", id0}});
     }
-    std::weak_ptr<HttpGeneration> weak = shared_from_this();
-    for (auto& c : calls_) {
-      c->SetListener([weak] {
-        if (auto self = weak.lock()) self->SchedulePump();
-      });
-    }
   }
 
-  void SchedulePump() {
-    if (pump_scheduled_.exchange(true, std::memory_order_acq_rel)) return;
-    front_->pool()->Post([self = shared_from_this()] { self->Guarded(&HttpGeneration::Pump); });
-  }
-
-  // Runs a pool step; an exception it throws (a bug) fails this response with a 500 (an error
-  // event when streaming) instead of ending the process.
-  void Guarded(void (HttpGeneration::*step)()) {
-    try {
-      (this->*step)();
-    } catch (const std::exception& e) {
-      Fail(InternalError(e.what()));
-    }
-  }
-
-  void Pump() {
-    pump_scheduled_.store(false, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || calls_.empty()) return;
+  void EmitLocked() override {
     bool all_closed = true;
-    for (size_t p = 0; p < calls_.size(); ++p) {
-      if (!closed_[p]) closed_[p] = calls_[p]->Absorb();
-      all_closed = all_closed && closed_[p];
-    }
+    for (size_t p = 0; p < calls_.size(); ++p) all_closed = all_closed && closed_[p];
     if (streaming_) return PumpStream();
     for (size_t p = 0; p < calls_.size(); ++p) TakeInto(p);
     if (!all_closed) return;
@@ -263,33 +197,19 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     }
   }
 
-  // The calls' stall rule (GenerateService::Call::CheckStall), while the client leaves a write
-  // unread: each call is paused, then the stall timeout ends the response.
-  void CheckStallLocked() {
-    std::optional<Status> why;
-    for (size_t p = 0; p < calls_.size(); ++p) {
-      if (auto w = calls_[p]->CheckStall(sched::Clock::now()); w && !why) why = std::move(w);
-    }
-    if (!why) return;
-    LOG(WARNING) << "HTTP request " << (calls_.empty() ? std::string("?") : calls_[0]->request_id())
-                 << " from " << exchange_->request().peer << ": " << why->message();
-    FinishLocked();
-  }
-
   void PumpStream() {
     // While the client has not taken the last write, output stays in the calls (one growing
     // delta per choice) and the pump runs again when the write completes; meanwhile the stall
     // rule may pause the calls (their pages go back to the pool) and, later, end them.
     if (exchange_->unsent_bytes() > 0) {
-      const auto now = sched::Clock::now();
-      for (auto& c : calls_) c->OutputBlocked(now);
-      std::weak_ptr<HttpGeneration> weak = shared_from_this();
+      OutputBlockedLocked(sched::Clock::now());
+      std::weak_ptr<CallLife> weak = shared_from_this();
       exchange_->OnWritable([weak] {
         if (auto self = weak.lock()) self->SchedulePump();
       });
       return;
     }
-    for (auto& c : calls_) c->OutputTaken();
+    OutputTakenLocked();
     std::string out;
     bool done = true;
     for (size_t p = 0; p < calls_.size(); ++p) {
@@ -378,6 +298,12 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
     for (const auto& c : calls_) usage_.completion_tokens += c->processor().completion_tokens();
   }
 
+  void FailLocked(const Status& why) override {
+    if (gone_) return FinishLocked();  // nobody to tell
+    FailLocked(oa::ApiErrorFromStatus(why, req_));
+  }
+  void CancelledLocked(const Status&) override { FinishLocked(); }
+
   void Fail(const oa::ApiError& e) {
     std::lock_guard<std::mutex> lock(mu_);
     FailLocked(e);
@@ -399,74 +325,39 @@ class HttpGeneration : public std::enable_shared_from_this<HttpGeneration> {
   void FinishLocked() {
     if (finished_) return;
     finished_ = true;
-    for (size_t p = 0; p < calls_.size(); ++p) {
-      if (!closed_[p]) calls_[p]->Cancel(Status(StatusCode::kCancelled, "the response ended"));
-    }
-    calls_.clear();
-    lease_.Release();
+    CloseLocked();
     front_->Unregister(this);
   }
 
   void ClientGone() {
-    std::shared_ptr<CompileQueue::Ticket> compile;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      compile = compile_;  // the constraint's compile stops (its done takes mu_)
-      ClientGoneLocked();
+      gone_ = true;
     }
-    if (compile != nullptr) compile->Cancel();
-  }
-  void ClientGoneLocked() {
-    gone_ = true;
-    if (finished_) return;
-    for (size_t p = 0; p < calls_.size(); ++p) {
-      if (!closed_[p]) {
-        calls_[p]->Cancel(Status(StatusCode::kCancelled, "the HTTP client disconnected"));
-      }
-    }
-    if (calls_.empty()) {
-      // Admission is still running: it sees gone_ and cancels what it admitted. While the
-      // constraint compiles, it also ends the response (so that the front, which waits for
-      // registered generations when it stops, outlives the compile's answer).
-      if (compiling_) return;
-      finished_ = true;
-      lease_.Release();
-      front_->Unregister(this);
-      return;
-    }
-    FinishLocked();
+    Cancel(Status(StatusCode::kCancelled, "the HTTP client disconnected"));
   }
 
   HttpFront* const front_;
   const std::shared_ptr<http::Exchange> exchange_;
   const oa::Endpoint endpoint_;
-  ApiKeys::Lease lease_;  // mu_: the API key's concurrency slot, given back when finished
   const char* const route_;
-  std::atomic<bool> pump_scheduled_{false};
 
-  std::mutex mu_;
-  // Guarded by mu_.
+  // Guarded by mu_ (req_ is written by Decode, before any other step reads it).
   oa::ApiRequest req_;
   oa::ResponseContext ctx_;
-  std::vector<std::unique_ptr<GenerateService::Call>> calls_;  // one per prompt
-  std::vector<bool> closed_;      // per call: Absorb saw the close
   std::vector<bool> close_seen_;  // per call: TakeDeltas delivered it
   std::vector<Status> statuses_;
   std::vector<oa::ChoiceOutput> choices_;  // unary: accumulated; index p * n + j
   std::vector<bool> first_sent_;           // stream: per choice
   // Stream with a tool-call format: per choice, its parser.
   std::vector<std::unique_ptr<ToolCallStream>> tool_streams_;
-  std::vector<size_t> sent_bytes_;         // stream: per choice, text streamed (echo included)
+  std::vector<size_t> sent_bytes_;  // stream: per choice, text streamed (echo included)
   std::vector<oa::PromptInfo> prompts_;
   oa::UsageTotals usage_;
   int32_t n_ = 1;
   bool streaming_ = false;
-  bool finished_ = false;
-  bool gone_ = false;
-  bool compiling_ = false;  // from before the constraint's compile is asked for until its answer
-  std::shared_ptr<CompileQueue::Ticket> compile_;  // while the constraint compiles
+  bool gone_ = false;  // the client disconnected
   SteadyClock::time_point last_write_;
-  std::string client_;  // the unit of compile and scheduling fairness; set before admission
   CallUpdate update_;
 };
 
@@ -598,23 +489,27 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     return false;
   };
   // /v1/*, /tokenize and /detokenize need an API key when the server has them (api_keys.h); a
-  // generation's lease holds its key's concurrency slot until the response ends.
-  ApiKeys::Lease lease;
-  auto authorized = [&](bool generation) {
-    auto admitted = service_->api_keys().Admit(req.Header("authorization"), generation);
-    if (admitted.ok()) {
-      lease = std::move(*admitted);
-      return true;
-    }
+  // generation's lease (CallLife::Open) holds its key's concurrency slot until the response ends.
+  auto authorized = [&] {
+    auto admitted = service_->api_keys().Admit(req.Header("authorization"), /*generation=*/false);
+    if (admitted.ok()) return true;
     reply(ex, ErrorResponse(oa::ApiErrorFromStatus(admitted.status(), oa::ApiRequest())));
     return false;
   };
 
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
-    if (!method_is("POST") || !authorized(/*generation=*/true)) return;
+    if (!method_is("POST")) return;
     const auto endpoint =
         path == "/v1/completions" ? oa::Endpoint::kCompletions : oa::Endpoint::kChat;
-    std::make_shared<HttpGeneration>(this, std::move(ex), endpoint, std::move(lease))->Start();
+    auto g = std::make_shared<HttpGeneration>(this, ex, endpoint);
+    // The gate every front shares (call_life.h): the API key, the connection's call slot.
+    if (Status s = g->Open(req.Header("authorization")); !s.ok()) {
+      oa::ApiRequest as;
+      as.endpoint = endpoint;
+      reply(ex, ErrorResponse(oa::ApiErrorFromStatus(s, as)));
+      return;
+    }
+    g->Start();
     return;
   }
   if (path == "/health") {
@@ -644,7 +539,7 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     return;
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-    if (!method_is("GET") || !authorized(/*generation=*/false)) return;
+    if (!method_is("GET") || !authorized()) return;
     const json model = {{"id", model_name_},
                         {"object", "model"},
                         {"created", started_unix_},
@@ -662,7 +557,7 @@ void HttpFront::Handle(std::shared_ptr<http::Exchange> ex) {
     return;
   }
   if (path == "/tokenize" || path == "/detokenize") {
-    if (!method_is("POST") || !authorized(/*generation=*/false)) return;
+    if (!method_is("POST") || !authorized()) return;
     const bool tokenize = path == "/tokenize";
     pool_->Post([this, ex = std::move(ex), tokenize, reply] {
       try {

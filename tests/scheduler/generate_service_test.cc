@@ -9,15 +9,20 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "astr/v1/generate.grpc.pb.h"
 #include "common/text/unicode/unicode.h"
+#include "scheduler/front/call_life.h"
 #include "scheduler/front/grpc_service.h"
+#include "scheduler/front/task_pool.h"
 #include "tests/scheduler/fake_worker.h"
 #include "tests/support/test_util.h"
 
@@ -657,6 +662,258 @@ TEST_F(GenerateServiceTest, StatsCountInvalidRequests) {
   EXPECT_EQ(stats.requests_refused(), 1);
   EXPECT_FALSE(stats.accepting_requests());
   EXPECT_EQ(stats.not_accepting_reason(), "draining");
+}
+
+// The call life cycle both fronts share (call_life.h), driven by a transport that records what
+// it is told: admission of several prompts, cancel before and after admission, a refused prompt,
+// a step that throws, the connection's call slot, and the stall rule.
+class RecordingLife final : public CallLife {
+ public:
+  RecordingLife(GenerateService* service, TaskPool* pool, std::string peer,
+                std::vector<v1::GenerateRequest> prompts)
+      : CallLife(service, pool, std::move(peer)), prompts_(std::move(prompts)) {}
+
+  bool throw_in_decode = false;
+  bool throw_in_emit = false;
+
+  // Waits until the call ended (by output, failure or cancel).
+  bool WaitEnded(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return finished_; });
+  }
+  std::optional<Status> failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+  std::optional<Status> cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  int admitted_prompts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return admitted_prompts_;
+  }
+  std::vector<int32_t> tokens(size_t prompt) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prompt < tokens_.size() ? tokens_[prompt] : std::vector<int32_t>();
+  }
+  // The stall rule as the transport applies it while output waits on the client.
+  std::optional<Status> BlockedFor(std::chrono::milliseconds waited) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = sched::Clock::now();
+    OutputBlockedLocked(now - waited);
+    return CheckStallLocked(now);
+  }
+  void Taken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    OutputTakenLocked();
+  }
+  void End() {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    CloseLocked();
+    cv_.notify_all();
+  }
+
+ private:
+  std::optional<Admission> Decode() override {
+    if (throw_in_decode) throw std::runtime_error("decode broke");
+    Admission a;
+    a.prompts = prompts_;
+    return a;
+  }
+  void AdmittedLocked() override {
+    admitted_prompts_ = static_cast<int>(calls_.size());
+    tokens_.assign(calls_.size(), {});
+  }
+  void EmitLocked() override {
+    if (throw_in_emit) throw std::runtime_error("emit broke");
+    bool all = true;
+    for (size_t p = 0; p < calls_.size(); ++p) {
+      calls_[p]->TakeDeltas(&update_);
+      for (const auto& [index, delta] : update_.deltas) {
+        tokens_[p].insert(tokens_[p].end(), delta.token_ids.begin(), delta.token_ids.end());
+      }
+      all = all && closed_[p];
+    }
+    if (!all) return;
+    finished_ = true;
+    CloseLocked();
+    cv_.notify_all();
+  }
+  void FailLocked(const Status& why) override {
+    failed_ = why;
+    finished_ = true;
+    CloseLocked();
+    cv_.notify_all();
+  }
+  void CancelledLocked(const Status& why) override {
+    cancelled_ = why;
+    finished_ = true;
+    CloseLocked();
+    cv_.notify_all();
+  }
+
+  const std::vector<v1::GenerateRequest> prompts_;
+  std::condition_variable cv_;
+  std::optional<Status> failed_;              // mu_
+  std::optional<Status> cancelled_;           // mu_
+  int admitted_prompts_ = -1;                 // mu_
+  std::vector<std::vector<int32_t>> tokens_;  // mu_: per prompt, sample 0's tokens
+  CallUpdate update_;                         // mu_
+};
+
+class CallLifeTest : public GenerateServiceTest {
+ protected:
+  FrontLimits FrontLimitsForTest() const override {
+    FrontLimits l;
+    l.max_calls_per_peer = 1;
+    l.stream_pause_after = std::chrono::milliseconds(50);
+    l.stream_stall_timeout = std::chrono::milliseconds(200);
+    return l;
+  }
+  std::shared_ptr<RecordingLife> NewLife(std::vector<v1::GenerateRequest> prompts,
+                                         const std::string& peer = "ipv4:127.0.0.1:1") {
+    return std::make_shared<RecordingLife>(service_.get(), &pool_, peer, std::move(prompts));
+  }
+  TaskPool pool_{2};
+};
+
+TEST_F(CallLifeTest, EveryPromptIsAdmittedPumpedAndReleased) {
+  auto life = NewLife({Request(5, 11), Request(7, 12)});
+  ASSERT_TRUE(life->Open(nullptr).ok());
+  life->Begin();
+  ASSERT_TRUE(life->WaitEnded());
+  EXPECT_FALSE(life->failed());
+  EXPECT_EQ(life->admitted_prompts(), 2);
+  EXPECT_EQ(life->tokens(0), Expected(0, 11, 5));
+  EXPECT_EQ(life->tokens(1), Expected(0, 12, 7));
+  EXPECT_TRUE(WaitReleased());
+  EXPECT_EQ(service_->open_calls(), 0);
+  // The connection's one slot came back with Close.
+  auto again = NewLife({Request(3, 13)});
+  EXPECT_TRUE(again->Open(nullptr).ok());
+  again->End();
+}
+
+TEST_F(CallLifeTest, TheConnectionsCallSlotIsHeldUntilClose) {
+  auto first = NewLife({Request(3, 1)});
+  ASSERT_TRUE(first->Open(nullptr).ok());
+  auto second = NewLife({Request(3, 2)});
+  const Status refused = second->Open(nullptr);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("--max-calls-per-peer 1"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ(service_->Stats().requests_refused_peer_limit(), 1);
+  // Another connection is not limited by this one.
+  auto other = NewLife({Request(3, 3)}, "ipv4:127.0.0.1:2");
+  EXPECT_TRUE(other->Open(nullptr).ok());
+  first->End();
+  other->End();
+  EXPECT_TRUE(second->Open(nullptr).ok());
+  second->End();
+}
+
+TEST_F(CallLifeTest, CancelBeforeAdmissionEndsTheCallWithoutSubmitting) {
+  auto life = NewLife({Request(5, 1)});
+  ASSERT_TRUE(life->Open(nullptr).ok());
+  life->Cancel(Status(StatusCode::kCancelled, "the client left early"));
+  life->Begin();
+  ASSERT_TRUE(life->WaitEnded());
+  ASSERT_TRUE(life->failed());
+  EXPECT_EQ(life->failed()->code(), StatusCode::kCancelled);
+  EXPECT_EQ(life->failed()->message(), "the client left early");
+  EXPECT_EQ(life->admitted_prompts(), -1);
+  EXPECT_EQ(worker_->plans(), 0);  // nothing reached the scheduler's worker
+  EXPECT_EQ(service_->open_calls(), 0);
+}
+
+TEST_F(CallLifeTest, CancelAfterAdmissionAbortsEveryPrompt) {
+  worker_->SetGated(true);  // the requests stay open
+  auto life = NewLife({Request(50, 1), Request(50, 2)});
+  ASSERT_TRUE(life->Open(nullptr).ok());
+  life->Begin();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (life->admitted_prompts() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(life->admitted_prompts(), 2);
+  life->Cancel(Status(StatusCode::kCancelled, "the client disconnected"));
+  ASSERT_TRUE(life->WaitEnded());
+  ASSERT_TRUE(life->cancelled());
+  EXPECT_EQ(life->cancelled()->message(), "the client disconnected");
+  worker_->SetGated(false);
+  EXPECT_TRUE(WaitReleased());
+  EXPECT_EQ(service_->open_calls(), 0);
+}
+
+TEST_F(CallLifeTest, ARefusedPromptFailsTheCallAndCancelsTheOthers) {
+  worker_->SetGated(true);
+  v1::GenerateRequest bad = Request(4, 2, /*n=*/9);  // n above the limit of 4
+  auto life = NewLife({Request(50, 1), bad});
+  ASSERT_TRUE(life->Open(nullptr).ok());
+  life->Begin();
+  ASSERT_TRUE(life->WaitEnded());
+  ASSERT_TRUE(life->failed());
+  EXPECT_EQ(life->failed()->code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(life->failed()->field(), "n") << life->failed()->ToString();
+  EXPECT_EQ(life->admitted_prompts(), -1);
+  worker_->SetGated(false);
+  EXPECT_TRUE(WaitReleased());  // the first prompt's request was aborted
+  EXPECT_EQ(service_->open_calls(), 0);
+}
+
+TEST_F(CallLifeTest, AStepThatThrowsFailsOnlyThisCall) {
+  auto broken = NewLife({Request(4, 1)});
+  broken->throw_in_decode = true;
+  ASSERT_TRUE(broken->Open(nullptr).ok());
+  broken->Begin();
+  ASSERT_TRUE(broken->WaitEnded());
+  ASSERT_TRUE(broken->failed());
+  EXPECT_EQ(broken->failed()->code(), StatusCode::kInternal);
+  EXPECT_NE(broken->failed()->message().find("decode broke"), std::string::npos);
+
+  auto emit_broken = NewLife({Request(4, 2)}, "ipv4:127.0.0.1:3");
+  emit_broken->throw_in_emit = true;
+  ASSERT_TRUE(emit_broken->Open(nullptr).ok());
+  emit_broken->Begin();
+  ASSERT_TRUE(emit_broken->WaitEnded());
+  ASSERT_TRUE(emit_broken->failed());
+  EXPECT_EQ(emit_broken->failed()->code(), StatusCode::kInternal);
+  EXPECT_TRUE(WaitReleased());
+
+  // The service goes on serving, and the broken calls' slots came back.
+  auto ok = NewLife({Request(4, 3)});
+  ASSERT_TRUE(ok->Open(nullptr).ok());
+  ok->Begin();
+  ASSERT_TRUE(ok->WaitEnded());
+  EXPECT_FALSE(ok->failed());
+  EXPECT_EQ(ok->tokens(0), Expected(0, 3, 4));
+}
+
+TEST_F(CallLifeTest, BlockedOutputIsPausedThenEndsTheCall) {
+  worker_->SetGated(true);
+  auto life = NewLife({Request(50, 1), Request(50, 2)});
+  ASSERT_TRUE(life->Open(nullptr).ok());
+  life->Begin();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (life->admitted_prompts() < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(life->admitted_prompts(), 2);
+  // Past the pause: both prompts are held (counted once each), the call goes on.
+  EXPECT_FALSE(life->BlockedFor(std::chrono::milliseconds(100)));
+  EXPECT_EQ(service_->Stats().streams_paused(), 2);
+  life->Taken();  // the client read: released
+  // Past the stall timeout: the reason the call must end.
+  const std::optional<Status> why = life->BlockedFor(std::chrono::milliseconds(500));
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->code(), StatusCode::kCancelled) << why->ToString();
+  EXPECT_NE(why->message().find("--stream-stall-timeout-s"), std::string::npos);
+  EXPECT_EQ(service_->Stats().streams_stalled(), 1);  // one call, one stall
+  life->End();
+  worker_->SetGated(false);
+  EXPECT_TRUE(WaitReleased());  // every prompt's request aborted
 }
 
 }  // namespace
