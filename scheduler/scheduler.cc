@@ -1,5 +1,5 @@
-// Scheduler: creation and validation of the options and workers; every call goes to its
-// SchedulerLoop.
+// Scheduler: creation and validation of the options and workers. Its other calls are defined
+// beside the loop code they talk to (scheduler_loop_client.cc, _admin.cc, _members.cc).
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
@@ -77,54 +77,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(loop)));
 }
 
-StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request) {
-  return loop_->Submit(std::move(request));
-}
-void Scheduler::Cancel(uint64_t key, Status why) { loop_->Cancel(key, std::move(why)); }
-void Scheduler::Hold(uint64_t key, bool hold) { loop_->Hold(key, hold); }
-
-void Scheduler::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
-  loop_->FinishSample(key, index, kept_tokens);
-}
-void Scheduler::StartDrain() { loop_->StartDrain(); }
-bool Scheduler::draining() const { return loop_->draining(); }
-bool Scheduler::Idle() const { return loop_->Idle(); }
-v1::GetServerStatsResponse Scheduler::Stats() const { return loop_->Stats(); }
-std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const { return loop_->WorkerInfos(); }
-metrics::Registry& Scheduler::metrics() { return loop_->metrics(); }
-std::string Scheduler::RenderMetrics() const { return loop_->metrics().Render(); }
-void Scheduler::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
-  loop_->CountSampleOutput(reason, tokens);
-}
-void Scheduler::ObserveRequestOutput(int64_t tokens) const { loop_->ObserveRequestOutput(tokens); }
-StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
-  return loop_->Pause(mode, deadline);
-}
-ResumeResult Scheduler::Resume() { return loop_->Resume(); }
-StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
-                                                std::string label) {
-  return loop_->CommitWeights(std::move(apply), std::move(label));
-}
-StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
-                                                std::string label,
-                                                std::vector<std::string> workers) {
-  return loop_->CommitWeights(std::move(apply), std::move(label), std::move(workers));
-}
-WeightVersionInfo Scheduler::weight_version() const { return loop_->weight_version(); }
-Status Scheduler::AddWorker(std::unique_ptr<WorkerConnection> worker) {
-  return loop_->AddWorker(std::move(worker));
-}
-StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
-                                             std::chrono::milliseconds timeout, bool wait,
-                                             Clock::time_point wait_deadline, bool exclude) {
-  return loop_->DrainWorker(address, timeout, wait, wait_deadline, exclude);
-}
-void Scheduler::Readmit(const std::string& address) { loop_->Readmit(address); }
-bool Scheduler::Excluded(const std::string& address) const { return loop_->Excluded(address); }
-std::vector<WorkerMember> Scheduler::Members() const { return loop_->Members(); }
-int64_t Scheduler::FlushCache() { return loop_->FlushCache(); }
-std::vector<std::string> Scheduler::UpWorkerAddresses() const {
-  return loop_->UpWorkerAddresses();
-}
+bool Scheduler::draining() const { return loop_->draining_.load(); }
+bool Scheduler::Idle() const { return loop_->open_requests_.load(std::memory_order_acquire) == 0; }
+metrics::Registry& Scheduler::metrics() { return loop_->registry_; }
+std::string Scheduler::RenderMetrics() const { return loop_->registry_.Render(); }
 
 }  // namespace astr::sched

@@ -1,4 +1,8 @@
-// The scheduler's state and its loop thread (see the comment at the top of scheduler.h).
+// The scheduler's state and its loop thread (see the comment at the top of scheduler.h). Its
+// public API is Scheduler's, declared once in scheduler.h and defined beside the loop code it
+// talks to: scheduler_loop_client.cc (Submit, Cancel, FinishSample, Hold, StartDrain, Stats),
+// scheduler_loop_admin.cc (Pause, Resume, CommitWeights, FlushCache) and
+// scheduler_loop_members.cc (AddWorker, DrainWorker, Members).
 //
 // Threads:
 //   client threads  Submit / Cancel / FinishSample / Stats: take `mu_` briefly to append a command
@@ -110,38 +114,10 @@ class SchedulerLoop {
   SchedulerLoop(SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers);
   ~SchedulerLoop();  // stops the threads; open requests close with UNAVAILABLE
 
-  // Client-thread side (see Scheduler; scheduler_loop_client.cc with the constructor).
-  StatusOr<std::shared_ptr<RequestChannel>> Submit(SchedRequest request);
-  void Cancel(uint64_t key, Status why);
-  void FinishSample(uint64_t key, int32_t index, int32_t kept_tokens);
-  void Hold(uint64_t key, bool hold);
-  void StartDrain();
-  bool draining() const { return draining_.load(); }
-  bool Idle() const { return open_requests_.load(std::memory_order_acquire) == 0; }
-  v1::GetServerStatsResponse Stats() const;
-  std::vector<v1::InfoResponse> WorkerInfos() const;
-  // Pause / resume / weight commit (scheduler_loop_admin.cc).
-  StatusOr<PauseResult> Pause(PauseMode mode, Clock::time_point deadline);
-  ResumeResult Resume();
-  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label);
-  StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t)> apply, std::string label,
-                                       std::vector<std::string> workers);
-  WeightVersionInfo weight_version() const;
-  std::vector<std::string> UpWorkerAddresses() const;
-  // Membership (scheduler_loop_members.cc).
-  Status AddWorker(std::unique_ptr<WorkerConnection> worker);
-  StatusOr<DrainResult> DrainWorker(const std::string& address, std::chrono::milliseconds timeout,
-                                    bool wait, Clock::time_point wait_deadline, bool exclude);
-  void Readmit(const std::string& address);
-  bool Excluded(const std::string& address) const;
-  std::vector<WorkerMember> Members() const;
-  int64_t FlushCache();  // scheduler_loop_admin.cc
-  // The registry of the core's metrics (see Scheduler::metrics).
-  metrics::Registry& metrics() { return registry_; }
-  const metrics::Registry& metrics() const { return registry_; }
-  // What a request's front returned (Scheduler::CountSampleOutput / ObserveRequestOutput).
-  void CountSampleOutput(v1::FinishReason reason, int64_t tokens) const;
-  void ObserveRequestOutput(int64_t tokens) const;
+  // The scheduler's public calls are Scheduler's (scheduler.h, declared there only): they run on
+  // client threads and reach this state as the friend that holds the loop, through commands
+  // (PushCommand) and the published atomics. Everything below is the loop's.
+  friend class Scheduler;
 
  private:
   // An admin operation handed to the loop; the caller waits on `done`.

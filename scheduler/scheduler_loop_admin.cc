@@ -45,13 +45,13 @@ bool SchedulerLoop::AdminOp::Wait(Clock::time_point deadline) {
   return cv.wait_until(lock, deadline, [this] { return finished; });
 }
 
-// ---- Client-thread side.
+// ---- Client-thread side: Scheduler's calls (scheduler.h).
 
-StatusOr<PauseResult> SchedulerLoop::Pause(PauseMode mode, Clock::time_point deadline) {
+StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
   if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
-  auto op = std::make_shared<AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
   op->mode = mode;
-  PushCommand(AdminCommand{AdminCommand::Kind::kPause, op});
+  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kPause, op});
   if (!op->Wait(deadline)) {
     return Status(StatusCode::kDeadlineExceeded,
                   "deadline passed while running requests drained; generation stays paused "
@@ -61,50 +61,51 @@ StatusOr<PauseResult> SchedulerLoop::Pause(PauseMode mode, Clock::time_point dea
   return op->pause;
 }
 
-ResumeResult SchedulerLoop::Resume() {
-  auto op = std::make_shared<AdminOp>();
-  PushCommand(AdminCommand{AdminCommand::Kind::kResume, op});
+ResumeResult Scheduler::Resume() {
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kResume, op});
   op->Wait(Clock::time_point::max());
   return op->resume;
 }
 
-StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t)> apply,
-                                                    std::string label) {
+StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
+                                                std::string label) {
   return CommitWeights(std::move(apply), std::move(label), {});
 }
 
-StatusOr<CommitResult> SchedulerLoop::CommitWeights(std::function<Status(int64_t)> apply,
-                                                    std::string label,
-                                                    std::vector<std::string> workers) {
-  std::lock_guard<std::mutex> one(commit_mu_);
-  auto op = std::make_shared<AdminOp>();
+StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
+                                                std::string label,
+                                                std::vector<std::string> workers) {
+  std::lock_guard<std::mutex> one(loop_->commit_mu_);
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
   op->apply = std::move(apply);
   op->label = std::move(label);
   if (!workers.empty()) op->updated_workers = std::move(workers);
-  PushCommand(AdminCommand{AdminCommand::Kind::kCommit, op});
+  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kCommit, op});
   op->Wait(Clock::time_point::max());
   if (!op->status.ok()) return op->status;
   return op->commit;
 }
 
-int64_t SchedulerLoop::FlushCache() {
-  auto op = std::make_shared<AdminOp>();
-  PushCommand(AdminCommand{AdminCommand::Kind::kFlushCache, op});
+int64_t Scheduler::FlushCache() {
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  loop_->PushCommand(
+      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kFlushCache, op});
   op->Wait(Clock::time_point::max());
   return op->pages_freed;
 }
 
-WeightVersionInfo SchedulerLoop::weight_version() const {
+WeightVersionInfo Scheduler::weight_version() const {
   WeightVersionInfo info;
-  info.version = weight_version_.load(std::memory_order_acquire);
-  info.committed_unix_ns = committed_unix_ns_.load(std::memory_order_relaxed);
-  info.paused = static_cast<PauseMode>(stat_pause_mode_.load(std::memory_order_relaxed));
-  std::lock_guard<std::mutex> lock(mu_);
-  info.label = weight_label_;
+  info.version = loop_->weight_version_.load(std::memory_order_acquire);
+  info.committed_unix_ns = loop_->committed_unix_ns_.load(std::memory_order_relaxed);
+  info.paused = static_cast<PauseMode>(loop_->stat_pause_mode_.load(std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(loop_->mu_);
+  info.label = loop_->weight_label_;
   return info;
 }
 
-std::vector<std::string> SchedulerLoop::UpWorkerAddresses() const {
+std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   std::vector<std::string> out;
   for (const WorkerMember& m : Members()) {
     if (m.up) out.push_back(m.address);

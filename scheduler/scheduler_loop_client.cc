@@ -1,5 +1,6 @@
-// SchedulerLoop, the client-thread side: construction and shutdown, and the calls other threads
-// make (Submit, Cancel, FinishSample, StartDrain as commands; Stats and WorkerInfos).
+// The client-thread side: SchedulerLoop's construction and shutdown, and Scheduler's calls
+// (scheduler.h) that other threads make (Submit, Cancel, FinishSample, Hold, StartDrain as
+// commands; Stats and WorkerInfos from the published atomics).
 #include <algorithm>
 #include <string>
 
@@ -55,7 +56,7 @@ SchedulerLoop::~SchedulerLoop() {
   output_.reset();  // delivers the closes
 }
 
-StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest request) {
+StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request) {
   if (request.prompt.empty()) return FieldError("prompt", ": must not be empty");
   if (request.n < 1) return FieldError("n", ": must be >= 1");
   if (request.max_tokens < 1) return FieldError("max_tokens", ": must be >= 1");
@@ -66,9 +67,9 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
                                            "] (0 = no prompt scoring)");
   }
   const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  const int64_t max_pool_tokens = max_pool_tokens_.load(std::memory_order_relaxed);
+  const int64_t max_pool_tokens = loop_->max_pool_tokens_.load(std::memory_order_relaxed);
   if (footprint > max_pool_tokens) {
-    stat_refused_.fetch_add(1, std::memory_order_relaxed);
+    loop_->stat_refused_.fetch_add(1, std::memory_order_relaxed);
     return ResourceExhaustedError("prompt (" + std::to_string(request.prompt.size()) +
                                   " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                                   ") = " + std::to_string(footprint) +
@@ -94,25 +95,25 @@ StatusOr<std::shared_ptr<RequestChannel>> SchedulerLoop::Submit(SchedRequest req
   std::shared_ptr<RequestChannel> channel;
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return UnavailableError("the scheduler is shutting down");
-    QueueCounters queue = queue_;
-    queue.draining = draining_.load();
-    if (Status s = admission_.Admit(queue, state->req); !s.ok()) {
-      stat_refused_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(loop_->mu_);
+    if (loop_->stop_) return UnavailableError("the scheduler is shutting down");
+    QueueCounters queue = loop_->queue_;
+    queue.draining = loop_->draining_.load();
+    if (Status s = loop_->admission_.Admit(queue, state->req); !s.ok()) {
+      loop_->stat_refused_.fetch_add(1, std::memory_order_relaxed);
       return s;
     }
-    state->key = next_key_++;
+    state->key = loop_->next_key_++;
     channel = std::make_shared<RequestChannel>(state->key);
     state->channel = channel;
-    ++queue_.waiting_requests;
-    queue_.waiting_tokens += state->queued_tokens();
-    open_requests_.fetch_add(1, std::memory_order_acq_rel);
-    commands_.push_back(SubmitCommand{std::move(state)});
-    wake = loop_sleeping_;
+    ++loop_->queue_.waiting_requests;
+    loop_->queue_.waiting_tokens += state->queued_tokens();
+    loop_->open_requests_.fetch_add(1, std::memory_order_acq_rel);
+    loop_->commands_.push_back(SchedulerLoop::SubmitCommand{std::move(state)});
+    wake = loop_->loop_sleeping_;
   }
-  stat_admitted_.fetch_add(1, std::memory_order_relaxed);
-  if (wake) wake_.notify_one();
+  loop_->stat_admitted_.fetch_add(1, std::memory_order_relaxed);
+  if (wake) loop_->wake_.notify_one();
   return channel;
 }
 
@@ -126,46 +127,48 @@ void SchedulerLoop::PushCommand(Command command) {
   if (wake) wake_.notify_one();
 }
 
-void SchedulerLoop::Cancel(uint64_t key, Status why) {
-  PushCommand(CancelCommand{key, std::move(why)});
+void Scheduler::Cancel(uint64_t key, Status why) {
+  loop_->PushCommand(SchedulerLoop::CancelCommand{key, std::move(why)});
 }
 
-void SchedulerLoop::Hold(uint64_t key, bool hold) { PushCommand(HoldCommand{key, hold}); }
-
-void SchedulerLoop::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
-  metrics_->generation_tokens->Increment(tokens);
-  metrics_->finished(reason).Increment();
+void Scheduler::Hold(uint64_t key, bool hold) {
+  loop_->PushCommand(SchedulerLoop::HoldCommand{key, hold});
 }
 
-void SchedulerLoop::ObserveRequestOutput(int64_t tokens) const {
-  metrics_->request_generation_tokens->Observe(static_cast<double>(tokens));
+void Scheduler::CountSampleOutput(v1::FinishReason reason, int64_t tokens) const {
+  loop_->metrics_->generation_tokens->Increment(tokens);
+  loop_->metrics_->finished(reason).Increment();
 }
 
-void SchedulerLoop::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
-  PushCommand(FinishSampleCommand{key, index, kept_tokens});
+void Scheduler::ObserveRequestOutput(int64_t tokens) const {
+  loop_->metrics_->request_generation_tokens->Observe(static_cast<double>(tokens));
 }
 
-void SchedulerLoop::StartDrain() {
-  // Under mu_, so that a Submit that takes the lock after this returns is refused.
-  std::lock_guard<std::mutex> lock(mu_);
-  draining_.store(true);
+void Scheduler::FinishSample(uint64_t key, int32_t index, int32_t kept_tokens) {
+  loop_->PushCommand(SchedulerLoop::FinishSampleCommand{key, index, kept_tokens});
 }
 
-v1::GetServerStatsResponse SchedulerLoop::Stats() const {
+void Scheduler::StartDrain() {
+  // Under loop_->mu_, so that a Submit that takes the lock after this returns is refused.
+  std::lock_guard<std::mutex> lock(loop_->mu_);
+  loop_->draining_.store(true);
+}
+
+v1::GetServerStatsResponse Scheduler::Stats() const {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   v1::GetServerStatsResponse stats;
-  stats.set_waiting_requests(static_cast<int32_t>(stat_waiting_.load(kRelaxed)));
-  stats.set_running_requests(static_cast<int32_t>(stat_running_.load(kRelaxed)));
-  stats.set_steps(stat_steps_.load(kRelaxed));
-  stats.set_requests_admitted(stat_admitted_.load(kRelaxed));
-  stats.set_requests_refused(stat_refused_.load(kRelaxed));
-  stats.set_requests_finished(stat_finished_.load(kRelaxed));
-  stats.set_preemptions(stat_preemptions_.load(kRelaxed));
-  stats.set_requests_held(static_cast<int32_t>(stat_held_.load(kRelaxed)));
-  stats.set_draining(draining_.load(kRelaxed));
-  std::lock_guard<std::mutex> members(workers_mu_);
+  stats.set_waiting_requests(static_cast<int32_t>(loop_->stat_waiting_.load(kRelaxed)));
+  stats.set_running_requests(static_cast<int32_t>(loop_->stat_running_.load(kRelaxed)));
+  stats.set_steps(loop_->stat_steps_.load(kRelaxed));
+  stats.set_requests_admitted(loop_->stat_admitted_.load(kRelaxed));
+  stats.set_requests_refused(loop_->stat_refused_.load(kRelaxed));
+  stats.set_requests_finished(loop_->stat_finished_.load(kRelaxed));
+  stats.set_preemptions(loop_->stat_preemptions_.load(kRelaxed));
+  stats.set_requests_held(static_cast<int32_t>(loop_->stat_held_.load(kRelaxed)));
+  stats.set_draining(loop_->draining_.load(kRelaxed));
+  std::lock_guard<std::mutex> members(loop_->workers_mu_);
   bool any_up = false;
-  for (const auto& w : workers_) {
+  for (const auto& w : loop_->workers_) {
     any_up = any_up || (w->stat_up.load(kRelaxed) && !w->stat_draining.load(kRelaxed) &&
                         !w->stat_removed.load(kRelaxed));
   }
@@ -174,13 +177,13 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
     refusing = "draining";
   } else if (!any_up) {
     refusing = "no worker is up";
-  } else if (stats.waiting_requests() >= options_.max_queued_requests) {
+  } else if (stats.waiting_requests() >= loop_->options_.max_queued_requests) {
     refusing = "the queue is full (--max-queued-requests " +
-               std::to_string(options_.max_queued_requests) + ")";
+               std::to_string(loop_->options_.max_queued_requests) + ")";
   }
   stats.set_accepting_requests(refusing.empty());
   stats.set_not_accepting_reason(refusing);
-  for (const auto& w : workers_) {
+  for (const auto& w : loop_->workers_) {
     if (w->stat_removed.load(kRelaxed)) continue;
     v1::WorkerStats* ws = stats.add_workers();
     ws->set_address(w->address);
@@ -196,13 +199,13 @@ v1::GetServerStatsResponse SchedulerLoop::Stats() const {
     ws->set_cache_query_tokens(w->stat_cache_query_tokens.load(kRelaxed));
     ws->set_cache_hit_tokens(w->stat_cache_hit_tokens.load(kRelaxed));
   }
-  const int64_t queries = stat_cache_queries_.load(kRelaxed);
+  const int64_t queries = loop_->stat_cache_queries_.load(kRelaxed);
   stats.set_prefix_cache_hit_rate(
-      queries > 0 ? static_cast<double>(stat_cache_hits_.load(kRelaxed)) / queries : 0.0);
+      queries > 0 ? static_cast<double>(loop_->stat_cache_hits_.load(kRelaxed)) / queries : 0.0);
   return stats;
 }
 
-std::vector<v1::InfoResponse> SchedulerLoop::WorkerInfos() const {
+std::vector<v1::InfoResponse> Scheduler::WorkerInfos() const {
   std::vector<v1::InfoResponse> out;
   for (WorkerMember& m : Members()) out.push_back(std::move(m.info));
   return out;

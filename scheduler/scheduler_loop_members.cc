@@ -10,28 +10,31 @@
 
 namespace astr::sched {
 
-// ---- Client-thread side.
+// ---- Client-thread side: Scheduler's calls (scheduler.h).
 
-Status SchedulerLoop::AddWorker(std::unique_ptr<WorkerConnection> worker) {
+Status Scheduler::AddWorker(std::unique_ptr<WorkerConnection> worker) {
   if (worker == nullptr) return InvalidArgumentError("AddWorker: no connection");
-  auto op = std::make_shared<AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
   op->conn = std::move(worker);
-  PushCommand(AdminCommand{AdminCommand::Kind::kAddWorker, op});
+  loop_->PushCommand(
+      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kAddWorker, op});
   op->Wait(Clock::time_point::max());
   return op->status;
 }
 
-StatusOr<DrainResult> SchedulerLoop::DrainWorker(const std::string& address,
-                                                 std::chrono::milliseconds timeout, bool wait,
-                                                 Clock::time_point wait_deadline, bool exclude) {
+StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
+                                             std::chrono::milliseconds timeout, bool wait,
+                                             Clock::time_point wait_deadline, bool exclude) {
   if (timeout.count() < 0) return InvalidArgumentError("timeout_s: must be >= 0");
-  auto op = std::make_shared<AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::AdminOp>();
   op->address = address;
-  op->timeout = timeout.count() > 0 ? timeout
-                                    : std::chrono::milliseconds(options_.worker_drain_timeout_ms);
+  op->timeout = timeout.count() > 0
+                    ? timeout
+                    : std::chrono::milliseconds(loop_->options_.worker_drain_timeout_ms);
   op->exclude = exclude;
   op->wait = wait;
-  PushCommand(AdminCommand{AdminCommand::Kind::kDrainWorker, op});
+  loop_->PushCommand(
+      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kDrainWorker, op});
   if (!op->Wait(wait ? wait_deadline : Clock::time_point::max())) {
     return Status(StatusCode::kDeadlineExceeded,
                   "worker " + address + " is still draining (it goes on)");
@@ -40,21 +43,21 @@ StatusOr<DrainResult> SchedulerLoop::DrainWorker(const std::string& address,
   return op->drain;
 }
 
-void SchedulerLoop::Readmit(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  excluded_.erase(address);
+void Scheduler::Readmit(const std::string& address) {
+  std::lock_guard<std::mutex> lock(loop_->mu_);
+  loop_->excluded_.erase(address);
 }
 
-bool SchedulerLoop::Excluded(const std::string& address) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return excluded_.count(address) > 0;
+bool Scheduler::Excluded(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(loop_->mu_);
+  return loop_->excluded_.count(address) > 0;
 }
 
-std::vector<WorkerMember> SchedulerLoop::Members() const {
+std::vector<WorkerMember> Scheduler::Members() const {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   std::vector<WorkerMember> out;
-  std::lock_guard<std::mutex> lock(workers_mu_);
-  for (const auto& w : workers_) {
+  std::lock_guard<std::mutex> lock(loop_->workers_mu_);
+  for (const auto& w : loop_->workers_) {
     if (w->stat_removed.load(kRelaxed)) continue;
     out.push_back(WorkerMember{.address = w->address,
                                .info = w->info,
