@@ -152,7 +152,12 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
     SchedulerLoop* loop;
     Clock::time_point now;
     void operator()(SubmitCommand& c) const { loop->AddRequest(std::move(c.request), now); }
-    void operator()(AdminCommand& c) const { loop->ApplyAdmin(c, now); }
+    void operator()(std::shared_ptr<PauseOp>& op) const { loop->ApplyPause(op, now); }
+    void operator()(std::shared_ptr<ResumeOp>& op) const { loop->ApplyResume(op.get(), now); }
+    void operator()(std::shared_ptr<CommitOp>& op) const { loop->ApplyCommit(op); }
+    void operator()(std::shared_ptr<FlushCacheOp>& op) const { loop->ApplyFlushCache(op.get()); }
+    void operator()(std::shared_ptr<AddWorkerOp>& op) const { loop->ApplyAddWorker(op.get(), now); }
+    void operator()(std::shared_ptr<DrainWorkerOp>& op) const { loop->ApplyDrainWorker(op, now); }
     void operator()(CancelCommand& c) const {
       if (RequestState* r = loop->OpenRequest(c.key)) loop->CloseRequest(r, std::move(c.why), now);
     }

@@ -120,31 +120,44 @@ class SchedulerLoop {
   friend class Scheduler;
 
  private:
-  // An admin operation handed to the loop; the caller waits on `done`.
-  struct AdminOp {
-    PauseMode mode = PauseMode::kNone;         // kPause
-    std::function<Status(int64_t)> apply;      // kCommit
-    std::string label;                         // kCommit
-    std::optional<std::vector<std::string>> updated_workers;  // kCommit: those apply switched
-    std::unique_ptr<WorkerConnection> conn;    // kAddWorker
-    std::string address;                       // kDrainWorker
-    std::chrono::milliseconds timeout{0};      // kDrainWorker
-    bool exclude = false;                      // kDrainWorker
-    bool wait = false;                         // kDrainWorker: answer once the worker left
-    DrainResult drain;                         // kDrainWorker
-    int64_t pages_freed = 0;                   // kFlushCache
-    Clock::time_point requested = Clock::now();
-    int32_t drain_target = 0;                  // kPause kDrain: started requests at the pause
+  // An admin call a client thread waits on until the loop answers it (Finish).
+  struct Waitable {
     Status status;
-    PauseResult pause;
-    ResumeResult resume;
-    CommitResult commit;
+    Clock::time_point requested = Clock::now();
     std::mutex mu;
     std::condition_variable cv;
     bool finished = false;
     void Finish();
     // Waits until Finish; false when `deadline` passed first.
     bool Wait(Clock::time_point deadline);
+  };
+  // The admin calls, one typed struct each (scheduler_loop_admin.cc, scheduler_loop_members.cc).
+  struct PauseOp : Waitable {
+    PauseMode mode = PauseMode::kNone;
+    int32_t drain_target = 0;  // kDrain: started requests at the pause
+    PauseResult result;
+  };
+  struct ResumeOp : Waitable {
+    ResumeResult result;
+  };
+  struct CommitOp : Waitable {
+    std::function<Status(int64_t)> apply;
+    std::string label;
+    std::optional<std::vector<std::string>> updated_workers;  // those `apply` switched
+    CommitResult result;
+  };
+  struct FlushCacheOp : Waitable {
+    int64_t pages_freed = 0;
+  };
+  struct AddWorkerOp : Waitable {
+    std::unique_ptr<WorkerConnection> conn;
+  };
+  struct DrainWorkerOp : Waitable {
+    std::string address;
+    std::chrono::milliseconds timeout{0};
+    bool exclude = false;
+    bool wait = false;  // answer once the worker left
+    DrainResult result;
   };
   // What client threads hand the loop, one typed struct per kind (applied in ApplyCommands).
   struct SubmitCommand {
@@ -163,15 +176,17 @@ class SchedulerLoop {
     uint64_t key = 0;
     bool hold = false;
   };
-  // An admin operation; the caller waits on the op.
-  struct AdminCommand {
-    enum class Kind { kPause, kResume, kCommit, kAddWorker, kDrainWorker, kFlushCache };
-    Kind kind = Kind::kPause;
-    std::shared_ptr<AdminOp> op;
-  };
-  using Command =
-      std::variant<SubmitCommand, CancelCommand, FinishSampleCommand, HoldCommand, AdminCommand>;
+  using Command = std::variant<SubmitCommand, CancelCommand, FinishSampleCommand, HoldCommand,
+                               std::shared_ptr<PauseOp>, std::shared_ptr<ResumeOp>,
+                               std::shared_ptr<CommitOp>, std::shared_ptr<FlushCacheOp>,
+                               std::shared_ptr<AddWorkerOp>, std::shared_ptr<DrainWorkerOp>>;
   void PushCommand(Command command);
+  // Pushes an admin call and waits for the loop's answer until `deadline`; false when it passed.
+  template <typename Op>
+  bool Call(const std::shared_ptr<Op>& op, Clock::time_point deadline = Clock::time_point::max()) {
+    PushCommand(op);
+    return op->Wait(deadline);
+  }
 
   // Loop thread (scheduler_loop.cc).
   void Run();
@@ -206,11 +221,12 @@ class SchedulerLoop {
   void ObserveClosedRequest(const RequestState& r, Clock::time_point now);
 
   // Loop side of the admin operations (scheduler_loop_admin.cc).
-  void ApplyAdmin(AdminCommand& command, Clock::time_point now);
   // The request a command names, when it is still open.
   RequestState* OpenRequest(uint64_t key);
-  void ApplyPause(AdminOp* op, Clock::time_point now);
-  void ApplyResume(AdminOp* op, Clock::time_point now);
+  void ApplyPause(const std::shared_ptr<PauseOp>& op, Clock::time_point now);
+  void ApplyResume(ResumeOp* op, Clock::time_point now);
+  void ApplyCommit(const std::shared_ptr<CommitOp>& op);
+  void ApplyFlushCache(FlushCacheOp* op);
   // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.
   bool HoldSteps() const;
   // After a result: the masks that follow the plan still in flight (StepEntry.mask_follows).
@@ -237,8 +253,8 @@ class SchedulerLoop {
   void RecordStepTime(WorkerSlot* w, int64_t ns);
 
   // Membership, loop side (scheduler_loop_members.cc).
-  void ApplyAddWorker(AdminOp* op, Clock::time_point now);
-  void ApplyDrainWorker(const std::shared_ptr<AdminOp>& op, Clock::time_point now);
+  void ApplyAddWorker(AddWorkerOp* op, Clock::time_point now);
+  void ApplyDrainWorker(const std::shared_ptr<DrainWorkerOp>& op, Clock::time_point now);
   // Starts draining `w` (no-op when it is already); `timeout` bounds its running sequences.
   void StartDraining(WorkerSlot* w, std::string reason, std::chrono::milliseconds timeout,
                      Clock::time_point now);
@@ -319,7 +335,7 @@ class SchedulerLoop {
   mutable std::mutex workers_mu_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
   // DrainWorker calls waiting for their worker to leave.
-  std::vector<std::shared_ptr<AdminOp>> worker_drain_waiters_;
+  std::vector<std::shared_ptr<DrainWorkerOp>> worker_drain_waiters_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
   std::vector<Command> applying_;  // commands being applied (swapped with commands_)
   std::vector<std::pair<Clock::time_point, uint64_t>> deadlines_;  // min-heap
@@ -339,8 +355,8 @@ class SchedulerLoop {
   bool progressed_ = true;            // the last iteration sent a plan or applied a command
   PauseMode pause_mode_ = PauseMode::kNone;
   Clock::time_point paused_since_{};
-  std::shared_ptr<AdminOp> pending_commit_;               // waits for a step boundary
-  std::vector<std::shared_ptr<AdminOp>> drain_waiters_;  // Pause(kDrain) calls waiting
+  std::shared_ptr<CommitOp> pending_commit_;             // waits for a step boundary
+  std::vector<std::shared_ptr<PauseOp>> drain_waiters_;  // Pause(kDrain) calls waiting
   // An idle worker's connection is checked (WorkerConnection::Alive) this often, so a worker
   // that dies or stops while idle is marked down and health follows.
   static constexpr auto kIdleCheckInterval = std::chrono::milliseconds(500);

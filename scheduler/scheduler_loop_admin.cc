@@ -32,7 +32,7 @@ int64_t UnixNanosNow() {
 
 }  // namespace
 
-void SchedulerLoop::AdminOp::Finish() {
+void SchedulerLoop::Waitable::Finish() {
   {
     std::lock_guard<std::mutex> lock(mu);
     finished = true;
@@ -40,7 +40,7 @@ void SchedulerLoop::AdminOp::Finish() {
   cv.notify_all();
 }
 
-bool SchedulerLoop::AdminOp::Wait(Clock::time_point deadline) {
+bool SchedulerLoop::Waitable::Wait(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu);
   return cv.wait_until(lock, deadline, [this] { return finished; });
 }
@@ -49,23 +49,21 @@ bool SchedulerLoop::AdminOp::Wait(Clock::time_point deadline) {
 
 StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
   if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::PauseOp>();
   op->mode = mode;
-  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kPause, op});
-  if (!op->Wait(deadline)) {
+  if (!loop_->Call(op, deadline)) {
     return Status(StatusCode::kDeadlineExceeded,
                   "deadline passed while running requests drained; generation stays paused "
                   "(drain mode) until Resume");
   }
   if (!op->status.ok()) return op->status;
-  return op->pause;
+  return op->result;
 }
 
 ResumeResult Scheduler::Resume() {
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
-  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kResume, op});
-  op->Wait(Clock::time_point::max());
-  return op->resume;
+  auto op = std::make_shared<SchedulerLoop::ResumeOp>();
+  loop_->Call(op);
+  return op->result;
 }
 
 StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
@@ -77,21 +75,18 @@ StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> a
                                                 std::string label,
                                                 std::vector<std::string> workers) {
   std::lock_guard<std::mutex> one(loop_->commit_mu_);
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::CommitOp>();
   op->apply = std::move(apply);
   op->label = std::move(label);
   if (!workers.empty()) op->updated_workers = std::move(workers);
-  loop_->PushCommand(SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kCommit, op});
-  op->Wait(Clock::time_point::max());
+  loop_->Call(op);
   if (!op->status.ok()) return op->status;
-  return op->commit;
+  return op->result;
 }
 
 int64_t Scheduler::FlushCache() {
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
-  loop_->PushCommand(
-      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kFlushCache, op});
-  op->Wait(Clock::time_point::max());
+  auto op = std::make_shared<SchedulerLoop::FlushCacheOp>();
+  loop_->Call(op);
   return op->pages_freed;
 }
 
@@ -130,41 +125,24 @@ std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
   return out;
 }
 
-void SchedulerLoop::ApplyAdmin(AdminCommand& command, Clock::time_point now) {
-  AdminOp* op = command.op.get();
-  switch (command.kind) {
-    case AdminCommand::Kind::kPause:
-      ApplyPause(op, now);
-      if (op->mode == PauseMode::kDrain && !op->finished) drain_waiters_.push_back(command.op);
-      break;
-    case AdminCommand::Kind::kResume:
-      ApplyResume(op, now);
-      break;
-    case AdminCommand::Kind::kAddWorker:
-      ApplyAddWorker(op, now);
-      break;
-    case AdminCommand::Kind::kDrainWorker:
-      ApplyDrainWorker(command.op, now);
-      break;
-    case AdminCommand::Kind::kFlushCache:
-      for (auto& w : workers_) op->pages_freed += w->queues.FlushCache();
-      LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
-      op->Finish();
-      break;
-    case AdminCommand::Kind::kCommit:
-      if (pending_commit_ != nullptr) {
-        op->status = AbortedError("another weight commit is pending");
-        op->Finish();
-        break;
-      }
-      pending_commit_ = command.op;
-      break;
-  }
+void SchedulerLoop::ApplyFlushCache(FlushCacheOp* op) {
+  for (auto& w : workers_) op->pages_freed += w->queues.FlushCache();
+  LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
+  op->Finish();
 }
 
-void SchedulerLoop::ApplyPause(AdminOp* op, Clock::time_point now) {
+void SchedulerLoop::ApplyCommit(const std::shared_ptr<CommitOp>& op) {
+  if (pending_commit_ != nullptr) {
+    op->status = AbortedError("another weight commit is pending");
+    op->Finish();
+    return;
+  }
+  pending_commit_ = op;  // AdvanceAdmin runs it at the next step boundary
+}
+
+void SchedulerLoop::ApplyPause(const std::shared_ptr<PauseOp>& op, Clock::time_point now) {
   const std::vector<RequestState*> started = StartedRequests();
-  PauseResult& result = op->pause;
+  PauseResult& result = op->result;
   result.mode = op->mode;
   if (pause_mode_ == PauseMode::kNone) paused_since_ = now;
   pause_mode_ = op->mode;
@@ -200,12 +178,16 @@ void SchedulerLoop::ApplyPause(AdminOp* op, Clock::time_point now) {
                                         : op->mode == PauseMode::kKeep ? "frozen"
                                                                        : "finishing")
             << ", " << result.queued << " queued";
-  if (op->mode != PauseMode::kDrain || started.empty()) op->Finish();
+  if (op->mode != PauseMode::kDrain || started.empty()) {
+    op->Finish();
+  } else {
+    drain_waiters_.push_back(op);  // AdvanceAdmin answers once they finished
+  }
 }
 
-void SchedulerLoop::ApplyResume(AdminOp* op, Clock::time_point now) {
-  op->resume.was_paused = pause_mode_ != PauseMode::kNone;
-  if (op->resume.was_paused) op->resume.paused_ns = Nanos(now - paused_since_);
+void SchedulerLoop::ApplyResume(ResumeOp* op, Clock::time_point now) {
+  op->result.was_paused = pause_mode_ != PauseMode::kNone;
+  if (op->result.was_paused) op->result.paused_ns = Nanos(now - paused_since_);
   pause_mode_ = PauseMode::kNone;
   stat_pause_mode_.store(0, std::memory_order_relaxed);
   for (auto& w : workers_) w->planner.set_hold_new_requests(false);
@@ -214,8 +196,8 @@ void SchedulerLoop::ApplyResume(AdminOp* op, Clock::time_point now) {
     waiter->Finish();
   }
   drain_waiters_.clear();
-  if (op->resume.was_paused) {
-    LOG(INFO) << "generation resumed after " << op->resume.paused_ns / 1000000 << " ms";
+  if (op->result.was_paused) {
+    LOG(INFO) << "generation resumed after " << op->result.paused_ns / 1000000 << " ms";
   }
   op->Finish();
 }
@@ -223,7 +205,7 @@ void SchedulerLoop::ApplyResume(AdminOp* op, Clock::time_point now) {
 void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
   if (!drain_waiters_.empty() && StartedRequests().empty()) {
     for (auto& waiter : drain_waiters_) {
-      waiter->pause.drained = waiter->drain_target;
+      waiter->result.drained = waiter->drain_target;
       waiter->Finish();
     }
     drain_waiters_.clear();
@@ -232,12 +214,12 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
   for (const auto& w : workers_) {
     if (w->in_flight() > 0) return;  // the boundary comes with the last answer
   }
-  std::shared_ptr<AdminOp> op = std::move(pending_commit_);
+  std::shared_ptr<CommitOp> op = std::move(pending_commit_);
   pending_commit_.reset();
   const int64_t version = weight_version_.load(std::memory_order_relaxed) + 1;
   op->status = op->apply(version);
   if (op->status.ok()) {
-    CommitResult& result = op->commit;
+    CommitResult& result = op->result;
     result.version = version;
     // KV computed under the old weights is recomputed unless the request asked to reuse it.
     for (auto& w : workers_) {

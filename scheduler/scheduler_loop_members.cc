@@ -14,11 +14,9 @@ namespace astr::sched {
 
 Status Scheduler::AddWorker(std::unique_ptr<WorkerConnection> worker) {
   if (worker == nullptr) return InvalidArgumentError("AddWorker: no connection");
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::AddWorkerOp>();
   op->conn = std::move(worker);
-  loop_->PushCommand(
-      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kAddWorker, op});
-  op->Wait(Clock::time_point::max());
+  loop_->Call(op);
   return op->status;
 }
 
@@ -26,21 +24,19 @@ StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
                                              std::chrono::milliseconds timeout, bool wait,
                                              Clock::time_point wait_deadline, bool exclude) {
   if (timeout.count() < 0) return InvalidArgumentError("timeout_s: must be >= 0");
-  auto op = std::make_shared<SchedulerLoop::AdminOp>();
+  auto op = std::make_shared<SchedulerLoop::DrainWorkerOp>();
   op->address = address;
   op->timeout = timeout.count() > 0
                     ? timeout
                     : std::chrono::milliseconds(loop_->options_.worker_drain_timeout_ms);
   op->exclude = exclude;
   op->wait = wait;
-  loop_->PushCommand(
-      SchedulerLoop::AdminCommand{SchedulerLoop::AdminCommand::Kind::kDrainWorker, op});
-  if (!op->Wait(wait ? wait_deadline : Clock::time_point::max())) {
+  if (!loop_->Call(op, wait ? wait_deadline : Clock::time_point::max())) {
     return Status(StatusCode::kDeadlineExceeded,
                   "worker " + address + " is still draining (it goes on)");
   }
   if (!op->status.ok()) return op->status;
-  return op->drain;
+  return op->result;
 }
 
 void Scheduler::Readmit(const std::string& address) {
@@ -69,7 +65,7 @@ std::vector<WorkerMember> Scheduler::Members() const {
 
 // ---- Loop side.
 
-void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
+void SchedulerLoop::ApplyAddWorker(AddWorkerOp* op, Clock::time_point now) {
   const v1::InfoResponse& info = op->conn->info();
   const std::string address = op->conn->address();
   const int64_t version = weight_version_.load(std::memory_order_relaxed);
@@ -132,7 +128,8 @@ void SchedulerLoop::ApplyAddWorker(AdminOp* op, Clock::time_point now) {
   (void)now;
 }
 
-void SchedulerLoop::ApplyDrainWorker(const std::shared_ptr<AdminOp>& op, Clock::time_point now) {
+void SchedulerLoop::ApplyDrainWorker(const std::shared_ptr<DrainWorkerOp>& op,
+                                     Clock::time_point now) {
   WorkerSlot* w = nullptr;
   for (const auto& slot : workers_) {
     if (slot->health != WorkerSlot::Health::kRemoved && slot->address == op->address) {
@@ -148,7 +145,7 @@ void SchedulerLoop::ApplyDrainWorker(const std::shared_ptr<AdminOp>& op, Clock::
     std::lock_guard<std::mutex> lock(mu_);
     excluded_.insert(op->address);
   }
-  op->drain.address = op->address;
+  op->result.address = op->address;
   StartDraining(w, op->exclude ? "DrainWorker" : "its address left the --workers name",
                 op->timeout, now);
   if (op->wait) {
@@ -236,9 +233,9 @@ void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
       ++it;
       continue;
     }
-    (*it)->drain.finished = w->drain_finished;
-    (*it)->drain.moved = w->drain_moved;
-    (*it)->drain.drain_ns = Nanos(now - (*it)->requested);
+    (*it)->result.finished = w->drain_finished;
+    (*it)->result.moved = w->drain_moved;
+    (*it)->result.drain_ns = Nanos(now - (*it)->requested);
     (*it)->Finish();
     it = worker_drain_waiters_.erase(it);
   }
