@@ -88,7 +88,7 @@ void SchedulerLoop::BuryClosed() {
   if (graveyard_.empty()) return;
   // The oldest step still in flight on any worker; tags up to it are safe to destroy.
   uint64_t oldest = next_step_id_;
-  for (const auto& w : workers_) {
+  for (const auto& w : pool_.slots()) {
     if (w->in_flight() > 0) {
       oldest = std::min(oldest, w->outcomes[w->results_received % 2].step_id);
     }
@@ -118,7 +118,7 @@ bool SchedulerLoop::WaitForWork() {
 
 bool SchedulerLoop::HasWork() const {
   const bool hold = HoldSteps();
-  for (const auto& w : workers_) {
+  for (const auto& w : pool_.slots()) {
     if (w->health != WorkerSlot::Health::kUp) continue;
     if (hold) {
       if (w->in_flight() > 0) return true;
@@ -136,7 +136,7 @@ Clock::time_point SchedulerLoop::NextWake(Clock::time_point now) const {
   Clock::time_point wake = Clock::time_point::max();
   if (!deadlines_.empty()) wake = deadlines_.front().first;
   bool poll = !progressed_ && HasWork();  // work that could not be planned: retry soon
-  for (const auto& w : workers_) {
+  for (const auto& w : pool_.slots()) {
     // Broken workers, draining ones (their deadline), removed ones whose connection waits for
     // its reconnector to end.
     poll |= w->draining || (w->health == WorkerSlot::Health::kRemoved
@@ -225,7 +225,7 @@ void SchedulerLoop::ExpireDeadlines(Clock::time_point now) {
 bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   bool any = false;
   const bool hold = HoldSteps();
-  for (auto& slot : workers_) {
+  for (auto& slot : pool_.slots()) {
     WorkerSlot* w = slot.get();
     if (w->health != WorkerSlot::Health::kUp) continue;
     const bool sent = !hold && w->in_flight() < max_in_flight_ && SendPlan(w, now);
@@ -235,7 +235,7 @@ bool SchedulerLoop::StepWorkers(Clock::time_point now) {
       w->receive_due = true;
     }
   }
-  for (auto& slot : workers_) {
+  for (auto& slot : pool_.slots()) {
     WorkerSlot* w = slot.get();
     if (!w->receive_due) continue;
     w->receive_due = false;
@@ -398,7 +398,7 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
                             .ignore_eos = p.ignore_eos(),
                             .min_tokens = p.min_tokens(),
                             .max_tokens = r->req.max_tokens,
-                            .max_context_tokens = max_context_tokens_};
+                            .max_context_tokens = pool_.max_context_tokens()};
   const FinishDecision d =
       DecideFinish(stop, id, static_cast<int64_t>(seq->generated.size()), seq->num_tokens());
   if (d.reason != FinishReason::kNone) {
@@ -463,10 +463,10 @@ void SchedulerLoop::ApplyHold(RequestState* r, bool hold) {
   // comes back under a released live id and is dropped.
   for (auto& seq : r->samples) {
     if (seq->state != Sequence::State::kRunning || seq->worker < 0) continue;
-    std::vector<Sequence*>& running = workers_[seq->worker]->queues.running;
+    std::vector<Sequence*>& running = pool_.slots()[seq->worker]->queues.running;
     auto it = std::find(running.begin(), running.end(), seq.get());
     if (it == running.end()) continue;
-    workers_[seq->worker]->queues.Requeue(static_cast<size_t>(it - running.begin()));
+    pool_.slots()[seq->worker]->queues.Requeue(static_cast<size_t>(it - running.begin()));
     stat_preemptions_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -498,7 +498,7 @@ void SchedulerLoop::PublishStats() {
   const int64_t open = static_cast<int64_t>(requests_.size());
   stat_waiting_.store(num_waiting_requests_, std::memory_order_relaxed);
   stat_running_.store(open - num_waiting_requests_, std::memory_order_relaxed);
-  for (auto& w : workers_) {
+  for (auto& w : pool_.slots()) {
     w->stat_up.store(w->health == WorkerSlot::Health::kUp, std::memory_order_relaxed);
     w->stat_free_pages.store(w->queues.pool.num_free(), std::memory_order_relaxed);
     w->stat_running.store(static_cast<int32_t>(w->queues.running.size()),

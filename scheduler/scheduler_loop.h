@@ -12,10 +12,8 @@
 //   reconnectors    one per broken worker, only while it is broken; they call
 //                   WorkerConnection::Reconnect and touch nothing else.
 //
-// Membership: the loop adds and drops workers (AddWorker, DrainWorker) at the top of an iteration.
-// A dropped worker's slot stays in workers_ (sequences name workers by index), marked kRemoved
-// with its connection closed, until a joining worker reuses it; workers_mu_ guards the vector and
-// the slots' replacement, so that client threads (Stats, Members) read them safely.
+// Membership: the loop adds and drops workers (AddWorker, DrainWorker) at the top of an iteration;
+// the slots, their reconnectors and the pool-wide limits are the WorkerPool's (worker_pool.h).
 #pragma once
 
 #include <array>
@@ -39,75 +37,9 @@
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/sequence.h"
 #include "scheduler/worker_fit.h"
+#include "scheduler/worker_pool.h"
 
 namespace astr::sched {
-
-// One worker: its connection, its queues and planner (loop-owned), and the counters Stats() reads.
-struct WorkerSlot {
-  enum class Health { kUp, kReconnecting, kDown, kRemoved };
-
-  // With `prefix_cache`, its queues keep a prefix cache (of K/V computed under the version the
-  // worker serves).
-  WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
-             const SchedulerOptions& options);
-
-  std::unique_ptr<WorkerConnection> conn;  // null once removed (and its reconnector ended)
-  const std::string address;               // conn->address(), kept after the connection goes
-  v1::InfoResponse info;                   // as read when it joined
-  WorkerQueues queues;
-  StepCostModel cost;  // fitted from this worker's step timings; bounds the planner's steps
-  BatchPlanner planner;
-  v1::StepPlan plan;      // reused every step
-  v1::StepResult result;  // reused every step
-  v1::StepPlan masks_message;  // SendLateMasks'; reused
-  // Outcomes of the plans sent and not answered yet: plan k uses outcomes[k % 2] (at most two in
-  // flight: with overlap, plan N+1 goes out before result N is read).
-  std::array<PlanOutcome, 2> outcomes;
-  uint64_t plans_sent = 0;
-  uint64_t results_received = 0;
-  int in_flight() const { return static_cast<int>(plans_sent - results_received); }
-  bool receive_due = false;   // this iteration reads a result
-  int64_t placed_tokens = 0;  // routing load: prompt + max_tokens of its sequences
-
-  Health health = Health::kUp;
-  Clock::time_point broken_since{};
-  Status last_error;
-  std::thread reconnector;
-  std::atomic<bool> reconnected{false};  // set by the reconnector when it succeeded
-  std::atomic<bool> stop_reconnect{false};       // the slot was removed: give up
-  std::atomic<bool> reconnector_done{true};      // the reconnector thread has returned
-  std::atomic<bool> refused_draining{false};     // a redial found the worker shutting down
-
-  // Draining (loop-owned): no new sequence is placed here; once it holds none, it is removed.
-  bool draining = false;
-  Clock::time_point drain_started{};
-  Clock::time_point drain_deadline{};  // running sequences restart elsewhere after it
-  std::string drain_reason;
-  int32_t drain_finished = 0;  // sequences that ended here during the drain
-  int32_t drain_moved = 0;     // sequences moved to other workers
-  bool Placeable() const { return health == Health::kUp && !draining; }
-
-  SchedulerMetrics::Worker metrics;  // its children of the per-worker histograms
-
-  // Loop wall time of this worker's last steps (ring), for mean_step_ns.
-  std::array<int64_t, 256> step_ns{};
-  size_t step_ns_next = 0;
-  size_t step_ns_count = 0;
-  int64_t step_ns_sum = 0;
-
-  // Published for Stats() (relaxed; written by the loop only).
-  std::atomic<bool> stat_up{true};
-  std::atomic<bool> stat_draining{false};
-  std::atomic<bool> stat_removed{false};
-  std::atomic<int64_t> stat_free_pages{0};
-  std::atomic<int32_t> stat_running{0};
-  std::atomic<int64_t> stat_steps{0};
-  std::atomic<int64_t> stat_assigned{0};
-  std::atomic<int64_t> stat_mean_step_ns{0};
-  std::atomic<int64_t> stat_cached_pages{0};
-  std::atomic<int64_t> stat_cache_query_tokens{0};  // totals since it joined
-  std::atomic<int64_t> stat_cache_hit_tokens{0};
-};
 
 class SchedulerLoop {
  public:
@@ -243,7 +175,6 @@ class SchedulerLoop {
   int64_t CachedPrefixTokens(WorkerSlot* w, const Sequence* seq);
   void Unplace(Sequence* seq);
   void OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time_point now);
-  void StartReconnect(WorkerSlot* w);
   void PollWorkers(Clock::time_point now);
   // Moves `w`'s waiting sequences (not live there: all of a down worker's, since ResetStream) to
   // the least-loaded placeable workers; returns how many moved. One that no worker can take
@@ -262,21 +193,11 @@ class SchedulerLoop {
   // ones are removed; removed ones whose reconnector ended are closed.
   void AdvanceDrains(Clock::time_point now);
   void RemoveWorker(WorkerSlot* w, Clock::time_point now);
-  // A removed slot's connection closes once its reconnector (which uses it) has returned.
-  void CloseRemovedConnection(WorkerSlot* w);
-  // The metrics children that read a slot's atomics.
-  void AddWorkerStatMetrics(const WorkerSlot* w);
-  void RemoveWorkerStatMetrics(const std::string& address);
-  // The pool-wide limits Submit and the finish rule use, after a member joined or left.
-  void RecomputePoolLimits();
 
   const SchedulerOptions options_;
   const AdmissionPolicy admission_;
   const Router router_;
   const StepCapacity capacity_;
-  // Largest pool over the members (Submit's fit check, on client threads).
-  std::atomic<int64_t> max_pool_tokens_{0};
-  int32_t max_context_tokens_ = 0;  // smallest context over the members (0 = unknown)
   std::string model_name_;           // the first worker's, the `model` label of the metrics
   std::string content_hash_;         // every member serves this model
   std::string model_path_;           // the first worker's, for messages
@@ -300,23 +221,14 @@ class SchedulerLoop {
   std::atomic<int64_t> stat_refused_{0};
   std::atomic<int64_t> stat_finished_{0};
   std::atomic<int64_t> stat_preemptions_{0};
-  std::atomic<int64_t> stat_held_{0};     // requests held now (their clients stopped reading)
-  std::atomic<int64_t> stat_members_{0};  // workers in the pool (not removed)
+  std::atomic<int64_t> stat_held_{0};           // requests held now (their clients stopped reading)
   std::atomic<int64_t> stat_cache_queries_{0};  // prefix cache: tokens looked up, all workers
   std::atomic<int64_t> stat_cache_hits_{0};     // and found
-  std::atomic<bool> stop_reconnecting_{false};
   std::vector<uint32_t> mask_words_;  // SendLateMasks' scratch
   // Thread-safe; callback families in it read the stat_ atomics. metrics_ (set in the
   // constructor) holds the children the loop thread updates.
   metrics::Registry registry_;
   std::unique_ptr<SchedulerMetrics> metrics_;
-  // The per-worker callback families (children added and removed with the members).
-  metrics::CallbackFamily* kv_pages_used_ = nullptr;
-  metrics::CallbackFamily* kv_pages_total_ = nullptr;
-  metrics::CallbackFamily* worker_up_ = nullptr;
-  metrics::CallbackFamily* worker_steps_ = nullptr;
-  metrics::CallbackFamily* worker_draining_ = nullptr;
-  metrics::CallbackFamily* cached_pages_ = nullptr;
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
   // Weight version served (written by the loop at a commit) and its label (under mu_).
@@ -326,14 +238,9 @@ class SchedulerLoop {
   std::atomic<int> stat_pause_mode_{0};  // PauseMode, for weight_version()
   std::mutex commit_mu_;                 // one CommitWeights at a time
 
-  // Addresses AddWorker refuses (DrainWorker with exclude), under mu_.
-  std::set<std::string> excluded_;
-
-  // Loop-owned; workers_mu_ is held where the loop changes the vector or replaces a slot, and by
-  // client threads that read it. Workers are declared before requests: sequences' page
-  // allocations point into the workers' page pools, so requests must be destroyed first.
-  mutable std::mutex workers_mu_;
-  std::vector<std::unique_ptr<WorkerSlot>> workers_;
+  // The workers. Declared before the requests: sequences' page allocations point into the
+  // workers' page pools, so requests must be destroyed first.
+  WorkerPool pool_;
   // DrainWorker calls waiting for their worker to leave.
   std::vector<std::shared_ptr<DrainWorkerOp>> worker_drain_waiters_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;

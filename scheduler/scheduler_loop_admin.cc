@@ -126,7 +126,7 @@ std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
 }
 
 void SchedulerLoop::ApplyFlushCache(FlushCacheOp* op) {
-  for (auto& w : workers_) op->pages_freed += w->queues.FlushCache();
+  for (auto& w : pool_.slots()) op->pages_freed += w->queues.FlushCache();
   LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
   op->Finish();
 }
@@ -147,7 +147,7 @@ void SchedulerLoop::ApplyPause(const std::shared_ptr<PauseOp>& op, Clock::time_p
   if (pause_mode_ == PauseMode::kNone) paused_since_ = now;
   pause_mode_ = op->mode;
   stat_pause_mode_.store(static_cast<int>(op->mode), std::memory_order_relaxed);
-  for (auto& w : workers_) w->planner.set_hold_new_requests(op->mode == PauseMode::kDrain);
+  for (auto& w : pool_.slots()) w->planner.set_hold_new_requests(op->mode == PauseMode::kDrain);
   switch (op->mode) {
     case PauseMode::kAbort:
       for (RequestState* r : started) {
@@ -190,7 +190,7 @@ void SchedulerLoop::ApplyResume(ResumeOp* op, Clock::time_point now) {
   if (op->result.was_paused) op->result.paused_ns = Nanos(now - paused_since_);
   pause_mode_ = PauseMode::kNone;
   stat_pause_mode_.store(0, std::memory_order_relaxed);
-  for (auto& w : workers_) w->planner.set_hold_new_requests(false);
+  for (auto& w : pool_.slots()) w->planner.set_hold_new_requests(false);
   for (auto& waiter : drain_waiters_) {
     waiter->status = AbortedError("Resume was called before the running requests drained");
     waiter->Finish();
@@ -211,7 +211,7 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
     drain_waiters_.clear();
   }
   if (pending_commit_ == nullptr) return;
-  for (const auto& w : workers_) {
+  for (const auto& w : pool_.slots()) {
     if (w->in_flight() > 0) return;  // the boundary comes with the last answer
   }
   std::shared_ptr<CommitOp> op = std::move(pending_commit_);
@@ -222,7 +222,7 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
     CommitResult& result = op->result;
     result.version = version;
     // KV computed under the old weights is recomputed unless the request asked to reuse it.
-    for (auto& w : workers_) {
+    for (auto& w : pool_.slots()) {
       std::vector<Sequence*>& running = w->queues.running;
       for (size_t i = running.size(); i-- > 0;) {
         if (running[i]->request->req.reuse_kv_on_weight_update) {
@@ -240,7 +240,7 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
     committed_unix_ns_.store(UnixNanosNow(), std::memory_order_relaxed);
     weight_version_.store(version, std::memory_order_release);
     // Cached K/V of the old weights is of no use to anyone now (it is keyed by version anyway).
-    for (auto& w : workers_) {
+    for (auto& w : pool_.slots()) {
       w->queues.FlushCache();
       w->queues.cache_version = version;
     }
@@ -253,7 +253,7 @@ void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
     // weights: it leaves at once and its sequences restart on the others.
     if (op->updated_workers) {
       const std::vector<std::string>& updated = *op->updated_workers;
-      for (auto& w : workers_) {
+      for (auto& w : pool_.slots()) {
         if (w->health == WorkerSlot::Health::kRemoved ||
             std::find(updated.begin(), updated.end(), w->address) != updated.end()) {
           continue;

@@ -14,6 +14,7 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
       admission_(options),
       router_(options.cache_route_slack),
       capacity_(options_),
+      pool_(options_, capacity_),
       max_in_flight_(options.overlap_steps ? 2 : 1) {
   if (!workers.empty()) {
     // Workers that come back or join must serve this model and version (PollWorkers, AddWorker).
@@ -25,13 +26,14 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
   std::vector<std::string> addresses;
   for (auto& conn : workers) {
     addresses.push_back(conn->address());
-    workers_.push_back(std::make_unique<WorkerSlot>(std::move(conn), capacity_, options_));
-    if (options_.fair_share) workers_.back()->planner.set_fair_share(&fair_);
+    WorkerSlot* w = pool_.AddInitial(std::move(conn));
+    if (options_.fair_share) w->planner.set_fair_share(&fair_);
   }
-  RecomputePoolLimits();
-  metrics_ =
-      std::make_unique<SchedulerMetrics>(&registry_, model_name_, addresses, max_context_tokens_);
-  for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->metrics = metrics_->workers[i];
+  pool_.RecomputeLimits();
+  metrics_ = std::make_unique<SchedulerMetrics>(&registry_, model_name_, addresses,
+                                                pool_.max_context_tokens());
+  for (size_t i = 0; i < pool_.slots().size(); ++i)
+    pool_.slots()[i]->metrics = metrics_->workers[i];
   RegisterStatMetrics(model_name_);
   PublishStats();
   output_ = std::make_unique<OutputQueue>(&open_requests_);
@@ -45,10 +47,6 @@ SchedulerLoop::~SchedulerLoop() {
   }
   wake_.notify_one();
   loop_thread_.join();  // closes every open request
-  stop_reconnecting_.store(true, std::memory_order_release);
-  for (auto& w : workers_) {
-    if (w->reconnector.joinable()) w->reconnector.join();
-  }
   for (auto& waiter : worker_drain_waiters_) {
     waiter->status = UnavailableError("the scheduler is shutting down");
     waiter->Finish();
@@ -67,7 +65,7 @@ StatusOr<std::shared_ptr<RequestChannel>> Scheduler::Submit(SchedRequest request
                                            "] (0 = no prompt scoring)");
   }
   const int64_t footprint = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  const int64_t max_pool_tokens = loop_->max_pool_tokens_.load(std::memory_order_relaxed);
+  const int64_t max_pool_tokens = loop_->pool_.max_pool_tokens();
   if (footprint > max_pool_tokens) {
     loop_->stat_refused_.fetch_add(1, std::memory_order_relaxed);
     return ResourceExhaustedError("prompt (" + std::to_string(request.prompt.size()) +
@@ -166,39 +164,41 @@ v1::GetServerStatsResponse Scheduler::Stats() const {
   stats.set_preemptions(loop_->stat_preemptions_.load(kRelaxed));
   stats.set_requests_held(static_cast<int32_t>(loop_->stat_held_.load(kRelaxed)));
   stats.set_draining(loop_->draining_.load(kRelaxed));
-  std::lock_guard<std::mutex> members(loop_->workers_mu_);
-  bool any_up = false;
-  for (const auto& w : loop_->workers_) {
-    any_up = any_up || (w->stat_up.load(kRelaxed) && !w->stat_draining.load(kRelaxed) &&
-                        !w->stat_removed.load(kRelaxed));
-  }
-  std::string refusing;
-  if (stats.draining()) {
-    refusing = "draining";
-  } else if (!any_up) {
-    refusing = "no worker is up";
-  } else if (stats.waiting_requests() >= loop_->options_.max_queued_requests) {
-    refusing = "the queue is full (--max-queued-requests " +
-               std::to_string(loop_->options_.max_queued_requests) + ")";
-  }
-  stats.set_accepting_requests(refusing.empty());
-  stats.set_not_accepting_reason(refusing);
-  for (const auto& w : loop_->workers_) {
-    if (w->stat_removed.load(kRelaxed)) continue;
-    v1::WorkerStats* ws = stats.add_workers();
-    ws->set_address(w->address);
-    ws->set_up(w->stat_up.load(kRelaxed));
-    ws->set_draining(w->stat_draining.load(kRelaxed));
-    ws->set_total_pages(w->info.num_pages());
-    ws->set_free_pages(w->stat_free_pages.load(kRelaxed));
-    ws->set_running_sequences(w->stat_running.load(kRelaxed));
-    ws->set_steps(w->stat_steps.load(kRelaxed));
-    ws->set_sequences_assigned(w->stat_assigned.load(kRelaxed));
-    ws->set_mean_step_ns(w->stat_mean_step_ns.load(kRelaxed));
-    ws->set_cached_pages(w->stat_cached_pages.load(kRelaxed));
-    ws->set_cache_query_tokens(w->stat_cache_query_tokens.load(kRelaxed));
-    ws->set_cache_hit_tokens(w->stat_cache_hit_tokens.load(kRelaxed));
-  }
+  const SchedulerOptions& options = loop_->options_;
+  loop_->pool_.ReadSlots([&](const std::vector<std::unique_ptr<WorkerSlot>>& slots) {
+    bool any_up = false;
+    for (const auto& w : slots) {
+      any_up = any_up || (w->stat_up.load(kRelaxed) && !w->stat_draining.load(kRelaxed) &&
+                          !w->stat_removed.load(kRelaxed));
+    }
+    std::string refusing;
+    if (stats.draining()) {
+      refusing = "draining";
+    } else if (!any_up) {
+      refusing = "no worker is up";
+    } else if (stats.waiting_requests() >= options.max_queued_requests) {
+      refusing = "the queue is full (--max-queued-requests " +
+                 std::to_string(options.max_queued_requests) + ")";
+    }
+    stats.set_accepting_requests(refusing.empty());
+    stats.set_not_accepting_reason(refusing);
+    for (const auto& w : slots) {
+      if (w->stat_removed.load(kRelaxed)) continue;
+      v1::WorkerStats* ws = stats.add_workers();
+      ws->set_address(w->address);
+      ws->set_up(w->stat_up.load(kRelaxed));
+      ws->set_draining(w->stat_draining.load(kRelaxed));
+      ws->set_total_pages(w->info.num_pages());
+      ws->set_free_pages(w->stat_free_pages.load(kRelaxed));
+      ws->set_running_sequences(w->stat_running.load(kRelaxed));
+      ws->set_steps(w->stat_steps.load(kRelaxed));
+      ws->set_sequences_assigned(w->stat_assigned.load(kRelaxed));
+      ws->set_mean_step_ns(w->stat_mean_step_ns.load(kRelaxed));
+      ws->set_cached_pages(w->stat_cached_pages.load(kRelaxed));
+      ws->set_cache_query_tokens(w->stat_cache_query_tokens.load(kRelaxed));
+      ws->set_cache_hit_tokens(w->stat_cache_hit_tokens.load(kRelaxed));
+    }
+  });
   const int64_t queries = loop_->stat_cache_queries_.load(kRelaxed);
   stats.set_prefix_cache_hit_rate(
       queries > 0 ? static_cast<double>(loop_->stat_cache_hits_.load(kRelaxed)) / queries : 0.0);
@@ -243,21 +243,6 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
                        "their worker's step stream broke.",
                        {"model"})
       .Add({model}, read(stat_preemptions_));
-  kv_pages_used_ = &r.AddCallbackGauge(
-      "astr:kv_pages_used", "KV pages of a worker held by the scheduler's sequences.",
-      {"model", "worker"});
-  kv_pages_total_ = &r.AddCallbackGauge("astr:kv_pages_total", "KV pages of a worker's pool.",
-                                        {"model", "worker"});
-  worker_up_ = &r.AddCallbackGauge(
-      "astr:worker_up", "1 while a worker's step stream is up, else 0 (reconnecting or down).",
-      {"model", "worker"});
-  worker_draining_ = &r.AddCallbackGauge(
-      "astr:worker_draining",
-      "1 while a worker is being drained (no new sequences; it leaves the pool once its "
-      "sequences are done), else 0.",
-      {"model", "worker"});
-  worker_steps_ =
-      &r.AddCallbackCounter("astr:steps_total", "Steps a worker answered.", {"model", "worker"});
   r.AddCallbackCounter("astr:prefix_cache_queries_total",
                        "Tokens of the sequences started (prompt + tokens generated before a "
                        "restart), looked up in the prefix cache.",
@@ -268,41 +253,7 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
                        "prefix cache.",
                        {"model"})
       .Add({model}, read(stat_cache_hits_));
-  cached_pages_ = &r.AddCallbackGauge(
-      "astr:prefix_cache_pages",
-      "KV pages of a worker that its prefix cache keeps (shared by running sequences, or "
-      "evictable: astr:kv_pages_used does not count those).",
-      {"model", "worker"});
-  r.AddCallbackGauge("astr:num_workers", "Workers in the pool (up, reconnecting, down or draining).",
-                     {"model"})
-      .Add({model}, read(stat_members_));
-  for (const auto& slot : workers_) AddWorkerStatMetrics(slot.get());
-}
-
-void SchedulerLoop::AddWorkerStatMetrics(const WorkerSlot* w) {
-  constexpr auto kRelaxed = std::memory_order_relaxed;
-  const std::string& address = w->address;
-  const int64_t pages = w->info.num_pages();
-  kv_pages_used_->Add({model_name_, address}, [w, pages] {
-    return static_cast<double>(pages - w->stat_free_pages.load(kRelaxed));
-  });
-  kv_pages_total_->Add({model_name_, address}, [pages] { return static_cast<double>(pages); });
-  worker_up_->Add({model_name_, address}, [w] { return w->stat_up.load(kRelaxed) ? 1.0 : 0.0; });
-  worker_draining_->Add({model_name_, address},
-                        [w] { return w->stat_draining.load(kRelaxed) ? 1.0 : 0.0; });
-  worker_steps_->Add({model_name_, address},
-                     [w] { return static_cast<double>(w->stat_steps.load(kRelaxed)); });
-  cached_pages_->Add({model_name_, address},
-                     [w] { return static_cast<double>(w->stat_cached_pages.load(kRelaxed)); });
-}
-
-void SchedulerLoop::RemoveWorkerStatMetrics(const std::string& address) {
-  kv_pages_used_->Remove({model_name_, address});
-  kv_pages_total_->Remove({model_name_, address});
-  worker_up_->Remove({model_name_, address});
-  worker_draining_->Remove({model_name_, address});
-  worker_steps_->Remove({model_name_, address});
-  cached_pages_->Remove({model_name_, address});
+  pool_.RegisterMetrics(&registry_, model);
 }
 
 }  // namespace astr::sched

@@ -39,86 +39,34 @@ StatusOr<DrainResult> Scheduler::DrainWorker(const std::string& address,
   return op->result;
 }
 
-void Scheduler::Readmit(const std::string& address) {
-  std::lock_guard<std::mutex> lock(loop_->mu_);
-  loop_->excluded_.erase(address);
-}
+void Scheduler::Readmit(const std::string& address) { loop_->pool_.Readmit(address); }
 
 bool Scheduler::Excluded(const std::string& address) const {
-  std::lock_guard<std::mutex> lock(loop_->mu_);
-  return loop_->excluded_.count(address) > 0;
+  return loop_->pool_.Excluded(address);
 }
 
-std::vector<WorkerMember> Scheduler::Members() const {
-  constexpr auto kRelaxed = std::memory_order_relaxed;
-  std::vector<WorkerMember> out;
-  std::lock_guard<std::mutex> lock(loop_->workers_mu_);
-  for (const auto& w : loop_->workers_) {
-    if (w->stat_removed.load(kRelaxed)) continue;
-    out.push_back(WorkerMember{.address = w->address,
-                               .info = w->info,
-                               .up = w->stat_up.load(kRelaxed),
-                               .draining = w->stat_draining.load(kRelaxed)});
-  }
-  return out;
-}
+std::vector<WorkerMember> Scheduler::Members() const { return loop_->pool_.Members(); }
 
 // ---- Loop side.
 
 void SchedulerLoop::ApplyAddWorker(AddWorkerOp* op, Clock::time_point now) {
-  const v1::InfoResponse& info = op->conn->info();
   const std::string address = op->conn->address();
-  const int64_t version = weight_version_.load(std::memory_order_relaxed);
-  auto refuse = [&](Status status) {
+  StatusOr<WorkerSlot*> joined =
+      pool_.Join(std::move(op->conn),
+                 {content_hash_, model_path_, weight_version_.load(std::memory_order_relaxed)});
+  if (!joined.ok()) {
     // The caller logs it (WorkerMembership: once per reason, not at every retry).
-    VLOG(1) << "worker " << address << " not added: " << status.message();
-    op->status = std::move(status);
-    op->conn.reset();
+    VLOG(1) << "worker " << address << " not added: " << joined.status().message();
+    op->status = joined.status();
     op->Finish();
-  };
-  bool excluded = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    excluded = excluded_.count(address) > 0;
+    return;
   }
-  if (excluded) {
-    return refuse(FailedPreconditionError(
-        "worker " + address +
-        " was drained on purpose (DrainWorker) and is not added back while its address stays "
-        "listed"));
-  }
-  for (const auto& w : workers_) {
-    if (w->health != WorkerSlot::Health::kRemoved && w->address == address) {
-      return refuse(Status(StatusCode::kAlreadyExists, "worker " + address + " is a member"));
-    }
-  }
-  if (info.draining()) {
-    return refuse(FailedPreconditionError("worker " + address + " is shutting down (draining)"));
-  }
-  if (Status fits = CheckWorkerFits(address, info, {content_hash_, model_path_, version});
-      !fits.ok()) {
-    return refuse(std::move(fits));
-  }
-  auto slot = std::make_unique<WorkerSlot>(std::move(op->conn), capacity_, options_);
-  slot->metrics = metrics_->ForWorker(address);
-  slot->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
-  if (options_.fair_share) slot->planner.set_fair_share(&fair_);
-  WorkerSlot* w = slot.get();
-  {
-    // A removed slot whose connection is gone holds nothing: reuse its index.
-    std::lock_guard<std::mutex> lock(workers_mu_);
-    auto reusable = std::find_if(workers_.begin(), workers_.end(), [](const auto& s) {
-      return s->health == WorkerSlot::Health::kRemoved && s->conn == nullptr;
-    });
-    if (reusable != workers_.end()) {
-      *reusable = std::move(slot);
-    } else {
-      workers_.push_back(std::move(slot));
-    }
-  }
-  AddWorkerStatMetrics(w);
-  RecomputePoolLimits();
+  WorkerSlot* w = *joined;
+  w->metrics = metrics_->ForWorker(address);
+  w->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
+  if (options_.fair_share) w->planner.set_fair_share(&fair_);
   PublishStats();
+  const v1::InfoResponse& info = w->info;
   LOG(INFO) << "worker " << address << " joined: " << info.model_name() << " (hash "
             << info.content_hash() << ", weight version " << info.weight_version()
             << "), backend " << info.backend() << ", " << info.num_pages() << " pages of "
@@ -130,21 +78,13 @@ void SchedulerLoop::ApplyAddWorker(AddWorkerOp* op, Clock::time_point now) {
 
 void SchedulerLoop::ApplyDrainWorker(const std::shared_ptr<DrainWorkerOp>& op,
                                      Clock::time_point now) {
-  WorkerSlot* w = nullptr;
-  for (const auto& slot : workers_) {
-    if (slot->health != WorkerSlot::Health::kRemoved && slot->address == op->address) {
-      w = slot.get();
-    }
-  }
+  WorkerSlot* w = pool_.Find(op->address);
   if (w == nullptr) {
     op->status = NotFoundError("address: no worker " + op->address + " in the pool");
     op->Finish();
     return;
   }
-  if (op->exclude) {
-    std::lock_guard<std::mutex> lock(mu_);
-    excluded_.insert(op->address);
-  }
+  if (op->exclude) pool_.Exclude(op->address);
   op->result.address = op->address;
   StartDraining(w, op->exclude ? "DrainWorker" : "its address left the --workers name",
                 op->timeout, now);
@@ -176,10 +116,10 @@ void SchedulerLoop::StartDraining(WorkerSlot* w, std::string reason,
 }
 
 void SchedulerLoop::AdvanceDrains(Clock::time_point now) {
-  for (auto& slot : workers_) {
+  for (auto& slot : pool_.slots()) {
     WorkerSlot* w = slot.get();
     if (w->health == WorkerSlot::Health::kRemoved) {
-      CloseRemovedConnection(w);
+      pool_.CloseRemovedConnection(w);
       continue;
     }
     if (!w->draining) continue;
@@ -210,20 +150,7 @@ void SchedulerLoop::AdvanceDrains(Clock::time_point now) {
 }
 
 void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
-  w->health = WorkerSlot::Health::kRemoved;
-  w->draining = false;
-  w->stop_reconnect.store(true, std::memory_order_release);
-  w->results_received = w->plans_sent;
-  w->receive_due = false;
-  RemoveWorkerStatMetrics(w->address);
-  w->stat_up.store(false, std::memory_order_relaxed);
-  w->stat_draining.store(false, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(workers_mu_);
-    w->stat_removed.store(true, std::memory_order_relaxed);
-  }
-  // Closing the connection ends the step stream: the worker drops whatever is live there.
-  CloseRemovedConnection(w);
+  pool_.Remove(w);
   const int64_t drain_ns = Nanos(now - w->drain_started);
   LOG(INFO) << "worker " << w->address << " left the pool (" << w->drain_reason << "): "
             << w->drain_finished << " sequences finished there, " << w->drain_moved
@@ -239,36 +166,7 @@ void SchedulerLoop::RemoveWorker(WorkerSlot* w, Clock::time_point now) {
     (*it)->Finish();
     it = worker_drain_waiters_.erase(it);
   }
-  RecomputePoolLimits();
   PublishStats();
-}
-
-void SchedulerLoop::CloseRemovedConnection(WorkerSlot* w) {
-  if (w->conn == nullptr || !w->reconnector_done.load(std::memory_order_acquire)) return;
-  if (w->reconnector.joinable()) w->reconnector.join();
-  std::lock_guard<std::mutex> lock(workers_mu_);  // Members() reads slots under it
-  w->conn.reset();
-}
-
-void SchedulerLoop::RecomputePoolLimits() {
-  int64_t pool = 0;
-  int32_t context = 0;
-  int64_t members = 0;
-  for (const auto& w : workers_) {
-    if (w->health == WorkerSlot::Health::kRemoved) continue;
-    ++members;
-    pool = std::max(pool, w->queues.pool.capacity_tokens());
-    const int32_t c = w->info.max_context_tokens();
-    if (c > 0 && (context == 0 || c < context)) context = c;
-  }
-  // With no member left, the last limits stay: Submit then refuses with "no worker is up".
-  if (members == 0) {
-    stat_members_.store(0, std::memory_order_relaxed);
-    return;
-  }
-  max_pool_tokens_.store(pool, std::memory_order_relaxed);
-  max_context_tokens_ = context;
-  stat_members_.store(members, std::memory_order_relaxed);
 }
 
 }  // namespace astr::sched

@@ -2,25 +2,11 @@
 // stream breaks (reconnect, or mark down and move its sequences elsewhere).
 #include <limits>
 #include <string>
-#include <thread>
 
 #include "common/base/logging.h"
 #include "scheduler/scheduler_loop.h"
 
 namespace astr::sched {
-
-WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepCapacity& capacity,
-                       const SchedulerOptions& options)
-    : conn(std::move(connection)),
-      address(conn->address()),
-      info(conn->info()),
-      queues(info.num_pages(), info.page_size()),
-      cost(options.max_step_ms),
-      planner(capacity.For(info)) {
-  if (options.prefix_cache) queues.EnableCache();
-  planner.set_cost_model(&cost);
-  queues.cache_version = info.weight_version();
-}
 
 bool SchedulerLoop::Place(Sequence* seq) {
   const int64_t footprint = seq->footprint();
@@ -29,7 +15,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
   int chosen = -1;
   for (WorkerSlot::Health accept : {WorkerSlot::Health::kUp, WorkerSlot::Health::kReconnecting}) {
     loads_.clear();
-    for (const auto& w : workers_) {
+    for (const auto& w : pool_.slots()) {
       const bool accepting = w->health == accept && !w->draining;
       loads_.push_back(WorkerLoad{accepting, w->queues.num_sequences(), w->placed_tokens,
                                   w->queues.pool.capacity_tokens(),
@@ -39,7 +25,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
     if (chosen >= 0) break;
   }
   if (chosen < 0) return false;
-  WorkerSlot* w = workers_[chosen].get();
+  WorkerSlot* w = pool_.slots()[chosen].get();
   seq->worker = chosen;
   w->placed_tokens += footprint;
   w->queues.Enqueue(seq);
@@ -49,7 +35,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
 
 int64_t SchedulerLoop::CachedPrefixTokens(WorkerSlot* w, const Sequence* seq) {
   WorkerQueues& q = w->queues;
-  if (q.cache == nullptr || q.cache->cached_pages() == 0 || workers_.size() < 2) return 0;
+  if (q.cache == nullptr || q.cache->cached_pages() == 0 || pool_.slots().size() < 2) return 0;
   const uint64_t ns = PrefixCache::Namespace(q.cache_version, seq->request->req.cache_salt);
   route_pages_.clear();
   const PrefixCache::MatchResult m =
@@ -60,7 +46,7 @@ int64_t SchedulerLoop::CachedPrefixTokens(WorkerSlot* w, const Sequence* seq) {
 
 void SchedulerLoop::Unplace(Sequence* seq) {
   if (seq->worker < 0) return;
-  WorkerSlot* w = workers_[seq->worker].get();
+  WorkerSlot* w = pool_.slots()[seq->worker].get();
   if (w->draining) ++w->drain_finished;  // it ended here (finished, cancelled, failed)
   w->queues.Remove(seq);
   w->placed_tokens -= seq->footprint();
@@ -97,39 +83,13 @@ void SchedulerLoop::OnWorkerBroken(WorkerSlot* w, const Status& why, Clock::time
                                   "); last: worker " + w->conn->address() + ": " + why.message()),
                  now);
   }
-  StartReconnect(w);
-}
-
-void SchedulerLoop::StartReconnect(WorkerSlot* w) {
-  if (w->reconnector.joinable()) w->reconnector.join();
-  w->reconnected.store(false, std::memory_order_relaxed);
-  w->refused_draining.store(false, std::memory_order_relaxed);
-  w->reconnector_done.store(false, std::memory_order_relaxed);
-  const auto attempt = std::chrono::milliseconds(options_.reconnect_attempt_ms);
-  w->reconnector = std::thread([this, w, attempt] {
-    while (!stop_reconnecting_.load(std::memory_order_acquire) &&
-           !w->stop_reconnect.load(std::memory_order_acquire)) {
-      const Status s = w->conn->Reconnect(attempt);
-      if (s.ok()) {
-        w->reconnected.store(true, std::memory_order_release);
-        break;
-      }
-      // The worker answers but is shutting down: its sequences need not wait for it.
-      if (s.code() == StatusCode::kFailedPrecondition) {
-        w->refused_draining.store(true, std::memory_order_release);
-      }
-      // Reconnect itself waits up to `attempt` for the channel; a refused connection returns at
-      // once, so pace the retries.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    w->reconnector_done.store(true, std::memory_order_release);
-  });
+  pool_.StartReconnect(w);
 }
 
 void SchedulerLoop::PollWorkers(Clock::time_point now) {
   if (now >= next_idle_check_) {
     next_idle_check_ = now + kIdleCheckInterval;
-    for (auto& slot : workers_) {
+    for (auto& slot : pool_.slots()) {
       WorkerSlot* w = slot.get();
       if (w->health == WorkerSlot::Health::kUp && w->in_flight() == 0 && !w->conn->Alive()) {
         OnWorkerBroken(w, UnavailableError("the connection under the idle step stream was lost"),
@@ -137,7 +97,7 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       }
     }
   }
-  for (auto& slot : workers_) {
+  for (auto& slot : pool_.slots()) {
     WorkerSlot* w = slot.get();
     if (w->health == WorkerSlot::Health::kUp || w->health == WorkerSlot::Health::kRemoved) {
       continue;
@@ -146,9 +106,8 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       w->reconnector.join();
       // Another model or pool answers at that address, or it missed a weight update (restarted,
       // or down while one was committed): serving it would mix them. Never route to it again.
-      const PoolIdentity pool{w->info.content_hash(), w->info.model_path(),
-                              weight_version_.load(std::memory_order_relaxed), &w->info};
-      if (Status fits = CheckWorkerFits(w->conn->address(), w->conn->info(), pool); !fits.ok()) {
+      if (Status fits = pool_.CheckRejoin(*w, weight_version_.load(std::memory_order_relaxed));
+          !fits.ok()) {
         LOG(ERROR) << fits.message() << "; keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
         if (w->health == WorkerSlot::Health::kReconnecting) {
