@@ -130,6 +130,7 @@ class BatchPlanner {
   // While set (Pause in drain mode), only sequences of requests that already started are
   // admitted; the others keep their places in the queue.
   void set_hold_new_requests(bool hold) { hold_new_requests_ = hold; }
+  bool hold_new_requests() const { return hold_new_requests_; }
   // Bounds the tokens of a step that has decode rows (StepCostModel::Budget); nullptr = the
   // limits' max_tokens always. `cost` must outlive the planner's use of it.
   void set_cost_model(const StepCostModel* cost) { cost_ = cost; }

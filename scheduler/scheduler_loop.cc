@@ -55,7 +55,7 @@ void SchedulerLoop::Run() {
     BuryClosed();
     PublishStats();
     // After the stats: a Pause(kDrain) answered here must find them without its requests.
-    AdvanceAdmin(now);
+    if (admin_.Advance(now)) progressed_ = true;
     output_->Post(&out_);
   }
   // Shutting down: whatever is still open ends now, including requests submitted since the last
@@ -117,7 +117,7 @@ bool SchedulerLoop::WaitForWork() {
 }
 
 bool SchedulerLoop::HasWork() const {
-  const bool hold = HoldSteps();
+  const bool hold = admin_.HoldsSteps();
   for (const auto& w : pool_.slots()) {
     if (w->health != WorkerSlot::Health::kUp) continue;
     if (hold) {
@@ -152,10 +152,10 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
     SchedulerLoop* loop;
     Clock::time_point now;
     void operator()(SubmitCommand& c) const { loop->AddRequest(std::move(c.request), now); }
-    void operator()(std::shared_ptr<PauseOp>& op) const { loop->ApplyPause(op, now); }
-    void operator()(std::shared_ptr<ResumeOp>& op) const { loop->ApplyResume(op.get(), now); }
-    void operator()(std::shared_ptr<CommitOp>& op) const { loop->ApplyCommit(op); }
-    void operator()(std::shared_ptr<FlushCacheOp>& op) const { loop->ApplyFlushCache(op.get()); }
+    void operator()(std::shared_ptr<PauseOp>& op) const { loop->admin_.Pause(op, now); }
+    void operator()(std::shared_ptr<ResumeOp>& op) const { loop->admin_.Resume(op.get(), now); }
+    void operator()(std::shared_ptr<CommitOp>& op) const { loop->admin_.Commit(op); }
+    void operator()(std::shared_ptr<FlushCacheOp>& op) const { loop->admin_.FlushCache(op.get()); }
     void operator()(std::shared_ptr<AddWorkerOp>& op) const { loop->ApplyAddWorker(op.get(), now); }
     void operator()(std::shared_ptr<DrainWorkerOp>& op) const { loop->ApplyDrainWorker(op, now); }
     void operator()(CancelCommand& c) const {
@@ -224,7 +224,7 @@ void SchedulerLoop::ExpireDeadlines(Clock::time_point now) {
 // result is read once two plans are in flight, or when there was nothing new to send.
 bool SchedulerLoop::StepWorkers(Clock::time_point now) {
   bool any = false;
-  const bool hold = HoldSteps();
+  const bool hold = admin_.HoldsSteps();
   for (auto& slot : pool_.slots()) {
     WorkerSlot* w = slot.get();
     if (w->health != WorkerSlot::Health::kUp) continue;

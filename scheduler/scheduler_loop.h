@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/metrics/registry.h"
+#include "scheduler/admin_controller.h"
 #include "scheduler/batch_planner.h"
 #include "scheduler/output_queue.h"
 #include "scheduler/policies.h"
@@ -41,7 +42,7 @@
 
 namespace astr::sched {
 
-class SchedulerLoop {
+class SchedulerLoop : private AdminHost {
  public:
   SchedulerLoop(SchedulerOptions options, std::vector<std::unique_ptr<WorkerConnection>> workers);
   ~SchedulerLoop();  // stops the threads; open requests close with UNAVAILABLE
@@ -52,35 +53,7 @@ class SchedulerLoop {
   friend class Scheduler;
 
  private:
-  // An admin call a client thread waits on until the loop answers it (Finish).
-  struct Waitable {
-    Status status;
-    Clock::time_point requested = Clock::now();
-    std::mutex mu;
-    std::condition_variable cv;
-    bool finished = false;
-    void Finish();
-    // Waits until Finish; false when `deadline` passed first.
-    bool Wait(Clock::time_point deadline);
-  };
-  // The admin calls, one typed struct each (scheduler_loop_admin.cc, scheduler_loop_members.cc).
-  struct PauseOp : Waitable {
-    PauseMode mode = PauseMode::kNone;
-    int32_t drain_target = 0;  // kDrain: started requests at the pause
-    PauseResult result;
-  };
-  struct ResumeOp : Waitable {
-    ResumeResult result;
-  };
-  struct CommitOp : Waitable {
-    std::function<Status(int64_t)> apply;
-    std::string label;
-    std::optional<std::vector<std::string>> updated_workers;  // those `apply` switched
-    CommitResult result;
-  };
-  struct FlushCacheOp : Waitable {
-    int64_t pages_freed = 0;
-  };
+  // The membership calls (scheduler_loop_members.cc); the admin ones are admin_controller.h's.
   struct AddWorkerOp : Waitable {
     std::unique_ptr<WorkerConnection> conn;
   };
@@ -152,21 +125,16 @@ class SchedulerLoop {
   // A request's histograms (metrics_), when it closes.
   void ObserveClosedRequest(const RequestState& r, Clock::time_point now);
 
-  // Loop side of the admin operations (scheduler_loop_admin.cc).
   // The request a command names, when it is still open.
   RequestState* OpenRequest(uint64_t key);
-  void ApplyPause(const std::shared_ptr<PauseOp>& op, Clock::time_point now);
-  void ApplyResume(ResumeOp* op, Clock::time_point now);
-  void ApplyCommit(const std::shared_ptr<CommitOp>& op);
-  void ApplyFlushCache(FlushCacheOp* op);
-  // Whether planning stops for now: paused (abort / keep) or a commit waits for its boundary.
-  bool HoldSteps() const;
   // After a result: the masks that follow the plan still in flight (StepEntry.mask_follows).
   Status SendLateMasks(WorkerSlot* w);
-  // Runs a pending commit once no plan is in flight; answers finished drains.
-  void AdvanceAdmin(Clock::time_point now);
-  // Requests that started and are not closed, in arrival order.
-  std::vector<RequestState*> StartedRequests() const;
+  // AdminHost (scheduler_loop_admin.cc): what the admin controller asks of the loop.
+  std::vector<RequestState*> StartedRequests() const override;
+  int32_t QueuedRequests() const override;
+  void AbortRequest(RequestState* request, Clock::time_point now) override;
+  void DropWorker(WorkerSlot* w, const std::string& reason, Clock::time_point now) override;
+  WorkerPool& workers() override { return pool_; }
 
   // Routing and worker failure (scheduler_loop_workers.cc).
   bool Place(Sequence* seq);
@@ -231,16 +199,12 @@ class SchedulerLoop {
   std::unique_ptr<SchedulerMetrics> metrics_;
   // The process's one draining flag: the admission policy, the stats and the front read it.
   std::atomic<bool> draining_{false};
-  // Weight version served (written by the loop at a commit) and its label (under mu_).
-  std::atomic<int64_t> weight_version_{0};
-  std::atomic<int64_t> committed_unix_ns_{0};
-  std::string weight_label_;
-  std::atomic<int> stat_pause_mode_{0};  // PauseMode, for weight_version()
-  std::mutex commit_mu_;                 // one CommitWeights at a time
 
   // The workers. Declared before the requests: sequences' page allocations point into the
   // workers' page pools, so requests must be destroyed first.
   WorkerPool pool_;
+  // Pauses, the weight version and its commits, flushes.
+  AdminController admin_;
   // DrainWorker calls waiting for their worker to leave.
   std::vector<std::shared_ptr<DrainWorkerOp>> worker_drain_waiters_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
@@ -260,10 +224,6 @@ class SchedulerLoop {
   uint64_t next_step_id_ = 1;
   int64_t num_waiting_requests_ = 0;  // loop's count of admitted, unscheduled requests
   bool progressed_ = true;            // the last iteration sent a plan or applied a command
-  PauseMode pause_mode_ = PauseMode::kNone;
-  Clock::time_point paused_since_{};
-  std::shared_ptr<CommitOp> pending_commit_;             // waits for a step boundary
-  std::vector<std::shared_ptr<PauseOp>> drain_waiters_;  // Pause(kDrain) calls waiting
   // An idle worker's connection is checked (WorkerConnection::Alive) this often, so a worker
   // that dies or stops while idle is marked down and health follows.
   static constexpr auto kIdleCheckInterval = std::chrono::milliseconds(500);

@@ -1,55 +1,18 @@
-// The loop's admin operations (docs/rl.md): pausing generation in one of three modes, resuming,
-// and committing new weights at a step boundary of every worker.
+// Scheduler's admin calls (docs/rl.md): pausing generation in one of three modes, resuming,
+// committing new weights at a step boundary of every worker, flushing the prefix cache. Each is a
+// typed op the loop hands to its AdminController (admin_controller.h); the loop's side here is
+// what the controller asks of it (AdminHost).
 #include <algorithm>
-#include <chrono>
 
-#include "common/base/clock.h"
-#include "common/base/logging.h"
 #include "scheduler/scheduler_loop.h"
 
 namespace astr::sched {
-namespace {
-
-const char* PauseModeName(PauseMode mode) {
-  switch (mode) {
-    case PauseMode::kNone:
-      return "none";
-    case PauseMode::kAbort:
-      return "abort";
-    case PauseMode::kDrain:
-      return "drain";
-    case PauseMode::kKeep:
-      return "keep";
-  }
-  return "?";
-}
-
-int64_t UnixNanosNow() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-void SchedulerLoop::Waitable::Finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    finished = true;
-  }
-  cv.notify_all();
-}
-
-bool SchedulerLoop::Waitable::Wait(Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu);
-  return cv.wait_until(lock, deadline, [this] { return finished; });
-}
 
 // ---- Client-thread side: Scheduler's calls (scheduler.h).
 
 StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadline) {
   if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
-  auto op = std::make_shared<SchedulerLoop::PauseOp>();
+  auto op = std::make_shared<PauseOp>();
   op->mode = mode;
   if (!loop_->Call(op, deadline)) {
     return Status(StatusCode::kDeadlineExceeded,
@@ -61,7 +24,7 @@ StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadlin
 }
 
 ResumeResult Scheduler::Resume() {
-  auto op = std::make_shared<SchedulerLoop::ResumeOp>();
+  auto op = std::make_shared<ResumeOp>();
   loop_->Call(op);
   return op->result;
 }
@@ -74,8 +37,8 @@ StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> a
 StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> apply,
                                                 std::string label,
                                                 std::vector<std::string> workers) {
-  std::lock_guard<std::mutex> one(loop_->commit_mu_);
-  auto op = std::make_shared<SchedulerLoop::CommitOp>();
+  std::lock_guard<std::mutex> one(loop_->admin_.commit_mutex());
+  auto op = std::make_shared<CommitOp>();
   op->apply = std::move(apply);
   op->label = std::move(label);
   if (!workers.empty()) op->updated_workers = std::move(workers);
@@ -85,20 +48,12 @@ StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> a
 }
 
 int64_t Scheduler::FlushCache() {
-  auto op = std::make_shared<SchedulerLoop::FlushCacheOp>();
+  auto op = std::make_shared<FlushCacheOp>();
   loop_->Call(op);
   return op->pages_freed;
 }
 
-WeightVersionInfo Scheduler::weight_version() const {
-  WeightVersionInfo info;
-  info.version = loop_->weight_version_.load(std::memory_order_acquire);
-  info.committed_unix_ns = loop_->committed_unix_ns_.load(std::memory_order_relaxed);
-  info.paused = static_cast<PauseMode>(loop_->stat_pause_mode_.load(std::memory_order_relaxed));
-  std::lock_guard<std::mutex> lock(loop_->mu_);
-  info.label = loop_->weight_label_;
-  return info;
-}
+WeightVersionInfo Scheduler::weight_version() const { return loop_->admin_.Info(); }
 
 std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   std::vector<std::string> out;
@@ -108,12 +63,7 @@ std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   return out;
 }
 
-// ---- Loop side.
-
-bool SchedulerLoop::HoldSteps() const {
-  return pending_commit_ != nullptr || pause_mode_ == PauseMode::kAbort ||
-         pause_mode_ == PauseMode::kKeep;
-}
+// ---- Loop side: AdminHost.
 
 std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
   std::vector<RequestState*> out;
@@ -125,150 +75,25 @@ std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
   return out;
 }
 
-void SchedulerLoop::ApplyFlushCache(FlushCacheOp* op) {
-  for (auto& w : pool_.slots()) op->pages_freed += w->queues.FlushCache();
-  LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
-  op->Finish();
-}
-
-void SchedulerLoop::ApplyCommit(const std::shared_ptr<CommitOp>& op) {
-  if (pending_commit_ != nullptr) {
-    op->status = AbortedError("another weight commit is pending");
-    op->Finish();
-    return;
-  }
-  pending_commit_ = op;  // AdvanceAdmin runs it at the next step boundary
-}
-
-void SchedulerLoop::ApplyPause(const std::shared_ptr<PauseOp>& op, Clock::time_point now) {
-  const std::vector<RequestState*> started = StartedRequests();
-  PauseResult& result = op->result;
-  result.mode = op->mode;
-  if (pause_mode_ == PauseMode::kNone) paused_since_ = now;
-  pause_mode_ = op->mode;
-  stat_pause_mode_.store(static_cast<int>(op->mode), std::memory_order_relaxed);
-  for (auto& w : pool_.slots()) w->planner.set_hold_new_requests(op->mode == PauseMode::kDrain);
-  switch (op->mode) {
-    case PauseMode::kAbort:
-      for (RequestState* r : started) {
-        result.request_ids.push_back(r->req.request_id);
-        for (auto& seq : r->samples) {
-          if (seq->state != Sequence::State::kDone && !r->closed) {
-            FinishSequence(seq.get(), v1::FINISH_REASON_ABORT, -1, now);
-          }
-        }
-      }
-      result.aborted = static_cast<int32_t>(started.size());
-      break;
-    case PauseMode::kKeep:
-      for (RequestState* r : started) result.request_ids.push_back(r->req.request_id);
-      result.frozen = static_cast<int32_t>(started.size());
-      break;
-    case PauseMode::kDrain:
-      op->drain_target = static_cast<int32_t>(started.size());
-      break;
-    case PauseMode::kNone:
-      break;
-  }
+int32_t SchedulerLoop::QueuedRequests() const {
+  int32_t queued = 0;
   for (const auto& [key, r] : requests_) {
-    if (!r->scheduled && !r->closed) ++result.queued;
+    if (!r->scheduled && !r->closed) ++queued;
   }
-  LOG(INFO) << "generation paused (" << PauseModeName(op->mode) << "): " << started.size()
-            << " started requests " << (op->mode == PauseMode::kAbort  ? "aborted"
-                                        : op->mode == PauseMode::kKeep ? "frozen"
-                                                                       : "finishing")
-            << ", " << result.queued << " queued";
-  if (op->mode != PauseMode::kDrain || started.empty()) {
-    op->Finish();
-  } else {
-    drain_waiters_.push_back(op);  // AdvanceAdmin answers once they finished
+  return queued;
+}
+
+void SchedulerLoop::AbortRequest(RequestState* request, Clock::time_point now) {
+  for (auto& seq : request->samples) {
+    if (seq->state != Sequence::State::kDone && !request->closed) {
+      FinishSequence(seq.get(), v1::FINISH_REASON_ABORT, -1, now);
+    }
   }
 }
 
-void SchedulerLoop::ApplyResume(ResumeOp* op, Clock::time_point now) {
-  op->result.was_paused = pause_mode_ != PauseMode::kNone;
-  if (op->result.was_paused) op->result.paused_ns = Nanos(now - paused_since_);
-  pause_mode_ = PauseMode::kNone;
-  stat_pause_mode_.store(0, std::memory_order_relaxed);
-  for (auto& w : pool_.slots()) w->planner.set_hold_new_requests(false);
-  for (auto& waiter : drain_waiters_) {
-    waiter->status = AbortedError("Resume was called before the running requests drained");
-    waiter->Finish();
-  }
-  drain_waiters_.clear();
-  if (op->result.was_paused) {
-    LOG(INFO) << "generation resumed after " << op->result.paused_ns / 1000000 << " ms";
-  }
-  op->Finish();
-}
-
-void SchedulerLoop::AdvanceAdmin(Clock::time_point now) {
-  if (!drain_waiters_.empty() && StartedRequests().empty()) {
-    for (auto& waiter : drain_waiters_) {
-      waiter->result.drained = waiter->drain_target;
-      waiter->Finish();
-    }
-    drain_waiters_.clear();
-  }
-  if (pending_commit_ == nullptr) return;
-  for (const auto& w : pool_.slots()) {
-    if (w->in_flight() > 0) return;  // the boundary comes with the last answer
-  }
-  std::shared_ptr<CommitOp> op = std::move(pending_commit_);
-  pending_commit_.reset();
-  const int64_t version = weight_version_.load(std::memory_order_relaxed) + 1;
-  op->status = op->apply(version);
-  if (op->status.ok()) {
-    CommitResult& result = op->result;
-    result.version = version;
-    // KV computed under the old weights is recomputed unless the request asked to reuse it.
-    for (auto& w : pool_.slots()) {
-      std::vector<Sequence*>& running = w->queues.running;
-      for (size_t i = running.size(); i-- > 0;) {
-        if (running[i]->request->req.reuse_kv_on_weight_update) {
-          ++result.reused;
-        } else {
-          w->queues.Requeue(i, /*count_preemption=*/false);
-          ++result.recomputed;
-        }
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      weight_label_ = op->label;
-    }
-    committed_unix_ns_.store(UnixNanosNow(), std::memory_order_relaxed);
-    weight_version_.store(version, std::memory_order_release);
-    // Cached K/V of the old weights is of no use to anyone now (it is keyed by version anyway).
-    for (auto& w : pool_.slots()) {
-      w->queues.FlushCache();
-      w->queues.cache_version = version;
-    }
-    result.commit_ns = Nanos(Clock::now() - op->requested);
-    LOG(INFO) << "weights: version " << version
-              << (op->label.empty() ? "" : " (" + op->label + ")") << " serving; "
-              << result.recomputed << " running sequences recompute, " << result.reused
-              << " keep their KV";
-    // A member the update did not reach (it joined while the update was staged) serves the old
-    // weights: it leaves at once and its sequences restart on the others.
-    if (op->updated_workers) {
-      const std::vector<std::string>& updated = *op->updated_workers;
-      for (auto& w : pool_.slots()) {
-        if (w->health == WorkerSlot::Health::kRemoved ||
-            std::find(updated.begin(), updated.end(), w->address) != updated.end()) {
-          continue;
-        }
-        LOG(WARNING) << "worker " << w->address << " joined during the update to version "
-                     << version << " and serves version " << version - 1 << ": dropped";
-        StartDraining(w.get(), "it missed the update to version " + std::to_string(version),
-                      std::chrono::milliseconds(0), now);
-      }
-      AdvanceDrains(now);
-    }
-  }
-  progressed_ = true;  // plans may go out again
-  op->Finish();
-  (void)now;
+void SchedulerLoop::DropWorker(WorkerSlot* w, const std::string& reason, Clock::time_point now) {
+  StartDraining(w, reason, std::chrono::milliseconds(0), now);
+  AdvanceDrains(now);
 }
 
 }  // namespace astr::sched

@@ -15,10 +15,10 @@ SchedulerLoop::SchedulerLoop(SchedulerOptions options,
       router_(options.cache_route_slack),
       capacity_(options_),
       pool_(options_, capacity_),
+      admin_(this, workers.empty() ? 0 : workers[0]->info().weight_version()),
       max_in_flight_(options.overlap_steps ? 2 : 1) {
   if (!workers.empty()) {
     // Workers that come back or join must serve this model and version (PollWorkers, AddWorker).
-    weight_version_.store(workers[0]->info().weight_version());
     model_name_ = workers[0]->info().model_name();
     content_hash_ = workers[0]->info().content_hash();
     model_path_ = workers[0]->info().model_path();
@@ -229,7 +229,7 @@ void SchedulerLoop::RegisterStatMetrics(const std::string& model) {
                      "Weight version served (0: the weights loaded at "
                      "start).",
                      {"model"})
-      .Add({model}, read(weight_version_));
+      .Add({model}, [this] { return static_cast<double>(admin_.version()); });
   r.AddCallbackCounter("astr:requests_admitted_total", "Requests admitted into the queue.",
                        {"model"})
       .Add({model}, read(stat_admitted_));

@@ -52,8 +52,7 @@ std::vector<WorkerMember> Scheduler::Members() const { return loop_->pool_.Membe
 void SchedulerLoop::ApplyAddWorker(AddWorkerOp* op, Clock::time_point now) {
   const std::string address = op->conn->address();
   StatusOr<WorkerSlot*> joined =
-      pool_.Join(std::move(op->conn),
-                 {content_hash_, model_path_, weight_version_.load(std::memory_order_relaxed)});
+      pool_.Join(std::move(op->conn), {content_hash_, model_path_, admin_.version()});
   if (!joined.ok()) {
     // The caller logs it (WorkerMembership: once per reason, not at every retry).
     VLOG(1) << "worker " << address << " not added: " << joined.status().message();
@@ -63,7 +62,7 @@ void SchedulerLoop::ApplyAddWorker(AddWorkerOp* op, Clock::time_point now) {
   }
   WorkerSlot* w = *joined;
   w->metrics = metrics_->ForWorker(address);
-  w->planner.set_hold_new_requests(pause_mode_ == PauseMode::kDrain);
+  w->planner.set_hold_new_requests(admin_.holds_new_requests());
   if (options_.fair_share) w->planner.set_fair_share(&fair_);
   PublishStats();
   const v1::InfoResponse& info = w->info;

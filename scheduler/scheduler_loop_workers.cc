@@ -106,8 +106,7 @@ void SchedulerLoop::PollWorkers(Clock::time_point now) {
       w->reconnector.join();
       // Another model or pool answers at that address, or it missed a weight update (restarted,
       // or down while one was committed): serving it would mix them. Never route to it again.
-      if (Status fits = pool_.CheckRejoin(*w, weight_version_.load(std::memory_order_relaxed));
-          !fits.ok()) {
+      if (Status fits = pool_.CheckRejoin(*w, admin_.version()); !fits.ok()) {
         LOG(ERROR) << fits.message() << "; keeping it down";
         w->reconnected.store(false, std::memory_order_relaxed);
         if (w->health == WorkerSlot::Health::kReconnecting) {
