@@ -44,6 +44,26 @@ bool Waitable::Wait(Clock::time_point deadline) {
   return cv.wait_until(lock, deadline, [this] { return finished; });
 }
 
+void PauseOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+                    Clock::time_point now) {
+  admin.Pause(std::static_pointer_cast<PauseOp>(self), now);
+}
+
+void ResumeOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>&,
+                     Clock::time_point now) {
+  admin.Resume(this, now);
+}
+
+void CommitOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+                     Clock::time_point) {
+  admin.Commit(std::static_pointer_cast<CommitOp>(self));
+}
+
+void FlushCacheOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>&,
+                         Clock::time_point) {
+  admin.FlushCache(this);
+}
+
 AdminController::AdminController(AdminHost* host, int64_t weight_version) : host_(host) {
   version_.store(weight_version, std::memory_order_relaxed);
 }

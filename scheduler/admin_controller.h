@@ -3,8 +3,8 @@
 // and its commits at a step boundary of every worker, and prefix-cache flushes. The loop hands it
 // the admin calls as typed ops and asks it, each iteration, whether steps are held and what
 // became due; what it does to requests and workers goes through AdminHost, which the loop
-// implements. A new admin verb that needs the loop is one op here, one Scheduler call and the
-// front's handler.
+// implements. A new admin verb that needs the loop is one AdminOp here (with its method) and the
+// front's handler, which runs it through Scheduler::RunAdmin.
 #pragma once
 
 #include <atomic>
@@ -35,22 +35,42 @@ struct Waitable {
   bool Wait(Clock::time_point deadline);
 };
 
-struct PauseOp : Waitable {
+class AdminController;
+
+// An admin call: the loop applies it on its thread at the top of an iteration, through
+// Scheduler::RunAdmin; the caller waits on it. A new verb that needs the loop is a new op here
+// (with its controller method) and the front's handler: nothing else in the scheduler changes.
+struct AdminOp : Waitable {
+  virtual ~AdminOp() = default;
+  // `self` is this op, for the calls that answer later (a drain pause, a commit).
+  virtual void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+                     Clock::time_point now) = 0;
+};
+
+struct PauseOp : AdminOp {
   PauseMode mode = PauseMode::kNone;
   int32_t drain_target = 0;  // kDrain: started requests at the pause
   PauseResult result;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+             Clock::time_point now) override;
 };
-struct ResumeOp : Waitable {
+struct ResumeOp : AdminOp {
   ResumeResult result;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+             Clock::time_point now) override;
 };
-struct CommitOp : Waitable {
+struct CommitOp : AdminOp {
   std::function<Status(int64_t)> apply;
   std::string label;
   std::optional<std::vector<std::string>> updated_workers;  // those `apply` switched
   CommitResult result;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+             Clock::time_point now) override;
 };
-struct FlushCacheOp : Waitable {
+struct FlushCacheOp : AdminOp {
   int64_t pages_freed = 0;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+             Clock::time_point now) override;
 };
 
 // What the controller needs from the loop (loop thread).
@@ -72,7 +92,7 @@ class AdminController {
  public:
   AdminController(AdminHost* host, int64_t weight_version);
 
-  // --- Loop thread: the ops, as ApplyCommands meets them. ---
+  // --- Loop thread: the ops' Apply. ---
   void Pause(const std::shared_ptr<PauseOp>& op, Clock::time_point now);
   void Resume(ResumeOp* op, Clock::time_point now);
   // Queues the commit for the next step boundary (Advance); ABORTED while one is pending.

@@ -159,6 +159,7 @@ struct DrainResult {
 };
 
 class SchedulerLoop;
+struct AdminOp;
 
 class Scheduler {
  public:
@@ -217,6 +218,10 @@ class Scheduler {
   StatusOr<CommitResult> CommitWeights(std::function<Status(int64_t version)> apply,
                                        std::string label, std::vector<std::string> workers);
   WeightVersionInfo weight_version() const;
+  // Runs an admin op (admin_controller.h) on the loop thread and waits for its answer until
+  // `deadline`; false when it passed first (the op goes on). Pause, Resume, CommitWeights and
+  // FlushCache are such ops; a new admin verb is one more.
+  bool RunAdmin(std::shared_ptr<AdminOp> op, Clock::time_point deadline = Clock::time_point::max());
   // Addresses of the workers up now, in pool order (--workers order, then joining order).
   std::vector<std::string> UpWorkerAddresses() const;
 

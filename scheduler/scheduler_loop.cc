@@ -152,10 +152,7 @@ void SchedulerLoop::ApplyCommands(Clock::time_point now) {
     SchedulerLoop* loop;
     Clock::time_point now;
     void operator()(SubmitCommand& c) const { loop->AddRequest(std::move(c.request), now); }
-    void operator()(std::shared_ptr<PauseOp>& op) const { loop->admin_.Pause(op, now); }
-    void operator()(std::shared_ptr<ResumeOp>& op) const { loop->admin_.Resume(op.get(), now); }
-    void operator()(std::shared_ptr<CommitOp>& op) const { loop->admin_.Commit(op); }
-    void operator()(std::shared_ptr<FlushCacheOp>& op) const { loop->admin_.FlushCache(op.get()); }
+    void operator()(std::shared_ptr<AdminOp>& op) const { op->Apply(loop->admin_, op, now); }
     void operator()(std::shared_ptr<AddWorkerOp>& op) const { loop->ApplyAddWorker(op.get(), now); }
     void operator()(std::shared_ptr<DrainWorkerOp>& op) const { loop->ApplyDrainWorker(op, now); }
     void operator()(CancelCommand& c) const {

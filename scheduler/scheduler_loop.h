@@ -82,9 +82,8 @@ class SchedulerLoop : private AdminHost {
     bool hold = false;
   };
   using Command = std::variant<SubmitCommand, CancelCommand, FinishSampleCommand, HoldCommand,
-                               std::shared_ptr<PauseOp>, std::shared_ptr<ResumeOp>,
-                               std::shared_ptr<CommitOp>, std::shared_ptr<FlushCacheOp>,
-                               std::shared_ptr<AddWorkerOp>, std::shared_ptr<DrainWorkerOp>>;
+                               std::shared_ptr<AdminOp>, std::shared_ptr<AddWorkerOp>,
+                               std::shared_ptr<DrainWorkerOp>>;
   void PushCommand(Command command);
   // Pushes an admin call and waits for the loop's answer until `deadline`; false when it passed.
   template <typename Op>

@@ -14,7 +14,7 @@ StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadlin
   if (mode == PauseMode::kNone) return InvalidArgumentError("mode: expected abort, drain or keep");
   auto op = std::make_shared<PauseOp>();
   op->mode = mode;
-  if (!loop_->Call(op, deadline)) {
+  if (!RunAdmin(op, deadline)) {
     return Status(StatusCode::kDeadlineExceeded,
                   "deadline passed while running requests drained; generation stays paused "
                   "(drain mode) until Resume");
@@ -25,7 +25,7 @@ StatusOr<PauseResult> Scheduler::Pause(PauseMode mode, Clock::time_point deadlin
 
 ResumeResult Scheduler::Resume() {
   auto op = std::make_shared<ResumeOp>();
-  loop_->Call(op);
+  RunAdmin(op);
   return op->result;
 }
 
@@ -42,18 +42,23 @@ StatusOr<CommitResult> Scheduler::CommitWeights(std::function<Status(int64_t)> a
   op->apply = std::move(apply);
   op->label = std::move(label);
   if (!workers.empty()) op->updated_workers = std::move(workers);
-  loop_->Call(op);
+  RunAdmin(op);
   if (!op->status.ok()) return op->status;
   return op->result;
 }
 
 int64_t Scheduler::FlushCache() {
   auto op = std::make_shared<FlushCacheOp>();
-  loop_->Call(op);
+  RunAdmin(op);
   return op->pages_freed;
 }
 
 WeightVersionInfo Scheduler::weight_version() const { return loop_->admin_.Info(); }
+
+bool Scheduler::RunAdmin(std::shared_ptr<AdminOp> op, Clock::time_point deadline) {
+  loop_->PushCommand(op);
+  return op->Wait(deadline);
+}
 
 std::vector<std::string> Scheduler::UpWorkerAddresses() const {
   std::vector<std::string> out;

@@ -676,6 +676,11 @@ class RecordingLife final : public CallLife {
   bool throw_in_decode = false;
   bool throw_in_emit = false;
 
+  // Waits until `prompts` prompts are admitted.
+  bool WaitAdmitted(int prompts, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return admitted_prompts_ >= prompts; });
+  }
   // Waits until the call ended (by output, failure or cancel).
   bool WaitEnded(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -725,6 +730,7 @@ class RecordingLife final : public CallLife {
   void AdmittedLocked() override {
     admitted_prompts_ = static_cast<int>(calls_.size());
     tokens_.assign(calls_.size(), {});
+    cv_.notify_all();
   }
   void EmitLocked() override {
     if (throw_in_emit) throw std::runtime_error("emit broke");
@@ -833,11 +839,7 @@ TEST_F(CallLifeTest, CancelAfterAdmissionAbortsEveryPrompt) {
   auto life = NewLife({Request(50, 1), Request(50, 2)});
   ASSERT_TRUE(life->Open(nullptr).ok());
   life->Begin();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (life->admitted_prompts() < 2 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ASSERT_EQ(life->admitted_prompts(), 2);
+  ASSERT_TRUE(life->WaitAdmitted(2));
   life->Cancel(Status(StatusCode::kCancelled, "the client disconnected"));
   ASSERT_TRUE(life->WaitEnded());
   ASSERT_TRUE(life->cancelled());
@@ -896,11 +898,7 @@ TEST_F(CallLifeTest, BlockedOutputIsPausedThenEndsTheCall) {
   auto life = NewLife({Request(50, 1), Request(50, 2)});
   ASSERT_TRUE(life->Open(nullptr).ok());
   life->Begin();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (life->admitted_prompts() < 2 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ASSERT_EQ(life->admitted_prompts(), 2);
+  ASSERT_TRUE(life->WaitAdmitted(2));
   // Past the pause: both prompts are held (counted once each), the call goes on.
   EXPECT_FALSE(life->BlockedFor(std::chrono::milliseconds(100)));
   EXPECT_EQ(service_->Stats().streams_paused(), 2);

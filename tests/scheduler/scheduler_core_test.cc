@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "scheduler/admin_controller.h"
 #include "scheduler/scheduler.h"
 #include "tests/scheduler/fake_worker.h"
 
@@ -971,6 +972,46 @@ TEST(SchedulerCreateTest, RejectsMismatchedWorkersAndBadOptions) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("--prefill-chunk"), std::string::npos);
   EXPECT_EQ(Scheduler::Create({}, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A new admin verb is an AdminOp and nothing else in the scheduler: this one, written here, runs on
+// the loop thread through Scheduler::RunAdmin and reads the controller's state there.
+struct ProbeOp : AdminOp {
+  bool answer = true;
+  int64_t version = -1;
+  bool holds_steps = true;
+  std::thread::id thread;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>&, Clock::time_point) override {
+    version = admin.version();
+    holds_steps = admin.HoldsSteps();
+    thread = std::this_thread::get_id();
+    if (answer) Finish();
+  }
+};
+
+TEST(SchedulerAdminTest, ANewAdminVerbIsOneOpRunOnTheLoopThread) {
+  FakeWorkerConfig config;
+  config.weight_version = 7;
+  auto fake = std::make_shared<FakeWorker>(config);
+  std::unique_ptr<Scheduler> s = MakeScheduler(SchedulerOptions{}, {fake});
+  ASSERT_NE(s, nullptr);
+  auto probe = std::make_shared<ProbeOp>();
+  ASSERT_TRUE(s->RunAdmin(probe));
+  EXPECT_EQ(probe->version, 7);
+  EXPECT_FALSE(probe->holds_steps);
+  EXPECT_NE(probe->thread, std::this_thread::get_id());
+
+  // Paused in keep mode, steps are held; an op that does not answer leaves its caller at the
+  // deadline, and the scheduler goes on serving.
+  ASSERT_TRUE(s->Pause(PauseMode::kKeep, Clock::now() + std::chrono::seconds(5)).ok());
+  auto silent = std::make_shared<ProbeOp>();
+  silent->answer = false;
+  EXPECT_FALSE(s->RunAdmin(silent, Clock::now() + std::chrono::milliseconds(50)));
+  auto paused = std::make_shared<ProbeOp>();
+  ASSERT_TRUE(s->RunAdmin(paused));
+  EXPECT_TRUE(paused->holds_steps);
+  s->Resume();
+  ExpectAllFree(s.get(), {fake});
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlap, SchedulerCoreTest, ::testing::Bool(),
