@@ -260,13 +260,14 @@ void Register(FlagSet* fs, Flags* f) {
   fs->Int("drain-timeout-s", &f->drain_timeout_s,
           "On SIGTERM / SIGINT: how long running requests may take to finish; those still "
           "running then are aborted (UNAVAILABLE) and the process exits.");
-  fs->Int("max-calls-per-peer", &f->max_calls_per_peer,
-          "Most generation and tokenization calls one client connection may hold open at once; "
-          "beyond it a call gets RESOURCE_EXHAUSTED naming this flag, so one client cannot take "
-          "every slot. 0 = half of the running sequences all workers can hold (the sum of "
-          "min(--max-running, the worker's max batch)), at least 64, so another client finds "
-          "room; "
-          "raise it for a trainer that sends many requests over one connection.");
+  fs->Int(
+      "max-calls-per-peer", &f->max_calls_per_peer,
+      "Most generation and tokenization calls one client connection may hold open at once; "
+      "beyond it a call gets RESOURCE_EXHAUSTED (HTTP 429) naming this flag, so one client "
+      "cannot take every slot. 0 = half of the running sequences all workers can hold (the sum of "
+      "min(--max-running, the worker's max batch)), at least 64, so another client finds "
+      "room; "
+      "raise it for a trainer that sends many requests over one connection.");
   fs->Int("stream-stall-timeout-s", &f->stream_stall_timeout_s,
           "A stream (GenerateStream, or an HTTP response with stream: true) whose client reads "
           "nothing for this long (its pending message is not taken) is cancelled: the request "
