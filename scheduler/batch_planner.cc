@@ -160,11 +160,11 @@ void PlanOutcome::Clear() {
   late_masks_sent = false;
 }
 
-void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now,
-                        v1::StepPlan* plan, PlanOutcome* out) {
+void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now, PlannedStep* plan,
+                        PlanOutcome* out) {
   plan->Clear();
   out->Clear();
-  plan->set_step_id(step_id);
+  plan->step_id = step_id;
   out->step_id = step_id;
   const int64_t used = GrantRunning(q, out, step_id);
   // Decode rows first in batch order, then prefill chunks (a sequence's kind is fixed before
@@ -183,7 +183,7 @@ void BatchPlanner::Plan(WorkerQueues* q, uint64_t step_id, Clock::time_point now
   Admit(q, used, step_id, now, plan, out);
   // Releases (finished, cancelled, preempted just now) go out with this plan; the worker applies
   // them before starts, so pages freed here may already be reused by this plan.
-  for (uint64_t id : q->release) plan->add_release(id);
+  plan->release.assign(q->release.begin(), q->release.end());
   q->release.clear();
 }
 
@@ -283,11 +283,11 @@ bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, Pla
   return true;
 }
 
-void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out) {
-  v1::StepEntry* entry = plan->add_entries();
-  entry->set_live_id(seq->live_id);
-  entry->set_start_position(seq->num_computed);
-  entry->set_num_tokens(seq->step_tokens);
+void BatchPlanner::EmitEntry(Sequence* seq, PlannedStep* plan, PlanOutcome* out) {
+  PlannedEntry& entry = plan->AddEntry();
+  entry.live_id = seq->live_id;
+  entry.start_position = static_cast<int32_t>(seq->num_computed);
+  entry.num_tokens = static_cast<int32_t>(seq->step_tokens);
   if (const ScoredRows rows = ScoredRowsOf(*seq, seq->step_tokens); rows.size() > 0) {
     // Row p scores the prompt token at position p + 1.
     out->scoring.push_back({.seq = seq,
@@ -296,9 +296,7 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
                             .count = static_cast<int32_t>(rows.size())});
   }
   const std::vector<int32_t>& pages = seq->pages.pages();
-  for (size_t p = static_cast<size_t>(seq->step_pages_before); p < pages.size(); ++p) {
-    entry->add_new_pages(pages[p]);
-  }
+  entry.new_pages.assign(pages.begin() + seq->step_pages_before, pages.end());
   if (fair_ != nullptr) {
     const int64_t start = seq->num_computed, end = start + seq->step_tokens;
     const int64_t input =
@@ -308,15 +306,15 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
   seq->num_computed += seq->step_tokens;
   // A decode row always samples; a prefill chunk only when it reaches the end of the known tokens.
   const bool sample = seq->num_computed >= seq->num_start_tokens;
-  entry->set_sample(sample);
+  entry.sample = sample;
   if (sample && seq->matcher != nullptr) {
     if (seq->in_flight > 0) {
       // Its mask follows from the token in flight: sent once that result is applied.
-      entry->set_mask_follows(true);
+      entry.mask_follows = true;
       out->late_masks.push_back(seq);
       out->late_mask_live_ids.push_back(seq->live_id);
     } else {
-      FillConstraintMask(*seq->matcher, &mask_, entry->mutable_allowed_tokens());
+      FillConstraintMask(*seq->matcher, &mask_, &entry.allowed_tokens);
     }
   }
   if (sample) {
@@ -328,7 +326,7 @@ void BatchPlanner::EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out
 }
 
 void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
-                         v1::StepPlan* plan, PlanOutcome* out) {
+                         PlannedStep* plan, PlanOutcome* out) {
   PagePool& pool = q->pool;
   // Fair share: priority first, then the client served least, then queue order (stable).
   const std::vector<Sequence*>* order = &q->waiting;
@@ -432,20 +430,19 @@ bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t st
   return true;
 }
 
-void BatchPlanner::Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan) {
+void BatchPlanner::Start(Sequence* seq, int32_t tokens, PlannedStep* plan) {
   const SchedRequest& req = seq->request->req;
-  v1::SequenceStart* start = plan->add_start();
-  start->set_live_id(seq->live_id);
-  *start->mutable_params() = req.sampling;
-  start->set_sample_index(static_cast<uint64_t>(seq->sample_index));
-  auto* ids = start->mutable_tokens();
-  ids->Reserve(seq->num_tokens());
-  ids->Add(req.prompt.begin(), req.prompt.end());
-  ids->Add(seq->generated.begin(), seq->generated.end());
-  start->set_num_prompt_tokens(static_cast<int32_t>(req.prompt.size()));
-  start->set_num_cached_tokens(seq->num_computed);  // the reused prefix (0 without one)
-  for (int32_t page : seq->pages.pages()) start->add_pages(page);
-  start->set_score_from(seq->score_from);
+  PlannedStart& start = plan->AddStart();
+  start.live_id = seq->live_id;
+  start.params = &req.sampling;
+  start.sample_index = static_cast<uint64_t>(seq->sample_index);
+  start.tokens.reserve(seq->num_tokens());
+  start.tokens.insert(start.tokens.end(), req.prompt.begin(), req.prompt.end());
+  start.tokens.insert(start.tokens.end(), seq->generated.begin(), seq->generated.end());
+  start.num_prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  start.num_cached_tokens = static_cast<int32_t>(seq->num_computed);  // the reused prefix
+  start.pages.assign(seq->pages.pages().begin(), seq->pages.pages().end());
+  start.score_from = seq->score_from;
 }
 
 }  // namespace astr::sched

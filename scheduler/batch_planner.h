@@ -1,5 +1,6 @@
 // Plans one step of one worker: which sequences feed how many tokens, which start, which pages
-// they get, which are preempted, written straight into a reused v1::StepPlan.
+// they get, which are preempted, written into a reused PlannedStep (step_plan.h), plain C++ that
+// the worker connection serializes.
 //
 // Order of a step (DESIGN.md "The step contract"):
 //   1. decode rows of running sequences (one token each) get the token budget first;
@@ -36,6 +37,7 @@
 #include "scheduler/policies.h"
 #include "scheduler/prefix_cache.h"
 #include "scheduler/sequence.h"
+#include "scheduler/step_plan.h"
 
 namespace astr::sched {
 
@@ -140,7 +142,7 @@ class BatchPlanner {
 
   // Plans one step of `queues` into `plan` (cleared first, storage reused) and `outcome`.
   // `now` stamps the first scheduling of a request.
-  void Plan(WorkerQueues* queues, uint64_t step_id, Clock::time_point now, v1::StepPlan* plan,
+  void Plan(WorkerQueues* queues, uint64_t step_id, Clock::time_point now, PlannedStep* plan,
             PlanOutcome* outcome);
 
  private:
@@ -150,11 +152,11 @@ class BatchPlanner {
   // itself was preempted.
   bool GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, PlanOutcome* out,
                      uint64_t step_id);
-  void EmitEntry(Sequence* seq, v1::StepPlan* plan, PlanOutcome* out);
+  void EmitEntry(Sequence* seq, PlannedStep* plan, PlanOutcome* out);
   // Phase 3: starts sequences from the waiting queue.
   void Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock::time_point now,
-             v1::StepPlan* plan, PlanOutcome* out);
-  void Start(Sequence* seq, int32_t tokens, v1::StepPlan* plan);
+             PlannedStep* plan, PlanOutcome* out);
+  void Start(Sequence* seq, int32_t tokens, PlannedStep* plan);
   // Prefix cache at a start: takes the cached pages that prefix seq's tokens (sets num_computed);
   // false when it should wait for a page this step is computing.
   bool ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t step_id, PlanOutcome* out);

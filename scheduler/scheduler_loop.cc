@@ -251,19 +251,19 @@ Status SchedulerLoop::SendLateMasks(WorkerSlot* w) {
   PlanOutcome& out = w->outcomes[w->results_received % 2];
   if (out.late_masks.empty() || out.late_masks_sent) return OkStatus();
   out.late_masks_sent = true;
-  v1::StepPlan& m = w->masks_message;
+  PlannedStep& m = w->masks_message;
   m.Clear();
-  m.set_masks_for_step(out.step_id);
+  m.masks_for_step = out.step_id;
   for (size_t i = 0; i < out.late_masks.size(); ++i) {
     Sequence* seq = out.late_masks[i];
-    v1::StepEntry* e = m.add_entries();
-    e->set_live_id(out.late_mask_live_ids[i]);
+    PlannedEntry& e = m.AddEntry();
+    e.live_id = out.late_mask_live_ids[i];
     if (seq->live_id == out.late_mask_live_ids[i] && seq->state == Sequence::State::kRunning &&
         seq->matcher != nullptr && !seq->matcher->Terminated()) {
-      FillConstraintMask(*seq->matcher, &mask_words_, e->mutable_allowed_tokens());
+      FillConstraintMask(*seq->matcher, &mask_words_, &e.allowed_tokens);
     }
   }
-  return w->conn->Send(m);
+  return w->conn->SendStep(m);
 }
 
 // Plans the worker's next step and sends it; false when there was nothing to send or the stream
@@ -274,13 +274,13 @@ bool SchedulerLoop::SendPlan(WorkerSlot* w, Clock::time_point now) {
   PlanOutcome& out = w->outcomes[w->plans_sent % 2];
   w->planner.Plan(&q, next_step_id_++, now, &w->plan, &out);
   RecordOutcome(w, out);
-  if (w->plan.entries_size() == 0 && w->plan.release_size() == 0) return false;
-  if (Status s = w->conn->Send(w->plan); !s.ok()) {
+  if (w->plan.entries().empty() && w->plan.release.empty()) return false;
+  if (Status s = w->conn->SendStep(w->plan); !s.ok()) {
     OnWorkerBroken(w, s, now);
     return false;
   }
   ++w->plans_sent;
-  w->metrics.batch_size->Observe(w->plan.entries_size());
+  w->metrics.batch_size->Observe(static_cast<double>(w->plan.entries().size()));
   w->metrics.iteration_tokens->Observe(static_cast<double>(out.num_tokens));
   return true;
 }

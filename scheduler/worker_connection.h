@@ -9,6 +9,7 @@
 #include "astr/v1/worker.pb.h"
 #include "common/base/status.h"
 #include "common/grpc/tls.h"
+#include "scheduler/step_plan.h"
 
 namespace astr::sched {
 
@@ -22,6 +23,11 @@ class WorkerConnection {
   virtual StatusOr<v1::InfoResponse> RefreshInfo() = 0;
   // Writes one plan on the step stream. UNAVAILABLE when the stream is broken.
   virtual Status Send(const v1::StepPlan& plan) = 0;
+  // Serializes what the planner decided (step_plan.h, into a reused message) and sends it.
+  Status SendStep(const PlannedStep& step) {
+    ToProto(step, &wire_);
+    return Send(wire_);
+  }
   // Blocks for the next result. UNAVAILABLE when the stream is broken.
   virtual Status Receive(v1::StepResult* result) = 0;
   // Drops the current step stream and opens a fresh one (the worker starts it with no live
@@ -33,6 +39,9 @@ class WorkerConnection {
   // stopped answering keepalive pings): the loop, which only reads while a step is in flight,
   // checks this between steps so that an idle worker's loss is noticed too.
   virtual bool Alive() const { return true; }
+
+ private:
+  v1::StepPlan wire_;  // SendStep's message, reused (only the loop thread sends)
 };
 
 // Dials `address` (host:port), reads Info and opens the step stream, retrying until `timeout`.

@@ -42,9 +42,9 @@ struct WorkerSlot {
   WorkerQueues queues;
   StepCostModel cost;  // fitted from this worker's step timings; bounds the planner's steps
   BatchPlanner planner;
-  v1::StepPlan plan;           // reused every step
+  PlannedStep plan;            // reused every step
   v1::StepResult result;       // reused every step
-  v1::StepPlan masks_message;  // SendLateMasks'; reused
+  PlannedStep masks_message;   // SendLateMasks'; reused
   // Outcomes of the plans sent and not answered yet: plan k uses outcomes[k % 2] (at most two in
   // flight: with overlap, plan N+1 goes out before result N is read).
   std::array<PlanOutcome, 2> outcomes;

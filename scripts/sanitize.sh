@@ -39,7 +39,7 @@ ASAN_TESTS=(
   regex_test http_server_test generation_defaults_test json_depth_test
   kv_pool_test sampler_test step_batch_test worker_executor_test worker_service_failure_test
   api_keys_test page_pool_test batch_planner_test fair_share_test worker_fit_test worker_pool_test
-  admin_controller_test scheduler_core_test
+  admin_controller_test step_plan_test scheduler_core_test
   request_builder_test openai_api_test
   constraint_test compile_budget_test compile_queue_test tool_calls_test generate_service_test
 )

@@ -75,7 +75,8 @@ class PlannerHarness {
   // Plans one step, runs it on the fake worker, applies the tokens like the loop does (a sample
   // ends at max_tokens) and returns the step's summary.
   std::string Step() {
-    planner_.Plan(&queues_, ++step_, Clock::now(), &plan_, &outcome_);
+    planner_.Plan(&queues_, ++step_, Clock::now(), &planned_, &outcome_);
+    ToProto(planned_, &plan_);  // what the worker receives
     for (Sequence* seq : queues_.running) ids_[seq->live_id] = labels_[seq];
     v1::StepResult result = worker_.Execute(plan_);
     EXPECT_EQ(result.error_code(), 0) << result.error_message();
@@ -194,7 +195,8 @@ class PlannerHarness {
   WorkerQueues queues_;
   BatchPlanner planner_;
   FakeWorker worker_;
-  v1::StepPlan plan_;
+  PlannedStep planned_;
+  v1::StepPlan plan_;  // its wire form
   PlanOutcome outcome_;
   uint64_t step_ = 0;
   uint64_t next_key_ = 1;

@@ -88,7 +88,7 @@ TEST(StepCostModelTest, ThePlannerSpreadsPrefillOverBoundedSteps) {
   auto a = make(1, 8);
   auto b = make(2, 300);
   q.Enqueue(a->samples[0].get());
-  v1::StepPlan plan;
+  PlannedStep plan;
   PlanOutcome out;
   planner.Plan(&q, 1, Clock::now(), &plan, &out);  // A alone: no decode row yet, unbounded
   EXPECT_EQ(out.token_budget, 2048);
@@ -97,9 +97,9 @@ TEST(StepCostModelTest, ThePlannerSpreadsPrefillOverBoundedSteps) {
   q.Enqueue(b->samples[0].get());
   planner.Plan(&q, 2, Clock::now(), &plan, &out);
   EXPECT_EQ(out.token_budget, 65);
-  ASSERT_EQ(plan.entries_size(), 2);
-  EXPECT_EQ(plan.entries(0).num_tokens(), 1);   // A's decode row first
-  EXPECT_EQ(plan.entries(1).num_tokens(), 64);  // B's first chunk: what the budget leaves
+  ASSERT_EQ(plan.entries().size(), 2u);
+  EXPECT_EQ(plan.entries()[0].num_tokens, 1);   // A's decode row first
+  EXPECT_EQ(plan.entries()[1].num_tokens, 64);  // B's first chunk: what the budget leaves
   q.running.clear();
 }
 
