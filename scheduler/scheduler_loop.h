@@ -16,13 +16,10 @@
 // the slots, their reconnectors and the pool-wide limits are the WorkerPool's (worker_pool.h).
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>

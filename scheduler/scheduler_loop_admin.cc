@@ -56,8 +56,7 @@ int64_t Scheduler::FlushCache() {
 WeightVersionInfo Scheduler::weight_version() const { return loop_->admin_.Info(); }
 
 bool Scheduler::RunAdmin(std::shared_ptr<AdminOp> op, Clock::time_point deadline) {
-  loop_->PushCommand(op);
-  return op->Wait(deadline);
+  return loop_->Call(op, deadline);
 }
 
 std::vector<std::string> Scheduler::UpWorkerAddresses() const {

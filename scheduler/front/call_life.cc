@@ -93,16 +93,14 @@ void CallLife::AdmitPrompts(const Admission& admission, CompileQueue::Result com
     calls.push_back(std::move(*call));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const std::optional<Status> why =
-      !refused.ok() ? std::optional<Status>(refused)
-      : cancel_why_ ? cancel_why_
-      : finished_   ? std::optional<Status>(Status(StatusCode::kCancelled, "the call ended"))
-                    : std::nullopt;
-  if (why) {
+  if (!refused.ok() || cancel_why_ || finished_) {
+    const Status why = !refused.ok()
+                           ? refused
+                           : cancel_why_.value_or(Status(StatusCode::kCancelled, "the call ended"));
     const Status other(StatusCode::kCancelled,
-                       refused.ok() ? why->message() : "another prompt of the call was refused");
+                       refused.ok() ? why.message() : "another prompt of the call was refused");
     for (auto& c : calls) c->Cancel(other);
-    if (!finished_) FailLocked(*why);
+    if (!finished_) FailLocked(why);
     return;
   }
   calls_ = std::move(calls);

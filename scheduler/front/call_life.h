@@ -94,7 +94,6 @@ class CallLife : public std::enable_shared_from_this<CallLife> {
   std::optional<Status> CheckStallLocked(sched::Clock::time_point now);
   // Aborts every prompt's request that has not closed.
   void CancelOpenLocked(const Status& why);
-  bool admitted() const { return admitted_; }
   // The first prompt's request id, for logs ("?" before the admission).
   std::string RequestIdLocked() const;
 
