@@ -31,7 +31,6 @@
 #include <string>
 #include <vector>
 
-#include "astr/v1/worker.pb.h"
 #include "scheduler/fair_share.h"
 #include "scheduler/page_pool.h"
 #include "scheduler/policies.h"

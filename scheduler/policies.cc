@@ -13,19 +13,20 @@ bool QueueOrder::operator()(const Sequence* a, const Sequence* b) const {
   return a->sample_index < b->sample_index;
 }
 
-StepLimits StepCapacity::For(const v1::InfoResponse& worker) const {
+StepLimits StepCapacity::For(int64_t worker_max_batch_tokens, int64_t worker_max_batch,
+                             int32_t max_context_tokens) const {
   StepLimits limits;
   limits.max_tokens = options_.max_batch_tokens;
-  if (worker.max_batch_tokens() > 0) {
-    limits.max_tokens = std::min<int64_t>(limits.max_tokens, worker.max_batch_tokens());
+  if (worker_max_batch_tokens > 0) {
+    limits.max_tokens = std::min<int64_t>(limits.max_tokens, worker_max_batch_tokens);
   }
   limits.max_sequences = options_.max_running;
-  if (worker.max_batch() > 0) {
-    limits.max_sequences = std::min<int64_t>(limits.max_sequences, worker.max_batch());
+  if (worker_max_batch > 0) {
+    limits.max_sequences = std::min<int64_t>(limits.max_sequences, worker_max_batch);
   }
   limits.prefill_chunk = std::min(options_.prefill_chunk, limits.max_tokens);
-  limits.max_context_tokens = worker.max_context_tokens();
-  limits.max_logits_rows = worker.max_batch() > 0 ? worker.max_batch() : limits.max_sequences;
+  limits.max_context_tokens = max_context_tokens;
+  limits.max_logits_rows = worker_max_batch > 0 ? worker_max_batch : limits.max_sequences;
   return limits;
 }
 

@@ -13,10 +13,9 @@
 #include <cstdint>
 #include <span>
 
-#include "astr/v1/worker.pb.h"
 #include "common/base/status.h"
 #include "scheduler/fair_share.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/sched_types.h"
 #include "scheduler/sequence.h"
 
 namespace astr::sched {
@@ -42,7 +41,10 @@ struct StepLimits {
 class StepCapacity {
  public:
   explicit StepCapacity(const SchedulerOptions& options) : options_(options) {}
-  StepLimits For(const v1::InfoResponse& worker) const;
+  // A worker's own limits (InfoResponse max_batch_tokens, max_batch, max_context_tokens; 0 =
+  // none).
+  StepLimits For(int64_t worker_max_batch_tokens, int64_t worker_max_batch,
+                 int32_t max_context_tokens) const;
 
  private:
   SchedulerOptions options_;

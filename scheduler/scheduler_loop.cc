@@ -12,10 +12,6 @@
 namespace astr::sched {
 namespace {
 
-std::span<const int32_t> Ids(const google::protobuf::RepeatedField<int32_t>& ids) {
-  return {ids.data(), static_cast<size_t>(ids.size())};
-}
-
 // The finish rule's reason on the wire.
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
@@ -389,11 +385,11 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
   for (const v1::TokenLogprob& t : token.top()) e.top.push_back({t.token_id(), t.logprob()});
 
   // The finish rule the worker's sampler masking and the offline engine share (min_tokens).
-  const v1::WorkerSamplingParams& p = r->req.sampling;
-  const StopConditions stop{.eos_token_ids = Ids(p.eos_token_ids()),
-                            .stop_token_ids = Ids(p.stop_token_ids()),
-                            .ignore_eos = p.ignore_eos(),
-                            .min_tokens = p.min_tokens(),
+  const SamplingParams& p = r->req.sampling;
+  const StopConditions stop{.eos_token_ids = p.eos_token_ids,
+                            .stop_token_ids = p.stop_token_ids,
+                            .ignore_eos = p.ignore_eos,
+                            .min_tokens = p.min_tokens,
                             .max_tokens = r->req.max_tokens,
                             .max_context_tokens = pool_.max_context_tokens()};
   const FinishDecision d =

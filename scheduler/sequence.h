@@ -7,13 +7,15 @@
 #include <vector>
 
 #include "common/base/finish_rule.h"
+#include "scheduler/constraint.h"
 #include "scheduler/page_pool.h"
 #include "scheduler/prefix_cache.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/sched_types.h"
 
 namespace astr::sched {
 
 struct RequestState;
+class RequestChannel;
 
 // One sample of a request: the unit the planner schedules, preempts and moves between workers.
 struct Sequence {

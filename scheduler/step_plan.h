@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "common/base/sampling_params.h"
+
 namespace astr::v1 {
 class StepPlan;
-class WorkerSamplingParams;
 }  // namespace astr::v1
 
 namespace astr::sched {
@@ -23,7 +24,7 @@ namespace astr::sched {
 struct PlannedStart {
   uint64_t live_id = 0;
   // The request's sampling parameters; it outlives the plan's serialization.
-  const v1::WorkerSamplingParams* params = nullptr;
+  const SamplingParams* params = nullptr;
   uint64_t sample_index = 0;
   std::vector<int32_t> tokens;  // prompt + generated so far
   int32_t num_prompt_tokens = 0;
@@ -64,7 +65,8 @@ class PlannedStep {
   size_t num_entries_ = 0;
 };
 
-// The wire form (worker.proto), into a reused message.
+// The wire form (worker.proto), into a reused message (step_plan_proto.cc: not part of the
+// protobuf-free planner core).
 void ToProto(const PlannedStep& step, v1::StepPlan* out);
 
 }  // namespace astr::sched

@@ -15,7 +15,7 @@ WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepC
       info(conn->info()),
       queues(info.num_pages(), info.page_size()),
       cost(options.max_step_ms),
-      planner(capacity.For(info)) {
+      planner(capacity.For(info.max_batch_tokens(), info.max_batch(), info.max_context_tokens())) {
   if (options.prefix_cache) queues.EnableCache();
   planner.set_cost_model(&cost);
   queues.cache_version = info.weight_version();

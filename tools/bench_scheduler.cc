@@ -251,10 +251,11 @@ void RunRounds(sched::Scheduler* scheduler, const TimedConnection& timed, const 
       sched::SchedRequest r;
       r.request_id = "bench-" + std::to_string(seed);
       for (int64_t t = 0; t < f.prompt_tokens; ++t) r.prompt.push_back(3 + static_cast<int32_t>(t));
-      r.sampling.set_seed(seed++);
-      r.sampling.set_top_p(1.0f);
-      r.sampling.set_repetition_penalty(1.0f);
-      r.sampling.set_ignore_eos(true);
+      r.sampling.seed = seed++;
+      r.sampling.temperature = 0.0f;  // greedy, as before
+      r.sampling.top_p = 1.0f;
+      r.sampling.repetition_penalty = 1.0f;
+      r.sampling.ignore_eos = true;
       r.max_tokens = max_tokens;
       auto ch = scheduler->Submit(std::move(r));
       if (!ch.ok()) {

@@ -494,7 +494,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   ASTR_RETURN_IF_ERROR(ResolveStopStrings(s, limits, &out.output));
   DropRepeatedIds(&params.stop_token_ids, model.vocab_size);
   ASTR_RETURN_IF_ERROR(CheckListSizes(s, params.stop_token_ids, limits));
-  rpc::ToWorkerProto(params, &out.sched.sampling);
+  out.sched.sampling = params;
   out.output.return_logprobs = params.return_logprob;
   out.output.top_logprobs = params.logprobs;
   out.output.include_stop_str_in_output = s.include_stop_str_in_output();

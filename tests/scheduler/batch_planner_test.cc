@@ -53,7 +53,7 @@ class PlannerHarness {
     r->key = next_key_++;
     r->req.prompt = std::move(prompt);
     r->req.cache_salt = std::move(cache_salt);
-    r->req.sampling.set_seed(seed);
+    r->req.sampling.seed = seed;
     r->req.max_tokens = max_tokens;
     r->req.priority = priority;
     r->req.n = n;
@@ -115,7 +115,7 @@ class PlannerHarness {
     std::vector<int32_t> out;
     const int prompt = static_cast<int>(r.req.prompt.size());
     for (int k = 0; k < r.req.max_tokens; ++k) {
-      out.push_back(FakeToken(sample, prompt + k, r.req.sampling.seed(), kVocab));
+      out.push_back(FakeToken(sample, prompt + k, r.req.sampling.seed, kVocab));
     }
     return out;
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc/sampling_proto.h"
 #include "tests/support/test_util.h"
 
 namespace astr::front {
@@ -323,7 +324,8 @@ TEST_F(RequestBuilderTest, DefaultsForATextPrompt) {
   EXPECT_EQ(s.n, 1);
   EXPECT_EQ(s.priority, 0);
   EXPECT_FALSE(s.deadline.has_value());
-  const v1::WorkerSamplingParams& p = s.sampling;
+  v1::WorkerSamplingParams p;  // as the worker receives them
+  rpc::ToWorkerProto(s.sampling, &p);
   EXPECT_EQ(p.temperature(), 1.0f);
   EXPECT_EQ(p.top_k(), 0);
   EXPECT_EQ(p.top_p(), 1.0f);
@@ -358,7 +360,8 @@ TEST_F(RequestBuilderTest, ExplicitValuesAreKept) {
   EXPECT_EQ(s.n, 1);  // 0 means 1
   EXPECT_EQ(s.priority, 3);
   EXPECT_EQ(s.max_tokens, 10);
-  const v1::WorkerSamplingParams& p = s.sampling;
+  v1::WorkerSamplingParams p;  // as the worker receives them
+  rpc::ToWorkerProto(s.sampling, &p);
   EXPECT_EQ(p.temperature(), 0.0f);
   EXPECT_EQ(p.top_k(), 5);
   EXPECT_EQ(p.top_p(), 0.5f);
@@ -395,7 +398,7 @@ TEST_F(RequestBuilderTest, RepeatedStopTokenIdsAreKeptOnce) {
   auto built =
       Build(Parse("token_ids { ids: [1, 403] } sampling { stop_token_ids: [" + ids + ", 9, 3] }"));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  const auto& stop = built->sched.sampling.stop_token_ids();
+  const auto& stop = built->sched.sampling.stop_token_ids;
   EXPECT_EQ(std::vector<int32_t>(stop.begin(), stop.end()), (std::vector<int32_t>{7, 3, 9}));
 }
 

@@ -35,7 +35,7 @@ SchedRequest MakeRequest(int prompt_len, int max_tokens, uint64_t seed, int n = 
   SchedRequest r;
   r.request_id = "r" + std::to_string(seed);
   for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(PromptToken(seed, i));
-  r.sampling.set_seed(seed);
+  r.sampling.seed = seed;
   r.max_tokens = max_tokens;
   r.n = n;
   return r;
@@ -564,10 +564,10 @@ TEST_P(SchedulerCoreTest, EosStopIdsMinTokensAndIgnoreEos) {
   std::vector<std::shared_ptr<RequestChannel>> channels;
   for (const StopCase& c : cases) {
     SchedRequest r = MakeRequest(3, 12, c.seed);
-    r.sampling.add_eos_token_ids(0);
-    r.sampling.add_stop_token_ids(1);
-    r.sampling.set_min_tokens(c.min_tokens);
-    r.sampling.set_ignore_eos(c.ignore_eos);
+    r.sampling.eos_token_ids.push_back(0);
+    r.sampling.stop_token_ids.push_back(1);
+    r.sampling.min_tokens = c.min_tokens;
+    r.sampling.ignore_eos = c.ignore_eos;
     channels.push_back(MustSubmit(s.get(), std::move(r)));
   }
   std::map<v1::FinishReason, int> reasons;

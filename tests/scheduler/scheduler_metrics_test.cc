@@ -33,7 +33,7 @@ SchedRequest MakeRequest(int prompt_len, int max_tokens, uint64_t seed, int n = 
   for (int i = 0; i < prompt_len; ++i) {
     r.prompt.push_back(static_cast<int32_t>((seed * 131 + uint64_t(i) * 7 + 10) % kVocab));
   }
-  r.sampling.set_seed(seed);
+  r.sampling.seed = seed;
   r.max_tokens = max_tokens;
   r.n = n;
   return r;
@@ -220,11 +220,11 @@ TEST_P(SchedulerMetricsTest, FinishedReasonsPerSample) {
   SchedRequest eos = MakeRequest(4, 10, 11);
   ASSERT_NE(expected(4, 11, 0), expected(4, 11, 2));
   ASSERT_NE(expected(4, 11, 1), expected(4, 11, 2));
-  eos.sampling.add_eos_token_ids(expected(4, 11, 2));
+  eos.sampling.eos_token_ids.push_back(expected(4, 11, 2));
   // A stop token id: the second token.
   SchedRequest stop = MakeRequest(4, 10, 12);
   ASSERT_NE(expected(4, 12, 0), expected(4, 12, 1));
-  stop.sampling.add_stop_token_ids(expected(4, 12, 1));
+  stop.sampling.stop_token_ids.push_back(expected(4, 12, 1));
   auto ch_eos = *s->Submit(std::move(eos));
   auto ch_stop = *s->Submit(std::move(stop));
   auto ch_cancel = *s->Submit(MakeRequest(4, 200, 13));

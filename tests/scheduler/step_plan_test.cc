@@ -17,9 +17,9 @@ std::vector<int32_t> Ints(const google::protobuf::RepeatedField<int32_t>& r) {
 }
 
 TEST(StepPlanTest, ToProtoWritesEveryField) {
-  v1::WorkerSamplingParams params;
-  params.set_temperature(0.5f);
-  params.set_seed(99);
+  SamplingParams params;
+  params.temperature = 0.5f;
+  params.seed = 99;
   PlannedStep step;
   step.step_id = 12;
   step.release = {3, 4};

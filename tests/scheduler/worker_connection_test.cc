@@ -38,11 +38,11 @@ std::string StartWorker(testing::ServerProcess* worker, const std::string& model
 SchedRequest Greedy(int max_tokens, uint64_t seed, int n = 1) {
   SchedRequest r;
   r.prompt = kPrompt;
-  r.sampling.set_temperature(0);
-  r.sampling.set_top_p(1);
-  r.sampling.set_repetition_penalty(1);
-  r.sampling.set_seed(seed);
-  r.sampling.set_ignore_eos(true);
+  r.sampling.temperature = 0;
+  r.sampling.top_p = 1;
+  r.sampling.repetition_penalty = 1;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;
   r.max_tokens = max_tokens;
   r.n = n;
   return r;

@@ -36,7 +36,7 @@ SchedRequest MakeRequest(int max_tokens, uint64_t seed) {
   for (int i = 0; i < kPrompt; ++i) {
     r.prompt.push_back(static_cast<int32_t>((seed * 131 + uint64_t(i) * 7 + 10) % kVocab));
   }
-  r.sampling.set_seed(seed);
+  r.sampling.seed = seed;
   r.max_tokens = max_tokens;
   return r;
 }
