@@ -5,14 +5,27 @@
 #include <string>
 
 namespace astr {
+namespace {
+
+sched::StepLimits LimitsOf(const Backend& backend, const EngineOptions& options) {
+  sched::StepLimits limits;
+  limits.max_tokens = backend.max_batch_tokens();
+  limits.max_sequences = std::clamp<int64_t>(options.max_running, 1, backend.max_sample_rows());
+  limits.prefill_chunk = std::clamp<int64_t>(options.prefill_chunk, 1, limits.max_tokens);
+  limits.max_context_tokens = static_cast<int32_t>(backend.config().max_context_tokens);
+  limits.max_logits_rows = backend.max_sample_rows();
+  return limits;
+}
+
+}  // namespace
 
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
     : backend_(std::move(backend)),
       options_(options),
-      pages_(backend_->num_pages()),
+      queues_(backend_->num_pages(), static_cast<int32_t>(backend_->page_size())),
+      planner_(LimitsOf(*backend_, options)),
       sampling_(*backend_) {
-  options_.max_running = std::clamp<int64_t>(options_.max_running, 1, backend_->max_sample_rows());
-  options_.prefill_chunk = std::max<int64_t>(1, options_.prefill_chunk);
+  if (options_.prefix_cache) queues_.EnableCache();
 }
 
 StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
@@ -33,150 +46,128 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
                                 ") exceeds the model's context of " +
                                 std::to_string(c.max_context_tokens));
   }
-  const int64_t capacity = backend_->num_pages() * backend_->page_size();
+  const int64_t capacity = queues_.pool.capacity_tokens();
   if (total > capacity) {
     return InvalidArgumentError("max_tokens: prompt + max_tokens = " + std::to_string(total) +
                                 " tokens exceeds the KV pool's " + std::to_string(capacity));
   }
-  auto seq = std::make_unique<Sequence>();
-  seq->id = next_id_++;
-  seq->tokens = request.prompt;
-  seq->sampler = std::make_unique<SequenceSampler>(request.params, request.sample_index,
-                                                   std::span<const int32_t>(request.prompt));
-  seq->pages = pages_.NewList();
-  seq->result.id = seq->id;
-  seq->result.prompt = request.prompt;
-  seq->request = std::move(request);
-  const int64_t id = seq->id;
-  waiting_.push_back(std::move(seq));
+  const int64_t id = next_id_++;
+  auto r = std::make_unique<Request>();
+  sched::RequestState& state = r->state;
+  state.key = static_cast<uint64_t>(id);
+  state.req.request_id = std::to_string(id);
+  state.req.prompt = request.prompt;
+  state.req.sampling = request.params;
+  state.req.max_tokens = request.params.max_tokens;
+  state.req.n = 1;
+  state.open_samples = 1;
+  auto seq = std::make_unique<sched::Sequence>();
+  seq->request = &state;
+  // The sample index keys the RNG stream (SequenceSampler), as on a worker.
+  seq->sample_index = static_cast<int32_t>(request.sample_index);
+  state.samples.push_back(std::move(seq));
+  r->result.id = id;
+  r->result.prompt = request.prompt;
+  r->request = std::move(request);
+  queues_.Enqueue(state.samples[0].get());
+  requests_.emplace(id, std::move(r));
   return id;
 }
 
-bool Engine::PreemptNewest(const Sequence* keep) {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    Sequence* victim = it->get();
-    if (victim == keep || victim->planned) continue;
-    victim->pages.Release();
-    victim->num_computed = 0;
-    victim->result.preemptions++;
-    victim->preempted = true;
-    waiting_.push_front(std::move(*it));
-    running_.erase(std::next(it).base());
-    return true;
-  }
-  return false;
-}
-
-std::vector<Engine::Sequence*> Engine::Plan() {
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-  batch_.Clear();
-  std::vector<Sequence*> entries;
-  std::vector<Sequence*> order;  // snapshot: preemption reorders running_ while we plan
-  for (auto& s : running_) {
-    s->planned = false;
-    s->preempted = false;
-    order.push_back(s.get());
-  }
-  int64_t budget = backend_->max_batch_tokens();
-  const int64_t page_size = backend_->page_size();
-  // Two passes: decode rows first (one token each, latency-bound), then prefill chunks.
-  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
-    for (size_t i = 0; i < order.size() && budget > 0; ++i) {
-      Sequence* seq = order[i];
-      if (seq->preempted) continue;
-      const int64_t pending = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
-      if ((pass == 0) != (pending == 1)) continue;
-      const int64_t n = std::min({pending, budget, options_.prefill_chunk});
-      const int64_t need_pages = (seq->num_computed + n + page_size - 1) / page_size;
-      bool no_pages = false;
-      while (!seq->pages.GrowTo(need_pages)) {
-        if (!PreemptNewest(seq)) {
-          no_pages = true;
-          break;
-        }
-      }
-      if (no_pages) break;  // nothing else can be freed this step
-      batch_.Append(seq->tokens.data() + seq->num_computed, n, seq->num_computed,
-                    seq->pages.pages().data(), page_size,
-                    seq->num_computed + n == static_cast<int64_t>(seq->tokens.size()));
-      seq->planned = true;
-      entries.push_back(seq);
-      budget -= n;
+void Engine::Execute() {
+  for (uint64_t id : plan_.release) live_.erase(id);
+  for (const sched::PlannedStart& start : plan_.starts()) {
+    Live& l = live_[start.live_id];
+    l.context = start.tokens;
+    l.pages = start.pages;
+    const std::span<const int32_t> prompt(l.context.data(), start.num_prompt_tokens);
+    l.sampler = std::make_unique<SequenceSampler>(*start.params, start.sample_index, prompt);
+    // A restart (after a preemption) continues its RNG counter and penalty counts.
+    for (size_t i = start.num_prompt_tokens; i < l.context.size(); ++i) {
+      l.sampler->Append(l.context[i]);
     }
   }
-  return entries;
+  batch_.Clear();
+  step_samplers_.clear();
+  step_live_.clear();
+  const int64_t page_size = queues_.pool.page_size();
+  for (const sched::PlannedEntry& e : plan_.entries()) {
+    Live& l = live_.at(e.live_id);
+    l.pages.insert(l.pages.end(), e.new_pages.begin(), e.new_pages.end());
+    batch_.Append(l.context.data() + e.start_position, e.num_tokens, e.start_position,
+                  l.pages.data(), page_size, e.sample);
+    if (e.sample) {
+      step_samplers_.push_back(l.sampler.get());
+      step_live_.push_back(&l);
+    }
+  }
 }
 
-void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<GenerationResult>* finished) {
-  seq->result.finish = reason;
-  seq->result.tokens.assign(seq->tokens.begin() + seq->result.prompt.size(), seq->tokens.end());
-  seq->pages.Release();
-  finished->push_back(std::move(seq->result));
+FinishReason Engine::Accept(sched::Sequence* seq, const SampleResult& r) {
+  Request& req = *requests_.at(static_cast<int64_t>(seq->request->key));
+  --seq->in_flight;
+  seq->generated.push_back(r.token);
+  const SamplingParams& p = req.request.params;
+  if (p.return_logprob || p.logprobs > 0) req.result.logprobs.push_back(r.logprob);
+  if (p.logprobs > 0) req.result.top.emplace_back(r.top.begin(), r.top.begin() + r.num_top);
+  // The shared rule (EOS, stop ids past min_tokens, length, context); a stop string ends it
+  // before the length does.
+  FinishReason reason =
+      DecideFinish(StopConditionsOf(p, backend_->config().max_context_tokens), r.token,
+                   static_cast<int64_t>(seq->generated.size()), seq->num_tokens())
+          .reason;
+  if ((reason == FinishReason::kNone || reason == FinishReason::kLength) &&
+      req.request.stop_check && req.request.stop_check(seq->generated)) {
+    reason = FinishReason::kStop;
+  }
+  return reason;
+}
+
+void Engine::Finish(sched::Sequence* seq, FinishReason reason,
+                    std::vector<GenerationResult>* finished) {
+  const int64_t id = static_cast<int64_t>(seq->request->key);
+  auto it = requests_.find(id);
+  Request& req = *it->second;
+  queues_.Remove(seq);  // its pages are free now; its live id goes with the next plan
+  seq->state = sched::Sequence::State::kDone;
+  req.result.finish = reason;
+  req.result.tokens = std::move(seq->generated);
+  req.result.preemptions = req.state.preemptions;
+  finished->push_back(std::move(req.result));
+  requests_.erase(it);
 }
 
 Status Engine::Step(std::vector<GenerationResult>* finished) {
-  std::vector<Sequence*> entries = Plan();
   last_step_ = {};
-  if (entries.empty()) {
-    if (!running_.empty()) return ResourceExhaustedError("KV pool too small for one sequence");
+  if (Idle()) return OkStatus();
+  planner_.Plan(&queues_, next_step_id_++, sched::Clock::now(), &plan_, &outcome_);
+  cache_hit_tokens_ += outcome_.cache_hit_tokens;
+  Execute();
+  if (plan_.entries().empty()) {
+    // Submit refuses what the pool cannot hold, so the planner always finds work; a plan that
+    // only releases can happen once, not twice in a row.
+    if (++empty_plans_ >= 2) return ResourceExhaustedError("KV pool too small for one sequence");
     return OkStatus();
   }
-  // The entries that feed their last uncomputed token sample, in batch order (= sample row order).
-  step_samplers_.clear();
-  for (size_t e = 0; e < entries.size(); ++e) {
-    const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
-    if (entries[e]->num_computed + n == static_cast<int64_t>(entries[e]->tokens.size())) {
-      step_samplers_.push_back(entries[e]->sampler.get());
-    }
-  }
+  empty_plans_ = 0;
   step_results_.resize(step_samplers_.size());
   const auto start = std::chrono::steady_clock::now();
   ASTR_RETURN_IF_ERROR(sampling_.Run(*backend_, batch_, step_samplers_, {}, step_results_));
   last_step_.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   last_step_.tokens = batch_.num_tokens();
-  last_step_.entries = static_cast<int64_t>(entries.size());
+  last_step_.entries = static_cast<int64_t>(plan_.entries().size());
   last_step_.sampled = static_cast<int64_t>(batch_.sample_rows.size());
 
-  size_t sample_index = 0;
-  std::vector<Sequence*> done;
-  for (size_t e = 0; e < entries.size(); ++e) {
-    Sequence* seq = entries[e];
-    const int64_t n = batch_.qo_indptr[e + 1] - batch_.qo_indptr[e];
-    seq->num_computed += n;
-    if (seq->num_computed != static_cast<int64_t>(seq->tokens.size()))
-      continue;  // mid-prompt chunk
-    const SampleResult& r = step_results_[sample_index++];
-    seq->sampler->Append(r.token);
-    seq->tokens.push_back(r.token);
-    const SamplingParams& p = seq->sampler->params();
-    if (p.return_logprob || p.logprobs > 0) seq->result.logprobs.push_back(r.logprob);
-    if (p.logprobs > 0) seq->result.top.emplace_back(r.top.begin(), r.top.begin() + r.num_top);
-    // The shared rule (EOS, stop ids past min_tokens, length); a stop string ends it before
-    // the length does.
-    const int64_t generated = seq->sampler->num_generated();
-    FinishReason reason = DecideFinish(StopConditionsOf(p), r.token, generated,
-                                       static_cast<int64_t>(seq->tokens.size()))
-                              .reason;
-    if ((reason == FinishReason::kNone || reason == FinishReason::kLength) &&
-        seq->request.stop_check &&
-        seq->request.stop_check(std::vector<int32_t>(
-            seq->tokens.begin() + seq->result.prompt.size(), seq->tokens.end()))) {
-      reason = FinishReason::kStop;
+  // outcome_.sampling lists the sampling entries in entry order, as step_live_ does.
+  for (size_t i = 0; i < outcome_.sampling.size(); ++i) {
+    const SampleResult& r = step_results_[i];
+    step_live_[i]->sampler->Append(r.token);
+    step_live_[i]->context.push_back(r.token);
+    sched::Sequence* seq = outcome_.sampling[i];
+    if (const FinishReason reason = Accept(seq, r); reason != FinishReason::kNone) {
+      Finish(seq, reason, finished);
     }
-    if (reason != FinishReason::kNone) {
-      seq->result.finish = reason;
-      done.push_back(seq);
-    }
-  }
-  for (Sequence* seq : done) {
-    auto it = std::find_if(running_.begin(), running_.end(),
-                           [seq](const auto& s) { return s.get() == seq; });
-    Finish(seq, seq->result.finish, finished);
-    running_.erase(it);
   }
   return OkStatus();
 }

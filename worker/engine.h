@@ -1,19 +1,28 @@
-// The offline engine: an in-process loop that owns sequences, assigns KV pages, packs each step
-// (decode rows first, then prefill chunks under a token budget), runs the backend and samples.
-// `astr run`, the benchmark and the model tests drive it. (The services split the same work between
-// the scheduler, which plans, and the worker, which executes.)
+// The offline engine: the scheduler's own planner in process, over one backend. `astr run`, the
+// benchmark and the model tests drive it.
+//
+// Each step the scheduler's BatchPlanner (scheduler/batch_planner.h) plans over a WorkerQueues
+// sized to the backend's KV pool, exactly as astr-scheduler plans for one worker: decode rows
+// first, prefill chunks under the token budget, admission in queue order, pages from the same
+// PagePool, the same preemption policy and (when on) the same radix prefix cache. The engine then
+// does the worker's part in process, without gRPC or protobuf: releases, starts and entries of the
+// plain PlannedStep become one StepBatch, the backend runs it and samples, and each sampled token
+// goes back to its sequence under the shared finish rule. So every batching, preemption and
+// prefix-cache rule exists once, and `astr run` reproduces what the server serves.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "common/base/finish_rule.h"
 #include "common/base/status.h"
+#include "scheduler/batch_planner.h"
+#include "scheduler/sequence.h"
+#include "scheduler/step_plan.h"
 #include "worker/backend.h"
-#include "worker/page_allocator.h"
 #include "worker/sampler.h"
 #include "worker/step_sampling.h"
 
@@ -22,6 +31,10 @@ namespace astr {
 struct EngineOptions {
   int64_t max_running = 64;     // most sequences in one step
   int64_t prefill_chunk = 512;  // most prompt tokens one sequence feeds in one step
+  // The scheduler's radix prefix cache over the KV pool: requests that start with the same tokens
+  // (say, the n samples of one prompt) reuse the K/V computed for them. Off by default so that a
+  // benchmark computes every prefill it reports.
+  bool prefix_cache = false;
 };
 
 struct GenerationRequest {
@@ -60,43 +73,56 @@ class Engine {
   Status Step(std::vector<GenerationResult>* finished);
   // Steps until every submitted sequence has finished; returns them in submission order.
   StatusOr<std::vector<GenerationResult>> RunToCompletion();
-  bool Idle() const { return waiting_.empty() && running_.empty(); }
+  bool Idle() const { return requests_.empty(); }
 
   Backend& backend() { return *backend_; }
-  int64_t free_pages() const { return pages_.num_free(); }
-  int64_t total_pages() const { return pages_.num_pages(); }
+  // Pages not held by a sequence (cached pages that nothing references count as free: the cache
+  // gives them up on demand).
+  int64_t free_pages() const { return queues_.pool.num_free(); }
+  int64_t total_pages() const { return queues_.pool.num_pages(); }
   const StepStats& last_step() const { return last_step_; }
+  // Prompt tokens whose K/V came from the prefix cache, over every start so far.
+  int64_t cache_hit_tokens() const { return cache_hit_tokens_; }
 
  private:
-  struct Sequence {
-    int64_t id;
+  // A request: the scheduler's view of it (one sample) and what it returns.
+  struct Request {
+    sched::RequestState state;
     GenerationRequest request;
-    std::unique_ptr<SequenceSampler> sampler;
-    std::vector<int32_t> tokens;  // prompt + generated
-    int64_t num_computed = 0;     // tokens whose K/V are in the pool
-    bool planned = false;         // already an entry of the step being planned
-    bool preempted = false;       // moved back to waiting during the step being planned
-    PageList<PageAllocator> pages;
     GenerationResult result;
   };
-  // Plans the step into batch_; returns the sequence of each batch entry.
-  std::vector<Sequence*> Plan();
-  // Frees the newest running sequence that is not yet part of the step being planned (it is
-  // recomputed later); false if there is none.
-  bool PreemptNewest(const Sequence* keep);
-  void Finish(Sequence* seq, FinishReason reason, std::vector<GenerationResult>* finished);
+  // A live sequence as the worker side keeps it (the executor's table, in process).
+  struct Live {
+    std::vector<int32_t> context;  // prompt + generated, every token known
+    std::vector<int32_t> pages;    // in sequence order
+    std::unique_ptr<SequenceSampler> sampler;
+  };
+
+  // The worker's part of plan_: releases, starts, then one batch of its entries; fills
+  // step_live_ (per sample row) and step_samplers_.
+  void Execute();
+  // A sampled token reaches its sequence; the reason it ends with it (kNone: it goes on).
+  FinishReason Accept(sched::Sequence* seq, const SampleResult& r);
+  void Finish(sched::Sequence* seq, FinishReason reason, std::vector<GenerationResult>* finished);
 
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;
-  PageAllocator pages_;
+  sched::WorkerQueues queues_;
+  sched::BatchPlanner planner_;
+  sched::PlannedStep plan_;
+  sched::PlanOutcome outcome_;
+  uint64_t next_step_id_ = 1;
   int64_t next_id_ = 0;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  int empty_plans_ = 0;  // consecutive plans without entries
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;  // by id, until finished
+  std::unordered_map<uint64_t, Live> live_;                         // by live id
   StepBatch batch_;
   StepSampling sampling_;
   std::vector<const SequenceSampler*> step_samplers_;  // per sample row of the step
+  std::vector<Live*> step_live_;                       // per sample row of the step
   std::vector<SampleResult> step_results_;
   StepStats last_step_;
+  int64_t cache_hit_tokens_ = 0;
 };
 
 }  // namespace astr

@@ -134,6 +134,10 @@ void EngineFlags::Register(FlagSet* fs) {
   RegisterBackend(fs);
   fs->Int("max-running", &max_running, "Most sequences in one step.");
   fs->Int("prefill-chunk", &prefill_chunk, "Most prompt tokens of one sequence per step.");
+  fs->Bool("prefix-cache", &prefix_cache,
+           "Reuse the K/V of prompt prefixes computed before (the scheduler's radix prefix cache), "
+           "e.g. across the --n samples of one prompt. Off by default, so that benchmarks compute "
+           "every prefill they report.");
 }
 
 Status EngineFlags::Validate() const {
@@ -173,6 +177,7 @@ EngineOptions EngineFlags::EngineOpts() const {
   EngineOptions o;
   o.max_running = max_running;
   o.prefill_chunk = prefill_chunk;
+  o.prefix_cache = prefix_cache;
   return o;
 }
 

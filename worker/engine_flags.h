@@ -52,6 +52,7 @@ struct EngineFlags {
   int64_t max_batch_tokens = 2048;
   int64_t max_running = 64;
   int64_t prefill_chunk = 512;
+  bool prefix_cache = false;
 
   // Every flag below.
   void Register(FlagSet* fs);

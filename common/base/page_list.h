@@ -1,7 +1,7 @@
 // PageList: the KV pages one sequence holds, in sequence order, handed out by a page pool and
 // returned to it on destruction (RAII). The pool keeps its own bookkeeping (free stack, reference
-// counts); the list only remembers which ids it holds. The scheduler's PagePool and the offline
-// engine's PageAllocator both hand out PageLists.
+// counts); the list only remembers which ids it holds. The scheduler's PagePool hands them out (for
+// astr-scheduler and for the offline engine, which drives the same planner in process).
 //
 // A Pool provides, to PageList<Pool> (usually as a friend):
 //   bool Take(int64_t count, std::vector<int32_t>* out);

@@ -24,7 +24,7 @@ class EngineTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> MakeEngine(int64_t num_pages, int64_t page_size = 4,
-                                     int64_t max_batch_tokens = 256) {
+                                     int64_t max_batch_tokens = 256, bool prefix_cache = false) {
     BackendOptions o;
     o.weight_dtype = "f32";
     o.threads = 2;
@@ -37,6 +37,7 @@ class EngineTest : public ::testing::Test {
     EngineOptions e;
     e.max_running = 16;
     e.prefill_chunk = 32;
+    e.prefix_cache = prefix_cache;
     return std::make_unique<Engine>(std::move(*b), e);
   }
 
@@ -53,6 +54,19 @@ class EngineTest : public ::testing::Test {
     r.params.temperature = 0;
     r.params.max_tokens = max_tokens;
     r.params.ignore_eos = true;
+    return r;
+  }
+
+  // Sample `sample_index` of a seeded, sampled request.
+  static GenerationRequest Sampled(std::vector<int32_t> prompt, float temperature, uint64_t seed,
+                                   int max_tokens, uint64_t sample_index) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    r.sample_index = sample_index;
     return r;
   }
 
@@ -125,16 +139,8 @@ TEST_F(EngineTest, SeededSamplingIndependentOfBatch) {
 TEST_F(EngineTest, SamplesOfOneRequestDifferAndReproduce) {
   auto run = [&]() {
     auto e = MakeEngine(512);
-    for (uint64_t s = 0; s < 4; ++s) {
-      GenerationRequest r;
-      r.prompt = Prompt(6, 5);
-      r.params.temperature = 1.0f;
-      r.params.seed = 7;
-      r.params.max_tokens = 16;
-      r.params.ignore_eos = true;
-      r.sample_index = s;
-      EXPECT_TRUE(e->Submit(r).ok());
-    }
+    for (uint64_t s = 0; s < 4; ++s)
+      EXPECT_TRUE(e->Submit(Sampled(Prompt(6, 5), 1.0f, 7, 16, s)).ok());
     auto out = e->RunToCompletion();
     EXPECT_TRUE(out.ok());
     return *out;
@@ -184,6 +190,61 @@ TEST_F(EngineTest, EosEndsUnlessIgnored) {
   EXPECT_EQ((*out)[0].finish, FinishReason::kEos);
   EXPECT_EQ((*out)[1].tokens.size(), 10u);
   EXPECT_EQ((*out)[1].finish, FinishReason::kLength);
+}
+
+// The engine plans with the scheduler's planner, so the scheduler's prefix cache works offline too:
+// samples of one long prompt reuse its full pages, outputs are those computed without the cache,
+// and every page (cached ones included) is free for reuse at the end.
+TEST_F(EngineTest, PrefixCacheReusesSharedPromptsWithIdenticalOutputs) {
+  auto run = [&](bool cache, int64_t* hits) {
+    auto e = MakeEngine(512, 4, 256, cache);
+    const std::vector<int32_t> prompt = Prompt(41, 9);  // 10 full pages of 4 tokens
+    std::vector<GenerationResult> all;
+    for (uint64_t s = 0; s < 4; ++s) {
+      EXPECT_TRUE(e->Submit(Sampled(prompt, 0.8f, 5, 12, s)).ok());
+      // One after the other, so each later sample finds the prompt's pages cached.
+      auto out = e->RunToCompletion();
+      EXPECT_TRUE(out.ok()) << out.status().ToString();
+      all.push_back((*out)[0]);
+    }
+    *hits = e->cache_hit_tokens();
+    EXPECT_EQ(e->free_pages(), e->total_pages());
+    return all;
+  };
+  int64_t hits_off = 0, hits_on = 0;
+  const auto off = run(false, &hits_off);
+  const auto on = run(true, &hits_on);
+  EXPECT_EQ(hits_off, 0);
+  // Samples 1..3 reuse the 10 full prompt pages (40 tokens; the last token is always fed).
+  EXPECT_EQ(hits_on, 3 * 40);
+  for (size_t i = 0; i < off.size(); ++i) {
+    EXPECT_EQ(on[i].tokens, off[i].tokens) << "sample " << i;
+    EXPECT_EQ(on[i].tokens.size(), 12u);
+  }
+  EXPECT_NE(off[0].tokens, off[1].tokens);
+}
+
+// A pool that holds one sequence at a time: the planner admits, grows and preempts by its
+// policy (the newest sequence gives up its pages), and every request still finishes with the
+// tokens it gets alone.
+TEST_F(EngineTest, OneSequencePoolServesEveryRequestInTurn) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(Greedy(Prompt(20, 30 + i), 20));
+  auto alone = MakeEngine(1024);
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& r : reqs) {
+    ASSERT_TRUE(alone->Submit(r).ok());
+    auto out = alone->RunToCompletion();
+    ASSERT_TRUE(out.ok());
+    expected.push_back((*out)[0].tokens);
+  }
+  auto tight = MakeEngine(10);  // 40 slots: one sequence of 20 + 20 tokens
+  for (const auto& r : reqs) ASSERT_TRUE(tight->Submit(r).ok());
+  auto got = tight->RunToCompletion();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*got)[i].tokens, expected[i]) << i;
+  EXPECT_EQ(tight->free_pages(), tight->total_pages());
+  EXPECT_TRUE(tight->Idle());
 }
 
 TEST_F(EngineTest, InvalidRequestsNameTheField) {
