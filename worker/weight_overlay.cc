@@ -2,21 +2,31 @@
 
 namespace astr {
 
+namespace {
+
+// The tensors whose rows RoPE's layout orders.
+bool IsQkProjection(const std::string& canonical) {
+  return canonical.ends_with(".q_proj") || canonical.ends_with(".k_proj");
+}
+
+}  // namespace
+
 bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical) {
   // autoregressive_lm checkpoints are interleaved in Hugging Face form too.
   if (config.rope_layout != model::RopeLayout::kInterleaved) return false;
   if (config.architecture == "autoregressive_lm") return false;
-  const auto ends_with = [&](const char* suffix) {
-    const std::string s = suffix;
-    return canonical.size() > s.size() &&
-           canonical.compare(canonical.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends_with(".q_proj") || ends_with(".k_proj");
+  return IsQkProjection(canonical);
 }
 
 WeightOverlay::WeightOverlay(const model::ModelConfig& config,
                              std::shared_ptr<const model::ModelFile> base, UpdateTensors tensors)
-    : config_(config), base_(std::move(base)), tensors_(std::move(tensors)) {}
+    : config_(config), base_(std::move(base)), tensors_(std::move(tensors)) {
+  permute_base_qk_ = base_ != nullptr && base_->config().rope_layout != config_.rope_layout;
+}
+
+bool WeightOverlay::PermutesBase(const std::string& canonical) const {
+  return permute_base_qk_ && IsQkProjection(canonical);
+}
 
 Status WeightOverlay::LoadF32(const std::string& canonical,
                               const std::vector<int64_t>& expected_shape,
@@ -26,7 +36,14 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
     if (base_ == nullptr) {
       return InternalError("tensor '" + canonical + "' is in no update and no checkpoint is open");
     }
-    return base_->LoadF32(canonical, expected_shape, out);
+    ASTR_RETURN_IF_ERROR(base_->LoadF32(canonical, expected_shape, out));
+    if (PermutesBase(canonical) && expected_shape.size() == 2) {
+      const int64_t rows = expected_shape[0], cols = expected_shape[1];
+      *out = config_.rope_layout == model::RopeLayout::kInterleaved
+                 ? model::HalfToInterleavedRows(*out, rows, cols, config_.head_dim)
+                 : model::InterleavedToHalfRows(*out, rows, cols, config_.head_dim);
+    }
+    return OkStatus();
   }
   const UpdateTensor& t = *it->second;
   if (t.shape != expected_shape) {
@@ -53,6 +70,10 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
   if (it == tensors_.end()) {
     if (base_ == nullptr) {
       return InternalError("tensor '" + canonical + "' is in no update and no checkpoint is open");
+    }
+    if (PermutesBase(canonical)) {
+      return FailedPreconditionError("checkpoint tensor '" + canonical +
+                                     "' needs its rows permuted for the served RoPE layout");
     }
     return base_->Raw(canonical);
   }

@@ -1,6 +1,10 @@
 // The weights a worker serves after updates: the checkpoint it loaded (opened only while it is
 // read) with the tensors of every update applied since laid over it. A backend builds its weight
 // set from this source (Backend::PrepareWeights) exactly as it does from a ModelFile.
+//
+// The source speaks the served model's config. A checkpoint whose q/k rows are in the other RoPE
+// layout (a Hugging Face folder under a llama served from GGUF, which stores them interleaved, or
+// the reverse) has its q_proj / k_proj rows permuted on load, as pushed Hugging Face tensors do.
 #pragma once
 
 #include <cstdint>
@@ -50,9 +54,13 @@ class WeightOverlay final : public model::TensorSource {
   void ReleaseResident(const model::TensorView& view) const override;
 
  private:
+  // Whether base tensor `canonical` is read with its rows permuted (permute_base_qk_).
+  bool PermutesBase(const std::string& canonical) const;
+
   const model::ModelConfig& config_;
   std::shared_ptr<const model::ModelFile> base_;
   UpdateTensors tensors_;
+  bool permute_base_qk_ = false;  // the base's RoPE layout is not the served one
 };
 
 }  // namespace astr

@@ -173,6 +173,26 @@ def test_gguf_worker_takes_hugging_face_tensors(make_cluster, models):
         assert list(greedy(c, p).token_ids) == offline_ids(models["new"], p, 24)
 
 
+def test_gguf_worker_takes_a_hugging_face_checkpoint_from_disk(make_cluster, models):
+    # A trainer's save_pretrained folder (rotate-half q/k rows) into workers serving the GGUF
+    # (interleaved rows): served like the offline engine on that folder, on both workers; then a
+    # partial push over it (its base now the folder) like the offline engine on the mix.
+    c, admin = start(make_cluster, models, model=harness.STORIES, workers=2)
+    r = admin.UpdateWeightsFromDisk(apb.UpdateWeightsFromDiskRequest(path=models["new"]),
+                                    metadata=W.auth(), timeout=120)
+    assert (r.version, r.workers) == (1, 2)
+    for p in PROMPTS:
+        assert list(greedy(c, p).token_ids) == offline_ids(models["new"], p, 24)
+    names = [n for n in models["new_t"] if ".layers.1." in n]
+    part = W.perturbed({n: models["new_t"][n] for n in names}, seed=9, scale=0.05)
+    mixed = dict(models["new_t"])
+    mixed.update(part)
+    folder = W.write_folder(models["new"], mixed, str(models["root"] / "disk_then_partial"))
+    W.push(admin, part)
+    for p in PROMPTS:
+        assert list(greedy(c, p).token_ids) == offline_ids(folder, p, 24)
+
+
 def test_from_disk(make_cluster, models, tmp_path):
     c, admin = start(make_cluster, models, workers=2)
     r = admin.UpdateWeightsFromDisk(apb.UpdateWeightsFromDiskRequest(path=models["new"],

@@ -3,11 +3,14 @@
 // Hugging Face form (q/k rows in rotate-half order) serves exactly the same logprobs; a perturbed
 // push changes them and a rollback restores them bit for bit; the control verbs keep their order;
 // and no weight set is held beside the served one once an update is finished or discarded.
+#include "worker/service/weight_updates.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -17,11 +20,11 @@
 
 #include "common/model/content_hash.h"
 #include "common/model/model_file.h"
+#include "common/model/safetensors.h"
 #include "tests/support/test_util.h"
 #include "worker/backend.h"
 #include "worker/service/executor.h"
 #include "worker/service/step_runner.h"
-#include "worker/service/weight_updates.h"
 
 namespace astr {
 namespace {
@@ -145,6 +148,43 @@ class WeightUpdatesTest : public ::testing::Test {
     return {result.samples(0).token_id(), result.samples(0).logprob(), result.weight_version()};
   }
 
+  // `tensors` (HF names, rotate-half q/k rows) as a Hugging Face folder of this model: what a
+  // trainer saves with save_pretrained. Returns the folder.
+  std::string WriteHfFolder(const std::vector<HfTensor>& tensors, const std::string& tag) {
+    const std::string dir = testing::TempDir(tag);
+    model::ModelConfig c = file_->config();
+    c.rope_layout = model::RopeLayout::kHalf;
+    auto json = model::ConfigToHfJson(c);
+    EXPECT_TRUE(json.ok()) << json.status().ToString();
+    std::ofstream(dir + "/config.json") << *json;
+    std::vector<model::SafetensorsTensorData> data;
+    for (const HfTensor& t : tensors) {
+      model::SafetensorsTensorData& d = data.emplace_back();
+      d.name = t.name;
+      d.shape = t.shape;
+      d.dtype = model::DType::kF32;
+      const auto* b = reinterpret_cast<const uint8_t*>(t.values.data());
+      d.bytes.assign(b, b + t.values.size() * sizeof(float));
+    }
+    EXPECT_TRUE(model::WriteSafetensorsFile(dir + "/model.safetensors", data).ok());
+    return dir;
+  }
+
+  uint64_t StageDisk(const std::string& dir) {
+    auto staged = updates_->StageFromDisk(dir, executor_->mutable_runner());
+    EXPECT_TRUE(staged.ok()) << staged.status().ToString();
+    return staged.ok() ? staged->staged_id() : 0;
+  }
+
+  static std::vector<HfTensor> Perturbed(std::vector<HfTensor> tensors, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> noise(0.0f, 0.05f);
+    for (HfTensor& t : tensors) {
+      for (float& v : t.values) v += noise(rng);
+    }
+    return tensors;
+  }
+
   std::string path_;
   std::unique_ptr<model::ModelFile> file_;
   std::unique_ptr<WorkerExecutor> executor_;
@@ -240,13 +280,7 @@ TEST_F(WeightUpdatesTest, SameTensorsServeTheSameLogprobsAndRollbackRestores) {
   EXPECT_FALSE(updates_->holding().previous);
 
   // Perturbed weights change the answer; a rollback brings version 1 back bit for bit.
-  std::vector<HfTensor> noisy = hf_;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> noise(0.0f, 0.05f);
-  for (HfTensor& t : noisy) {
-    for (float& v : t.values) v += noise(rng);
-  }
-  const uint64_t id2 = Stage(noisy);
+  const uint64_t id2 = Stage(Perturbed(hf_, 5));
   // Not applied yet: still version 1's answer.
   EXPECT_EQ(FirstToken().logprob, before.logprob);
   ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id2, 2), 2);
@@ -260,6 +294,59 @@ TEST_F(WeightUpdatesTest, SameTensorsServeTheSameLogprobsAndRollbackRestores) {
   EXPECT_EQ(back.token, before.token);
   EXPECT_EQ(back.logprob, before.logprob);
   EXPECT_FALSE(updates_->holding().previous);
+}
+
+// A trainer's Hugging Face checkpoint (rotate-half q/k rows) updates the llama served from GGUF
+// (interleaved rows), as a push of the same tensors does: the model's own folder serves the GGUF's
+// logprobs exactly, a perturbed folder serves what a push of those tensors serves, and a later
+// partial push over that folder (its base now in the other layout) what a full push of the mix
+// serves.
+TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
+  const First before = FirstToken();
+  const uint64_t own = StageDisk(WriteHfFolder(hf_, "hf_same"));
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, own, 1), 1);
+  const First same = FirstToken();
+  EXPECT_EQ(same.token, before.token);
+  EXPECT_EQ(same.logprob, before.logprob);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, own), 1);
+
+  // The oracle: the same tensors pushed (the push path permutes them on its own).
+  const std::vector<HfTensor> noisy = Perturbed(hf_, 11);
+  const uint64_t pushed = Stage(noisy);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, pushed, 2), 2);
+  const First want = FirstToken();
+  EXPECT_NE(want.logprob, before.logprob);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, pushed), 2);
+
+  const uint64_t disk = StageDisk(WriteHfFolder(noisy, "hf_noisy"));
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, disk, 3), 3);
+  const First got = FirstToken();
+  EXPECT_EQ(got.token, want.token);
+  EXPECT_EQ(got.logprob, want.logprob);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, disk), 3);
+
+  // A partial push over the folder: the untouched q/k rows come from the folder, permuted.
+  std::vector<HfTensor> part;
+  for (const HfTensor& t : hf_) {
+    if (t.name.find(".layers.0.") != std::string::npos) part.push_back(t);
+  }
+  ASSERT_FALSE(part.empty());
+  const uint64_t partial = Stage(part);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, partial, 4), 4);
+  const First mixed_got = FirstToken();
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, partial), 4);
+  std::vector<HfTensor> mixed = noisy;
+  for (HfTensor& t : mixed) {
+    for (const HfTensor& p : part) {
+      if (p.name == t.name) t = p;
+    }
+  }
+  const uint64_t full = Stage(mixed);
+  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, full, 5), 5);
+  const First mixed_want = FirstToken();
+  EXPECT_EQ(mixed_got.token, mixed_want.token);
+  EXPECT_EQ(mixed_got.logprob, mixed_want.logprob);
+  EXPECT_NE(mixed_want.logprob, want.logprob);
 }
 
 TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {

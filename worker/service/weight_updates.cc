@@ -161,34 +161,31 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
     why << field << " " << x << " vs " << y;
     return true;
   };
-  using RL = model::RopeLayout;
-  const bool d =
-      differ("architecture", a.architecture, b.architecture) ||
-      differ("vocab_size", a.vocab_size, b.vocab_size) ||
-      differ("hidden_size", a.hidden_size, b.hidden_size) ||
-      differ("intermediate_size", a.intermediate_size, b.intermediate_size) ||
-      differ("num_layers", a.num_layers, b.num_layers) ||
-      differ("num_heads", a.num_heads, b.num_heads) ||
-      differ("num_kv_heads", a.num_kv_heads, b.num_kv_heads) ||
-      differ("head_dim", a.head_dim, b.head_dim) || differ("rope_dim", a.rope_dim, b.rope_dim) ||
-      differ("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps) ||
-      differ("rope_theta", a.rope_theta, b.rope_theta) ||
-      differ("rope_layout (interleaved)", a.rope_layout == RL::kInterleaved,
-             b.rope_layout == RL::kInterleaved) ||
-      differ("rope_scaling.type", static_cast<int>(a.rope_scaling.type),
-             static_cast<int>(b.rope_scaling.type)) ||
-      differ("rope_scaling.factor", a.rope_scaling.factor, b.rope_scaling.factor) ||
-      differ("rope_scaling.low_freq_factor", a.rope_scaling.low_freq_factor,
-             b.rope_scaling.low_freq_factor) ||
-      differ("rope_scaling.high_freq_factor", a.rope_scaling.high_freq_factor,
-             b.rope_scaling.high_freq_factor) ||
-      differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
-             b.rope_scaling.original_max_position) ||
-      differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
-      differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
-      differ("gated_attention", a.gated_attention, b.gated_attention) ||
-      differ("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings) ||
-      differ("sliding_window", a.sliding_window, b.sliding_window);
+  const bool d = differ("architecture", a.architecture, b.architecture) ||
+                 differ("vocab_size", a.vocab_size, b.vocab_size) ||
+                 differ("hidden_size", a.hidden_size, b.hidden_size) ||
+                 differ("intermediate_size", a.intermediate_size, b.intermediate_size) ||
+                 differ("num_layers", a.num_layers, b.num_layers) ||
+                 differ("num_heads", a.num_heads, b.num_heads) ||
+                 differ("num_kv_heads", a.num_kv_heads, b.num_kv_heads) ||
+                 differ("head_dim", a.head_dim, b.head_dim) ||
+                 differ("rope_dim", a.rope_dim, b.rope_dim) ||
+                 differ("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps) ||
+                 differ("rope_theta", a.rope_theta, b.rope_theta) ||
+                 differ("rope_scaling.type", static_cast<int>(a.rope_scaling.type),
+                        static_cast<int>(b.rope_scaling.type)) ||
+                 differ("rope_scaling.factor", a.rope_scaling.factor, b.rope_scaling.factor) ||
+                 differ("rope_scaling.low_freq_factor", a.rope_scaling.low_freq_factor,
+                        b.rope_scaling.low_freq_factor) ||
+                 differ("rope_scaling.high_freq_factor", a.rope_scaling.high_freq_factor,
+                        b.rope_scaling.high_freq_factor) ||
+                 differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
+                        b.rope_scaling.original_max_position) ||
+                 differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
+                 differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
+                 differ("gated_attention", a.gated_attention, b.gated_attention) ||
+                 differ("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings) ||
+                 differ("sliding_window", a.sliding_window, b.sliding_window);
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");
@@ -280,7 +277,11 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::strin
   }
   ASTR_RETURN_IF_ERROR(CheckSameModel(config_, (*file)->config(), path));
   ASTR_RETURN_IF_ERROR((*file)->ValidateWeights());
-  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<WeightSet> weights, runner.PrepareWeights(**file));
+  const std::shared_ptr<const model::ModelFile> checkpoint = std::move(*file);
+  // Read under the served config: a checkpoint in the other RoPE layout (a Hugging Face folder
+  // under a llama served from GGUF) has its q/k rows permuted on load.
+  WeightOverlay overlay(config_, checkpoint, {});
+  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<WeightSet> weights, runner.PrepareWeights(overlay));
   auto staged = std::make_unique<Staged>();
   staged->source.base_path = path;
   staged->weights = std::move(weights);
@@ -288,7 +289,7 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::strin
   int64_t bytes = 0;
   const std::vector<model::WeightSpec> expected = model::ExpectedWeights(config_);
   for (const model::WeightSpec& w : expected) {
-    auto raw = (*file)->Raw(w.name);
+    auto raw = checkpoint->Raw(w.name);
     if (raw.ok()) bytes += static_cast<int64_t>(raw->bytes);
   }
   {

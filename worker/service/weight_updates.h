@@ -62,7 +62,9 @@ class WeightStager {
 };
 
 // The config fields that decide what a checkpoint computes; the first that differs between the
-// served model and `other` is a FAILED_PRECONDITION naming it and both values.
+// served model and `other` is a FAILED_PRECONDITION naming it and both values. The RoPE layout of
+// the q/k rows is not one of them: it is how a format stores the same weights (WeightOverlay
+// permutes them), so a trainer's Hugging Face checkpoint updates a llama served from GGUF.
 Status CheckSameModel(const model::ModelConfig& served, const model::ModelConfig& other,
                       const std::string& other_path);
 
