@@ -168,18 +168,24 @@ AdminService::AdminService(sched::Scheduler* scheduler, std::string token,
 AdminService::~AdminService() = default;
 
 grpc::Status AdminService::Authorize(grpc::ServerContext* context) const {
+  const auto& md = context->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return AuthorizeValue(nullptr);
+  const std::string value(it->second.data(), it->second.size());
+  return AuthorizeValue(&value);
+}
+
+grpc::Status AdminService::AuthorizeValue(const std::string* authorization) const {
   if (token_.empty()) {
     return Error(grpc::StatusCode::PERMISSION_DENIED,
                  "admin calls are refused: the scheduler was started without --admin-token-file");
   }
-  const auto& md = context->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
+  if (authorization == nullptr) {
     return Error(grpc::StatusCode::UNAUTHENTICATED,
-                 "admin calls need `authorization: Bearer <token>` metadata (the token of "
+                 "admin calls need `authorization: Bearer <token>` (the token of "
                  "--admin-token-file)");
   }
-  const std::string value(it->second.data(), it->second.size());
+  const std::string& value = *authorization;
   const std::string prefix = "Bearer ";
   if (value.compare(0, prefix.size(), prefix) != 0) {
     return Error(grpc::StatusCode::UNAUTHENTICATED,
@@ -368,7 +374,12 @@ grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
                                                  const v1::UpdateWeightsFromDiskRequest* request,
                                                  v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  if (request->path().empty()) return Error(grpc::StatusCode::INVALID_ARGUMENT, "path: empty");
+  return UpdateFromDisk(*request, response);
+}
+
+grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest& request,
+                                          v1::UpdateWeightsResponse* response) {
+  if (request.path().empty()) return Error(grpc::StatusCode::INVALID_ARGUMENT, "path: empty");
   std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
   if (!one.owns_lock()) {
     return Error(grpc::StatusCode::ABORTED,
@@ -388,7 +399,7 @@ grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
   for (size_t i = 0; i < addresses.size(); ++i) {
     threads.emplace_back([&, i] {
       grpc::ClientContext ctx;
-      statuses[i] = Stub(addresses[i])->StageWeightsFromDisk(&ctx, *request, &answers[i]);
+      statuses[i] = Stub(addresses[i])->StageWeightsFromDisk(&ctx, request, &answers[i]);
     });
   }
   for (auto& t : threads) t.join();
@@ -409,7 +420,7 @@ grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
   response->set_tensors(answers[0].tensors());
   response->set_bytes(answers[0].bytes());
   response->set_stage_ns(Nanos(Clock::now() - start));
-  return Commit(staged, request->label(), response);
+  return Commit(staged, request.label(), response);
 }
 
 grpc::Status AdminService::NeedsCuda(const char* what) const {

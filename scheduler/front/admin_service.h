@@ -68,6 +68,14 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status ResumeMemory(grpc::ServerContext* context, const v1::ResumeMemoryRequest* request,
                             v1::ResumeMemoryResponse* response) override;
 
+  // The same calls for the admin HTTP routes (admin_http.h), which check the token themselves.
+  // `authorization`: the request's Authorization value (null: none). OK, UNAUTHENTICATED (none, or
+  // not `Bearer <token>`) or PERMISSION_DENIED (no token file, or the wrong token).
+  grpc::Status AuthorizeValue(const std::string* authorization) const;
+  // UpdateWeightsFromDisk after authorization: stage on every worker that is up, then commit.
+  grpc::Status UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest& request,
+                              v1::UpdateWeightsResponse* response);
+
  private:
   struct Staged {
     std::string address;

@@ -29,6 +29,7 @@
 #include "common/grpc/shutdown_signal.h"
 #include "common/grpc/tls.h"
 #include "common/model/generation_defaults.h"
+#include "scheduler/front/admin_http.h"
 #include "scheduler/front/admin_service.h"
 #include "scheduler/front/generate_service.h"
 #include "scheduler/front/grpc_service.h"
@@ -85,6 +86,7 @@ struct Flags {
   int64_t max_message_mb = 64;
   std::string admin_listen;  // empty: none, unless --admin-token-file (then kDefaultAdminListen)
   std::string admin_token_file;
+  std::string admin_http_listen;  // empty: no admin HTTP routes
   std::string admin_token;  // read from admin_token_file before any worker is dialed
   std::string http_listen;
   std::string served_model_name;
@@ -129,6 +131,13 @@ void Register(FlagSet* fs, Flags* f) {
              "HOST:PORT'. Default: none, or 127.0.0.1:50053 when --admin-token-file is given "
              "(without a token every admin call would be refused, so no port is taken and any "
              "number of schedulers share a machine). Empty: no admin service.");
+  fs->String("admin-http-listen", &f->admin_http_listen,
+             "Address of SGLang's weight-sync and generation-control HTTP routes "
+             "(/update_weights_from_disk, /get_weight_version, /pause_generation, "
+             "/continue_generation, /flush_cache; docs/rl.md), HOST:PORT, for RL frameworks "
+             "written against SGLang; the bound address is logged as 'admin http on HOST:PORT'. "
+             "Needs --admin-token-file: every route takes `Authorization: Bearer <token>`. "
+             "Default: none.");
   fs->String("admin-token-file", &f->admin_token_file,
              "File holding the bearer token every admin call must present "
              "(`authorization: Bearer <token>` metadata). Without it every admin call is "
@@ -681,6 +690,31 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     LOG(INFO) << "no admin service (--admin-token-file or --admin-listen serves one)";
   }
 
+  // SGLang's admin HTTP routes: their own listener, only with the admin token.
+  std::unique_ptr<front::AdminService> http_admin_calls;
+  std::unique_ptr<front::AdminHttp> admin_http;
+  if (!f.admin_http_listen.empty()) {
+    front::AdminService* calls = admin.get();
+    if (calls == nullptr) {
+      http_admin_calls =
+          std::make_unique<front::AdminService>(scheduler.get(), f.admin_token, f.worker_security);
+      calls = http_admin_calls.get();
+    }
+    http::ServerOptions options;
+    options.listen = f.admin_http_listen;
+    options.max_body_bytes = 1 << 20;
+    options.tls_cert_file = f.tls_cert_file;
+    options.tls_key_file = f.tls_key_file;
+    options.tls_client_ca_file = f.tls_client_ca_file;
+    admin_http = std::make_unique<front::AdminHttp>(calls, scheduler.get(), std::move(options));
+    if (Status s = admin_http->Start(); !s.ok()) {
+      LOG(ERROR) << "--admin-http-listen: " << s.message();
+      return 1;
+    }
+    const std::string host = f.admin_http_listen.substr(0, f.admin_http_listen.rfind(':'));
+    LOG(INFO) << "admin http on " << host << ":" << admin_http->port();
+  }
+
   // The OpenAI-compatible HTTP API: in-process, on the same GenerateService as gRPC.
   std::unique_ptr<front::HttpFront> http;
   if (!f.http_listen.empty()) {
@@ -712,7 +746,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
 
   // Workers join and leave from here on (stopped before the scheduler goes).
   membership->Start(scheduler.get());
-  const int sig = rpc::WaitForShutdownSignal([&f, &http] {
+  const int sig = rpc::WaitForShutdownSignal([&f, &http, &admin_http] {
     // Each part reloads on its own: a bad file leaves that part as it was (and says why).
     auto report = [](const char* what, const Status& s) {
       if (s.ok()) {
@@ -726,6 +760,9 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
     if (http != nullptr && f.server_tls != nullptr) {
       report("TLS certificate (HTTP)", http->ReloadTls());
     }
+    if (admin_http != nullptr && f.server_tls != nullptr) {
+      report("TLS certificate (admin HTTP)", admin_http->ReloadTls());
+    }
     if (f.worker_security.tls != nullptr) {
       report("worker TLS files", f.worker_security.tls->Reload());
     }
@@ -737,6 +774,7 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
   Drain(scheduler.get(), &service, std::chrono::seconds(f.drain_timeout_s));
   membership->Stop();
   if (http != nullptr) http->Stop();
+  if (admin_http != nullptr) admin_http->Stop();
   if (admin_server != nullptr) {
     admin_server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     admin_server->Wait();
@@ -766,6 +804,11 @@ int Main(int argc, const char* const* argv) {
   }
   f.sched.worker_drain_timeout_ms = f.worker_drain_timeout_s * 1000;
   Status valid = Validate(f);
+  if (valid.ok() && !f.admin_http_listen.empty() && f.admin_token_file.empty()) {
+    valid = InvalidArgumentError(
+        "--admin-http-listen needs --admin-token-file (the admin HTTP routes are never served "
+        "without the admin token)");
+  }
   if (valid.ok() && !f.admin_token_file.empty()) {
     auto token = front::ReadAdminToken(f.admin_token_file);
     if (token.ok()) {

@@ -1,0 +1,196 @@
+#include "scheduler/front/admin_http.h"
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "common/base/logging.h"
+
+namespace astr::front {
+namespace {
+
+using json = nlohmann::json;
+
+AdminHttp::Reply JsonReply(int status, const json& body) {
+  return {.status = status, .body = body.dump()};
+}
+
+// SGLang's failure shape: {"success": false, "message": ...}.
+AdminHttp::Reply Failure(int status, const std::string& message) {
+  return JsonReply(status, {{"success", false}, {"message", message}});
+}
+
+int HttpStatusOf(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::NOT_FOUND:
+      return 400;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::ABORTED:
+      return 409;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+// The JSON object of a request body; an empty body is {}.
+StatusOr<json> BodyObject(const http::Request& r) {
+  if (r.body.empty()) return json::object();
+  json body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return InvalidArgumentError("the body is not valid JSON");
+  if (!body.is_object()) return InvalidArgumentError("the body must be a JSON object");
+  return body;
+}
+
+// Field `name` of `body` as a string (absent: `fallback`); the error names the field.
+StatusOr<std::string> StringField(const json& body, const char* name, std::string fallback) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_string()) return InvalidArgumentError(std::string(name) + ": must be a string");
+  return it->get<std::string>();
+}
+
+StatusOr<bool> BoolField(const json& body, const char* name, bool fallback) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return InvalidArgumentError(std::string(name) + ": must be true or false");
+  return it->get<bool>();
+}
+
+}  // namespace
+
+AdminHttp::AdminHttp(AdminService* admin, sched::Scheduler* scheduler, http::ServerOptions options)
+    : admin_(admin), scheduler_(scheduler), options_(std::move(options)) {}
+
+AdminHttp::~AdminHttp() { Stop(); }
+
+Status AdminHttp::Start() {
+  pool_ = std::make_unique<TaskPool>(2);
+  auto server = http::Server::Start(
+      options_, [this](std::shared_ptr<http::Exchange> ex) { Handle(std::move(ex)); });
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
+  return OkStatus();
+}
+
+int AdminHttp::port() const { return server_ ? server_->port() : 0; }
+
+Status AdminHttp::ReloadTls() { return server_ ? server_->ReloadTls() : OkStatus(); }
+
+void AdminHttp::Stop() {
+  if (server_ != nullptr) server_->Stop(std::chrono::milliseconds(2000));
+  pool_.reset();  // runs what is queued, joins
+}
+
+void AdminHttp::Handle(std::shared_ptr<http::Exchange> exchange) {
+  const grpc::Status auth = admin_->AuthorizeValue(exchange->request().Header("authorization"));
+  if (!auth.ok()) {
+    const Reply r = Failure(HttpStatusOf(auth.error_code()), auth.error_message());
+    http::Response response{.status = r.status, .body = r.body};
+    if (r.status == 401) response.headers.push_back({"WWW-Authenticate", "Bearer"});
+    exchange->Respond(std::move(response));
+    return;
+  }
+  pool_->Post([this, exchange] {
+    Reply r = Route(exchange->request());
+    exchange->Respond({.status = r.status, .content_type = r.content_type, .body = r.body});
+  });
+}
+
+AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
+  const std::string& path = request.path;
+  const bool post = request.method == "POST";
+  auto body = BodyObject(request);
+  if (!body.ok()) return Failure(400, std::string(body.status().message()));
+
+  if (path == "/update_weights_from_disk") {
+    if (!post) return Failure(405, "use POST");
+    auto model_path = StringField(*body, "model_path", "");
+    if (!model_path.ok()) return Failure(400, std::string(model_path.status().message()));
+    if (model_path->empty()) return Failure(400, "model_path: required");
+    auto label = StringField(*body, "weight_version", "");
+    if (!label.ok()) return Failure(400, std::string(label.status().message()));
+    auto abort_all = BoolField(*body, "abort_all_requests", false);
+    if (!abort_all.ok()) return Failure(400, std::string(abort_all.status().message()));
+    int32_t aborted = 0;
+    // SGLang aborts what runs and serves on afterwards: a pause in abort mode, resumed below
+    // unless generation was paused before (then it stays paused, now in abort mode).
+    const bool was_paused = scheduler_->weight_version().paused != sched::PauseMode::kNone;
+    if (*abort_all) {
+      auto paused = scheduler_->Pause(sched::PauseMode::kAbort, sched::Clock::time_point::max());
+      if (!paused.ok()) return Failure(500, std::string(paused.status().message()));
+      aborted = paused->aborted;
+    }
+    v1::UpdateWeightsFromDiskRequest r;
+    r.set_path(*model_path);
+    r.set_label(*label);
+    v1::UpdateWeightsResponse response;
+    const grpc::Status s = admin_->UpdateFromDisk(r, &response);
+    if (*abort_all && !was_paused) scheduler_->Resume();
+    if (!s.ok()) {
+      return JsonReply(
+          HttpStatusOf(s.error_code()),
+          {{"success", false}, {"message", s.error_message()}, {"num_paused_requests", aborted}});
+    }
+    LOG(INFO) << "admin http: weights from " << *model_path << " serve as version "
+              << response.version();
+    return JsonReply(200, {{"success", true},
+                           {"message", "Succeeded to update model weights (version " +
+                                           std::to_string(response.version()) + ")."},
+                           {"num_paused_requests", aborted}});
+  }
+  if (path == "/get_weight_version") {
+    const sched::WeightVersionInfo v = scheduler_->weight_version();
+    // SGLang's weight_version is a string a trainer sets with each update; astr's is the label
+    // of the update when it had one, else the version number.
+    return JsonReply(200,
+                     {{"weight_version", v.label.empty() ? std::to_string(v.version) : v.label}});
+  }
+  if (path == "/pause_generation") {
+    if (!post) return Failure(405, "use POST");
+    auto mode_name = StringField(*body, "mode", "abort");
+    if (!mode_name.ok()) return Failure(400, std::string(mode_name.status().message()));
+    sched::PauseMode mode;
+    if (*mode_name == "abort") {
+      mode = sched::PauseMode::kAbort;
+    } else if (*mode_name == "retract" || *mode_name == "in_place") {
+      // Both keep running requests and continue them on /continue_generation with identical
+      // tokens; astr keeps their KV in either case (a retract would recompute it exactly).
+      mode = sched::PauseMode::kKeep;
+    } else {
+      return Failure(
+          400, "mode: expected \"abort\", \"retract\" or \"in_place\", got \"" + *mode_name + "\"");
+    }
+    auto paused = scheduler_->Pause(mode, sched::Clock::time_point::max());
+    if (!paused.ok()) return Failure(500, std::string(paused.status().message()));
+    return JsonReply(200, {{"success", true},
+                           {"message", "Generation paused (" + *mode_name + ")."},
+                           {"aborted", paused->aborted},
+                           {"frozen", paused->frozen}});
+  }
+  if (path == "/continue_generation") {
+    if (!post) return Failure(405, "use POST");
+    const sched::ResumeResult r = scheduler_->Resume();
+    return JsonReply(
+        200, {{"success", true},
+              {"message", r.was_paused ? "Generation continued." : "Generation was not paused."}});
+  }
+  if (path == "/flush_cache") {
+    const int64_t freed = scheduler_->FlushCache();
+    return {.status = 200,
+            .body = "Cache flushed (" + std::to_string(freed) + " pages freed).\n",
+            .content_type = "text/plain"};
+  }
+  return Failure(404, "no admin route " + path);
+}
+
+}  // namespace astr::front

@@ -1,0 +1,156 @@
+"""SGLang's weight-sync and generation-control HTTP routes (--admin-http-listen, docs/rl.md), sent
+the way SGLang's RL clients send them: `requests.post(f"{url}/update_weights_from_disk",
+json={"model_path": ...})` and friends, with the admin token as a Bearer header.
+
+A trainer's Hugging Face checkpoint posted to workers that serve the GGUF changes the served
+greedy output to `astr run`'s on that checkpoint; a missing or wrong token is refused (401/403)
+and changes nothing; pause / continue / flush / version behave as SGLang documents them."""
+import re
+import subprocess
+import threading
+
+import pytest
+import requests
+
+import harness
+import weights as W
+from harness import request
+
+pytestmark = pytest.mark.skipif(bool(harness.missing_binaries()), reason="binaries not built")
+
+PROMPT = [1, 403, 407, 261, 378]
+_ADMIN_HTTP_RE = re.compile(r"admin http on (\S+):(\d+)")
+BEARER = {"Authorization": f"Bearer {W.TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sglang_http")
+    old = W.convert_stories(str(root / "old"))
+    new = W.write_folder(old, W.perturbed(W.load(old), seed=3), str(root / "new"))
+    return {"root": root, "old": old, "new": new, "token": W.token_file(str(root))}
+
+
+@pytest.fixture
+def served(make_cluster, models):
+    """Two workers serving stories260K from GGUF; the scheduler with the admin HTTP routes."""
+    c = make_cluster(model=harness.STORIES, num_workers=2, worker_flags={"dtype": "f32"},
+                     scheduler_flags={"admin_token_file": models["token"],
+                                      "admin_http_listen": "127.0.0.1:0",
+                                      "tokenizer": harness.STORIES})
+    url = "http://" + c.scheduler.proc.wait_log(_ADMIN_HTTP_RE)
+    return c, url
+
+
+def greedy(c, max_tokens=24):
+    return list(c.stub.Generate(request(token_ids=PROMPT, max_tokens=max_tokens),
+                                timeout=harness.RPC_TIMEOUT_S).completions[0].token_ids)
+
+
+def offline(model, max_tokens=24):
+    return harness.offline_run(model, prompt_ids=PROMPT, max_tokens=max_tokens,
+                               extra=("--dtype", "f32"))["token_ids"]
+
+
+def test_update_weights_from_disk_serves_the_checkpoint(served, models):
+    c, url = served
+    assert greedy(c) == offline(harness.STORIES)
+    # What verl's / slime's SGLang client posts.
+    r = requests.post(f"{url}/update_weights_from_disk",
+                      json={"model_path": models["new"], "weight_version": "step-7"},
+                      headers=BEARER, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["success"] is True and body["num_paused_requests"] == 0
+    assert greedy(c) == offline(models["new"])
+    assert requests.get(f"{url}/get_weight_version", headers=BEARER,
+                        timeout=10).json() == {"weight_version": "step-7"}
+
+    # Another model is refused, naming what differs, and the served weights stay.
+    other = str(models["root"] / "other")
+    subprocess.run([harness.ASTR_BIN, "make-model", "--format", "hf", "--dtype", "f32",
+                    "--layers", "2", "--out", other], check=True, capture_output=True)
+    r = requests.post(f"{url}/update_weights_from_disk", json={"model_path": other},
+                      headers=BEARER, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["success"] is False and "not the served model" in r.json()["message"]
+    assert greedy(c) == offline(models["new"])
+
+
+def test_the_token_is_required_and_a_refusal_changes_nothing(served, models):
+    c, url = served
+    for headers, status in [({}, 401), ({"Authorization": W.TOKEN}, 401),
+                            ({"Authorization": "Bearer wrong"}, 403)]:
+        r = requests.post(f"{url}/update_weights_from_disk", json={"model_path": models["new"]},
+                          headers=headers, timeout=30)
+        assert r.status_code == status, (headers, r.text)
+        assert r.json()["success"] is False
+        r = requests.get(f"{url}/get_weight_version", headers=headers, timeout=10)
+        assert r.status_code == status
+    assert requests.get(f"{url}/get_weight_version", headers=BEARER,
+                        timeout=10).json() == {"weight_version": "0"}
+    assert greedy(c) == offline(harness.STORIES)
+
+
+def test_bad_bodies_name_the_field(served):
+    _, url = served
+    cases = [({"model_path": 5}, "model_path"), ({}, "model_path"),
+             ({"model_path": "/x", "abort_all_requests": "yes"}, "abort_all_requests")]
+    for body, field in cases:
+        r = requests.post(f"{url}/update_weights_from_disk", json=body, headers=BEARER, timeout=30)
+        assert r.status_code == 400 and field in r.json()["message"], (body, r.text)
+    r = requests.post(f"{url}/update_weights_from_disk", data="{", headers=BEARER, timeout=30)
+    assert r.status_code == 400 and "JSON" in r.json()["message"]
+    r = requests.post(f"{url}/pause_generation", json={"mode": "later"}, headers=BEARER, timeout=30)
+    assert r.status_code == 400 and "mode" in r.json()["message"]
+    r = requests.post(f"{url}/no_such_route", json={}, headers=BEARER, timeout=30)
+    assert r.status_code == 404
+
+
+def test_pause_in_place_holds_generation_until_continue(served):
+    c, url = served
+    want = greedy(c)
+    r = requests.post(f"{url}/pause_generation", json={"mode": "in_place"}, headers=BEARER,
+                      timeout=30)
+    assert r.status_code == 200 and r.json()["success"] is True
+    got = {}
+    t = threading.Thread(target=lambda: got.update(ids=greedy(c)))
+    t.start()
+    t.join(timeout=1.0)
+    assert t.is_alive(), "a request completed while generation was paused"
+    r = requests.post(f"{url}/continue_generation", json={}, headers=BEARER, timeout=30)
+    assert r.status_code == 200 and r.json()["success"] is True
+    t.join(timeout=60)
+    assert got["ids"] == want
+    r = requests.post(f"{url}/flush_cache", headers=BEARER, timeout=30)
+    assert r.status_code == 200 and "flushed" in r.text
+
+
+def test_abort_all_requests_with_the_update(served, models):
+    c, url = served
+    # A long request runs while the update aborts it (SGLang's abort_all_requests).
+    done = {}
+
+    def long_request():
+        done["completion"] = c.stub.Generate(request(token_ids=PROMPT, max_tokens=200),
+                                             timeout=harness.RPC_TIMEOUT_S).completions[0]
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    r = requests.post(f"{url}/update_weights_from_disk",
+                      json={"model_path": models["new"], "abort_all_requests": True},
+                      headers=BEARER, timeout=120)
+    t.join(timeout=60)
+    assert r.status_code == 200 and r.json()["success"] is True, r.text
+    assert r.json()["num_paused_requests"] in (0, 1)
+    # Generation serves on afterwards, on the new weights.
+    assert greedy(c) == offline(models["new"])
+
+
+def test_the_routes_need_a_token_file(tmp_path):
+    # Refused as a usage error before any worker is dialed (this one does not exist).
+    r = subprocess.run([harness.SCHEDULER_BIN, "--workers", "127.0.0.1:1", "--listen",
+                        "127.0.0.1:0", "--admin-http-listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "--admin-http-listen needs --admin-token-file" in r.stderr
