@@ -64,6 +64,11 @@ void FlushCacheOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>&
   admin.FlushCache(this);
 }
 
+void AbortRequestsOp::Apply(AdminController& admin, const std::shared_ptr<AdminOp>&,
+                            Clock::time_point now) {
+  admin.AbortRequests(this, now);
+}
+
 AdminController::AdminController(AdminHost* host, int64_t weight_version) : host_(host) {
   version_.store(weight_version, std::memory_order_relaxed);
 }
@@ -86,6 +91,15 @@ bool AdminController::HoldsSteps() const {
 void AdminController::FlushCache(FlushCacheOp* op) {
   for (auto& w : host_->workers().slots()) op->pages_freed += w->queues.FlushCache();
   LOG(INFO) << "prefix cache flushed: " << op->pages_freed << " pages freed";
+  op->Finish();
+}
+
+void AdminController::AbortRequests(AbortRequestsOp* op, Clock::time_point now) {
+  for (RequestState* r : host_->OpenRequests()) {
+    if (!op->all && r->req.request_id != op->request_id) continue;
+    host_->AbortRequest(r, now);
+    ++op->aborted;
+  }
   op->Finish();
 }
 

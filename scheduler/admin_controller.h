@@ -72,6 +72,15 @@ struct FlushCacheOp : AdminOp {
   void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
              Clock::time_point now) override;
 };
+// Ends the open requests (started or queued) whose request_id is `request_id`, or every open
+// request when `all`, with finish reason ABORT (SGLang's /abort_request).
+struct AbortRequestsOp : AdminOp {
+  std::string request_id;
+  bool all = false;
+  int32_t aborted = 0;
+  void Apply(AdminController& admin, const std::shared_ptr<AdminOp>& self,
+             Clock::time_point now) override;
+};
 
 // What the controller needs from the loop (loop thread).
 class AdminHost {
@@ -81,6 +90,8 @@ class AdminHost {
   virtual std::vector<RequestState*> StartedRequests() const = 0;
   // Requests admitted and not started yet.
   virtual int32_t QueuedRequests() const = 0;
+  // Requests not closed, started or not, in arrival order.
+  virtual std::vector<RequestState*> OpenRequests() const = 0;
   // Ends every open sample of `request` with finish reason ABORT (partial output kept).
   virtual void AbortRequest(RequestState* request, Clock::time_point now) = 0;
   // A member that missed a weight update leaves at once; its sequences restart on the others.
@@ -98,6 +109,7 @@ class AdminController {
   // Queues the commit for the next step boundary (Advance); ABORTED while one is pending.
   void Commit(const std::shared_ptr<CommitOp>& op);
   void FlushCache(FlushCacheOp* op);
+  void AbortRequests(AbortRequestsOp* op, Clock::time_point now);
   // After each iteration: answers Pause(kDrain) calls whose requests finished, and runs a
   // pending commit once no plan is in flight. True when a commit ran (plans may go out again).
   bool Advance(Clock::time_point now);

@@ -127,6 +127,7 @@ class SchedulerLoop : private AdminHost {
   Status SendLateMasks(WorkerSlot* w);
   // AdminHost (scheduler_loop_admin.cc): what the admin controller asks of the loop.
   std::vector<RequestState*> StartedRequests() const override;
+  std::vector<RequestState*> OpenRequests() const override;
   int32_t QueuedRequests() const override;
   void AbortRequest(RequestState* request, Clock::time_point now) override;
   void DropWorker(WorkerSlot* w, const std::string& reason, Clock::time_point now) override;

@@ -69,14 +69,30 @@ std::vector<std::string> Scheduler::UpWorkerAddresses() const {
 
 // ---- Loop side: AdminHost.
 
+namespace {
+
+std::vector<RequestState*> ByArrival(std::vector<RequestState*> requests) {
+  std::sort(requests.begin(), requests.end(),
+            [](const RequestState* a, const RequestState* b) { return a->key < b->key; });
+  return requests;
+}
+
+}  // namespace
+
 std::vector<RequestState*> SchedulerLoop::StartedRequests() const {
   std::vector<RequestState*> out;
   for (const auto& [key, r] : requests_) {
     if (r->scheduled && !r->closed) out.push_back(r.get());
   }
-  std::sort(out.begin(), out.end(),
-            [](const RequestState* a, const RequestState* b) { return a->key < b->key; });
-  return out;
+  return ByArrival(std::move(out));
+}
+
+std::vector<RequestState*> SchedulerLoop::OpenRequests() const {
+  std::vector<RequestState*> out;
+  for (const auto& [key, r] : requests_) {
+    if (!r->closed) out.push_back(r.get());
+  }
+  return ByArrival(std::move(out));
 }
 
 int32_t SchedulerLoop::QueuedRequests() const {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/base/logging.h"
+#include "scheduler/admin_controller.h"
 
 namespace astr::front {
 namespace {
@@ -92,7 +93,17 @@ void AdminHttp::Stop() {
 }
 
 void AdminHttp::Handle(std::shared_ptr<http::Exchange> exchange) {
-  const grpc::Status auth = admin_->AuthorizeValue(exchange->request().Header("authorization"));
+  // The token as `Authorization: Bearer <token>`, or (as SGLang also takes it) `X-API-Key`.
+  const http::Request& req = exchange->request();
+  const std::string* authorization = req.Header("authorization");
+  std::string from_api_key;
+  if (authorization == nullptr) {
+    if (const std::string* key = req.Header("x-api-key"); key != nullptr) {
+      from_api_key = "Bearer " + *key;
+      authorization = &from_api_key;
+    }
+  }
+  const grpc::Status auth = admin_->AuthorizeValue(authorization);
   if (!auth.ok()) {
     const Reply r = Failure(HttpStatusOf(auth.error_code()), auth.error_message());
     http::Response response{.status = r.status, .body = r.body};
@@ -148,6 +159,16 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
                                            std::to_string(response.version()) + ")."},
                            {"num_paused_requests", aborted}});
   }
+  if (path == "/model_info" || path == "/get_model_info") {
+    const sched::WeightVersionInfo v = scheduler_->weight_version();
+    const std::vector<v1::InfoResponse> infos = scheduler_->WorkerInfos();
+    const std::string model = infos.empty() ? "" : infos[0].model_path();
+    return JsonReply(200,
+                     {{"model_path", model},
+                      {"tokenizer_path", model},
+                      {"is_generation", true},
+                      {"weight_version", v.label.empty() ? std::to_string(v.version) : v.label}});
+  }
   if (path == "/get_weight_version") {
     const sched::WeightVersionInfo v = scheduler_->weight_version();
     // SGLang's weight_version is a string a trainer sets with each update; astr's is the label
@@ -172,22 +193,54 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
     }
     auto paused = scheduler_->Pause(mode, sched::Clock::time_point::max());
     if (!paused.ok()) return Failure(500, std::string(paused.status().message()));
-    return JsonReply(200, {{"success", true},
-                           {"message", "Generation paused (" + *mode_name + ")."},
+    return JsonReply(200, {{"message", "Generation paused successfully."},
+                           {"status", "ok"},
+                           {"mode", *mode_name},
                            {"aborted", paused->aborted},
                            {"frozen", paused->frozen}});
   }
   if (path == "/continue_generation") {
     if (!post) return Failure(405, "use POST");
     const sched::ResumeResult r = scheduler_->Resume();
-    return JsonReply(
-        200, {{"success", true},
-              {"message", r.was_paused ? "Generation continued." : "Generation was not paused."}});
+    return JsonReply(200, {{"message", "Generation continued successfully."},
+                           {"status", "ok"},
+                           {"was_paused", r.was_paused}});
+  }
+  if (path == "/abort_request") {
+    if (!post) return Failure(405, "use POST");
+    auto all = BoolField(*body, "abort_all", false);
+    if (!all.ok()) return Failure(400, std::string(all.status().message()));
+    // rid: one request id, or a list of them (SGLang's BaseReq).
+    std::vector<std::string> ids;
+    if (auto it = body->find("rid"); it != body->end() && !it->is_null()) {
+      if (it->is_string()) {
+        ids.push_back(it->get<std::string>());
+      } else if (it->is_array()) {
+        for (const json& id : *it) {
+          if (!id.is_string()) return Failure(400, "rid: must be a string or a list of strings");
+          ids.push_back(id.get<std::string>());
+        }
+      } else {
+        return Failure(400, "rid: must be a string or a list of strings");
+      }
+    }
+    if (!*all && ids.empty()) return Failure(400, "rid: required unless abort_all is true");
+    int32_t aborted = 0;
+    for (size_t i = 0; i < (*all ? 1 : ids.size()); ++i) {
+      auto op = std::make_shared<sched::AbortRequestsOp>();
+      op->all = *all;
+      if (!*all) op->request_id = ids[i];
+      scheduler_->RunAdmin(op);
+      aborted += op->aborted;
+    }
+    LOG(INFO) << "admin http: aborted " << aborted << " requests";
+    // SGLang answers 200 with an empty body.
+    return {.status = 200, .body = ""};
   }
   if (path == "/flush_cache") {
     const int64_t freed = scheduler_->FlushCache();
     return {.status = 200,
-            .body = "Cache flushed (" + std::to_string(freed) + " pages freed).\n",
+            .body = "Cache flushed.\n" + std::to_string(freed) + " pages freed.\n",
             .content_type = "text/plain"};
   }
   return Failure(404, "no admin route " + path);

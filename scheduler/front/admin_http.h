@@ -1,15 +1,17 @@
 // SGLang's weight-sync and generation-control HTTP routes (docs/rl.md "SGLang's HTTP routes"), so
 // that RL frameworks written against SGLang (verl, slime, AReaL, OpenRLHF) drive astr unchanged.
 // Served on their own listener (--admin-http-listen), never on the public port, and only with the
-// admin token: every route needs `Authorization: Bearer <token>` (401 without it, 403 for a wrong
-// one or when the scheduler has no --admin-token-file). The routes run the same calls as
-// astr.v1.Admin (AdminService, Scheduler), so a disk update goes through the one staging and
-// atomic commit path.
+// admin token: every route needs `Authorization: Bearer <token>` or `X-API-Key: <token>` (401
+// without it, 403 for a wrong one or when the scheduler has no --admin-token-file). The routes run
+// the same calls as astr.v1.Admin (AdminService, Scheduler), so a disk update goes through the one
+// staging and atomic commit path.
 //
 //   POST /update_weights_from_disk  {"model_path", "weight_version"?, "abort_all_requests"?}
 //   GET  /get_weight_version        {"weight_version"}
+//   GET  /model_info, /get_model_info  {"model_path", "weight_version", ...}
 //   POST /pause_generation          {"mode": "abort" | "retract" | "in_place"}
 //   POST /continue_generation
+//   POST /abort_request             {"rid": id or [ids], "abort_all"}
 //   POST /flush_cache  (GET too)
 #pragma once
 

@@ -112,18 +112,67 @@ def test_pause_in_place_holds_generation_until_continue(served):
     want = greedy(c)
     r = requests.post(f"{url}/pause_generation", json={"mode": "in_place"}, headers=BEARER,
                       timeout=30)
-    assert r.status_code == 200 and r.json()["success"] is True
+    assert r.status_code == 200 and r.json()["status"] == "ok"
     got = {}
     t = threading.Thread(target=lambda: got.update(ids=greedy(c)))
     t.start()
     t.join(timeout=1.0)
     assert t.is_alive(), "a request completed while generation was paused"
+    # slime's call: json={}.
     r = requests.post(f"{url}/continue_generation", json={}, headers=BEARER, timeout=30)
-    assert r.status_code == 200 and r.json()["success"] is True
+    assert r.status_code == 200 and r.json()["status"] == "ok"
     t.join(timeout=60)
     assert got["ids"] == want
     r = requests.post(f"{url}/flush_cache", headers=BEARER, timeout=30)
     assert r.status_code == 200 and "flushed" in r.text
+
+
+def test_abort_request_by_rid_and_all(served):
+    c, url = served
+    # Paused, so the requests wait in the queue, where an abort finds them deterministically.
+    assert requests.post(f"{url}/pause_generation", json={"mode": "in_place"}, headers=BEARER,
+                         timeout=30).json()["status"] == "ok"
+    results = {}
+
+    def run(rid):
+        results[rid] = c.stub.Generate(request(token_ids=PROMPT, max_tokens=16, request_id=rid),
+                                       timeout=harness.RPC_TIMEOUT_S).completions[0]
+
+    threads = [threading.Thread(target=run, args=(rid,)) for rid in ("a-1", "a-2", "a-3")]
+    for t in threads:
+        t.start()
+    harness.wait_until(lambda: c.stats().waiting_requests == 3, 30)
+    # verl's call: {"rid": ..., "abort_all": false}; SGLang answers 200 with an empty body.
+    r = requests.post(f"{url}/abort_request", json={"rid": "a-2", "abort_all": False},
+                      headers=BEARER, timeout=30)
+    assert r.status_code == 200 and r.text == ""
+    threads[1].join(timeout=30)
+    assert results["a-2"].finish_reason == harness.pb.FINISH_REASON_ABORT
+    assert "a-1" not in results and "a-3" not in results  # the others still wait
+    r = requests.post(f"{url}/abort_request", json={"abort_all": True}, headers=BEARER,
+                      timeout=30)
+    assert r.status_code == 200
+    for t in threads:
+        t.join(timeout=30)
+    assert all(results[rid].finish_reason == harness.pb.FINISH_REASON_ABORT
+               for rid in ("a-1", "a-3"))
+    # AReaL's call: no body at all.
+    r = requests.post(f"{url}/continue_generation", headers=BEARER, timeout=30)
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert greedy(c) == offline(harness.STORIES)
+    r = requests.post(f"{url}/abort_request", json={}, headers=BEARER, timeout=30)
+    assert r.status_code == 400 and "rid" in r.json()["message"]
+
+
+def test_x_api_key_and_model_info(served):
+    _, url = served
+    r = requests.get(f"{url}/model_info", headers={"X-API-Key": W.TOKEN}, timeout=10)
+    assert r.status_code == 200
+    info = r.json()
+    assert info["weight_version"] == "0" and info["is_generation"] is True
+    assert info["model_path"] == harness.STORIES
+    assert requests.get(f"{url}/model_info", headers={"X-API-Key": "wrong"},
+                        timeout=10).status_code == 403
 
 
 def test_abort_all_requests_with_the_update(served, models):

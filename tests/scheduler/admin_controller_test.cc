@@ -26,6 +26,11 @@ class RecordingHost : public AdminHost {
       : pool(options, capacity) {}
   std::vector<RequestState*> StartedRequests() const override { return started; }
   int32_t QueuedRequests() const override { return queued; }
+  std::vector<RequestState*> OpenRequests() const override {
+    std::vector<RequestState*> open = started;
+    open.insert(open.end(), waiting.begin(), waiting.end());
+    return open;
+  }
   void AbortRequest(RequestState* request, Clock::time_point) override {
     aborted.push_back(request->req.request_id);
   }
@@ -36,6 +41,7 @@ class RecordingHost : public AdminHost {
 
   WorkerPool pool;
   std::vector<RequestState*> started;
+  std::vector<RequestState*> waiting;  // open, not started (OpenRequests)
   int32_t queued = 0;
   std::vector<std::string> aborted;
   std::vector<std::string> dropped;
@@ -110,6 +116,45 @@ TEST_F(AdminControllerTest, PauseModesAndResume) {
   admin_.Resume(&resume, now + std::chrono::milliseconds(5));
   EXPECT_TRUE(resume.result.was_paused);
   EXPECT_EQ(resume.result.paused_ns, 5'000'000);  // since the first Pause
+  EXPECT_FALSE(admin_.HoldsSteps());
+  EXPECT_EQ(admin_.Info().paused, PauseMode::kNone);
+}
+
+// SGLang's /abort_request: one request by its id, started or queued, or every open one; nothing
+// is paused by it.
+TEST_F(AdminControllerTest, AbortRequestsByIdOrAll) {
+  Started("r1", 0);
+  Started("r2", 1);
+  auto queued = std::make_unique<RequestState>();
+  queued->req.request_id = "q1";
+  host_.waiting.push_back(queued.get());
+  requests_.push_back(std::move(queued));
+  const auto now = Clock::now();
+
+  AbortRequestsOp one;
+  one.request_id = "r2";
+  admin_.AbortRequests(&one, now);
+  EXPECT_TRUE(one.finished);
+  EXPECT_EQ(one.aborted, 1);
+  EXPECT_EQ(host_.aborted, (std::vector<std::string>{"r2"}));
+
+  AbortRequestsOp waiting;
+  waiting.request_id = "q1";
+  admin_.AbortRequests(&waiting, now);
+  EXPECT_EQ(waiting.aborted, 1);
+
+  AbortRequestsOp unknown;
+  unknown.request_id = "nope";
+  admin_.AbortRequests(&unknown, now);
+  EXPECT_TRUE(unknown.finished);
+  EXPECT_EQ(unknown.aborted, 0);
+
+  host_.aborted.clear();
+  AbortRequestsOp all;
+  all.all = true;
+  admin_.AbortRequests(&all, now);
+  EXPECT_EQ(all.aborted, 3);  // the recording host keeps every request open
+  EXPECT_EQ(host_.aborted, (std::vector<std::string>{"r1", "r2", "q1"}));
   EXPECT_FALSE(admin_.HoldsSteps());
   EXPECT_EQ(admin_.Info().paused, PauseMode::kNone);
 }
