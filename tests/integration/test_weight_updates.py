@@ -153,16 +153,23 @@ def test_checksums_match_the_pushed_bytes(make_cluster, models):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.nope" in msg
 
 
-def test_partial_update_keeps_the_other_tensors(make_cluster, models):
-    c, admin = start(make_cluster, models)
-    names = [n for n in models["old_t"] if ".layers.0." in n or n == "lm_head.weight"]
-    part = W.perturbed({n: models["old_t"][n] for n in names}, seed=7, scale=0.05)
-    mixed = dict(models["old_t"])
+def push_partial_and_check(c, admin, models, base, keep, seed, name):
+    """Pushes perturbed copies of the tensors of `base` that `keep` selects; the served greedy
+    ids then equal astr run's on a folder of `base` with those tensors replaced."""
+    base_t = models[base + "_t"]
+    part = W.perturbed({n: base_t[n] for n in base_t if keep(n)}, seed=seed, scale=0.05)
+    mixed = dict(base_t)
     mixed.update(part)
-    folder = W.write_folder(models["old"], mixed, str(models["root"] / "partial"))
+    folder = W.write_folder(models[base], mixed, str(models["root"] / name))
     W.push(admin, part)
     for p in PROMPTS:
         assert list(greedy(c, p).token_ids) == offline_ids(folder, p, 24)
+
+
+def test_partial_update_keeps_the_other_tensors(make_cluster, models):
+    c, admin = start(make_cluster, models)
+    push_partial_and_check(c, admin, models, "old",
+                           lambda n: ".layers.0." in n or n == "lm_head.weight", 7, "partial")
 
 
 def test_gguf_worker_takes_hugging_face_tensors(make_cluster, models):
@@ -183,14 +190,8 @@ def test_gguf_worker_takes_a_hugging_face_checkpoint_from_disk(make_cluster, mod
     assert (r.version, r.workers) == (1, 2)
     for p in PROMPTS:
         assert list(greedy(c, p).token_ids) == offline_ids(models["new"], p, 24)
-    names = [n for n in models["new_t"] if ".layers.1." in n]
-    part = W.perturbed({n: models["new_t"][n] for n in names}, seed=9, scale=0.05)
-    mixed = dict(models["new_t"])
-    mixed.update(part)
-    folder = W.write_folder(models["new"], mixed, str(models["root"] / "disk_then_partial"))
-    W.push(admin, part)
-    for p in PROMPTS:
-        assert list(greedy(c, p).token_ids) == offline_ids(folder, p, 24)
+    push_partial_and_check(c, admin, models, "new", lambda n: ".layers.1." in n, 9,
+                           "disk_then_partial")
 
 
 def test_from_disk(make_cluster, models, tmp_path):

@@ -302,28 +302,25 @@ TEST_F(WeightUpdatesTest, SameTensorsServeTheSameLogprobsAndRollbackRestores) {
 // partial push over that folder (its base now in the other layout) what a full push of the mix
 // serves.
 TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
+  // Applies staged update `id` as `version`, finishes it, and returns the first token served.
+  auto serve = [&](uint64_t id, int64_t version) {
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
+    const First first = FirstToken();
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
+    return first;
+  };
   const First before = FirstToken();
-  const uint64_t own = StageDisk(WriteHfFolder(hf_, "hf_same"));
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, own, 1), 1);
-  const First same = FirstToken();
+  const First same = serve(StageDisk(WriteHfFolder(hf_, "hf_same")), 1);
   EXPECT_EQ(same.token, before.token);
   EXPECT_EQ(same.logprob, before.logprob);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, own), 1);
 
   // The oracle: the same tensors pushed (the push path permutes them on its own).
   const std::vector<HfTensor> noisy = Perturbed(hf_, 11);
-  const uint64_t pushed = Stage(noisy);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, pushed, 2), 2);
-  const First want = FirstToken();
+  const First want = serve(Stage(noisy), 2);
   EXPECT_NE(want.logprob, before.logprob);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, pushed), 2);
-
-  const uint64_t disk = StageDisk(WriteHfFolder(noisy, "hf_noisy"));
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, disk, 3), 3);
-  const First got = FirstToken();
+  const First got = serve(StageDisk(WriteHfFolder(noisy, "hf_noisy")), 3);
   EXPECT_EQ(got.token, want.token);
   EXPECT_EQ(got.logprob, want.logprob);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, disk), 3);
 
   // A partial push over the folder: the untouched q/k rows come from the folder, permuted.
   std::vector<HfTensor> part;
@@ -331,19 +328,14 @@ TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
     if (t.name.find(".layers.0.") != std::string::npos) part.push_back(t);
   }
   ASSERT_FALSE(part.empty());
-  const uint64_t partial = Stage(part);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, partial, 4), 4);
-  const First mixed_got = FirstToken();
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::FINISH, partial), 4);
+  const First mixed_got = serve(Stage(part), 4);
   std::vector<HfTensor> mixed = noisy;
   for (HfTensor& t : mixed) {
     for (const HfTensor& p : part) {
       if (p.name == t.name) t = p;
     }
   }
-  const uint64_t full = Stage(mixed);
-  ASSERT_EQ(*Control(v1::ControlWeightsRequest::APPLY, full, 5), 5);
-  const First mixed_want = FirstToken();
+  const First mixed_want = serve(Stage(mixed), 5);
   EXPECT_EQ(mixed_got.token, mixed_want.token);
   EXPECT_EQ(mixed_got.logprob, mixed_want.logprob);
   EXPECT_NE(mixed_want.logprob, want.logprob);
