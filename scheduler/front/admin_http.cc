@@ -1,6 +1,10 @@
 #include "scheduler/front/admin_http.h"
 
+#include <algorithm>
+#include <cctype>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
 
 #include "common/base/logging.h"
@@ -58,6 +62,55 @@ StatusOr<std::string> StringField(const json& body, const char* name, std::strin
   if (it == body.end() || it->is_null()) return fallback;
   if (!it->is_string()) return InvalidArgumentError(std::string(name) + ": must be a string");
   return it->get<std::string>();
+}
+
+// The query's parameters, percent-decoded ('+' is a space).
+std::map<std::string, std::string> QueryParams(const std::string& query) {
+  auto decode = [](std::string_view in) {
+    std::string out;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == '+') {
+        out += ' ';
+      } else if (in[i] == '%' && i + 2 < in.size() &&
+                 std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+        out += static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else {
+        out += in[i];
+      }
+    }
+    return out;
+  };
+  std::map<std::string, std::string> params;
+  std::string_view rest = query;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    params[decode(pair.substr(0, eq))] =
+        eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+  }
+  return params;
+}
+
+// A boolean query parameter as FastAPI reads one (true/false, 1/0, yes/no, on/off).
+StatusOr<bool> QueryBool(const std::map<std::string, std::string>& params, const char* name,
+                         bool fallback) {
+  auto it = params.find(name);
+  if (it == params.end()) return fallback;
+  std::string v = it->second;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  return InvalidArgumentError(std::string(name) + ": expected a boolean, got '" + it->second + "'");
+}
+
+// vLLM's failure shape: {"error": ...}.
+AdminHttp::Reply VllmError(int status, const std::string& message) {
+  return JsonReply(status, {{"error", message}});
 }
 
 StatusOr<bool> BoolField(const json& body, const char* name, bool fallback) {
@@ -236,6 +289,42 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
     LOG(INFO) << "admin http: aborted " << aborted << " requests";
     // SGLang answers 200 with an empty body.
     return {.status = 200, .body = ""};
+  }
+  // vLLM's pause / resume (its RL API): mode abort | wait | keep as query parameters.
+  if (path == "/pause") {
+    if (!post) return VllmError(405, "use POST");
+    const std::map<std::string, std::string> params = QueryParams(request.query);
+    auto wait = QueryBool(params, "wait_for_inflight_requests", false);
+    if (!wait.ok()) return VllmError(400, std::string(wait.status().message()));
+    auto clear = QueryBool(params, "clear_cache", true);
+    if (!clear.ok()) return VllmError(400, std::string(clear.status().message()));
+    std::string mode_name = params.count("mode") ? params.at("mode") : "abort";
+    if (*wait) mode_name = "wait";  // the deprecated knob, as vLLM honors it
+    sched::PauseMode mode;
+    if (mode_name == "abort") {
+      mode = sched::PauseMode::kAbort;
+    } else if (mode_name == "wait") {
+      mode = sched::PauseMode::kDrain;
+    } else if (mode_name == "keep") {
+      mode = sched::PauseMode::kKeep;
+    } else {
+      return VllmError(400, "Invalid pause mode: '" + mode_name +
+                                "'. Must be one of ['abort', 'wait', 'keep'].");
+    }
+    auto paused = scheduler_->Pause(mode, sched::Clock::time_point::max());
+    if (!paused.ok()) return VllmError(500, std::string(paused.status().message()));
+    // The cache goes after the running requests are gone (not for keep, whose requests stay).
+    if (*clear && mode != sched::PauseMode::kKeep) scheduler_->FlushCache();
+    return JsonReply(200, {{"status", "paused"}});
+  }
+  if (path == "/resume") {
+    if (!post) return VllmError(405, "use POST");
+    scheduler_->Resume();
+    return JsonReply(200, {{"status", "resumed"}});
+  }
+  if (path == "/is_paused") {
+    return JsonReply(
+        200, {{"is_paused", scheduler_->weight_version().paused != sched::PauseMode::kNone}});
   }
   if (path == "/flush_cache") {
     const int64_t freed = scheduler_->FlushCache();

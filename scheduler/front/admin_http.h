@@ -1,5 +1,6 @@
-// SGLang's weight-sync and generation-control HTTP routes (docs/rl.md "SGLang's HTTP routes"), so
-// that RL frameworks written against SGLang (verl, slime, AReaL, OpenRLHF) drive astr unchanged.
+// SGLang's weight-sync and generation-control HTTP routes, and vLLM's pause routes (docs/rl.md
+// "SGLang's HTTP routes"), so that RL frameworks written against SGLang (verl, slime, AReaL,
+// OpenRLHF) or vLLM drive astr unchanged.
 // Served on their own listener (--admin-http-listen), never on the public port, and only with the
 // admin token: every route needs `Authorization: Bearer <token>` or `X-API-Key: <token>` (401
 // without it, 403 for a wrong one or when the scheduler has no --admin-token-file). The routes run
@@ -13,6 +14,7 @@
 //   POST /continue_generation
 //   POST /abort_request             {"rid": id or [ids], "abort_all"}
 //   POST /flush_cache  (GET too)
+//   vLLM: POST /pause?mode=abort|wait|keep, POST /resume, GET /is_paused
 #pragma once
 
 #include <memory>

@@ -134,8 +134,9 @@ void Register(FlagSet* fs, Flags* f) {
   fs->String("admin-http-listen", &f->admin_http_listen,
              "Address of SGLang's weight-sync and generation-control HTTP routes "
              "(/update_weights_from_disk, /get_weight_version, /pause_generation, "
-             "/continue_generation, /flush_cache; docs/rl.md), HOST:PORT, for RL frameworks "
-             "written against SGLang; the bound address is logged as 'admin http on HOST:PORT'. "
+             "/continue_generation, /abort_request, /flush_cache, and vLLM's /pause, /resume, "
+             "/is_paused; docs/rl.md), HOST:PORT, for RL frameworks written against SGLang or "
+             "vLLM; the bound address is logged as 'admin http on HOST:PORT'. "
              "Needs --admin-token-file: every route takes `Authorization: Bearer <token>`. "
              "Default: none.");
   fs->String("admin-token-file", &f->admin_token_file,

@@ -1,5 +1,5 @@
-"""SGLang's weight-sync and generation-control HTTP routes (--admin-http-listen, docs/rl.md), sent
-the way SGLang's RL clients send them: `requests.post(f"{url}/update_weights_from_disk",
+"""SGLang's weight-sync and generation-control HTTP routes, and vLLM's /pause, /resume and
+/is_paused (--admin-http-listen, docs/rl.md), sent the way their RL clients send them: `requests.post(f"{url}/update_weights_from_disk",
 json={"model_path": ...})` and friends, with the admin token as a Bearer header.
 
 A trainer's Hugging Face checkpoint posted to workers that serve the GGUF changes the served
@@ -162,6 +162,47 @@ def test_abort_request_by_rid_and_all(served):
     assert greedy(c) == offline(harness.STORIES)
     r = requests.post(f"{url}/abort_request", json={}, headers=BEARER, timeout=30)
     assert r.status_code == 400 and "rid" in r.json()["message"]
+
+
+def test_vllm_pause_keep_and_resume(served):
+    # vLLM's RL routes: POST /pause?mode=..., POST /resume, GET /is_paused.
+    c, url = served
+    want = greedy(c)
+    r = requests.post(f"{url}/pause", params={"mode": "keep"}, headers=BEARER, timeout=30)
+    assert r.status_code == 200 and r.json() == {"status": "paused"}
+    assert requests.get(f"{url}/is_paused", headers=BEARER, timeout=10).json() == {
+        "is_paused": True}
+    got = {}
+    t = threading.Thread(target=lambda: got.update(ids=greedy(c)))
+    t.start()
+    t.join(timeout=1.0)
+    assert t.is_alive(), "a request completed while generation was paused"
+    r = requests.post(f"{url}/resume", headers=BEARER, timeout=30)
+    assert r.status_code == 200 and r.json() == {"status": "resumed"}
+    t.join(timeout=60)
+    assert got["ids"] == want
+    assert requests.get(f"{url}/is_paused", headers=BEARER, timeout=10).json() == {
+        "is_paused": False}
+
+
+def test_vllm_pause_waits_for_inflight_requests(served):
+    c, url = served
+    done = {}
+    t = threading.Thread(target=lambda: done.update(ids=greedy(c, max_tokens=100)))
+    t.start()
+    harness.wait_until(lambda: c.stats().running_requests >= 1 or "ids" in done, 30)
+    # The deprecated knob means mode=wait: the answer comes once nothing runs.
+    r = requests.post(f"{url}/pause", params={"wait_for_inflight_requests": "true"},
+                      headers=BEARER, timeout=60)
+    assert r.status_code == 200 and r.json() == {"status": "paused"}
+    t.join(timeout=30)  # its last message may still be on its way
+    assert not t.is_alive() and len(done["ids"]) == 100  # it finished, not aborted
+    assert requests.post(f"{url}/resume", headers=BEARER, timeout=30).status_code == 200
+    for params in ({"mode": "later"}, {"clear_cache": "maybe"}):
+        r = requests.post(f"{url}/pause", params=params, headers=BEARER, timeout=30)
+        assert r.status_code == 400 and "error" in r.json(), r.text
+    assert requests.get(f"{url}/is_paused", headers=BEARER, timeout=10).json() == {
+        "is_paused": False}
 
 
 def test_x_api_key_and_model_info(served):
