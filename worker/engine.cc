@@ -57,8 +57,8 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   state.key = static_cast<uint64_t>(id);
   state.req.request_id = std::to_string(id);
   state.req.prompt = request.prompt;
-  state.req.sampling = request.params;
-  state.req.max_tokens = request.params.max_tokens;
+  state.req.sampling = std::move(request.params);
+  state.req.max_tokens = state.req.sampling.max_tokens;
   state.req.n = 1;
   state.open_samples = 1;
   auto seq = std::make_unique<sched::Sequence>();
@@ -67,8 +67,8 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   seq->sample_index = static_cast<int32_t>(request.sample_index);
   state.samples.push_back(std::move(seq));
   r->result.id = id;
-  r->result.prompt = request.prompt;
-  r->request = std::move(request);
+  r->result.prompt = std::move(request.prompt);
+  r->stop_check = std::move(request.stop_check);
   queues_.Enqueue(state.samples[0].get());
   requests_.emplace(id, std::move(r));
   return id;
@@ -107,7 +107,7 @@ FinishReason Engine::Accept(sched::Sequence* seq, const SampleResult& r) {
   Request& req = *requests_.at(static_cast<int64_t>(seq->request->key));
   --seq->in_flight;
   seq->generated.push_back(r.token);
-  const SamplingParams& p = req.request.params;
+  const SamplingParams& p = req.state.req.sampling;
   if (p.return_logprob || p.logprobs > 0) req.result.logprobs.push_back(r.logprob);
   if (p.logprobs > 0) req.result.top.emplace_back(r.top.begin(), r.top.begin() + r.num_top);
   // The shared rule (EOS, stop ids past min_tokens, length, context); a stop string ends it
@@ -116,8 +116,8 @@ FinishReason Engine::Accept(sched::Sequence* seq, const SampleResult& r) {
       DecideFinish(StopConditionsOf(p, backend_->config().max_context_tokens), r.token,
                    static_cast<int64_t>(seq->generated.size()), seq->num_tokens())
           .reason;
-  if ((reason == FinishReason::kNone || reason == FinishReason::kLength) &&
-      req.request.stop_check && req.request.stop_check(seq->generated)) {
+  if ((reason == FinishReason::kNone || reason == FinishReason::kLength) && req.stop_check &&
+      req.stop_check(seq->generated)) {
     reason = FinishReason::kStop;
   }
   return reason;

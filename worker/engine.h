@@ -85,10 +85,11 @@ class Engine {
   int64_t cache_hit_tokens() const { return cache_hit_tokens_; }
 
  private:
-  // A request: the scheduler's view of it (one sample) and what it returns.
+  // A request: the scheduler's view of it (one sample; its prompt and sampling parameters), its
+  // stop-string check, and what it returns.
   struct Request {
     sched::RequestState state;
-    GenerationRequest request;
+    std::function<bool(const std::vector<int32_t>&)> stop_check;
     GenerationResult result;
   };
   // A live sequence as the worker side keeps it (the executor's table, in process).
