@@ -2,6 +2,7 @@
 // per-step workspace; the caller (executor / offline engine) owns sequences and page assignment.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,36 @@ class WeightSet {
   virtual ~WeightSet() = default;
   // Memory it holds (host or device).
   virtual size_t bytes() const = 0;
+};
+
+// Joining a trainer's NCCL weight-update group (docs/rl.md "NCCL broadcast"): the trainer is rank
+// 0 and made `unique_id` (ncclGetUniqueId, 128 bytes); this backend is `rank` of `world_size`.
+struct WeightGroupSpec {
+  std::string name;
+  std::string unique_id;
+  int rank = 0;
+  int world_size = 0;
+  // Most time joining, and each broadcast, may take; past it the communicator is aborted.
+  std::chrono::milliseconds timeout{300000};
+};
+
+// The element type of one broadcast (what ncclBroadcast is told; the bytes are the same).
+enum class BroadcastType { kBytes, kF32, kF16, kBF16 };
+
+// A backend's membership of a weight-update group. Destroying it leaves the group.
+class WeightReceiver {
+ public:
+  virtual ~WeightReceiver() = default;
+  // Receives one broadcast of `out.size()` bytes (elements of `type`) from rank 0 into `out`
+  // (host memory), through a device buffer kept for the next call. A failure or the spec's
+  // timeout aborts the communicator: every later call fails, and the group must be made again.
+  virtual Status Receive(std::span<uint8_t> out, BroadcastType type) = 0;
+  // Frees the device buffer (the end of an update: an update's only device memory).
+  virtual void ReleaseBuffer() = 0;
+  // False once the communicator was aborted.
+  virtual bool usable() const = 0;
+  // Which NCCL: "NCCL 2.28.9 (libnccl.so.2)", "emulated NCCL (...)".
+  virtual std::string describe() const = 0;
 };
 
 struct BackendOptions {
@@ -81,6 +112,13 @@ class Backend {
     return UnimplementedError("the " + name() + " backend cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // Joins a trainer's NCCL group (blocks until every rank has joined). Only backends whose weights
+  // live on a device with NCCL can; the others say so.
+  virtual StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) {
+    return FailedPreconditionError("the " + name() +
+                                   " backend cannot join an NCCL weight-update group (it needs "
+                                   "the cuda backend; use UpdateWeights or UpdateWeightsFromDisk)");
+  }
 };
 
 // Creates the CPU backend from an opened model file.

@@ -108,6 +108,9 @@ inline Status FailedPreconditionError(std::string m) {
 }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -440,25 +440,216 @@ grpc::Status AdminService::NeedsCuda(const char* what) const {
                std::string(what) + " is not built yet in the cuda backend (docs/rl.md)");
 }
 
+namespace {
+
+std::string GroupName(const std::string& name) { return name.empty() ? "default" : name; }
+
+// Runs `call(i)` for every i in [0, n) on its own thread and waits for all.
+template <typename Call>
+std::vector<grpc::Status> OnEach(size_t n, Call call) {
+  std::vector<grpc::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { statuses[i] = call(i); });
+  for (auto& t : threads) t.join();
+  return statuses;
+}
+
+}  // namespace
+
+grpc::Status AdminService::GroupMembers(std::vector<std::string>* addresses) const {
+  std::string others;
+  for (const sched::WorkerMember& m : scheduler_->Members()) {
+    if (!m.up) continue;
+    if (m.info.backend() != "cuda") {
+      if (!others.empty()) others += ", ";
+      others += m.address + " (" + m.info.backend() + ")";
+    }
+    addresses->push_back(m.address);
+  }
+  if (addresses->empty()) {
+    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to join the group");
+  }
+  if (!others.empty()) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 "an NCCL weight-update group needs every worker on the cuda backend; these are "
+                 "not: " +
+                     others + " (use UpdateWeights or UpdateWeightsFromDisk)");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::InitWeightUpdateGroup(grpc::ServerContext* context,
-                                                 const v1::InitWeightUpdateGroupRequest*,
-                                                 v1::InitWeightUpdateGroupResponse*) {
+                                                 const v1::InitWeightUpdateGroupRequest* request,
+                                                 v1::InitWeightUpdateGroupResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  return NeedsCuda("an NCCL weight-update group");
+  const std::string name = GroupName(request->group_name());
+  if (request->timeout_ms() < 0) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "timeout_ms: " + std::to_string(request->timeout_ms()) + " is negative");
+  }
+  std::vector<std::string> addresses;
+  if (grpc::Status s = GroupMembers(&addresses); !s.ok()) return s;
+  if (!request->validate_only() && request->nccl_unique_id().size() != 128) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "nccl_unique_id: " + std::to_string(request->nccl_unique_id().size()) +
+                     " bytes, expected the 128 of ncclGetUniqueId");
+  }
+  const int world = 1 + static_cast<int>(addresses.size());
+  if (request->world_size() != 0 && request->world_size() != world) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "world_size: " + std::to_string(request->world_size()) +
+                     ", but the group is the trainer and " + std::to_string(addresses.size()) +
+                     " worker(s): " + std::to_string(world) + " (or 0)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    if (groups_.count(name) != 0) {
+      return Error(grpc::StatusCode::ALREADY_EXISTS,
+                   "weight-update group '" + name + "' exists: DestroyWeightUpdateGroup first");
+    }
+  }
+  response->set_world_size(world);
+  response->set_group_name(name);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    v1::WorkerRank* r = response->add_ranks();
+    r->set_address(addresses[i]);
+    r->set_rank(static_cast<int32_t>(i + 1));
+  }
+  if (request->validate_only()) return grpc::Status::OK;
+  // Every worker joins at once: ncclCommInitRank returns only when all ranks (the trainer too)
+  // are there.
+  std::vector<v1::JoinWeightGroupResponse> answers(addresses.size());
+  const std::vector<grpc::Status> statuses = OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    v1::JoinWeightGroupRequest join;
+    join.set_group_name(name);
+    join.set_nccl_unique_id(request->nccl_unique_id());
+    join.set_rank(static_cast<int32_t>(i + 1));
+    join.set_world_size(world);
+    join.set_timeout_ms(request->timeout_ms());
+    return Stub(addresses[i])->JoinWeightGroup(&ctx, join, &answers[i]);
+  });
+  grpc::Status failure;
+  std::vector<std::string> joined;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (statuses[i].ok()) {
+      joined.push_back(addresses[i]);
+    } else if (failure.ok()) {
+      failure = WithWorker(addresses[i], statuses[i]);
+    }
+  }
+  if (!failure.ok()) {
+    LeaveGroup(name, joined);
+    LOG(WARNING) << "weights: NCCL group '" << name << "' not made: " << failure.error_message();
+    return failure;
+  }
+  response->set_nccl(answers[0].nccl());
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  groups_[name] = addresses;
+  LOG(INFO) << "weights: NCCL group '" << name << "' made: the trainer and " << addresses.size()
+            << " worker(s), " << answers[0].nccl();
+  return grpc::Status::OK;
+}
+
+void AdminService::LeaveGroup(const std::string& name, const std::vector<std::string>& addresses) {
+  OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(kControlTimeout));
+    v1::DestroyWeightUpdateGroupRequest leave;
+    leave.set_group_name(name);
+    v1::DestroyWeightUpdateGroupResponse answer;
+    grpc::Status s = Stub(addresses[i])->LeaveWeightGroup(&ctx, leave, &answer);
+    if (!s.ok() && s.error_code() != grpc::StatusCode::NOT_FOUND) {
+      LOG(WARNING) << "worker " << addresses[i] << ": leaving group '" << name
+                   << "': " << s.error_message();
+    }
+    return s;
+  });
 }
 
 grpc::Status AdminService::UpdateWeightsFromDistributed(
-    grpc::ServerContext* context, const v1::UpdateWeightsFromDistributedRequest*,
-    v1::UpdateWeightsResponse*) {
+    grpc::ServerContext* context, const v1::UpdateWeightsFromDistributedRequest* request,
+    v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  return NeedsCuda("an NCCL weight update");
+  const std::string name = GroupName(request->group_name());
+  if (request->manifest().tensors().empty()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "manifest: no tensors");
+  }
+  if (request->bucket_bytes() < -1) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "bucket_bytes: " + std::to_string(request->bucket_bytes()) +
+                     " (expected > 0, 0 for 512 MiB, or -1 for one broadcast per tensor)");
+  }
+  std::vector<std::string> members;
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    auto it = groups_.find(name);
+    if (it == groups_.end()) {
+      return Error(grpc::StatusCode::NOT_FOUND,
+                   "no weight-update group '" + name + "' (InitWeightUpdateGroup makes it)");
+    }
+    members = it->second;
+  }
+  std::vector<std::string> now;
+  if (grpc::Status s = GroupMembers(&now); !s.ok() || now != members) {
+    // The ranks the trainer broadcasts to are not the workers that serve: an update through this
+    // group would leave some worker on the old weights (or wait for one that is gone).
+    return Error(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        "the workers changed since group '" + name + "' was made: destroy it and make it again");
+  }
+  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
+  if (!one.owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, "another weight update has been in progress for " +
+                                                std::to_string(kUpdateWait.count()) + " s");
+  }
+  const auto start = Clock::now();
+  const int64_t served = scheduler_->weight_version().version;
+  std::vector<v1::StageWeightsResponse> answers(members.size());
+  const std::vector<grpc::Status> statuses = OnEach(members.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    return Stub(members[i])->StageWeightsFromDistributed(&ctx, *request, &answers[i]);
+  });
+  std::vector<Staged> staged;
+  grpc::Status failure;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (statuses[i].ok()) {
+      staged.push_back({members[i], answers[i].staged_id()});
+    } else if (failure.ok()) {
+      failure = WithWorker(members[i], statuses[i]);
+    }
+  }
+  if (!failure.ok()) {
+    Discard(staged);
+    LOG(WARNING) << "weights: NCCL update refused: " << failure.error_message() << "; version "
+                 << served << " still serving";
+    return Error(failure.error_code(), failure.error_message() + "; version " +
+                                           std::to_string(served) + " still serving");
+  }
+  response->set_tensors(answers[0].tensors());
+  response->set_bytes(answers[0].bytes());
+  response->set_stage_ns(Nanos(Clock::now() - start));
+  return Commit(staged, request->manifest().label(), response);
 }
 
-grpc::Status AdminService::DestroyWeightUpdateGroup(grpc::ServerContext* context,
-                                                    const v1::DestroyWeightUpdateGroupRequest*,
-                                                    v1::DestroyWeightUpdateGroupResponse*) {
+grpc::Status AdminService::DestroyWeightUpdateGroup(
+    grpc::ServerContext* context, const v1::DestroyWeightUpdateGroupRequest* request,
+    v1::DestroyWeightUpdateGroupResponse* /*response*/) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  return NeedsCuda("an NCCL weight-update group");
+  const std::string name = GroupName(request->group_name());
+  std::vector<std::string> members;
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    auto it = groups_.find(name);
+    if (it == groups_.end()) {
+      return Error(grpc::StatusCode::NOT_FOUND, "no weight-update group '" + name + "'");
+    }
+    members = std::move(it->second);
+    groups_.erase(it);
+  }
+  LeaveGroup(name, members);
+  LOG(INFO) << "weights: NCCL group '" << name << "' destroyed";
+  return grpc::Status::OK;
 }
 
 grpc::Status AdminService::ReleaseMemory(grpc::ServerContext* context,

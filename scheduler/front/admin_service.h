@@ -94,6 +94,11 @@ class AdminService final : public v1::Admin::Service {
   void Discard(const std::vector<Staged>& staged);
   // The reason the GPU-only verbs cannot run here.
   grpc::Status NeedsCuda(const char* what) const;
+  // The workers of a new NCCL group: every member that is up, in pool order; FAILED_PRECONDITION
+  // naming those not on the cuda backend.
+  grpc::Status GroupMembers(std::vector<std::string>* addresses) const;
+  // Every worker of `addresses` leaves group `name` (best effort).
+  void LeaveGroup(const std::string& name, const std::vector<std::string>& addresses);
 
   sched::Scheduler* const scheduler_;
   const std::string token_;
@@ -102,6 +107,9 @@ class AdminService final : public v1::Admin::Service {
   // takes a moment to tear down) before it is refused with ABORTED.
   std::timed_mutex update_mu_;
   static constexpr std::chrono::seconds kUpdateWait{30};
+  // NCCL weight-update groups: name -> the workers of ranks 1.., in order.
+  std::mutex groups_mu_;
+  std::map<std::string, std::vector<std::string>> groups_;
   std::mutex channels_mu_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };

@@ -62,6 +62,9 @@ class BackendRunner final : public StepRunner {
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override {
     return backend_->SwapWeights(std::move(set));
   }
+  StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override {
+    return backend_->JoinWeightGroup(spec);
+  }
 
  private:
   std::unique_ptr<Backend> backend_;

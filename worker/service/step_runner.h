@@ -78,6 +78,12 @@ class StepRunner {
     return UnimplementedError("the " + name() + " runner cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // Backend::JoinWeightGroup (runners without a device say they cannot).
+  virtual StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec&) {
+    return FailedPreconditionError("the " + name() +
+                                   " runner cannot join an NCCL weight-update group (it needs the "
+                                   "cuda backend)");
+  }
 };
 
 // The runner over a real backend; `dtype` is what Info reports.

@@ -98,17 +98,21 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
 }
 
 Status WeightStager::Add(const v1::WeightChunk& chunk) {
+  return Add(chunk.tensor(), chunk.offset(), reinterpret_cast<const uint8_t*>(chunk.data().data()),
+             chunk.data().size());
+}
+
+Status WeightStager::Add(int tensor, int64_t offset, const uint8_t* data, size_t size) {
   if (!begun_) return InvalidArgumentError("the first message must carry the manifest");
-  if (chunk.tensor() < 0 || chunk.tensor() >= static_cast<int>(pending_.size())) {
-    return InvalidArgumentError("chunk.tensor " + std::to_string(chunk.tensor()) +
-                                " out of range [0, " + std::to_string(pending_.size()) + ")");
+  if (tensor < 0 || tensor >= static_cast<int>(pending_.size())) {
+    return InvalidArgumentError("chunk.tensor " + std::to_string(tensor) + " out of range [0, " +
+                                std::to_string(pending_.size()) + ")");
   }
-  Pending& p = pending_[static_cast<size_t>(chunk.tensor())];
+  Pending& p = pending_[static_cast<size_t>(tensor)];
   UpdateTensor& t = *p.tensor;
-  const uint64_t size = chunk.data().size();
-  if (chunk.offset() < 0 || static_cast<uint64_t>(chunk.offset()) != p.received) {
+  if (offset < 0 || static_cast<uint64_t>(offset) != p.received) {
     return InvalidArgumentError("tensor '" + t.hf_name + "': chunk at offset " +
-                                std::to_string(chunk.offset()) + ", expected " +
+                                std::to_string(offset) + ", expected " +
                                 std::to_string(p.received) + " (chunks of a tensor come in order)");
   }
   if (p.received + size > t.bytes) {
@@ -124,8 +128,8 @@ Status WeightStager::Add(const v1::WeightChunk& chunk) {
                                     std::to_string(t.bytes) + " bytes");
     }
   }
-  std::memcpy(t.data.get() + p.received, chunk.data().data(), size);
-  p.hasher.Update(chunk.data().data(), size);
+  std::memcpy(t.data.get() + p.received, data, size);
+  p.hasher.Update(data, size);
   p.received += size;
   bytes_received_ += static_cast<int64_t>(size);
   return OkStatus();

@@ -39,6 +39,12 @@ class WeightStager {
 
   Status Begin(const v1::WeightManifest& manifest);
   Status Add(const v1::WeightChunk& chunk);
+  // The same for bytes [offset, offset + size) of tensors[tensor] received another way (NCCL).
+  Status Add(int tensor, int64_t offset, const uint8_t* data, size_t size);
+  // After Begin: the manifest's tensors, their bytes and dtypes, in manifest order.
+  size_t tensor_count() const { return pending_.size(); }
+  uint64_t tensor_bytes(size_t i) const { return pending_[i].tensor->bytes; }
+  model::DType tensor_dtype(size_t i) const { return pending_[i].tensor->dtype; }
   // Every tensor complete and its checksum (when given) equal: the tensors, keyed canonically.
   StatusOr<UpdateTensors> Finish();
 

@@ -12,8 +12,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "astr/v1/worker.grpc.pb.h"
 #include "common/metrics/registry.h"
@@ -49,6 +51,16 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status WeightsChecksum(grpc::ServerContext* context,
                                const v1::GetWeightsChecksumRequest* request,
                                v1::GetWeightsChecksumResponse* response) override;
+  // NCCL weight-update groups (worker_weight_groups.cc).
+  grpc::Status JoinWeightGroup(grpc::ServerContext* context,
+                               const v1::JoinWeightGroupRequest* request,
+                               v1::JoinWeightGroupResponse* response) override;
+  grpc::Status StageWeightsFromDistributed(grpc::ServerContext* context,
+                                           const v1::UpdateWeightsFromDistributedRequest* request,
+                                           v1::StageWeightsResponse* response) override;
+  grpc::Status LeaveWeightGroup(grpc::ServerContext* context,
+                                const v1::DestroyWeightUpdateGroupRequest* request,
+                                v1::DestroyWeightUpdateGroupResponse* response) override;
 
   // Shutdown, step one. Refuses new streams and marks Info and every step answer `draining`, so
   // the scheduler starts nothing new here; the sequences running on the open stream may finish
@@ -76,6 +88,14 @@ class WorkerService final : public v1::Worker::Service {
   const std::unique_ptr<WeightUpdates> updates_;
   metrics::Registry registry_;
   WorkerMetrics metrics_{&registry_, static_info_, executor_.get()};  // observed by the stream
+  // The NCCL groups this worker joined, by name. A group's mutex is held by an update receiving
+  // through it (and by LeaveWeightGroup, which waits for that update).
+  struct WeightGroup {
+    std::mutex mu;
+    std::unique_ptr<WeightReceiver> receiver;
+  };
+  std::mutex groups_mu_;
+  std::map<std::string, std::shared_ptr<WeightGroup>> groups_;
   // Held while a step executes and while weights are swapped: a swap happens between steps.
   std::mutex exec_mu_;
 

@@ -177,12 +177,18 @@ class AdminClient:
         world_size: int = 0,
         group_name: str = "",
         *,
+        group_timeout_ms: int = 0,
+        validate_only: bool = False,
         timeout: Optional[float] = None,
     ) -> apb.InitWeightUpdateGroupResponse:
         """Joins the workers to the trainer's NCCL group (the trainer is rank 0; world_size 0 =
-        1 + the number of workers). The reply gives each worker's rank."""
+        1 + the number of workers). The reply gives each worker's rank. The call returns once
+        every rank joined, so the trainer's own ncclCommInitRank runs meanwhile (WeightSync with
+        transport="nccl" does both). `validate_only` checks and answers the ranks without
+        contacting the workers; `group_timeout_ms` bounds joining and each broadcast (0 = 300 s)."""
         request = apb.InitWeightUpdateGroupRequest(
-            nccl_unique_id=nccl_unique_id, world_size=world_size, group_name=group_name
+            nccl_unique_id=nccl_unique_id, world_size=world_size, group_name=group_name,
+            timeout_ms=group_timeout_ms, validate_only=validate_only,
         )
         return self._call(
             "InitWeightUpdateGroup", request, apb.InitWeightUpdateGroupResponse, timeout
@@ -332,11 +338,14 @@ class AsyncAdminClient:
         world_size: int = 0,
         group_name: str = "",
         *,
+        group_timeout_ms: int = 0,
+        validate_only: bool = False,
         timeout: Optional[float] = None,
     ) -> apb.InitWeightUpdateGroupResponse:
         """See AdminClient.init_weight_update_group."""
         request = apb.InitWeightUpdateGroupRequest(
-            nccl_unique_id=nccl_unique_id, world_size=world_size, group_name=group_name
+            nccl_unique_id=nccl_unique_id, world_size=world_size, group_name=group_name,
+            timeout_ms=group_timeout_ms, validate_only=validate_only,
         )
         return await self._call(
             "InitWeightUpdateGroup", request, apb.InitWeightUpdateGroupResponse, timeout

@@ -63,6 +63,8 @@ DEFAULT_BUCKET_BYTES = 4 << 20
 # at a time: small enough that conversion temporaries stay small, large enough that per-chunk
 # overhead is nil.
 DEFAULT_CHUNK_BYTES = 4 << 20
+# NCCL broadcasts: one per bucket from one reused buffer; larger is faster (no per-message cost).
+DEFAULT_NCCL_BUCKET_BYTES = 512 << 20
 # Protobuf refuses messages of 2 GiB and more; a bucket stays well below.
 MAX_BUCKET_BYTES = 1 << 30
 
@@ -134,12 +136,14 @@ def _convert(block: np.ndarray, source: str, wire: str) -> np.ndarray:
 class _Tensor:
     """One tensor of an update: its manifest entry and a reader of its elements."""
 
-    __slots__ = ("name", "dtype", "shape", "numel", "source", "_read")
+    __slots__ = ("name", "dtype", "shape", "numel", "source", "value", "_read")
 
     def __init__(
-        self, name: str, dtype: str, shape: Tuple[int, ...], source: str, read: _Reader
+        self, name: str, dtype: str, shape: Tuple[int, ...], source: str, read: _Reader,
+        value: Any = None,
     ) -> None:
         self.name = name
+        self.value = value  # the caller's tensor (the NCCL transport packs CUDA tensors on device)
         self.dtype = dtype
         self.shape = shape
         self.numel = math.prod(shape)
@@ -224,7 +228,7 @@ def _tensor(name: Any, value: Any, wire: Optional[str]) -> _Tensor:
         source = "bf16"
     if source == "f64" and wire is None:
         raise TypeError(f"{name}: float64 is not sent as is; pass dtype='f32', 'f16' or 'bf16'")
-    return _Tensor(name, wire or source, tuple(int(d) for d in shape), source, read)
+    return _Tensor(name, wire or source, tuple(int(d) for d in shape), source, read, value)
 
 
 def _buckets(
@@ -270,17 +274,36 @@ class WeightSync:
             tensor to it client-side (float32 -> bf16 rounds to nearest even and halves the bytes).
         checksums: put each tensor's XXH64 in the manifest, so every worker checks what it got
             (needs the xxhash package). Costs one extra pass over the tensors.
+        transport: "grpc" streams the bytes through the scheduler (Admin.UpdateWeights);
+            "nccl" broadcasts them from this process (rank 0) to the workers' GPUs, the manifest
+            going over gRPC (astr.nccl; the workers must run the cuda backend). With "nccl",
+            bucket_bytes is the size of each broadcast (default DEFAULT_NCCL_BUCKET_BYTES) and
+            push() makes the group on first use; close() destroys it.
+        group_name, nccl_library, group_timeout_s: the NCCL group's name, the libnccl to load
+            (None: ASTR_NCCL_LIBRARY, else libnccl.so.2) and how long joining and each broadcast
+            may take before the workers abort it.
     """
 
     def __init__(
         self,
         admin: Union[AdminClient, AsyncAdminClient, None],
         *,
-        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        bucket_bytes: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
         dtype: Optional[str] = None,
         checksums: bool = True,
+        transport: Literal["grpc", "nccl"] = "grpc",
+        group_name: str = "default",
+        nccl_library: Optional[str] = None,
+        group_timeout_s: float = 300.0,
     ) -> None:
+        if transport not in ("grpc", "nccl"):
+            raise ValueError(f"transport={transport!r}: expected 'grpc' or 'nccl'")
+        if bucket_bytes is None:
+            bucket_bytes = DEFAULT_NCCL_BUCKET_BYTES if transport == "nccl" else \
+                DEFAULT_BUCKET_BYTES
+        if chunk_bytes is None:
+            chunk_bytes = min(DEFAULT_CHUNK_BYTES, bucket_bytes)
         if not 4 <= bucket_bytes <= MAX_BUCKET_BYTES:
             raise ValueError(f"bucket_bytes={bucket_bytes}: expected 4 .. {MAX_BUCKET_BYTES}")
         if not 4 <= chunk_bytes <= bucket_bytes:
@@ -301,6 +324,27 @@ class WeightSync:
                 raise ImportError("WeightSync(checksums=True) needs the xxhash package "
                                   "(pip install 'astr-sdk[weights]')") from e
             self._xxh64 = xxhash.xxh64
+        self.transport = transport
+        self._nccl: Any = None
+        if transport == "nccl":
+            if not isinstance(admin, AdminClient):
+                raise TypeError("transport='nccl' needs an AdminClient")
+            from .nccl import NcclTransport
+
+            self._nccl = NcclTransport(admin, group_name=group_name, library=nccl_library,
+                                       group_timeout_s=group_timeout_s)
+
+    def init_group(self, *, timeout: Optional[float] = None) -> apb.InitWeightUpdateGroupResponse:
+        """transport="nccl": makes the NCCL group now (push() does on first use); returns the
+        ranks the scheduler gave the workers."""
+        if self._nccl is None:
+            raise TypeError("init_group needs transport='nccl'")
+        return self._nccl.init_group(timeout)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """transport="nccl": destroys the NCCL group (on the workers and here)."""
+        if self._nccl is not None:
+            self._nccl.close()
 
     def _tensors(self, named_tensors: NamedTensors) -> List[_Tensor]:
         pairs = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
@@ -362,6 +406,9 @@ class WeightSync:
             raise TypeError("push needs an AdminClient; use push_async with an AsyncAdminClient")
         tensors = self._tensors(named_tensors)
         manifest = self._manifest(tensors, label)
+        if self._nccl is not None:
+            return self._nccl.push(  # type: ignore[no-any-return]
+                tensors, manifest, self.bucket_bytes, self.chunk_bytes, timeout)
         failures: List[Exception] = []
 
         def stream() -> Iterator[apb.UpdateWeightsRequest]:
@@ -384,6 +431,8 @@ class WeightSync:
     ) -> apb.UpdateWeightsResponse:
         """push() through an AsyncAdminClient. Checksums and buckets are built on the loop's
         default executor, so the event loop keeps running meanwhile."""
+        if self._nccl is not None:
+            raise TypeError("transport='nccl' pushes with push() (an AdminClient)")
         if not isinstance(self.admin, AsyncAdminClient):
             raise TypeError("push_async needs an AsyncAdminClient; use push with an AdminClient")
         loop = asyncio.get_running_loop()

@@ -14,6 +14,7 @@
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
 #include "worker/backends/cuda/cuda_weight_set.h"
+#include "worker/backends/cuda/nccl_group.h"
 
 namespace astr::cuda {
 namespace {
@@ -156,6 +157,11 @@ StatusOr<std::unique_ptr<WeightSet>> CudaBackend::PrepareWeights(
       std::unique_ptr<CudaWeightSet> set,
       CudaWeightSet::Prepare(source, config_, weights_, LogsWeightProgress(config_)));
   return std::unique_ptr<WeightSet>(std::move(set));
+}
+
+StatusOr<std::unique_ptr<WeightReceiver>> CudaBackend::JoinWeightGroup(
+    const WeightGroupSpec& spec) {
+  return JoinNcclWeightGroup(spec);
 }
 
 std::unique_ptr<WeightSet> CudaBackend::SwapWeights(std::unique_ptr<WeightSet> set) {

@@ -46,6 +46,8 @@ class CudaBackend final : public Backend {
                        const std::function<Status()>& before_draws) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
+  // NCCL weight-update groups (nccl_group.h).
+  StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override;
 
   // For tests and benchmarks.
   const CudaGraphContext& graphs() const { return *graphs_; }
