@@ -60,6 +60,17 @@ class WeightReceiver {
   virtual std::string describe() const = 0;
 };
 
+// Device memory a backend can give back while it does not serve (ReleaseMemory / ResumeMemory,
+// docs/rl.md "Releasing GPU memory"), by tag.
+struct MemoryTags {
+  bool weights = false;
+  bool kv_cache = false;
+};
+struct MemoryChange {
+  int64_t bytes = 0;              // released (or taken back)
+  int64_t device_free_bytes = 0;  // the device's free memory afterwards (cudaMemGetInfo)
+};
+
 struct BackendOptions {
   std::string weight_dtype = "bf16";  // "bf16" or "f32": how projection weights are held
   int threads = 0;                    // 0 = all hardware threads
@@ -112,6 +123,22 @@ class Backend {
     return UnimplementedError("the " + name() + " backend cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // Gives back the device memory of `tags` while nothing runs (the caller guarantees no step
+  // runs and, for the KV cache, that no sequence holds pages: the pool's contents are lost).
+  // Weights are copied to the host first when `keep_weights` (vLLM's sleep level 1), else
+  // discarded (level 2, SGLang): then every step fails until a weight update replaces them. Steps
+  // fail while anything is released. Addresses stay, so captured CUDA graphs stay valid.
+  virtual StatusOr<MemoryChange> ReleaseMemory(MemoryTags tags, bool keep_weights) {
+    return FailedPreconditionError("the " + name() +
+                                   " backend has no device memory to release (it needs the cuda "
+                                   "backend)");
+  }
+  // Takes back what ReleaseMemory gave (weights restored from the host copy if one was kept).
+  virtual StatusOr<MemoryChange> ResumeMemory(MemoryTags tags) {
+    return FailedPreconditionError("the " + name() +
+                                   " backend has no device memory to resume (it needs the cuda "
+                                   "backend)");
+  }
   // Joins a trainer's NCCL group (blocks until every rank has joined). Only backends whose weights
   // live on a device with NCCL can; the others say so.
   virtual StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) {

@@ -254,6 +254,9 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
   }
   if (path == "/continue_generation") {
     if (!post) return Failure(405, "use POST");
+    if (grpc::Status allowed = admin_->ResumeAllowed(); !allowed.ok()) {
+      return Failure(HttpStatusOf(allowed.error_code()), allowed.error_message());
+    }
     const sched::ResumeResult r = scheduler_->Resume();
     return JsonReply(200, {{"message", "Generation continued successfully."},
                            {"status", "ok"},
@@ -319,12 +322,87 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
   }
   if (path == "/resume") {
     if (!post) return VllmError(405, "use POST");
+    if (grpc::Status allowed = admin_->ResumeAllowed(); !allowed.ok()) {
+      return VllmError(HttpStatusOf(allowed.error_code()), allowed.error_message());
+    }
     scheduler_->Resume();
     return JsonReply(200, {{"status", "resumed"}});
   }
   if (path == "/is_paused") {
     return JsonReply(
         200, {{"is_paused", scheduler_->weight_version().paused != sched::PauseMode::kNone}});
+  }
+  // SGLang's memory routes: body {"tags": [...]} (absent or null = all).
+  if (path == "/release_memory_occupation" || path == "/resume_memory_occupation") {
+    const bool release = path == "/release_memory_occupation";
+    std::vector<std::string> tags;
+    if (body->contains("tags") && !(*body)["tags"].is_null()) {
+      if (!(*body)["tags"].is_array()) return Failure(400, "tags: expected a list of strings");
+      for (const auto& t : (*body)["tags"]) {
+        if (!t.is_string()) return Failure(400, "tags: expected a list of strings");
+        tags.push_back(t.get<std::string>());
+      }
+    }
+    grpc::Status s;
+    int64_t bytes = 0;
+    if (release) {
+      v1::ReleaseMemoryRequest r;
+      for (const auto& t : tags) r.add_tags(t);
+      v1::ReleaseMemoryResponse answer;
+      s = admin_->ReleaseMemoryNow(r, &answer, /*pause_if_running=*/true);
+      bytes = answer.bytes_released();
+    } else {
+      v1::ResumeMemoryRequest r;
+      for (const auto& t : tags) r.add_tags(t);
+      v1::ResumeMemoryResponse answer;
+      s = admin_->ResumeMemoryNow(r, &answer);
+      bytes = answer.bytes_restored();
+    }
+    if (!s.ok()) {
+      return JsonReply(HttpStatusOf(s.error_code()),
+                       {{"success", false}, {"message", s.error_message()}});
+    }
+    return JsonReply(200, {{"success", true}, {"message", "ok"}, {"bytes", bytes}});
+  }
+  // vLLM's sleep mode: /sleep?level=1 (weights to the host, KV dropped) or 2 (both dropped),
+  // /wake_up?tags=weights,kv_cache (absent = all), /is_sleeping.
+  if (path == "/sleep") {
+    if (!post) return VllmError(405, "use POST");
+    const std::map<std::string, std::string> params = QueryParams(request.query);
+    const std::string level = params.count("level") ? params.at("level") : "1";
+    if (level != "1" && level != "2") {
+      return VllmError(400, "level: expected 1 or 2, got '" + level + "'");
+    }
+    v1::ReleaseMemoryRequest r;
+    r.set_keep_weights_on_host(level == "1");
+    v1::ReleaseMemoryResponse answer;
+    const grpc::Status s = admin_->ReleaseMemoryNow(r, &answer, /*pause_if_running=*/true);
+    if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+    return {.status = 200, .body = "", .content_type = "text/plain"};
+  }
+  if (path == "/wake_up") {
+    if (!post) return VllmError(405, "use POST");
+    const std::map<std::string, std::string> params = QueryParams(request.query);
+    v1::ResumeMemoryRequest r;
+    if (params.count("tags")) {
+      std::string list = params.at("tags");
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t comma = list.find(',', start);
+        const std::string tag =
+            list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!tag.empty()) r.add_tags(tag);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    v1::ResumeMemoryResponse answer;
+    const grpc::Status s = admin_->ResumeMemoryNow(r, &answer);
+    if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+    return {.status = 200, .body = "", .content_type = "text/plain"};
+  }
+  if (path == "/is_sleeping") {
+    return JsonReply(200, {{"is_sleeping", !admin_->ResumeAllowed().ok()}});
   }
   if (path == "/flush_cache") {
     const int64_t freed = scheduler_->FlushCache();

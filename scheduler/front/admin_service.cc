@@ -276,6 +276,11 @@ grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::
     grpc::Status st = Control(s, v1::ControlWeightsRequest::FINISH, committed->version);
     if (!st.ok()) LOG(WARNING) << "worker " << s.address << ": finish: " << st.error_message();
   }
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    weights_need_update_ = false;  // every worker serves a complete weight set again
+  }
+  MaybeEndImplicitPause();
   response->set_version(committed->version);
   response->set_label(label);
   response->set_commit_ns(committed->commit_ns);
@@ -423,23 +428,6 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
   return Commit(staged, request.label(), response);
 }
 
-grpc::Status AdminService::NeedsCuda(const char* what) const {
-  std::string backends;
-  bool cuda = false;
-  for (const v1::InfoResponse& info : scheduler_->WorkerInfos()) {
-    if (!backends.empty()) backends += ", ";
-    backends += info.backend();
-    cuda |= info.backend() == "cuda";
-  }
-  if (!cuda) {
-    return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 std::string(what) + " needs workers on the cuda backend; these run " + backends +
-                     " (use UpdateWeights or UpdateWeightsFromDisk)");
-  }
-  return Error(grpc::StatusCode::UNIMPLEMENTED,
-               std::string(what) + " is not built yet in the cuda backend (docs/rl.md)");
-}
-
 namespace {
 
 std::string GroupName(const std::string& name) { return name.empty() ? "default" : name; }
@@ -457,6 +445,11 @@ std::vector<grpc::Status> OnEach(size_t n, Call call) {
 }  // namespace
 
 grpc::Status AdminService::GroupMembers(std::vector<std::string>* addresses) const {
+  return CudaMembers("an NCCL weight-update group", addresses);
+}
+
+grpc::Status AdminService::CudaMembers(const std::string& what,
+                                       std::vector<std::string>* addresses) const {
   std::string others;
   for (const sched::WorkerMember& m : scheduler_->Members()) {
     if (!m.up) continue;
@@ -467,13 +460,12 @@ grpc::Status AdminService::GroupMembers(std::vector<std::string>* addresses) con
     addresses->push_back(m.address);
   }
   if (addresses->empty()) {
-    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to join the group");
+    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up for " + what);
   }
   if (!others.empty()) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 "an NCCL weight-update group needs every worker on the cuda backend; these are "
-                 "not: " +
-                     others + " (use UpdateWeights or UpdateWeightsFromDisk)");
+                 what + " needs every worker on the cuda backend; these are not: " + others +
+                     " (use UpdateWeights or UpdateWeightsFromDisk)");
   }
   return grpc::Status::OK;
 }
@@ -652,18 +644,153 @@ grpc::Status AdminService::DestroyWeightUpdateGroup(
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The tags a memory call names (empty = all); what is not ours to free is the worker's to refuse.
+void MemoryTagsOf(const google::protobuf::RepeatedPtrField<std::string>& tags, bool* weights,
+                  bool* kv) {
+  *weights = tags.empty();
+  *kv = tags.empty();
+  for (const std::string& t : tags) {
+    *weights |= t == "weights";
+    *kv |= t == "kv_cache";
+  }
+}
+
+}  // namespace
+
+grpc::Status AdminService::ResumeAllowed() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  if (weights_released_ || kv_released_) {
+    return Error(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        std::string("the GPU memory of ") +
+            (weights_released_ ? (kv_released_ ? "the weights and the KV cache" : "the weights")
+                               : "the KV cache") +
+            " is released: ResumeMemory first");
+  }
+  if (weights_need_update_) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 "the weights were released without a copy: update them before resuming");
+  }
+  return grpc::Status::OK;
+}
+
+void AdminService::MaybeEndImplicitPause() {
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    if (!implicit_pause_ || weights_released_ || kv_released_ || weights_need_update_) return;
+    implicit_pause_ = false;
+  }
+  scheduler_->Resume();
+  LOG(INFO) << "admin: GPU memory is back: generation continues";
+}
+
 grpc::Status AdminService::ReleaseMemory(grpc::ServerContext* context,
-                                         const v1::ReleaseMemoryRequest*,
-                                         v1::ReleaseMemoryResponse*) {
+                                         const v1::ReleaseMemoryRequest* request,
+                                         v1::ReleaseMemoryResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  return NeedsCuda("releasing device memory");
+  return ReleaseMemoryNow(*request, response);
+}
+
+grpc::Status AdminService::ReleaseMemoryNow(const v1::ReleaseMemoryRequest& request,
+                                            v1::ReleaseMemoryResponse* response,
+                                            bool pause_if_running) {
+  std::vector<std::string> addresses;
+  if (grpc::Status s = CudaMembers("releasing GPU memory", &addresses); !s.ok()) return s;
+  if (scheduler_->weight_version().paused == sched::PauseMode::kNone) {
+    if (!pause_if_running) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   "generation is running: pause it first (Pause with mode abort or drain)");
+    }
+    // SGLang's and vLLM's routes release an idle engine: running requests finish first, and
+    // generation continues once everything is back (MaybeEndImplicitPause).
+    auto paused = scheduler_->Pause(sched::PauseMode::kDrain, sched::Clock::time_point::max());
+    if (!paused.ok()) return rpc::ToGrpcStatus(paused.status());
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    implicit_pause_ = true;
+  }
+  bool weights = false, kv = false;
+  MemoryTagsOf(request.tags(), &weights, &kv);
+  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);  // no update meanwhile
+  if (!one.owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, "a weight update is in progress");
+  }
+  // The prefix cache's pages lose their contents with the KV pool.
+  if (kv) scheduler_->FlushCache();
+  std::vector<v1::ReleaseMemoryResponse> answers(addresses.size());
+  const std::vector<grpc::Status> statuses = OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(kChecksumTimeout));
+    return Stub(addresses[i])->ReleaseMemory(&ctx, request, &answers[i]);
+  });
+  int64_t bytes = 0, free_bytes = -1;
+  grpc::Status failure;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (!statuses[i].ok()) {
+      if (failure.ok()) failure = WithWorker(addresses[i], statuses[i]);
+      continue;
+    }
+    bytes += answers[i].bytes_released();
+    if (free_bytes < 0 || answers[i].device_free_bytes() < free_bytes) {
+      free_bytes = answers[i].device_free_bytes();
+    }
+  }
+  {
+    // Whatever a worker released counts (others may have refused): ResumeMemory takes it back.
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    if (bytes > 0 || failure.ok()) {
+      weights_released_ |= weights;
+      kv_released_ |= kv;
+      weights_need_update_ |= weights && !request.keep_weights_on_host();
+    }
+  }
+  if (!failure.ok()) return failure;
+  response->set_bytes_released(bytes);
+  response->set_device_free_bytes(free_bytes);
+  LOG(INFO) << "admin: released " << bytes << " bytes of GPU memory on " << addresses.size()
+            << " worker(s)";
+  return grpc::Status::OK;
 }
 
 grpc::Status AdminService::ResumeMemory(grpc::ServerContext* context,
-                                        const v1::ResumeMemoryRequest*,
-                                        v1::ResumeMemoryResponse*) {
+                                        const v1::ResumeMemoryRequest* request,
+                                        v1::ResumeMemoryResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  return NeedsCuda("resuming device memory");
+  return ResumeMemoryNow(*request, response);
+}
+
+grpc::Status AdminService::ResumeMemoryNow(const v1::ResumeMemoryRequest& request,
+                                           v1::ResumeMemoryResponse* response) {
+  std::vector<std::string> addresses;
+  if (grpc::Status s = CudaMembers("resuming GPU memory", &addresses); !s.ok()) return s;
+  bool weights = false, kv = false;
+  MemoryTagsOf(request.tags(), &weights, &kv);
+  std::vector<v1::ResumeMemoryResponse> answers(addresses.size());
+  const std::vector<grpc::Status> statuses = OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(kChecksumTimeout));
+    return Stub(addresses[i])->ResumeMemory(&ctx, request, &answers[i]);
+  });
+  int64_t bytes = 0, free_bytes = -1;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (!statuses[i].ok()) return WithWorker(addresses[i], statuses[i]);
+    bytes += answers[i].bytes_restored();
+    if (free_bytes < 0 || answers[i].device_free_bytes() < free_bytes) {
+      free_bytes = answers[i].device_free_bytes();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    if (weights) weights_released_ = false;
+    if (kv) kv_released_ = false;
+  }
+  MaybeEndImplicitPause();
+  response->set_bytes_restored(bytes);
+  response->set_device_free_bytes(free_bytes);
+  LOG(INFO) << "admin: took back " << bytes << " bytes of GPU memory on " << addresses.size()
+            << " worker(s)";
+  return grpc::Status::OK;
 }
 
 grpc::Status AdminService::GetWeightVersion(grpc::ServerContext* context,
@@ -748,6 +875,7 @@ grpc::Status AdminService::Pause(grpc::ServerContext* context, const v1::PauseRe
 grpc::Status AdminService::Resume(grpc::ServerContext* context, const v1::ResumeRequest*,
                                   v1::ResumeResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  if (grpc::Status allowed = ResumeAllowed(); !allowed.ok()) return allowed;
   const sched::ResumeResult r = scheduler_->Resume();
   response->set_was_paused(r.was_paused);
   response->set_paused_ns(r.paused_ns);

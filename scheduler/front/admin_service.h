@@ -72,6 +72,16 @@ class AdminService final : public v1::Admin::Service {
   // `authorization`: the request's Authorization value (null: none). OK, UNAUTHENTICATED (none, or
   // not `Bearer <token>`) or PERMISSION_DENIED (no token file, or the wrong token).
   grpc::Status AuthorizeValue(const std::string* authorization) const;
+  // ReleaseMemory / ResumeMemory after authorization (docs/rl.md "Releasing GPU memory").
+  // `pause_if_running` (the HTTP routes): pauses in drain mode first instead of refusing, and
+  // generation continues by itself once everything is back.
+  grpc::Status ReleaseMemoryNow(const v1::ReleaseMemoryRequest& request,
+                                v1::ReleaseMemoryResponse* response, bool pause_if_running = false);
+  grpc::Status ResumeMemoryNow(const v1::ResumeMemoryRequest& request,
+                               v1::ResumeMemoryResponse* response);
+  // OK unless GPU memory is released (or discarded weights were not updated yet): generation
+  // must not resume then. Resume and the HTTP resume routes check it.
+  grpc::Status ResumeAllowed() const;
   // UpdateWeightsFromDisk after authorization: stage on every worker that is up, then commit.
   grpc::Status UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest& request,
                               v1::UpdateWeightsResponse* response);
@@ -92,11 +102,12 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status Control(const Staged& s, v1::ControlWeightsRequest::Action action, int64_t version);
   // Drops staged updates (best effort, after a failure).
   void Discard(const std::vector<Staged>& staged);
-  // The reason the GPU-only verbs cannot run here.
-  grpc::Status NeedsCuda(const char* what) const;
   // The workers of a new NCCL group: every member that is up, in pool order; FAILED_PRECONDITION
   // naming those not on the cuda backend.
   grpc::Status GroupMembers(std::vector<std::string>* addresses) const;
+  // Every member that is up, in pool order; FAILED_PRECONDITION ("`what` needs ...") naming those
+  // not on the cuda backend.
+  grpc::Status CudaMembers(const std::string& what, std::vector<std::string>* addresses) const;
   // Every worker of `addresses` leaves group `name` (best effort).
   void LeaveGroup(const std::string& name, const std::vector<std::string>& addresses);
 
@@ -107,6 +118,13 @@ class AdminService final : public v1::Admin::Service {
   // takes a moment to tear down) before it is refused with ABORTED.
   std::timed_mutex update_mu_;
   static constexpr std::chrono::seconds kUpdateWait{30};
+  // What ReleaseMemory gave back (until ResumeMemory), and whether weights were discarded (until
+  // the next committed update).
+  mutable std::mutex memory_mu_;
+  bool weights_released_ = false, kv_released_ = false, weights_need_update_ = false;
+  bool implicit_pause_ = false;  // ReleaseMemoryNow paused generation itself
+  // Resumes generation once nothing is released and the weights are valid, if the release paused.
+  void MaybeEndImplicitPause();
   // NCCL weight-update groups: name -> the workers of ranks 1.., in order.
   std::mutex groups_mu_;
   std::map<std::string, std::vector<std::string>> groups_;

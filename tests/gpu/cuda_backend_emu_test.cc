@@ -59,9 +59,12 @@ TEST(CudaBackendEmu, OutOfMemoryAtCreationNamesTheBufferAndLeaksNothing) {
   const int64_t before = cuda::DeviceAllocator::bytes_in_use();
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  // The first, second, ... device allocation fails (weights, KV pool, workspace, sampling).
-  for (int skip = 0; skip < 4; ++skip) {
-    emu::InjectFailure("cudaMalloc", 1, cudaErrorMemoryAllocation, skip);
+  // Each device allocation fails in turn: the weights' and the KV pool's physical memory (their
+  // releasable arenas, cuMemCreate), then the workspace and the sampling buffers (cudaMalloc).
+  const std::pair<const char*, int> failures[] = {
+      {"cuMemCreate", 0}, {"cuMemCreate", 1}, {"cudaMalloc", 0}, {"cudaMalloc", 1}};
+  for (const auto& [api, skip] : failures) {
+    emu::InjectFailure(api, 1, cudaErrorMemoryAllocation, skip);
     auto backend = cuda::CudaBackend::Create(**file, Options(true));
     ASSERT_FALSE(backend.ok());
     EXPECT_EQ(backend.status().code(), StatusCode::kResourceExhausted)

@@ -199,8 +199,82 @@ CaseResult WrongShapeChangesNothing(const UpdateCase& uc) {
   return r;
 }
 
+// ReleaseMemory / ResumeMemory (docs/rl.md "Releasing GPU memory"): with the weights kept on the
+// host, the device's free memory grows by what is released, steps are refused meanwhile, and after
+// resuming the captured graphs replay the same logits bit for bit; with the weights discarded,
+// a swap to the update after resuming gives a fresh backend's logits of it.
+CaseResult ReleaseAndResume(const UpdateCase& uc) {
+  auto served_file = OpenModel(uc.served);
+  auto update_file = OpenModel(uc.update);
+  if (!served_file.ok() || !update_file.ok()) {
+    return Fail((served_file.ok() ? update_file.status() : served_file.status()).ToString());
+  }
+  auto served = cuda::CudaBackend::Create(**served_file, Options(true));
+  auto fresh = cuda::CudaBackend::Create(**update_file, Options(true));
+  if (!served.ok() || !fresh.ok()) {
+    return Fail((served.ok() ? fresh.status() : served.status()).ToString());
+  }
+  cuda::CudaBackend& b = **served;
+  if (!b.releasable()) return Fail("the backend's memory is not releasable on this device");
+  auto before = Probe(b);
+  auto want_new = Probe(**fresh);
+  if (!before.ok() || !want_new.ok()) {
+    return Fail((before.ok() ? want_new.status() : before.status()).ToString());
+  }
+  fresh->reset();  // its memory would blur the free-memory check
+  const int captured = b.graphs().captured();
+  size_t free0 = 0, total = 0;
+  if (cudaMemGetInfo(&free0, &total) != cudaSuccess) return Fail("cudaMemGetInfo");
+  auto released = b.ReleaseMemory({.weights = true, .kv_cache = true}, /*keep_weights=*/true);
+  if (!released.ok()) return Fail("ReleaseMemory: " + released.status().ToString());
+  const int64_t freed =
+      static_cast<int64_t>(released->device_free_bytes) - static_cast<int64_t>(free0);
+  if (released->bytes <= 0 || freed < released->bytes * 9 / 10) {
+    return Fail("released " + std::to_string(released->bytes) + " bytes but free memory grew by " +
+                std::to_string(freed));
+  }
+  if (auto refused = Probe(b);
+      refused.ok() || refused.status().code() != StatusCode::kFailedPrecondition) {
+    return Fail("a step ran on released memory");
+  }
+  auto resumed = b.ResumeMemory({.weights = true, .kv_cache = true});
+  if (!resumed.ok()) return Fail("ResumeMemory: " + resumed.status().ToString());
+  auto after = Probe(b);
+  if (!after.ok()) return Fail(after.status().ToString());
+  if (std::string e = FirstDifference(*after, *before); !e.empty()) {
+    return Fail("after releasing and resuming: " + e);
+  }
+  // Discarded weights: refused until an update, then the update's logits.
+  if (auto r = b.ReleaseMemory({.weights = true, .kv_cache = true}, false); !r.ok()) {
+    return Fail("ReleaseMemory (discard): " + r.status().ToString());
+  }
+  if (b.PrepareWeights(**update_file).ok())
+    return Fail("an update was prepared into released memory");
+  if (auto r = b.ResumeMemory({.weights = true, .kv_cache = true}); !r.ok()) {
+    return Fail("ResumeMemory: " + r.status().ToString());
+  }
+  if (Probe(b).ok()) return Fail("a step ran on discarded weights");
+  auto prepared = b.PrepareWeights(**update_file);
+  if (!prepared.ok()) return Fail("PrepareWeights: " + prepared.status().ToString());
+  b.SwapWeights(std::move(*prepared));
+  auto updated = Probe(b);
+  if (!updated.ok()) return Fail(updated.status().ToString());
+  if (std::string e = FirstDifference(*updated, *want_new); !e.empty()) {
+    return Fail("after discarding, resuming and updating: " + e);
+  }
+  if (b.graphs().captured() != captured) {
+    return Fail("graphs captured again: " + std::to_string(b.graphs().captured()));
+  }
+  CaseResult r = Pass(0.0, 0.0);
+  r.detail = std::to_string(released->bytes) + " bytes released (free memory +" +
+             std::to_string(freed) + "), logits bit-exact after resuming, graphs replayed, none " +
+             "re-captured; discarded weights refused until updated";
+  return r;
+}
+
 void RegisterWeightUpdateCases() {
   for (const UpdateCase& c : Cases()) {
+    RegisterCase({"memory_release", c.name, [c] { return ReleaseAndResume(c); }});
     RegisterCase({"weight_swap", c.name, [c] { return SwapMatchesFreshBackend(c); }});
     RegisterCase({"weight_swap_wrong_shape", c.name, [c] { return WrongShapeChangesNothing(c); }});
   }

@@ -62,6 +62,12 @@ class BackendRunner final : public StepRunner {
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override {
     return backend_->SwapWeights(std::move(set));
   }
+  StatusOr<MemoryChange> ReleaseMemory(MemoryTags tags, bool keep_weights) override {
+    return backend_->ReleaseMemory(tags, keep_weights);
+  }
+  StatusOr<MemoryChange> ResumeMemory(MemoryTags tags) override {
+    return backend_->ResumeMemory(tags);
+  }
   StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override {
     return backend_->JoinWeightGroup(spec);
   }

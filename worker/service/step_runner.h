@@ -78,6 +78,17 @@ class StepRunner {
     return UnimplementedError("the " + name() + " runner cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // Backend::ReleaseMemory / ResumeMemory.
+  virtual StatusOr<MemoryChange> ReleaseMemory(MemoryTags, bool /*keep_weights*/) {
+    return FailedPreconditionError("the " + name() +
+                                   " runner has no device memory to release (it needs the cuda "
+                                   "backend)");
+  }
+  virtual StatusOr<MemoryChange> ResumeMemory(MemoryTags) {
+    return FailedPreconditionError("the " + name() +
+                                   " runner has no device memory to resume (it needs the cuda "
+                                   "backend)");
+  }
   // Backend::JoinWeightGroup (runners without a device say they cannot).
   virtual StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec&) {
     return FailedPreconditionError("the " + name() +

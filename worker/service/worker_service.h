@@ -61,6 +61,11 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status LeaveWeightGroup(grpc::ServerContext* context,
                                 const v1::DestroyWeightUpdateGroupRequest* request,
                                 v1::DestroyWeightUpdateGroupResponse* response) override;
+  // Device memory by tag (worker_memory_rpc.cc).
+  grpc::Status ReleaseMemory(grpc::ServerContext* context, const v1::ReleaseMemoryRequest* request,
+                             v1::ReleaseMemoryResponse* response) override;
+  grpc::Status ResumeMemory(grpc::ServerContext* context, const v1::ResumeMemoryRequest* request,
+                            v1::ResumeMemoryResponse* response) override;
 
   // Shutdown, step one. Refuses new streams and marks Info and every step answer `draining`, so
   // the scheduler starts nothing new here; the sequences running on the open stream may finish

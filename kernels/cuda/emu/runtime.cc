@@ -4,7 +4,9 @@
 // read of an asynchronous device-to-host copy before the stream is synchronized always sees the
 // old bytes, as it can on hardware. Graph capture records every stream-ordered operation by value;
 // a launch replays them.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -717,6 +719,190 @@ cudaError_t cudaFreeHost(void* ptr) {
     m.pinned.erase(it);
   }
   std::free(ptr);
+  return cudaSuccess;
+}
+
+}  // extern "C"
+
+// ---- Virtual memory management (the driver's cuMem* calls, through cudaGetDriverEntryPoint) ----
+//
+// A reservation is an mmap of PROT_NONE pages; cuMemCreate counts physical memory against the
+// profile; cuMemMap makes the range readable and writable (poisoned, like cudaMalloc) and a device
+// allocation for the copy checks; cuMemUnmap drops the pages (MADV_DONTNEED) and makes the range
+// PROT_NONE again, so a kernel that touches unmapped memory dies as it would fault on a GPU.
+namespace astr::emu {
+namespace {
+
+constexpr size_t kGranularity = size_t{2} << 20;
+
+// Reservations: base -> bytes. Mapped ranges of one reservation that touch are one device
+// allocation for the copy checks (a buffer may span two chunks mapped one after the other).
+std::map<uintptr_t, size_t>& Reservations() {
+  static auto* r = new std::map<uintptr_t, size_t>();
+  return *r;
+}
+
+// The reservation holding [a, a + n), or end(). Caller holds Mem().mu.
+std::map<uintptr_t, size_t>::iterator ReservationOf(uintptr_t a, size_t n) {
+  auto& r = Reservations();
+  auto it = r.upper_bound(a);
+  if (it == r.begin()) return r.end();
+  --it;
+  return a >= it->first && a + n <= it->first + it->second ? it : r.end();
+}
+
+struct PhysicalHandle {
+  size_t bytes = 0;
+  bool mapped = false;
+};
+
+CUresult EmuGranularity(size_t* granularity, const CUmemAllocationProp*,
+                        CUmemAllocationGranularity_flags) {
+  if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *granularity = kGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuAddressReserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr, unsigned long long) {
+  if (ptr == nullptr || size == 0 || size % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = reinterpret_cast<CUdeviceptr>(p);
+  Memory& m = Mem();
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  Reservations()[reinterpret_cast<uintptr_t>(p)] = size;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuAddressFree(CUdeviceptr ptr, size_t size) {
+  {
+    Memory& m = Mem();
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    auto it = Reservations().find(static_cast<uintptr_t>(ptr));
+    if (it == Reservations().end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+    Reservations().erase(it);
+  }
+  if (munmap(reinterpret_cast<void*>(ptr), size) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp*,
+                   unsigned long long) {
+  if (handle == nullptr || size == 0 || size % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Injected("cuMemCreate") != cudaSuccess) return CUDA_ERROR_OUT_OF_MEMORY;
+  Memory& m = Mem();
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    if (m.used + size > UsableMemory()) return CUDA_ERROR_OUT_OF_MEMORY;
+    m.used += size;
+  }
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(new PhysicalHandle{size, false});
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuRelease(CUmemGenericAllocationHandle handle) {
+  auto* h = reinterpret_cast<PhysicalHandle*>(handle);
+  if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Memory& m = Mem();
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    m.used -= h->bytes;
+  }
+  delete h;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                unsigned long long) {
+  auto* h = reinterpret_cast<PhysicalHandle*>(handle);
+  if (h == nullptr || offset != 0 || size != h->bytes || h->mapped) return CUDA_ERROR_INVALID_VALUE;
+  void* p = reinterpret_cast<void*>(ptr);
+  if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (size <= PoisonLimit()) std::memset(p, 0xFF, size);
+  h->mapped = true;
+  Memory& m = Mem();
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  uintptr_t base = static_cast<uintptr_t>(ptr);
+  size_t bytes = size;
+  auto reservation = ReservationOf(base, bytes);
+  const auto same = [&](uintptr_t a) {
+    return reservation != Reservations().end() && a >= reservation->first &&
+           a < reservation->first + reservation->second;
+  };
+  // Merge with the mapped ranges of the same reservation right before and after it.
+  auto next = m.device.lower_bound(base);
+  if (next != m.device.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == base && same(prev->first)) {
+      base = prev->first;
+      bytes += prev->second;
+      m.device.erase(prev);
+    }
+  }
+  next = m.device.lower_bound(static_cast<uintptr_t>(ptr));
+  if (next != m.device.end() && next->first == static_cast<uintptr_t>(ptr) + size &&
+      same(next->first)) {
+    bytes += next->second;
+    m.device.erase(next);
+  }
+  m.device[base] = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc* desc, size_t count) {
+  if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult EmuUnmap(CUdeviceptr ptr, size_t size) {
+  SyncAll();
+  Memory& m = Mem();
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    // The mapped range holding [ptr, ptr + size) (merged with its neighbours): split around it.
+    const uintptr_t a = static_cast<uintptr_t>(ptr);
+    auto it = m.device.upper_bound(a);
+    if (it == m.device.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    const uintptr_t lo = it->first, hi = it->first + it->second;
+    if (a < lo || a + size > hi || ReservationOf(a, size) == Reservations().end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    m.device.erase(it);
+    if (lo < a) m.device[lo] = a - lo;
+    if (a + size < hi) m.device[a + size] = hi - (a + size);
+    g_free_generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  void* p = reinterpret_cast<void*>(ptr);
+  madvise(p, size, MADV_DONTNEED);
+  mprotect(p, size, PROT_NONE);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace astr::emu
+
+extern "C" {
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** func, unsigned int,
+                                             unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  if (symbol == nullptr || func == nullptr) return Fail(cudaErrorInvalidValue);
+  static const std::map<std::string, void*> table = {
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&emu::EmuGranularity)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(&emu::EmuAddressReserve)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(&emu::EmuAddressFree)},
+      {"cuMemCreate", reinterpret_cast<void*>(&emu::EmuCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&emu::EmuRelease)},
+      {"cuMemMap", reinterpret_cast<void*>(&emu::EmuMap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&emu::EmuSetAccess)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&emu::EmuUnmap)},
+  };
+  auto it = table.find(symbol);
+  *func = it == table.end() ? nullptr : it->second;
+  if (status != nullptr) {
+    *status = it == table.end() ? cudaDriverEntryPointSymbolNotFound : cudaDriverEntryPointSuccess;
+  }
   return cudaSuccess;
 }
 

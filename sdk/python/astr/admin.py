@@ -220,10 +220,17 @@ class AdminClient:
         )
 
     def release_memory(
-        self, tags: Optional[Sequence[str]] = None, *, timeout: Optional[float] = None
+        self,
+        tags: Optional[Sequence[str]] = None,
+        *,
+        keep_weights_on_host: bool = False,
+        timeout: Optional[float] = None,
     ) -> apb.ReleaseMemoryResponse:
-        """Frees device memory by tag ("kv_cache", "weights", "cuda_graphs"; None = all)."""
-        request = apb.ReleaseMemoryRequest(tags=list(tags or ()))
+        """Frees device memory by tag ("kv_cache", "weights"; None = all) while generation is
+        paused. Weights are discarded unless `keep_weights_on_host` (then resume_memory restores
+        them); discarded weights must be updated before generation resumes."""
+        request = apb.ReleaseMemoryRequest(
+            tags=list(tags or ()), keep_weights_on_host=keep_weights_on_host)
         return self._call("ReleaseMemory", request, apb.ReleaseMemoryResponse, timeout)
 
     def resume_memory(
@@ -375,10 +382,15 @@ class AsyncAdminClient:
         )
 
     async def release_memory(
-        self, tags: Optional[Sequence[str]] = None, *, timeout: Optional[float] = None
+        self,
+        tags: Optional[Sequence[str]] = None,
+        *,
+        keep_weights_on_host: bool = False,
+        timeout: Optional[float] = None,
     ) -> apb.ReleaseMemoryResponse:
         """See AdminClient.release_memory."""
-        request = apb.ReleaseMemoryRequest(tags=list(tags or ()))
+        request = apb.ReleaseMemoryRequest(
+            tags=list(tags or ()), keep_weights_on_host=keep_weights_on_host)
         return await self._call("ReleaseMemory", request, apb.ReleaseMemoryResponse, timeout)
 
     async def resume_memory(

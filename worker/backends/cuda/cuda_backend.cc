@@ -110,12 +110,38 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
                                 " tokens is larger than device sampling takes (" +
                                 std::to_string(kMaxSamplingVocab) + "); use --cuda-sampling off");
   }
-  ASTR_ASSIGN_OR_RETURN(b->weights_, LoadCudaWeights(file, LogsWeightProgress(c)));
+  // The weights and the KV pool live in releasable arenas where the driver allows
+  // (ReleaseMemory); the weights' reservation is an upper bound (every value as f32), addresses
+  // only.
   b->layer_kv_elems_ = b->num_pages_ * options.page_size * c.num_kv_heads * c.head_dim;
-  ASTR_ASSIGN_OR_RETURN(
-      b->kv_, DeviceAllocator::Allocate(
-                  static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16),
-                  "the KV pool"));
+  const size_t kv_bytes = static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16);
+  {
+    const int64_t qkv_rows = (c.num_heads + 2 * c.num_kv_heads + c.num_heads) * c.head_dim;
+    const int64_t per_layer = qkv_rows * c.hidden_size + c.hidden_size * c.num_heads * c.head_dim +
+                              3 * c.intermediate_size * c.hidden_size + 4 * c.hidden_size +
+                              2 * c.head_dim + qkv_rows;
+    const size_t reserve =
+        static_cast<size_t>(4 * (2 * c.vocab_size * c.hidden_size + c.num_layers * per_layer +
+                                 c.hidden_size + c.head_dim) +
+                            (int64_t{256} << 20));
+    auto weights = ReleasableArena::Create(reserve, "the weights");
+    auto kv = weights.ok() ? ReleasableArena::Create(kv_bytes, "the KV pool") : weights.status();
+    if (weights.ok() && kv.ok()) {
+      b->weight_arena_ = std::move(*weights);
+      b->kv_arena_ = std::move(*kv);
+    } else {
+      LOG(WARNING) << "CUDA backend: device memory cannot be released on this driver ("
+                   << (weights.ok() ? kv.status() : weights.status()).message() << ")";
+    }
+  }
+  ASTR_ASSIGN_OR_RETURN(b->weights_,
+                        LoadCudaWeights(file, LogsWeightProgress(c), b->weight_arena_.get()));
+  if (b->kv_arena_ != nullptr) {
+    ASTR_ASSIGN_OR_RETURN(void* kv, b->kv_arena_->Take(kv_bytes));
+    b->kv_ = DeviceMemory::View(kv, kv_bytes);
+  } else {
+    ASTR_ASSIGN_OR_RETURN(b->kv_, DeviceAllocator::Allocate(kv_bytes, "the KV pool"));
+  }
   ASTR_ASSIGN_OR_RETURN(b->ws_, InferenceWorkspace::Create(wd));
   ASTR_ASSIGN_OR_RETURN(b->gemm_, LtGemm::Create(b->ws_->act().gemm_workspace,
                                                  static_cast<size_t>(wd.gemm_workspace_bytes)));
@@ -152,11 +178,94 @@ CudaBackend::~CudaBackend() {
 
 StatusOr<std::unique_ptr<WeightSet>> CudaBackend::PrepareWeights(
     const model::TensorSource& source) {
+  if (weight_arena_ != nullptr && weight_arena_->released()) {
+    return FailedPreconditionError(
+        "the GPU memory of the weights is released: ResumeMemory before updating them");
+  }
   // The served config's shapes: a source of another shape fails here, not in the swap.
   ASTR_ASSIGN_OR_RETURN(
       std::unique_ptr<CudaWeightSet> set,
       CudaWeightSet::Prepare(source, config_, weights_, LogsWeightProgress(config_)));
   return std::unique_ptr<WeightSet>(std::move(set));
+}
+
+Status CudaBackend::MemoryBlocked() const {
+  std::string released;
+  if (weight_arena_ != nullptr && weight_arena_->released()) released = "the weights";
+  if (kv_arena_ != nullptr && kv_arena_->released()) {
+    released += released.empty() ? "the KV pool" : " and the KV pool";
+  }
+  if (!released.empty()) {
+    return FailedPreconditionError("the GPU memory of " + released +
+                                   " is released (ResumeMemory first)");
+  }
+  if (weights_discarded_) {
+    return FailedPreconditionError(
+        "the weights were released without a copy: update them (UpdateWeights, "
+        "UpdateWeightsFromDisk, NCCL) before serving");
+  }
+  return OkStatus();
+}
+
+StatusOr<MemoryChange> CudaBackend::ReleaseMemory(MemoryTags tags, bool keep_weights) {
+  if (!releasable()) {
+    return FailedPreconditionError(
+        "this CUDA driver has no virtual memory management: the weights and the KV pool were "
+        "allocated with cudaMalloc and cannot be released");
+  }
+  MemoryChange change;
+  if (tags.weights && !weight_arena_->released()) {
+    if (keep_weights) {
+      // The arena as the device holds it, so that resuming restores exactly these bytes.
+      weights_on_host_.resize(weight_arena_->used_bytes());
+      ASTR_CUDA_RETURN_IF_ERROR(cudaMemcpy(weights_on_host_.data(), weight_arena_->base(),
+                                           weights_on_host_.size(), cudaMemcpyDeviceToHost),
+                                "copying the weights to the host");
+    }
+    ASTR_ASSIGN_OR_RETURN(size_t freed, weight_arena_->Release());
+    change.bytes += static_cast<int64_t>(freed);
+    weights_discarded_ = !keep_weights;
+  }
+  if (tags.kv_cache && !kv_arena_->released()) {
+    ASTR_ASSIGN_OR_RETURN(size_t freed, kv_arena_->Release());
+    change.bytes += static_cast<int64_t>(freed);
+  }
+  size_t free_bytes = 0, total = 0;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  change.device_free_bytes = static_cast<int64_t>(free_bytes);
+  LOG(INFO) << "CUDA backend: released " << change.bytes << " bytes of device memory ("
+            << (tags.weights ? (keep_weights ? "weights kept on the host" : "weights discarded")
+                             : "weights kept")
+            << (tags.kv_cache ? ", KV pool" : "") << "); " << free_bytes << " bytes free";
+  return change;
+}
+
+StatusOr<MemoryChange> CudaBackend::ResumeMemory(MemoryTags tags) {
+  if (!releasable()) {
+    return FailedPreconditionError(
+        "this CUDA driver has no virtual memory management: nothing was released");
+  }
+  MemoryChange change;
+  if (tags.kv_cache && kv_arena_->released()) {
+    ASTR_ASSIGN_OR_RETURN(size_t mapped, kv_arena_->Restore());
+    change.bytes += static_cast<int64_t>(mapped);
+  }
+  if (tags.weights && weight_arena_->released()) {
+    ASTR_ASSIGN_OR_RETURN(size_t mapped, weight_arena_->Restore());
+    change.bytes += static_cast<int64_t>(mapped);
+    if (!weights_on_host_.empty()) {
+      ASTR_CUDA_RETURN_IF_ERROR(cudaMemcpy(weight_arena_->base(), weights_on_host_.data(),
+                                           weights_on_host_.size(), cudaMemcpyHostToDevice),
+                                "restoring the weights");
+      weights_on_host_ = {};
+    }
+  }
+  size_t free_bytes = 0, total = 0;
+  ASTR_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  change.device_free_bytes = static_cast<int64_t>(free_bytes);
+  LOG(INFO) << "CUDA backend: took back " << change.bytes << " bytes of device memory; "
+            << free_bytes << " bytes free";
+  return change;
 }
 
 StatusOr<std::unique_ptr<WeightReceiver>> CudaBackend::JoinWeightGroup(
@@ -169,6 +278,13 @@ std::unique_ptr<WeightSet> CudaBackend::SwapWeights(std::unique_ptr<WeightSet> s
   CHECK(next.prepared_for(weights_)) << "SwapWeights: a weight set this backend did not prepare";
   // No step is in flight (the caller's contract, and every step synchronizes the stream before it
   // returns), so the exchange has the stream to itself.
+  if (weight_arena_ != nullptr && weight_arena_->released()) {
+    // PrepareWeights refused this; a release between prepare and swap is the caller's error.
+    weights_broken_ =
+        FailedPreconditionError("a weight swap arrived while the weights' GPU memory was released");
+    LOG(ERROR) << weights_broken_.message();
+    return set;
+  }
   const auto start = std::chrono::steady_clock::now();
   if (Status s = next.Exchange(stream_); !s.ok()) {
     weights_broken_ =
@@ -178,6 +294,7 @@ std::unique_ptr<WeightSet> CudaBackend::SwapWeights(std::unique_ptr<WeightSet> s
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  weights_discarded_ = false;  // a full set replaced whatever the device held
   LOG(INFO) << "CUDA weights swapped in place: " << next.weight_bytes() << " bytes each way in "
             << static_cast<int64_t>(ms) << " ms";
   return set;
@@ -230,6 +347,7 @@ Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
   // An error handled earlier (e.g. a failed allocation) must not surface in this step's launches.
   (void)cudaGetLastError();
   if (!weights_broken_.ok()) return weights_broken_;
+  ASTR_RETURN_IF_ERROR(MemoryBlocked());
   const WorkspaceDims& d = ws_->dims();
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/model/model_config.h"
 #include "worker/backend.h"
@@ -23,6 +24,7 @@
 #include "worker/backends/cuda/cuda_weights.h"
 #include "worker/backends/cuda/device_sampler.h"
 #include "worker/backends/cuda/gemm_lt.h"
+#include "worker/backends/cuda/releasable_memory.h"
 #include "worker/backends/cuda/workspace.h"
 
 namespace astr::cuda {
@@ -46,6 +48,11 @@ class CudaBackend final : public Backend {
                        const std::function<Status()>& before_draws) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
+  StatusOr<MemoryChange> ReleaseMemory(MemoryTags tags, bool keep_weights) override;
+  StatusOr<MemoryChange> ResumeMemory(MemoryTags tags) override;
+  // Whether the weights and the KV pool live in releasable arenas (the driver has virtual memory
+  // management; else they were cudaMalloc'ed and cannot be released).
+  bool releasable() const { return weight_arena_ != nullptr && kv_arena_ != nullptr; }
   // NCCL weight-update groups (nccl_group.h).
   StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override;
 
@@ -93,6 +100,14 @@ class CudaBackend final : public Backend {
   // Not OK once a swap failed halfway (a CUDA error): the device holds parts of two weight sets,
   // and every later step fails with this.
   Status weights_broken_;
+  // Releasable arenas (releasable_memory.h) holding the weights and the KV pool; null when the
+  // driver has no virtual memory management.
+  std::unique_ptr<ReleasableArena> weight_arena_, kv_arena_;
+  // ReleaseMemory's state: the host copy of the weight arena (keep_weights), and why steps are
+  // refused now (OK when nothing is released and the weights are valid).
+  std::vector<uint8_t> weights_on_host_;
+  bool weights_discarded_ = false;
+  Status MemoryBlocked() const;
   DeviceMemory kv_;  // [layers][2][pages, page_size, kv_heads, head_dim] bf16
   int64_t layer_kv_elems_ = 0;
   std::unique_ptr<InferenceWorkspace> ws_;

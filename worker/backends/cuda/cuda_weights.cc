@@ -13,8 +13,15 @@
 namespace astr::cuda {
 namespace {
 
-StatusOr<DeviceMemory> UploadBytes(const void* data, size_t bytes, const std::string& what) {
-  ASTR_ASSIGN_OR_RETURN(DeviceMemory m, DeviceAllocator::Allocate(bytes, what));
+StatusOr<DeviceMemory> UploadBytes(const void* data, size_t bytes, const std::string& what,
+                                   ReleasableArena* arena) {
+  DeviceMemory m;
+  if (arena != nullptr) {
+    ASTR_ASSIGN_OR_RETURN(void* p, arena->Take(bytes));
+    m = DeviceMemory::View(p, bytes);
+  } else {
+    ASTR_ASSIGN_OR_RETURN(m, DeviceAllocator::Allocate(bytes, what));
+  }
   ASTR_CUDA_RETURN_IF_ERROR(cudaMemcpy(m.get(), data, bytes, cudaMemcpyHostToDevice),
                             "uploading " + what);
   return m;
@@ -163,7 +170,8 @@ Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelC
   return OkStatus();
 }
 
-StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress) {
+StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress,
+                                      ReleasableArena* arena) {
   const model::ModelConfig& c = file.config();
   CudaWeights w;
   w.layers.resize(c.num_layers);
@@ -171,13 +179,14 @@ StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool prog
       (c.num_heads + 2 * c.num_kv_heads + (c.gated_attention ? c.num_heads : 0)) * c.head_dim;
   ASTR_RETURN_IF_ERROR(ConvertCudaWeights(
       file, c, progress ? "loading weights to the GPU" : "",
-      [&w](const WeightSlot& slot, const std::string& what, std::span<const uint8_t> host) {
-        ASTR_ASSIGN_OR_RETURN(w.at(slot), UploadBytes(host.data(), host.size(), what));
+      [&w, arena](const WeightSlot& slot, const std::string& what, std::span<const uint8_t> host) {
+        ASTR_ASSIGN_OR_RETURN(w.at(slot), UploadBytes(host.data(), host.size(), what, arena));
         return OkStatus();
       }));
   const std::vector<float> inv_freq = RopeInvFreq(c);
-  ASTR_ASSIGN_OR_RETURN(
-      w.inv_freq, UploadBytes(inv_freq.data(), inv_freq.size() * sizeof(float), "rope inv_freq"));
+  // Derived from the config, not a weight: no update brings it back, so never released.
+  ASTR_ASSIGN_OR_RETURN(w.inv_freq, UploadBytes(inv_freq.data(), inv_freq.size() * sizeof(float),
+                                                "rope inv_freq", nullptr));
   return w;
 }
 

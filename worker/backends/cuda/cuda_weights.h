@@ -12,6 +12,7 @@
 #include "common/model/model_config.h"
 #include "kernels/cuda/kv_layout.h"
 #include "worker/backends/cuda/device_memory.h"
+#include "worker/backends/cuda/releasable_memory.h"
 
 namespace astr {
 namespace model {
@@ -72,7 +73,9 @@ using ConvertedBuffer = std::function<Status(const WeightSlot& slot, const std::
 Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelConfig& config,
                           const std::string& progress, const ConvertedBuffer& put);
 
-// Converts (ConvertCudaWeights) and uploads every weight; logs progress (INFO) when asked.
-StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress);
+// Converts (ConvertCudaWeights) and uploads every weight; logs progress (INFO) when asked. With an
+// arena the buffers are pieces of it (releasable), else cudaMalloc'ed one by one.
+StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool progress,
+                                      ReleasableArena* arena = nullptr);
 
 }  // namespace astr::cuda

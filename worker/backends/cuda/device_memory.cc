@@ -14,20 +14,23 @@ Status CudaStatus(cudaError_t err, const std::string& what) {
 }
 
 DeviceMemory::~DeviceMemory() {
-  if (ptr_ != nullptr) {
+  if (ptr_ != nullptr && owned_) {
     cudaFree(ptr_);
     DeviceAllocator::bytes_in_use_ -= static_cast<int64_t>(bytes_);
   }
 }
 
 DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      owned_(std::exchange(other.owned_, true)) {}
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
   if (this != &other) {
     DeviceMemory old(std::move(*this));
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }

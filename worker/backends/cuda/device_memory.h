@@ -34,6 +34,15 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
+  // `bytes` at `ptr` that another owner frees (a ReleasableArena's piece): not freed here.
+  static DeviceMemory View(void* ptr, size_t bytes) {
+    DeviceMemory m;
+    m.ptr_ = ptr;
+    m.bytes_ = bytes;
+    m.owned_ = false;
+    return m;
+  }
+
   void* get() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   template <typename T>
@@ -45,6 +54,7 @@ class DeviceMemory {
   friend class DeviceAllocator;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 class DeviceAllocator {
