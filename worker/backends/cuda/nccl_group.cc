@@ -172,35 +172,10 @@ class NcclReceiver final : public WeightReceiver {
       buffer_ = DeviceMemory();
       ASTR_ASSIGN_OR_RETURN(buffer_, DeviceAllocator::Allocate(out.size(), "the broadcast buffer"));
     }
-    // A watchdog aborts the communicator when the broadcast outlives the timeout (a trainer that
-    // died or stalls); the broadcast then returns, or the stream reports the error.
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false, fired = false;
-    std::thread watchdog([&] {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!cv.wait_for(lock, spec_.timeout, [&] { return done; })) {
-        fired = true;
-        lock.unlock();
-        lib_->abort(comm_);
-      }
-    });
     Status status = Broadcast(out, type);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    watchdog.join();
-    if (fired) {
-      comm_ = nullptr;  // aborted (and freed) by the watchdog
-      return DeadlineExceededError("NCCL group '" + spec_.name + "': a broadcast of " +
-                                   std::to_string(out.size()) + " bytes took over " +
-                                   std::to_string(spec_.timeout.count()) +
-                                   " ms; the group was aborted");
-    }
     if (!status.ok()) {
-      lib_->abort(comm_);
+      // comm_ is null when the watchdog aborted it already.
+      if (comm_ != nullptr) lib_->abort(comm_);
       comm_ = nullptr;
       return status;
     }
@@ -241,9 +216,43 @@ class NcclReceiver final : public WeightReceiver {
     if (out.size() % item != 0) {
       return InvalidArgumentError(what + "not a whole number of elements");
     }
-    int r = lib_->broadcast(buffer_.get(), buffer_.get(), out.size() / item, datatype, 0, comm_,
-                            stream_);
+    const auto deadline = Clock::now() + spec_.timeout;
+    const auto timed_out = [&] {
+      return DeadlineExceededError(what + "took over " + std::to_string(spec_.timeout.count()) +
+                                   " ms (a trainer that died or stalls); the group was aborted");
+    };
+    // The call itself may block (the emulated NCCL runs it when called): a watchdog aborts the
+    // communicator if it outlives the deadline, which makes it return. Once the watchdog fired,
+    // the communicator is gone and this thread must not touch it.
+    int r = nccl::kSuccess;
+    {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool returned = false, fired = false;
+      std::thread watchdog([&] {
+        std::unique_lock<std::mutex> lock(mu);
+        if (!cv.wait_until(lock, deadline, [&] { return returned; })) {
+          fired = true;
+          lock.unlock();
+          lib_->abort(comm_);
+        }
+      });
+      r = lib_->broadcast(buffer_.get(), buffer_.get(), out.size() / item, datatype, 0, comm_,
+                          stream_);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        returned = true;
+      }
+      cv.notify_all();
+      watchdog.join();
+      if (fired) {
+        comm_ = nullptr;
+        return timed_out();
+      }
+    }
     if (r != nccl::kSuccess) return UnavailableError(what + lib_->Error(r, comm_));
+    // libnccl enqueues and returns: wait for the stream here, polling so that an asynchronous
+    // NCCL error or the deadline ends the wait (the caller then aborts the communicator).
     while (true) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) return OkStatus();
@@ -253,6 +262,7 @@ class NcclReceiver final : public WeightReceiver {
       if (async != nccl::kSuccess && async != nccl::kInProgress) {
         return UnavailableError(what + lib_->Error(async, comm_));
       }
+      if (Clock::now() >= deadline) return timed_out();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

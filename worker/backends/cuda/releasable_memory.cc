@@ -166,7 +166,18 @@ StatusOr<size_t> ReleasableArena::Release() {
 
 StatusOr<size_t> ReleasableArena::Restore() {
   if (!released_) return size_t{0};
-  for (Chunk& c : chunks_) ASTR_RETURN_IF_ERROR(MapChunk(&c));
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    if (Status s = MapChunk(&chunks_[i]); !s.ok()) {
+      // All or nothing: what was mapped goes back, the arena stays released.
+      const Vmm& d = Driver();
+      for (size_t k = 0; k < i; ++k) {
+        d.unmap(static_cast<CUdeviceptr>(base_ + chunks_[k].offset), chunks_[k].bytes);
+        d.release(static_cast<CUmemGenericAllocationHandle>(chunks_[k].handle));
+        chunks_[k].handle = 0;
+      }
+      return s;
+    }
+  }
   released_ = false;
   return mapped_;
 }
