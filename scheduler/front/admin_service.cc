@@ -508,6 +508,21 @@ grpc::Status AdminService::InitWeightUpdateGroup(grpc::ServerContext* context,
     r->set_rank(static_cast<int32_t>(i + 1));
   }
   if (request->validate_only()) return grpc::Status::OK;
+  // A worker that is gone but not yet dropped would leave the others waiting in their join for
+  // the whole timeout: every worker must answer first.
+  const std::vector<grpc::Status> alive = OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(std::chrono::seconds(5)));
+    v1::InfoResponse info;
+    return Stub(addresses[i])->Info(&ctx, v1::InfoRequest(), &info);
+  });
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (!alive[i].ok()) {
+      return Error(grpc::StatusCode::UNAVAILABLE, "worker " + addresses[i] + " does not answer (" +
+                                                      alive[i].error_message() +
+                                                      "): no group made");
+    }
+  }
   // Every worker joins at once: ncclCommInitRank returns only when all ranks (the trainer too)
   // are there.
   std::vector<v1::JoinWeightGroupResponse> answers(addresses.size());

@@ -19,6 +19,7 @@ import pytest
 import xxhash
 
 import astr
+import astr.nccl
 import harness
 import weights as W
 from astr.nccl import FLOAT32, Nccl
@@ -236,3 +237,32 @@ def test_group_errors_name_the_field(make_cluster, models):
     assert e.value.code == grpc.StatusCode.UNAVAILABLE, e.value
     assert time.monotonic() - start_t < 100
     assert_serves(c, models["old"])
+
+
+def test_a_worker_lost_before_a_push_changes_nothing(make_cluster, models):
+    c, admin = start(make_cluster, models)
+    sync = sync_for(admin)
+    sync.init_group()
+    c.workers[1].proc.kill()
+    # Either the scheduler already dropped the worker (the group's ranks no longer match the
+    # pool) or the trainer's broadcast to it fails, and the SDK aborts the group at once: the
+    # worker left waits for no bucket.
+    start_t = time.monotonic()
+    with pytest.raises((astr.AstrError, astr.nccl.NcclError)) as e:
+        sync.push(models["new_t"])
+    assert time.monotonic() - start_t < 30, e.value
+    assert admin.get_weight_version().version == 0
+    assert greedy(c, PROMPTS[0]) == offline(models["old"], PROMPTS[0])
+    # The next push makes a new group with the worker that is left, once the scheduler dropped
+    # the dead one.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            r = sync.push(models["new_t"])
+            break
+        except (astr.AstrError, astr.nccl.NcclError) as err:
+            assert time.monotonic() < deadline, err
+            time.sleep(0.5)
+    assert (r.version, r.workers) == (1, 1)
+    assert_serves(c, models["new"])
+    sync.close()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, List, Optional
 
@@ -201,6 +201,21 @@ def _device_pieces(tensor: Any, chunk_bytes: int) -> Any:
         yield flat[start:start + chunk_bytes]
 
 
+def _in_thread(fn: Any, *args: Any) -> Future:
+    """fn(*args) on a daemon thread of its own: a join that never completes (a worker could not
+    join) must not hold a pool thread the next attempt needs, nor keep the process alive."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True, name="astr-nccl-join").start()
+    return future
+
+
 class NcclTransport:
     """The trainer's end of one NCCL group: made on first use, kept across pushes."""
 
@@ -226,7 +241,7 @@ class NcclTransport:
             group_timeout_ms=self.group_timeout_ms, timeout=timeout)
         # ncclCommInitRank returns once every worker joined; when the scheduler's call fails
         # first (a worker could not join), that failure is raised without waiting for it.
-        join: Future = self._pool.submit(self.nccl.init_rank, plan.world_size, uid, 0)
+        join: Future = _in_thread(self.nccl.init_rank, plan.world_size, uid, 0)
         reply = call.result()  # raises the scheduler's error
         self.comm = join.result()
         self.ranks = reply
@@ -278,6 +293,19 @@ class NcclTransport:
             self.admin._call, "UpdateWeightsFromDistributed", request, apb.UpdateWeightsResponse,
             timeout)
         sender: Future = self._pool.submit(broadcast_all)
+        # A broadcast that fails here (a worker died, a socket broke) leaves the workers waiting
+        # for the next bucket: aborting the communicator ends their wait at once, and the group
+        # is made again on the next push.
+        wait([call, sender], return_when=FIRST_EXCEPTION)
+        if sender.done() and sender.exception() is not None and not call.done():
+            self.nccl.abort(comm)
+            self.comm = None
+            try:
+                call.result()
+            except Exception:
+                pass
+            self._destroy_on_server()
+            raise sender.exception()  # type: ignore[misc]
         try:
             reply = call.result()
         except BaseException:
