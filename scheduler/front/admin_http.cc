@@ -1,5 +1,7 @@
 #include "scheduler/front/admin_http.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -62,6 +64,23 @@ StatusOr<std::string> StringField(const json& body, const char* name, std::strin
   if (it == body.end() || it->is_null()) return fallback;
   if (!it->is_string()) return InvalidArgumentError(std::string(name) + ": must be a string");
   return it->get<std::string>();
+}
+
+// Standard base64 (with padding) to bytes; the error names `field`.
+StatusOr<std::string> Base64Field(const std::string& text, const char* field) {
+  if (text.empty() || text.size() % 4 != 0) {
+    return InvalidArgumentError(std::string(field) + ": not base64 (length " +
+                                std::to_string(text.size()) + ")");
+  }
+  std::string out(text.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0) return InvalidArgumentError(std::string(field) + ": not base64");
+  size_t pad = 0;
+  while (pad < 2 && text[text.size() - 1 - pad] == '=') ++pad;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
 }
 
 // The query's parameters, percent-decoded ('+' is a space).
@@ -331,6 +350,113 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
   if (path == "/is_paused") {
     return JsonReply(
         200, {{"is_paused", scheduler_->weight_version().paused != sched::PauseMode::kNone}});
+  }
+  // SGLang's NCCL routes. The group is joined by NCCL unique id (astr's field nccl_unique_id,
+  // base64), not by SGLang's torch.distributed rendezvous (master_address / master_port); the
+  // update takes SGLang's body and its trainers' broadcasts: one per tensor, in order.
+  if (path == "/init_weights_update_group") {
+    if (!post) return Failure(405, "use POST");
+    auto group = StringField(*body, "group_name", "weight_update_group");
+    auto id = StringField(*body, "nccl_unique_id", "");
+    if (!group.ok()) return Failure(400, std::string(group.status().message()));
+    if (!id.ok()) return Failure(400, std::string(id.status().message()));
+    if (id->empty()) {
+      return JsonReply(400, {{"success", false},
+                             {"message",
+                              "nccl_unique_id: required. astr's workers join an NCCL group by "
+                              "the unique id of the trainer (rank 0), base64, not through "
+                              "torch.distributed's master_address / master_port rendezvous "
+                              "(docs/rl.md \"NCCL broadcast\")"}});
+    }
+    auto raw = Base64Field(*id, "nccl_unique_id");
+    if (!raw.ok()) return Failure(400, std::string(raw.status().message()));
+    v1::InitWeightUpdateGroupRequest r;
+    r.set_nccl_unique_id(*raw);
+    r.set_group_name(*group);
+    if (body->contains("world_size") && (*body)["world_size"].is_number_integer()) {
+      r.set_world_size((*body)["world_size"].get<int32_t>());
+    }
+    if (body->contains("timeout_ms") && (*body)["timeout_ms"].is_number_integer()) {
+      r.set_timeout_ms((*body)["timeout_ms"].get<int64_t>());
+    }
+    v1::InitWeightUpdateGroupResponse answer;
+    const grpc::Status s = admin_->InitGroupNow(r, &answer);
+    if (!s.ok()) {
+      return JsonReply(HttpStatusOf(s.error_code()),
+                       {{"success", false}, {"message", s.error_message()}});
+    }
+    json ranks = json::array();
+    for (const auto& w : answer.ranks())
+      ranks.push_back({{"address", w.address()}, {"rank", w.rank()}});
+    return JsonReply(200, {{"success", true},
+                           {"message", "Succeeded to initialize custom process group."},
+                           {"world_size", answer.world_size()},
+                           {"ranks", ranks}});
+  }
+  if (path == "/update_weights_from_distributed") {
+    if (!post) return Failure(405, "use POST");
+    auto group = StringField(*body, "group_name", "weight_update_group");
+    auto label = StringField(*body, "weight_version", "");
+    if (!group.ok()) return Failure(400, std::string(group.status().message()));
+    if (!label.ok()) return Failure(400, std::string(label.status().message()));
+    const auto list = [&](const char* name) -> const json* {
+      auto it = body->find(name);
+      return it != body->end() && it->is_array() ? &*it : nullptr;
+    };
+    const json* names = list("names");
+    const json* dtypes = list("dtypes");
+    const json* shapes = list("shapes");
+    if (names == nullptr || dtypes == nullptr || shapes == nullptr ||
+        names->size() != dtypes->size() || names->size() != shapes->size() || names->empty()) {
+      return Failure(400, "names, dtypes, shapes: three lists of the same non-zero length");
+    }
+    v1::UpdateWeightsFromDistributedRequest r;
+    r.set_group_name(*group);
+    r.set_bucket_bytes(-1);  // SGLang's trainers broadcast each tensor on its own
+    r.mutable_manifest()->set_label(*label);
+    for (size_t i = 0; i < names->size(); ++i) {
+      const json& n = (*names)[i];
+      const json& d = (*dtypes)[i];
+      const json& sh = (*shapes)[i];
+      if (!n.is_string() || !d.is_string() || !sh.is_array()) {
+        return Failure(400, "names[" + std::to_string(i) + "], dtypes[" + std::to_string(i) +
+                                "], shapes[" + std::to_string(i) +
+                                "]: a string, a string and a list of integers");
+      }
+      v1::TensorSpec* t = r.mutable_manifest()->add_tensors();
+      t->set_name(n.get<std::string>());
+      std::string dtype = d.get<std::string>();
+      if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
+      t->set_dtype(dtype);
+      for (const json& dim : sh) {
+        if (!dim.is_number_integer()) {
+          return Failure(400, "shapes[" + std::to_string(i) + "]: integers expected");
+        }
+        t->add_shape(dim.get<int64_t>());
+      }
+    }
+    v1::UpdateWeightsResponse answer;
+    const grpc::Status s = admin_->UpdateFromDistributedNow(r, &answer);
+    if (!s.ok()) {
+      return JsonReply(HttpStatusOf(s.error_code()),
+                       {{"success", false}, {"message", s.error_message()}});
+    }
+    return JsonReply(200, {{"success", true},
+                           {"message", "Succeeded to update parameter online."},
+                           {"version", answer.version()}});
+  }
+  if (path == "/destroy_weights_update_group") {
+    if (!post) return Failure(405, "use POST");
+    auto group = StringField(*body, "group_name", "weight_update_group");
+    if (!group.ok()) return Failure(400, std::string(group.status().message()));
+    v1::DestroyWeightUpdateGroupRequest r;
+    r.set_group_name(*group);
+    const grpc::Status s = admin_->DestroyGroupNow(r);
+    if (!s.ok()) {
+      return JsonReply(HttpStatusOf(s.error_code()),
+                       {{"success", false}, {"message", s.error_message()}});
+    }
+    return JsonReply(200, {{"success", true}, {"message", "Succeeded to destroy the group."}});
   }
   // SGLang's memory routes: body {"tags": [...]} (absent or null = all).
   if (path == "/release_memory_occupation" || path == "/resume_memory_occupation") {

@@ -474,6 +474,12 @@ grpc::Status AdminService::InitWeightUpdateGroup(grpc::ServerContext* context,
                                                  const v1::InitWeightUpdateGroupRequest* request,
                                                  v1::InitWeightUpdateGroupResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return InitGroupNow(*request, response);
+}
+
+grpc::Status AdminService::InitGroupNow(const v1::InitWeightUpdateGroupRequest& req,
+                                        v1::InitWeightUpdateGroupResponse* response) {
+  const v1::InitWeightUpdateGroupRequest* request = &req;
   const std::string name = GroupName(request->group_name());
   if (request->timeout_ms() < 0) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
@@ -578,6 +584,12 @@ grpc::Status AdminService::UpdateWeightsFromDistributed(
     grpc::ServerContext* context, const v1::UpdateWeightsFromDistributedRequest* request,
     v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return UpdateFromDistributedNow(*request, response);
+}
+
+grpc::Status AdminService::UpdateFromDistributedNow(
+    const v1::UpdateWeightsFromDistributedRequest& req, v1::UpdateWeightsResponse* response) {
+  const v1::UpdateWeightsFromDistributedRequest* request = &req;
   const std::string name = GroupName(request->group_name());
   if (request->manifest().tensors().empty()) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT, "manifest: no tensors");
@@ -643,6 +655,11 @@ grpc::Status AdminService::DestroyWeightUpdateGroup(
     grpc::ServerContext* context, const v1::DestroyWeightUpdateGroupRequest* request,
     v1::DestroyWeightUpdateGroupResponse* /*response*/) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return DestroyGroupNow(*request);
+}
+
+grpc::Status AdminService::DestroyGroupNow(const v1::DestroyWeightUpdateGroupRequest& req) {
+  const v1::DestroyWeightUpdateGroupRequest* request = &req;
   const std::string name = GroupName(request->group_name());
   std::vector<std::string> members;
   {

@@ -72,6 +72,12 @@ class AdminService final : public v1::Admin::Service {
   // `authorization`: the request's Authorization value (null: none). OK, UNAUTHENTICATED (none, or
   // not `Bearer <token>`) or PERMISSION_DENIED (no token file, or the wrong token).
   grpc::Status AuthorizeValue(const std::string* authorization) const;
+  // The NCCL group calls after authorization (the admin HTTP routes).
+  grpc::Status InitGroupNow(const v1::InitWeightUpdateGroupRequest& request,
+                            v1::InitWeightUpdateGroupResponse* response);
+  grpc::Status UpdateFromDistributedNow(const v1::UpdateWeightsFromDistributedRequest& request,
+                                        v1::UpdateWeightsResponse* response);
+  grpc::Status DestroyGroupNow(const v1::DestroyWeightUpdateGroupRequest& request);
   // ReleaseMemory / ResumeMemory after authorization (docs/rl.md "Releasing GPU memory").
   // `pause_if_running` (the HTTP routes): pauses in drain mode first instead of refusing, and
   // generation continues by itself once everything is back.

@@ -7,7 +7,9 @@ backend) on the new weights; a refused manifest or checksum changes nothing and 
 usable; a trainer that dies mid-broadcast leaves every worker on the served version; SGLang's one
 broadcast per tensor works too."""
 
+import base64
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+import requests
 import xxhash
 
 import astr
@@ -61,6 +64,7 @@ def start(make_cluster, models, workers=2):
                      worker_flags={"backend": "cuda", "num_pages": 128, "page_size": 16,
                                    "max_batch": 8},
                      scheduler_flags={"admin_token_file": models["token"],
+                                      "admin_http_listen": "127.0.0.1:0",
                                       "tokenizer": harness.STORIES})
     admin = astr.AdminClient(c.scheduler.admin_address, token=W.TOKEN, timeout=120)
     return c, admin
@@ -266,3 +270,48 @@ def test_a_worker_lost_before_a_push_changes_nothing(make_cluster, models):
     assert (r.version, r.workers) == (1, 1)
     assert_serves(c, models["new"])
     sync.close()
+
+
+def test_sglang_routes_with_a_unique_id(make_cluster, models):
+    """SGLang's /init_weights_update_group, /update_weights_from_distributed (its body: names,
+    dtypes, shapes; one broadcast per tensor, as its trainers send) and
+    /destroy_weights_update_group, the group joined by astr's nccl_unique_id."""
+    c, admin = start(make_cluster, models)
+    url = "http://" + c.scheduler.proc.wait_log(re.compile(r"admin http on (\S+):(\d+)"))
+    bearer = {"Authorization": f"Bearer {W.TOKEN}"}
+    # SGLang's own body names a torch.distributed rendezvous astr does not speak.
+    r = requests.post(f"{url}/init_weights_update_group", headers=bearer, timeout=30, json={
+        "master_address": "127.0.0.1", "master_port": 29500, "rank_offset": 1, "world_size": 3,
+        "group_name": "weight_update_group", "backend": "nccl"})
+    assert r.status_code == 400 and "nccl_unique_id" in r.json()["message"], r.text
+    nccl = Nccl(NCCL)
+    uid = nccl.unique_id()
+    got = {}
+    init = threading.Thread(target=lambda: got.update(init=requests.post(
+        f"{url}/init_weights_update_group", headers=bearer, timeout=120,
+        json={"nccl_unique_id": base64.b64encode(uid).decode(), "world_size": 3,
+              "group_name": "weight_update_group"})))
+    init.start()
+    comm = nccl.init_rank(3, uid, 0)
+    init.join(timeout=120)
+    assert got["init"].status_code == 200 and got["init"].json()["success"], got["init"].text
+    tensors = {k: np.ascontiguousarray(v) for k, v in models["new_t"].items()}
+    names = list(tensors)
+    update = threading.Thread(target=lambda: got.update(update=requests.post(
+        f"{url}/update_weights_from_distributed", headers=bearer, timeout=120,
+        json={"names": names, "dtypes": ["float32"] * len(names),
+              "shapes": [list(tensors[n].shape) for n in names],
+              "group_name": "weight_update_group", "weight_version": "sglang-1"})))
+    update.start()
+    for n in names:
+        nccl.broadcast(comm, int(tensors[n].ctypes.data), tensors[n].size, FLOAT32)
+    update.join(timeout=120)
+    assert got["update"].status_code == 200 and got["update"].json()["success"], \
+        got["update"].text
+    assert admin.get_weight_version().label == "sglang-1"
+    assert_serves(c, models["new"])
+    r = requests.post(f"{url}/destroy_weights_update_group", headers=bearer, timeout=30,
+                      json={"group_name": "weight_update_group"})
+    assert r.status_code == 200, r.text
+    nccl.destroy(comm)
+    assert requests.post(f"{url}/init_weights_update_group", timeout=30, json={}).status_code == 401
