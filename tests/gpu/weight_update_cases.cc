@@ -103,25 +103,34 @@ std::string FirstDifference(const Logits& got, const Logits& want) {
   return "";
 }
 
+// The served backend and one created from the update, each probed once (the served one captures
+// the graphs of buckets 1, 2 and 4).
+struct Probed {
+  std::unique_ptr<model::ModelFile> served_file, update_file;
+  std::unique_ptr<cuda::CudaBackend> served, fresh;
+  Logits before, want_new;
+};
+
+StatusOr<Probed> ServedAndFresh(const UpdateCase& uc) {
+  Probed p;
+  ASTR_ASSIGN_OR_RETURN(p.served_file, OpenModel(uc.served));
+  ASTR_ASSIGN_OR_RETURN(p.update_file, OpenModel(uc.update));
+  ASTR_ASSIGN_OR_RETURN(p.served, cuda::CudaBackend::Create(*p.served_file, Options(true)));
+  ASTR_ASSIGN_OR_RETURN(p.fresh, cuda::CudaBackend::Create(*p.update_file, Options(true)));
+  ASTR_ASSIGN_OR_RETURN(p.before, Probe(*p.served));
+  ASTR_ASSIGN_OR_RETURN(p.want_new, Probe(*p.fresh));
+  return p;
+}
+
 // Prepare on another thread while the served model runs, swap, compare with a fresh backend of
 // the new model; swap back, compare with the logits from before.
 CaseResult SwapMatchesFreshBackend(const UpdateCase& uc) {
-  auto served_file = OpenModel(uc.served);
-  auto update_file = OpenModel(uc.update);
-  if (!served_file.ok() || !update_file.ok()) {
-    return Fail((served_file.ok() ? update_file.status() : served_file.status()).ToString());
-  }
-  auto served = cuda::CudaBackend::Create(**served_file, Options(true));
-  auto fresh = cuda::CudaBackend::Create(**update_file, Options(true));
-  if (!served.ok() || !fresh.ok()) {
-    return Fail((served.ok() ? fresh.status() : served.status()).ToString());
-  }
-  cuda::CudaBackend& b = **served;
-  auto before = Probe(b);  // captures the graphs of buckets 1, 2 and 4
-  auto want_new = Probe(**fresh);
-  if (!before.ok() || !want_new.ok()) {
-    return Fail((before.ok() ? want_new.status() : before.status()).ToString());
-  }
+  auto probed = ServedAndFresh(uc);
+  if (!probed.ok()) return Fail(probed.status().ToString());
+  cuda::CudaBackend& b = *probed->served;
+  const auto& update_file = probed->update_file;
+  const Logits* before = &probed->before;
+  const Logits* want_new = &probed->want_new;
   if (FirstDifference(*before, *want_new).empty()) {
     return Fail("the two models give the same logits: a swap would go unnoticed");
   }
@@ -131,7 +140,7 @@ CaseResult SwapMatchesFreshBackend(const UpdateCase& uc) {
   const int64_t allocations = cuda::DeviceAllocator::allocations();
 
   StatusOr<std::unique_ptr<WeightSet>> prepared = InternalError("PrepareWeights did not run");
-  std::thread preparer([&] { prepared = b.PrepareWeights(**update_file); });
+  std::thread preparer([&] { prepared = b.PrepareWeights(*update_file); });
   auto during = Probe(b);
   preparer.join();
   if (!prepared.ok()) return Fail("PrepareWeights: " + prepared.status().ToString());
@@ -204,24 +213,14 @@ CaseResult WrongShapeChangesNothing(const UpdateCase& uc) {
 // resuming the captured graphs replay the same logits bit for bit; with the weights discarded,
 // a swap to the update after resuming gives a fresh backend's logits of it.
 CaseResult ReleaseAndResume(const UpdateCase& uc) {
-  auto served_file = OpenModel(uc.served);
-  auto update_file = OpenModel(uc.update);
-  if (!served_file.ok() || !update_file.ok()) {
-    return Fail((served_file.ok() ? update_file.status() : served_file.status()).ToString());
-  }
-  auto served = cuda::CudaBackend::Create(**served_file, Options(true));
-  auto fresh = cuda::CudaBackend::Create(**update_file, Options(true));
-  if (!served.ok() || !fresh.ok()) {
-    return Fail((served.ok() ? fresh.status() : served.status()).ToString());
-  }
-  cuda::CudaBackend& b = **served;
+  auto probed = ServedAndFresh(uc);
+  if (!probed.ok()) return Fail(probed.status().ToString());
+  cuda::CudaBackend& b = *probed->served;
   if (!b.releasable()) return Fail("the backend's memory is not releasable on this device");
-  auto before = Probe(b);
-  auto want_new = Probe(**fresh);
-  if (!before.ok() || !want_new.ok()) {
-    return Fail((before.ok() ? want_new.status() : before.status()).ToString());
-  }
-  fresh->reset();  // its memory would blur the free-memory check
+  const auto& update_file = probed->update_file;
+  const Logits* before = &probed->before;
+  const Logits* want_new = &probed->want_new;
+  probed->fresh.reset();  // its memory would blur the free-memory check
   const int captured = b.graphs().captured();
   size_t free0 = 0, total = 0;
   if (cudaMemGetInfo(&free0, &total) != cudaSuccess) return Fail("cudaMemGetInfo");
@@ -248,13 +247,13 @@ CaseResult ReleaseAndResume(const UpdateCase& uc) {
   if (auto r = b.ReleaseMemory({.weights = true, .kv_cache = true}, false); !r.ok()) {
     return Fail("ReleaseMemory (discard): " + r.status().ToString());
   }
-  if (b.PrepareWeights(**update_file).ok())
+  if (b.PrepareWeights(*update_file).ok())
     return Fail("an update was prepared into released memory");
   if (auto r = b.ResumeMemory({.weights = true, .kv_cache = true}); !r.ok()) {
     return Fail("ResumeMemory: " + r.status().ToString());
   }
   if (Probe(b).ok()) return Fail("a step ran on discarded weights");
-  auto prepared = b.PrepareWeights(**update_file);
+  auto prepared = b.PrepareWeights(*update_file);
   if (!prepared.ok()) return Fail("PrepareWeights: " + prepared.status().ToString());
   b.SwapWeights(std::move(*prepared));
   auto updated = Probe(b);

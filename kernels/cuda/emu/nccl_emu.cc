@@ -122,42 +122,42 @@ bool WaitFd(int fd, short events, Clock::time_point deadline, const std::atomic<
   }
 }
 
-bool SendAll(int fd, const void* data, size_t size, Clock::time_point deadline,
+// Moves all `size` bytes through `fd`, sending (`out` set) or receiving (`in` set), waiting for
+// the socket without blocking so that the deadline and an abort end the wait.
+bool MoveAll(int fd, const char* out, char* in, size_t size, Clock::time_point deadline,
              const std::atomic<bool>* aborted, std::string* why) {
-  const char* p = static_cast<const char*>(data);
+  const bool sending = out != nullptr;
   while (size > 0) {
-    if (!WaitFd(fd, POLLOUT, deadline, aborted, why)) return false;
-    const ssize_t n = send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      *why = std::string("send: ") + std::strerror(errno);
-      return false;
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool RecvAll(int fd, void* data, size_t size, Clock::time_point deadline,
-             const std::atomic<bool>* aborted, std::string* why) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    if (!WaitFd(fd, POLLIN, deadline, aborted, why)) return false;
-    const ssize_t n = recv(fd, p, size, MSG_DONTWAIT);
-    if (n == 0) {
+    if (!WaitFd(fd, sending ? POLLOUT : POLLIN, deadline, aborted, why)) return false;
+    const ssize_t n = sending ? send(fd, out, size, MSG_NOSIGNAL | MSG_DONTWAIT)
+                              : recv(fd, in, size, MSG_DONTWAIT);
+    if (n == 0 && !sending) {
       *why = "the peer closed the connection (its process ended or aborted)";
       return false;
     }
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      *why = std::string("recv: ") + std::strerror(errno);
+      *why = std::string(sending ? "send: " : "recv: ") + std::strerror(errno);
       return false;
     }
-    p += n;
+    if (sending) {
+      out += n;
+    } else {
+      in += n;
+    }
     size -= static_cast<size_t>(n);
   }
   return true;
+}
+
+bool SendAll(int fd, const void* data, size_t size, Clock::time_point deadline,
+             const std::atomic<bool>* aborted, std::string* why) {
+  return MoveAll(fd, static_cast<const char*>(data), nullptr, size, deadline, aborted, why);
+}
+
+bool RecvAll(int fd, void* data, size_t size, Clock::time_point deadline,
+             const std::atomic<bool>* aborted, std::string* why) {
+  return MoveAll(fd, nullptr, static_cast<char*>(data), size, deadline, aborted, why);
 }
 
 size_t TypeSize(int datatype) {
