@@ -96,6 +96,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
+  // The acceptor's handlers and its close run here, one at a time (a close on another thread
+  // while the next accept starts would race on the acceptor).
+  asio::strand<asio::io_context::executor_type> accept_strand = asio::make_strand(io);
   std::vector<std::thread> threads;
   std::mutex mu;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;  // mu
@@ -638,21 +641,23 @@ bool Exchange::closed() const { return connection_->closed(0); }
 // --- Server ---
 
 void Server::Impl::Accept() {
-  acceptor->async_accept(asio::make_strand(io), [self = shared_from_this()](
-                                                    beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || self->stopped.load()) return;
-      LOG(WARNING) << "http: accept failed: " << ec.message();
-    } else if (self->open.load() >= self->options.max_connections) {
-      beast::error_code ignored;
-      socket.close(ignored);
-    } else {
-      auto c = std::make_shared<Connection>(self, std::move(socket), self->Tls());
-      self->Register(c);
-      c->Start();
-    }
-    if (!self->stopped.load()) self->Accept();
-  });
+  acceptor->async_accept(
+      asio::make_strand(io),
+      asio::bind_executor(
+          accept_strand, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+            if (ec) {
+              if (ec == asio::error::operation_aborted || self->stopped.load()) return;
+              LOG(WARNING) << "http: accept failed: " << ec.message();
+            } else if (self->open.load() >= self->options.max_connections) {
+              beast::error_code ignored;
+              socket.close(ignored);
+            } else {
+              auto c = std::make_shared<Connection>(self, std::move(socket), self->Tls());
+              self->Register(c);
+              c->Start();
+            }
+            if (!self->stopped.load()) self->Accept();
+          }));
 }
 
 void Server::Impl::Register(const std::shared_ptr<Connection>& c) {
@@ -724,7 +729,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler h
 
 void Server::Stop(std::chrono::milliseconds grace) {
   if (impl_ == nullptr || impl_->stopped.exchange(true)) return;
-  asio::post(impl_->io, [impl = impl_] {
+  asio::post(impl_->accept_strand, [impl = impl_] {
     beast::error_code ec;
     impl->acceptor->close(ec);
   });
