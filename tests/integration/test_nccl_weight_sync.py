@@ -151,7 +151,7 @@ def test_refused_updates_leave_the_weights_and_the_group(make_cluster, models):
 
 
 TRAINER = r"""
-import os, sys, threading
+import os, sys, threading, time
 import numpy as np
 import astr
 from astr.nccl import NcclTransport, UINT8
@@ -167,6 +167,9 @@ threading.Thread(target=admin._call, daemon=True, args=(
     apb.UpdateWeightsFromDistributedRequest(group_name="default", manifest=manifest,
                                             bucket_bytes=4096),
     apb.UpdateWeightsResponse, 120)).start()
+# The broadcasts land in socket buffers whether or not the workers receive yet: give the update
+# call time to reach them, so that they are receiving when this process dies.
+time.sleep(3)
 buf = np.zeros(4096, np.uint8)
 for _ in range(3):  # 3 of the 32 buckets, then the trainer dies
     t.nccl.broadcast(t.comm, int(buf.ctypes.data), 4096, UINT8)
