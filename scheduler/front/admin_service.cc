@@ -128,6 +128,16 @@ class Forwarder {
   std::thread thread_;
 };
 
+// Runs `call(i)` for every i in [0, n) on its own thread and waits for all.
+template <typename Call>
+std::vector<grpc::Status> OnEach(size_t n, Call call) {
+  std::vector<grpc::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { statuses[i] = call(i); });
+  for (auto& t : threads) t.join();
+  return statuses;
+}
+
 v1::PauseMode ToProto(sched::PauseMode mode) {
   switch (mode) {
     case sched::PauseMode::kAbort:
@@ -398,16 +408,11 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
     return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
   }
   // Every worker reads and builds at once.
-  std::vector<grpc::Status> statuses(addresses.size());
   std::vector<v1::StageWeightsResponse> answers(addresses.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    threads.emplace_back([&, i] {
-      grpc::ClientContext ctx;
-      statuses[i] = Stub(addresses[i])->StageWeightsFromDisk(&ctx, request, &answers[i]);
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<grpc::Status> statuses = OnEach(addresses.size(), [&](size_t i) {
+    grpc::ClientContext ctx;
+    return Stub(addresses[i])->StageWeightsFromDisk(&ctx, request, &answers[i]);
+  });
   std::vector<Staged> staged;
   grpc::Status failure;
   for (size_t i = 0; i < addresses.size(); ++i) {
@@ -431,16 +436,6 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
 namespace {
 
 std::string GroupName(const std::string& name) { return name.empty() ? "default" : name; }
-
-// Runs `call(i)` for every i in [0, n) on its own thread and waits for all.
-template <typename Call>
-std::vector<grpc::Status> OnEach(size_t n, Call call) {
-  std::vector<grpc::Status> statuses(n);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { statuses[i] = call(i); });
-  for (auto& t : threads) t.join();
-  return statuses;
-}
 
 }  // namespace
 
