@@ -21,6 +21,8 @@ class ModelFile;
 class TensorSource;
 }  // namespace model
 
+struct UpdateTensor;  // worker/weight_overlay.h
+
 // A complete set of weights a backend can serve, built beside the served one by PrepareWeights
 // (weight updates, DESIGN.md "Weights and versions").
 class WeightSet {
@@ -28,6 +30,23 @@ class WeightSet {
   virtual ~WeightSet() = default;
   // Memory it holds (host or device).
   virtual size_t bytes() const = 0;
+};
+
+// Builds a weight set tensor by tensor while an update streams in (Backend::BeginWeights): each
+// part of the model is packed as soon as its tensors have arrived, beside the transfer, and their
+// received bytes are let go at once instead of being held until the last byte.
+class WeightBuilder {
+ public:
+  virtual ~WeightBuilder() = default;
+  // One complete, checked tensor of the update (manifest order or any other). The builder keeps
+  // it until what it is built with has arrived and is built (perhaps on another thread), then
+  // hands its bytes back (ReceiveBuffers::Put). A build error comes back here or from Finish.
+  virtual Status Add(std::shared_ptr<UpdateTensor> tensor) = 0;
+  // The set: every tensor not added as the served set held it when the build began. `base`
+  // opens the served checkpoint, for tensors the served set holds only in a form it cannot give
+  // back exactly (block-quantized ones), and is called at most once.
+  using BaseOpener = std::function<StatusOr<std::shared_ptr<const model::ModelFile>>()>;
+  virtual StatusOr<std::unique_ptr<WeightSet>> Finish(const BaseOpener& base) = 0;
 };
 
 // Joining a trainer's NCCL weight-update group (docs/rl.md "NCCL broadcast"): the trainer is rank
@@ -81,6 +100,9 @@ struct BackendOptions {
   int64_t max_sample_rows = 256;    // most sample rows (S) one step may carry
   bool cuda_graphs = true;          // CUDA backend: capture and replay decode steps as CUDA graphs
   bool device_sampling = true;  // CUDA backend: draw tokens on the GPU (else logits to the host)
+  // CPU backend: keep the weight set an update replaced, to build the next update into (no fresh
+  // pages to fault in; twice the weights' memory between updates).
+  bool spare_weights = true;
 };
 
 class Backend {
@@ -123,6 +145,14 @@ class Backend {
     return UnimplementedError("the " + name() + " backend cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // The streamed form of PrepareWeights (WeightBuilder); UNIMPLEMENTED where a backend builds only
+  // from a whole source.
+  virtual StatusOr<std::unique_ptr<WeightBuilder>> BeginWeights() {
+    return UnimplementedError("the " + name() + " backend builds weights only from a whole source");
+  }
+  // A set that is neither served nor staged any more (replaced by an update, rolled back from,
+  // discarded): a backend may keep it to build the next set into; the default frees it.
+  virtual void RecycleWeights(std::unique_ptr<WeightSet> set) { set.reset(); }
   // Gives back the device memory of `tags` while nothing runs (the caller guarantees no step
   // runs and, for the KV cache, that no sequence holds pages: the pool's contents are lost).
   // Weights are copied to the host first when `keep_weights` (vLLM's sleep level 1), else

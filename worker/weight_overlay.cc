@@ -1,5 +1,8 @@
 #include "worker/weight_overlay.h"
 
+#include <iterator>
+#include <new>
+
 namespace astr {
 
 namespace {
@@ -10,6 +13,53 @@ bool IsQkProjection(const std::string& canonical) {
 }
 
 }  // namespace
+
+ReceiveBuffers& ReceiveBuffers::Global() {
+  static ReceiveBuffers* buffers = new ReceiveBuffers();
+  return *buffers;
+}
+
+std::unique_ptr<uint8_t[]> ReceiveBuffers::Take(uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kept_.find(bytes);
+    if (it != kept_.end()) {
+      std::unique_ptr<uint8_t[]> buffer = std::move(it->second);
+      kept_.erase(it);
+      held_ -= bytes;
+      return buffer;
+    }
+  }
+  return std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]);
+}
+
+void ReceiveBuffers::Put(std::unique_ptr<uint8_t[]> buffer, uint64_t bytes) {
+  if (buffer == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_ + bytes > limit_) return;  // freed here
+  held_ += bytes;
+  kept_.emplace(bytes, std::move(buffer));
+}
+
+void ReceiveBuffers::set_limit(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_ = bytes;
+  while (held_ > limit_ && !kept_.empty()) {
+    auto it = std::prev(kept_.end());  // the largest first
+    held_ -= it->first;
+    kept_.erase(it);
+  }
+}
+
+uint64_t ReceiveBuffers::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_;
+}
+
+uint64_t ReceiveBuffers::held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
 
 bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical) {
   // autoregressive_lm checkpoints are interleaved in Hugging Face form too.
@@ -46,6 +96,9 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
     return OkStatus();
   }
   const UpdateTensor& t = *it->second;
+  if (t.data == nullptr) {
+    return InternalError("update tensor '" + t.hf_name + "': its bytes were not kept");
+  }
   if (t.shape != expected_shape) {
     return InvalidArgumentError("update tensor '" + t.hf_name + "' has shape " +
                                 model::ShapeToString(t.shape) + ", expected " +
@@ -78,6 +131,9 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
     return base_->Raw(canonical);
   }
   const UpdateTensor& t = *it->second;
+  if (t.data == nullptr) {
+    return InternalError("update tensor '" + t.hf_name + "': its bytes were not kept");
+  }
   if (t.half_to_interleaved) {
     return FailedPreconditionError("update tensor '" + t.hf_name + "' needs its rows permuted");
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,28 @@ struct UpdateTensor {
   // Hugging Face q/k rows come in rotate-half order; a model that computes in interleaved order
   // (llama from GGUF) takes them permuted (HalfToInterleavedRows).
   bool half_to_interleaved = false;
+};
+
+// The receive buffers of updates, kept from one update to the next (up to a limit): a push of
+// the same model asks for the same sizes again, and memory fresh from the system costs a page
+// fault per 4 KiB (on the development VM, clearing fresh pages was two thirds of a push's time).
+class ReceiveBuffers {
+ public:
+  static ReceiveBuffers& Global();
+  // A buffer of `bytes`: a kept one of that size, else a new one (null when none can be had).
+  std::unique_ptr<uint8_t[]> Take(uint64_t bytes);
+  // Gives a buffer of `bytes` back: kept while the buffers kept stay under limit(), else freed.
+  void Put(std::unique_ptr<uint8_t[]> buffer, uint64_t bytes);
+  // Most bytes kept (default 256 MiB; 0 keeps none). Lowering it frees what is over.
+  void set_limit(uint64_t bytes);
+  uint64_t limit() const;
+  uint64_t held() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::multimap<uint64_t, std::unique_ptr<uint8_t[]>> kept_;
+  uint64_t held_ = 0;
+  uint64_t limit_ = uint64_t{256} << 20;
 };
 
 // Canonical name -> tensor. Shared between successive overlays: a partial update copies the map,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/base/half.h"
+#include "common/base/logging.h"
 #include "kernels/cpu/gemm_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/qgemm_kernels.h"
@@ -60,13 +61,19 @@ void RunTiles(const KernelSet& ks, const void* x, int64_t ldx, int64_t row_begin
 
 void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
 
-PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant)
+PackedMatrix::PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant,
+                           PackedMatrix* reuse)
     : n_(n), k_(k), type_(type), quant_(quant) {
   const size_t elem = type == WeightType::kF32    ? sizeof(float)
                       : type == WeightType::kBF16 ? sizeof(uint16_t)
                                                   : 1;
   bytes_ = static_cast<size_t>(panels() * panel_stride()) * elem;
   if (bytes_ == 0) return;
+  if (reuse != nullptr && reuse->data_ != nullptr && SameLayout(*reuse)) {
+    data_ = std::move(reuse->data_);
+    *reuse = PackedMatrix();
+    return;
+  }
   // Round up so aligned_alloc's size requirement holds; zero so the padding rows/k contribute 0.
   // Matrices of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages: the
   // GEMM streams them from DRAM, and with 4 KiB pages a TLB miss every 4 KiB held batch-1 decode
@@ -92,7 +99,43 @@ PackedMatrix PackedMatrix::FromF32(const float* w, int64_t n, int64_t k, WeightT
 
 PackedMatrix PackedMatrix::FromF32Rows(int64_t n, int64_t k, WeightType type,
                                        const F32RowSource& rows_of, ThreadPool* pool) {
-  PackedMatrix pm(n, k, type);
+  return FromF32Rows(n, k, type, rows_of, pool, nullptr);
+}
+
+bool PackedMatrix::SameLayout(const PackedMatrix& o) const {
+  return n_ == o.n_ && k_ == o.k_ && type_ == o.type_ && bytes_ == o.bytes_ &&
+         (type_ != WeightType::kQuant || quant_ == o.quant_);
+}
+
+PackedMatrix PackedMatrix::Clone(PackedMatrix* reuse) const {
+  PackedMatrix pm(n_, k_, type_, quant_, reuse);
+  if (bytes_ != 0) std::memcpy(pm.data_.get(), data_.get(), bytes_);
+  return pm;
+}
+
+void PackedMatrix::UnpackRows(int64_t row, int64_t rows, float* out) const {
+  CHECK(type_ != WeightType::kQuant) << "UnpackRows of a block-quantized matrix";
+  CHECK(row >= 0 && rows >= 0 && row + rows <= n_)
+      << "rows [" << row << ", " << row + rows << ") of " << n_;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = row + i, p = r / kPanel, pr = r % kPanel;
+    float* dst = out + i * k_;
+    if (type_ == WeightType::kF32) {
+      const float* src = f32_panel(p);
+      for (int64_t kk = 0; kk < k_; ++kk) dst[kk] = src[kk * kPanel + pr];
+    } else {
+      const uint16_t* src = bf16_panel(p);
+      for (int64_t kk = 0; kk < k_; ++kk) {
+        dst[kk] = ::astr::Bf16ToF32(src[(kk / 2) * 2 * kPanel + pr * 2 + (kk & 1)]);
+      }
+    }
+  }
+}
+
+PackedMatrix PackedMatrix::FromF32Rows(int64_t n, int64_t k, WeightType type,
+                                       const F32RowSource& rows_of, ThreadPool* pool,
+                                       PackedMatrix* reuse) {
+  PackedMatrix pm(n, k, type, {}, reuse);
   if (pm.bytes_ == 0) return pm;
   // One panel's 16 rows at a time; k outer, rows inner: the panel is written sequentially while its
   // 16 source rows are read as 16 forward streams.

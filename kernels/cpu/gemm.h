@@ -90,6 +90,13 @@ class PackedMatrix {
   using F32RowSource = std::function<void(int64_t row, int64_t rows, float* out)>;
   static PackedMatrix FromF32Rows(int64_t n, int64_t k, WeightType type,
                                   const F32RowSource& rows_of, ThreadPool* pool = nullptr);
+  // The same into the storage of `reuse` when it holds a matrix of the same n, k and type (its
+  // padding is zero already and every other element is written again): no fresh pages, which a
+  // weight update rebuilding 1.7 GB of them pays for in page faults. `reuse` is left empty then,
+  // and untouched otherwise.
+  static PackedMatrix FromF32Rows(int64_t n, int64_t k, WeightType type,
+                                  const F32RowSource& rows_of, ThreadPool* pool,
+                                  PackedMatrix* reuse);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
   // Block-quantized rows. decode(row, out) fills row `row`'s QuantRowOut; k must be a multiple
@@ -98,6 +105,15 @@ class PackedMatrix {
   using QuantRowDecoder = std::function<void(int64_t row, const QuantRowOut& out)>;
   static PackedMatrix FromQuantRows(int64_t n, int64_t k, const QuantFormat& fmt,
                                     const QuantRowDecoder& decode, ThreadPool* pool = nullptr);
+
+  // A copy, into the storage of `reuse` when it has the same layout (SameLayout); `reuse` is left
+  // empty then.
+  PackedMatrix Clone(PackedMatrix* reuse = nullptr) const;
+  // Rows [row, row + rows) as f32 into out [rows, k]: exactly the packed values (kF32 or kBF16
+  // only; a kQuant matrix is a CHECK failure).
+  void UnpackRows(int64_t row, int64_t rows, float* out) const;
+  // Same n, k, type and quant format: the storage of one fits the other exactly.
+  bool SameLayout(const PackedMatrix& other) const;
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -136,7 +152,8 @@ class PackedMatrix {
   struct AlignedFree {
     void operator()(void* p) const;
   };
-  PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant = {});
+  PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant = {},
+               PackedMatrix* reuse = nullptr);
 
   int64_t n_ = 0, k_ = 0;
   WeightType type_ = WeightType::kF32;

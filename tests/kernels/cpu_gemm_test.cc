@@ -182,6 +182,48 @@ TEST(CpuGemmTest, PackingFromBf16MatchesFromF32) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.bf16_panel(0)) % 64, 0u);
 }
 
+// UnpackRows gives back exactly the packed values (the bf16 rounding of the input, or the f32
+// input itself); Clone copies every byte; packing into a reused matrix's storage gives the same
+// bytes as packing into fresh memory, whatever that storage held before, and takes it.
+TEST(CpuGemmTest, UnpackCloneAndPackingIntoReusedStorage) {
+  const int64_t n = 37, k = 13;  // a partial last panel and an odd k: padding in both
+  for (WeightType type : {WeightType::kBF16, WeightType::kF32}) {
+    SCOPED_TRACE(type == WeightType::kBF16 ? "bf16" : "f32");
+    const std::vector<float> w = Random(n * k, 41);
+    const PackedMatrix pm = PackedMatrix::FromF32(w.data(), n, k, type);
+    std::vector<float> rows(5 * k);
+    pm.UnpackRows(30, 5, rows.data());
+    for (int64_t r = 0; r < 5; ++r) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const float want =
+            type == WeightType::kBF16 ? RoundBf16(w[(30 + r) * k + kk]) : w[(30 + r) * k + kk];
+        ASSERT_EQ(rows[r * k + kk], want) << "row " << 30 + r << " k " << kk;
+      }
+    }
+    const PackedMatrix copy = pm.Clone();
+    ASSERT_TRUE(copy.SameLayout(pm));
+    EXPECT_EQ(0, std::memcmp(copy.panel(0), pm.panel(0), pm.bytes()));
+
+    const std::vector<float> other = Random(n * k, 42);
+    PackedMatrix old = PackedMatrix::FromF32(other.data(), n, k, type);
+    const void* storage = old.panel(0);
+    const auto rows_of = [&](int64_t row, int64_t count, float* out) {
+      std::memcpy(out, w.data() + row * k, static_cast<size_t>(count * k) * sizeof(float));
+    };
+    const PackedMatrix reused = PackedMatrix::FromF32Rows(n, k, type, rows_of, nullptr, &old);
+    EXPECT_EQ(reused.panel(0), storage);
+    EXPECT_EQ(old.bytes(), 0u);  // taken
+    ASSERT_EQ(reused.bytes(), pm.bytes());
+    EXPECT_EQ(0, std::memcmp(reused.panel(0), pm.panel(0), pm.bytes()));
+
+    // Another layout's storage is not taken.
+    PackedMatrix wrong = PackedMatrix::FromF32(other.data(), n - 1, k, type);
+    const PackedMatrix fresh = PackedMatrix::FromF32Rows(n, k, type, rows_of, nullptr, &wrong);
+    EXPECT_NE(wrong.bytes(), 0u);
+    EXPECT_EQ(0, std::memcmp(fresh.panel(0), pm.panel(0), pm.bytes()));
+  }
+}
+
 TEST(CpuGemmTest, ActiveIsaIsAvailable) {
   const std::vector<Isa> isas = AvailableIsas();
   ASSERT_FALSE(isas.empty());

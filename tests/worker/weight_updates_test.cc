@@ -25,6 +25,7 @@
 #include "worker/backend.h"
 #include "worker/service/executor.h"
 #include "worker/service/step_runner.h"
+#include "worker/weight_overlay.h"
 
 namespace astr {
 namespace {
@@ -96,15 +97,22 @@ class WeightUpdatesTest : public ::testing::Test {
     return OkStatus();
   }
 
-  // Stages `tensors`; returns the staged id.
-  uint64_t Stage(const std::vector<HfTensor>& tensors) {
-    WeightStager stager(file_->config());
+  // Stages `tensors`; returns the staged id. `streamed`: through the CPU backend's builder, as a
+  // worker does (each tensor packed as it completes), else built from all of them at the end.
+  uint64_t Stage(const std::vector<HfTensor>& tensors, bool streamed = true) {
+    std::unique_ptr<WeightBuilder> builder;
+    if (streamed) {
+      auto b = executor_->mutable_runner().BeginWeights();
+      EXPECT_TRUE(b.ok()) << b.status().ToString();
+      if (b.ok()) builder = std::move(*b);
+    }
+    WeightStager stager(file_->config(), builder.get());
     EXPECT_TRUE(stager.Begin(Manifest(tensors)).ok());
     EXPECT_TRUE(Feed(&stager, tensors, 1000).ok());
     auto received = stager.Finish();
     EXPECT_TRUE(received.ok()) << received.status().ToString();
     auto staged = updates_->StageTensors(std::move(*received), stager.bytes_received(),
-                                         executor_->mutable_runner());
+                                         executor_->mutable_runner(), std::move(builder));
     EXPECT_TRUE(staged.ok()) << staged.status().ToString();
     return staged.ok() ? staged->staged_id() : 0;
   }
@@ -116,7 +124,10 @@ class WeightUpdatesTest : public ::testing::Test {
     r.set_staged_id(id);
     r.set_version(version);
     std::vector<std::unique_ptr<WeightSet>> dropped;
-    return updates_->Control(r, executor_->mutable_runner(), *executor_, &dropped);
+    auto served = updates_->Control(r, executor_->mutable_runner(), *executor_, &dropped);
+    // As the worker does: the backend keeps a dropped set to build the next update into.
+    for (auto& set : dropped) executor_->mutable_runner().RecycleWeights(std::move(set));
+    return served;
   }
 
   // Greedy: the first sampled token's id and logprob, and the step's weight version.
@@ -252,15 +263,15 @@ TEST_F(WeightUpdatesTest, ChunkErrorsNameTheTensor) {
               std::string::npos) << r.status().message();
   }
   {
-    // A checksum that does not match the bytes.
+    // A checksum that does not match the bytes: refused as soon as that tensor is complete.
     WeightStager stager(file_->config());
     v1::WeightManifest m = Manifest(hf_);
     m.mutable_tensors(5)->set_xxh64(m.tensors(5).xxh64() ^ 1);
     ASSERT_TRUE(stager.Begin(m).ok());
-    ASSERT_TRUE(Feed(&stager, hf_, 4096).ok());
-    auto r = stager.Finish();
-    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find(hf_[5].name), std::string::npos);
+    Status r = Feed(&stager, hf_, 4096);
+    EXPECT_EQ(r.code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.message().find("tensor '" + hf_[5].name + "': xxh64"), std::string::npos)
+        << r.message();
   }
 }
 
@@ -422,6 +433,95 @@ TEST_F(WeightUpdatesTest, ChecksumsOfFileAndPushedTensors) {
   EXPECT_EQ(after.tensors(0).xxh64(),
             model::ContentHash64(hf_[1].values.data(), hf_[1].values.size() * sizeof(float)));
   EXPECT_EQ(after.version(), 1);
+}
+
+// A push that carries only some tensors of a stacked group (q_proj without k/v; up_proj without
+// gate) is built by the streaming builder from the pushed rows and the served values of the
+// others. The oracle: the same weights, whole, read from a Hugging Face folder on disk.
+TEST_F(WeightUpdatesTest, PartialGroupsEqualTheWholeCheckpointFromDisk) {
+  auto serve = [&](uint64_t id, int64_t version) {
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
+    const First first = FirstToken();
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
+    return first;
+  };
+  const std::vector<HfTensor> noisy = Perturbed(hf_, 23);
+  std::vector<HfTensor> part, whole = hf_;
+  for (size_t i = 0; i < hf_.size(); ++i) {
+    const std::string& n = hf_[i].name;
+    if (n == "model.layers.0.self_attn.q_proj.weight" || n == "model.layers.1.mlp.up_proj.weight" ||
+        n == "model.norm.weight" || n == "model.layers.2.self_attn.v_proj.weight") {
+      part.push_back(noisy[i]);
+      whole[i] = noisy[i];
+    }
+  }
+  ASSERT_EQ(part.size(), 4u);
+  const First before = FirstToken();
+  const First pushed = serve(Stage(part), 1);
+  EXPECT_NE(pushed.logprob, before.logprob);
+  const First disk = serve(StageDisk(WriteHfFolder(whole, "hf_partial")), 2);
+  EXPECT_EQ(pushed.token, disk.token);
+  EXPECT_EQ(pushed.logprob, disk.logprob);
+  // The same partial push again, now over a set built from pushes (its k/v rows come unpacked
+  // from the served set, not from the checkpoint).
+  const First again = serve(Stage(part), 3);
+  EXPECT_EQ(again.logprob, disk.logprob);
+}
+
+// Updates build into the set the previous update replaced (the spare): A, B, A again serve
+// exactly what A served the first time, streamed or built from all tensors at the end.
+TEST_F(WeightUpdatesTest, BuildsIntoTheReplacedSetServeExactlyTheSame) {
+  auto serve = [&](uint64_t id, int64_t version) {
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
+    const First first = FirstToken();
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
+    return first;
+  };
+  const std::vector<HfTensor> a = Perturbed(hf_, 5), b = Perturbed(hf_, 6);
+  const First first_a = serve(Stage(a), 1);
+  const First first_b = serve(Stage(b), 2);
+  EXPECT_NE(first_a.logprob, first_b.logprob);
+  const First again_a = serve(Stage(a), 3);
+  EXPECT_EQ(again_a.token, first_a.token);
+  EXPECT_EQ(again_a.logprob, first_a.logprob);
+  const First again_b = serve(Stage(b, /*streamed=*/false), 4);
+  EXPECT_EQ(again_b.logprob, first_b.logprob);
+  // A refused push (bad checksum) leaves the served weights alone and the next push works.
+  {
+    auto builder = executor_->mutable_runner().BeginWeights();
+    ASSERT_TRUE(builder.ok());
+    WeightStager stager(file_->config(), builder->get());
+    v1::WeightManifest m = Manifest(a);
+    m.mutable_tensors(7)->set_xxh64(m.tensors(7).xxh64() ^ 1);
+    ASSERT_TRUE(stager.Begin(m).ok());
+    EXPECT_EQ(Feed(&stager, a, 1000).code(), StatusCode::kDataLoss);
+  }
+  EXPECT_EQ(FirstToken().logprob, first_b.logprob);
+  EXPECT_EQ(serve(Stage(a), 5).logprob, first_a.logprob);
+  EXPECT_FALSE(updates_->holding().staged);
+  EXPECT_FALSE(updates_->holding().previous);
+}
+
+TEST(ReceiveBuffersTest, KeepsSizesUpToTheLimit) {
+  ReceiveBuffers buffers;
+  buffers.set_limit(1000);
+  auto a = buffers.Take(600);
+  ASSERT_NE(a, nullptr);
+  uint8_t* const a_ptr = a.get();
+  auto b = buffers.Take(600);
+  buffers.Put(std::move(a), 600);
+  EXPECT_EQ(buffers.held(), 600u);
+  buffers.Put(std::move(b), 600);  // over the limit: freed
+  EXPECT_EQ(buffers.held(), 600u);
+  EXPECT_EQ(buffers.Take(600).get(), a_ptr);  // the same size comes back
+  EXPECT_EQ(buffers.held(), 0u);
+  buffers.Put(buffers.Take(300), 300);
+  buffers.Put(buffers.Take(400), 400);
+  EXPECT_EQ(buffers.held(), 700u);
+  buffers.set_limit(350);  // the largest go first
+  EXPECT_EQ(buffers.held(), 300u);
+  buffers.set_limit(0);
+  EXPECT_EQ(buffers.held(), 0u);
 }
 
 }  // namespace

@@ -62,6 +62,12 @@ class BackendRunner final : public StepRunner {
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override {
     return backend_->SwapWeights(std::move(set));
   }
+  StatusOr<std::unique_ptr<WeightBuilder>> BeginWeights() override {
+    return backend_->BeginWeights();
+  }
+  void RecycleWeights(std::unique_ptr<WeightSet> set) override {
+    backend_->RecycleWeights(std::move(set));
+  }
   StatusOr<MemoryChange> ReleaseMemory(MemoryTags tags, bool keep_weights) override {
     return backend_->ReleaseMemory(tags, keep_weights);
   }

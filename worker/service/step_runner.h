@@ -78,6 +78,11 @@ class StepRunner {
     return UnimplementedError("the " + name() + " runner cannot update its weights");
   }
   virtual std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) { return set; }
+  // Backend::BeginWeights / RecycleWeights.
+  virtual StatusOr<std::unique_ptr<WeightBuilder>> BeginWeights() {
+    return UnimplementedError("the " + name() + " runner builds weights only from a whole source");
+  }
+  virtual void RecycleWeights(std::unique_ptr<WeightSet> set) { set.reset(); }
   // Backend::ReleaseMemory / ResumeMemory.
   virtual StatusOr<MemoryChange> ReleaseMemory(MemoryTags, bool /*keep_weights*/) {
     return FailedPreconditionError("the " + name() +

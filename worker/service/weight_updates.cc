@@ -44,7 +44,17 @@ std::string LowerDType(model::DType dtype) {
 
 }  // namespace
 
-WeightStager::WeightStager(const model::ModelConfig& config) : config_(config) {}
+WeightStager::WeightStager(const model::ModelConfig& config, WeightBuilder* builder)
+    : config_(config), builder_(builder) {}
+
+WeightStager::~WeightStager() {
+  // A refused or broken update's bytes serve the next one.
+  for (Pending& p : pending_) {
+    if (p.tensor != nullptr && p.tensor.use_count() == 1) {
+      ReceiveBuffers::Global().Put(std::move(p.tensor->data), p.tensor->bytes);
+    }
+  }
+}
 
 Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   if (begun_) return InvalidArgumentError("manifest: only the first message may carry one");
@@ -81,7 +91,7 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
                                   ", the served model's is " + model::ShapeToString(it->second));
     }
     Pending& p = pending_.emplace_back();
-    p.tensor = std::make_unique<UpdateTensor>();
+    p.tensor = std::make_shared<UpdateTensor>();
     UpdateTensor& t = *p.tensor;
     t.hf_name = spec.name();
     t.canonical = canonical;
@@ -122,7 +132,7 @@ Status WeightStager::Add(int tensor, int64_t offset, const uint8_t* data, size_t
                                 std::to_string(t.bytes) + " bytes");
   }
   if (t.data == nullptr) {
-    t.data.reset(new (std::nothrow) uint8_t[t.bytes]);
+    t.data = ReceiveBuffers::Global().Take(t.bytes);
     if (t.data == nullptr) {
       return ResourceExhaustedError("tensor '" + t.hf_name + "': cannot allocate " +
                                     std::to_string(t.bytes) + " bytes");
@@ -132,7 +142,30 @@ Status WeightStager::Add(int tensor, int64_t offset, const uint8_t* data, size_t
   p.hasher.Update(data, size);
   p.received += size;
   bytes_received_ += static_cast<int64_t>(size);
+  if (p.received == t.bytes) return Complete(p);
   return OkStatus();
+}
+
+Status WeightStager::Complete(Pending& p) {
+  UpdateTensor& t = *p.tensor;
+  t.xxh64 = p.hasher.Digest();
+  if (p.has_checksum && t.xxh64 != p.checksum) {
+    return DataLossError("tensor '" + t.hf_name + "': xxh64 of the bytes received is " +
+                         Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
+  }
+  if (builder_ == nullptr) return OkStatus();
+  // The builder takes the bytes; what they were stays here.
+  auto kept = std::make_shared<UpdateTensor>();
+  kept->hf_name = t.hf_name;
+  kept->canonical = t.canonical;
+  kept->dtype = t.dtype;
+  kept->shape = t.shape;
+  kept->bytes = t.bytes;
+  kept->xxh64 = t.xxh64;
+  kept->half_to_interleaved = t.half_to_interleaved;
+  std::shared_ptr<UpdateTensor> full = std::move(p.tensor);
+  p.tensor = std::move(kept);
+  return builder_->Add(std::move(full));
 }
 
 StatusOr<UpdateTensors> WeightStager::Finish() {
@@ -140,17 +173,16 @@ StatusOr<UpdateTensors> WeightStager::Finish() {
   UpdateTensors out;
   for (Pending& p : pending_) {
     UpdateTensor& t = *p.tensor;
+    // Zero-byte tensors complete without a chunk.
+    if (t.bytes == 0 && p.received == 0) ASTR_RETURN_IF_ERROR(Complete(p));
     if (p.received != t.bytes) {
-      return InvalidArgumentError("tensor '" + t.hf_name + "': received " +
-                                  std::to_string(p.received) + " of its " +
-                                  std::to_string(t.bytes) + " bytes (the stream ended early)");
+      return InvalidArgumentError(
+          "tensor '" + p.tensor->hf_name + "': received " + std::to_string(p.received) +
+          " of its " + std::to_string(p.tensor->bytes) + " bytes (the stream ended early)");
     }
-    t.xxh64 = p.hasher.Digest();
-    if (p.has_checksum && t.xxh64 != p.checksum) {
-      return DataLossError("tensor '" + t.hf_name + "': xxh64 of the bytes received is " +
-                           Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
-    }
-    const std::string canonical = t.canonical;
+  }
+  for (Pending& p : pending_) {
+    const std::string canonical = p.tensor->canonical;
     out.emplace(canonical, std::shared_ptr<const UpdateTensor>(std::move(p.tensor)));
   }
   pending_.clear();
@@ -227,8 +259,9 @@ WeightUpdates::Holding WeightUpdates::holding() const {
   return {.staged = staged_ != nullptr, .previous = previous_ != nullptr};
 }
 
-StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(UpdateTensors tensors, int64_t bytes,
-                                                               StepRunner& runner) {
+StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(
+    UpdateTensors tensors, int64_t bytes, StepRunner& runner,
+    std::unique_ptr<WeightBuilder> builder) {
   const auto start = std::chrono::steady_clock::now();
   Source source;
   {
@@ -238,6 +271,44 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(UpdateTensors ten
   }
   const int32_t count = static_cast<int32_t>(tensors.size());
   for (auto& [name, t] : tensors) source.tensors[name] = std::move(t);
+  std::unique_ptr<WeightSet> weights;
+  if (builder != nullptr) {
+    // The builder packed the tensors as they came and takes the rest from the served set; the
+    // checkpoint is opened only for what that set cannot give back exactly.
+    const std::string base_path = source.base_path;
+    auto open_base = [&]() -> StatusOr<std::shared_ptr<const model::ModelFile>> {
+      auto file = model::ModelFile::Open(base_path);
+      if (!file.ok()) {
+        return FailedPreconditionError(
+            "the update leaves tensors as they were, but the checkpoint they come from cannot be "
+            "read again: " +
+            std::string(file.status().message()));
+      }
+      return std::shared_ptr<const model::ModelFile>(std::move(*file));
+    };
+    ASTR_ASSIGN_OR_RETURN(weights, builder->Finish(open_base));
+    builder.reset();
+  } else {
+    ASTR_ASSIGN_OR_RETURN(weights, BuildFromSource(source, runner));
+  }
+  auto staged = std::make_unique<Staged>();
+  staged->source = std::move(source);
+  staged->weights = std::move(weights);
+  v1::StageWeightsResponse response;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    staged->id = next_staged_id_++;
+    response.set_staged_id(staged->id);
+    staged_ = std::move(staged);
+  }
+  response.set_tensors(count);
+  response.set_bytes(bytes);
+  response.set_prepare_ns(NanosSince(start));
+  return response;
+}
+
+StatusOr<std::unique_ptr<WeightSet>> WeightUpdates::BuildFromSource(const Source& source,
+                                                                    StepRunner& runner) const {
   // The checkpoint is opened only when the update leaves some of its tensors unreplaced.
   std::shared_ptr<const model::ModelFile> base;
   for (const model::WeightSpec& w : model::ExpectedWeights(config_)) {
@@ -253,21 +324,7 @@ StatusOr<v1::StageWeightsResponse> WeightUpdates::StageTensors(UpdateTensors ten
     break;
   }
   WeightOverlay overlay(config_, base, source.tensors);
-  ASTR_ASSIGN_OR_RETURN(std::unique_ptr<WeightSet> weights, runner.PrepareWeights(overlay));
-  auto staged = std::make_unique<Staged>();
-  staged->source = std::move(source);
-  staged->weights = std::move(weights);
-  v1::StageWeightsResponse response;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    staged->id = next_staged_id_++;
-    response.set_staged_id(staged->id);
-    staged_ = std::move(staged);
-  }
-  response.set_tensors(count);
-  response.set_bytes(bytes);
-  response.set_prepare_ns(NanosSince(start));
-  return response;
+  return runner.PrepareWeights(overlay);
 }
 
 StatusOr<v1::StageWeightsResponse> WeightUpdates::StageFromDisk(const std::string& path,

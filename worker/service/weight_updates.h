@@ -35,7 +35,11 @@ class WorkerExecutor;
 // order and fill it exactly; checksums match. Errors name the manifest entry or the tensor.
 class WeightStager {
  public:
-  explicit WeightStager(const model::ModelConfig& config);
+  // With a `builder`, each tensor goes to it as soon as it is complete and checked (Finish's
+  // tensors then carry no bytes, only what they were: names, dtypes, shapes, checksums). Received
+  // bytes land in ReceiveBuffers.
+  explicit WeightStager(const model::ModelConfig& config, WeightBuilder* builder = nullptr);
+  ~WeightStager();
 
   Status Begin(const v1::WeightManifest& manifest);
   Status Add(const v1::WeightChunk& chunk);
@@ -53,14 +57,18 @@ class WeightStager {
 
  private:
   struct Pending {
-    std::unique_ptr<UpdateTensor> tensor;
+    std::shared_ptr<UpdateTensor> tensor;
     uint64_t received = 0;
     bool has_checksum = false;
     uint64_t checksum = 0;
     model::ContentHasher64 hasher;
   };
 
+  // Tensor `p` is complete: its checksum, then the builder.
+  Status Complete(Pending& p);
+
   const model::ModelConfig& config_;
+  WeightBuilder* const builder_;
   std::vector<Pending> pending_;
   std::string label_;
   int64_t bytes_received_ = 0;
@@ -88,16 +96,19 @@ class WeightUpdates {
   bool BeginStaging(std::chrono::milliseconds wait);
   void EndStaging();
 
-  // Builds the weights of a received update (tensors over the served ones) with `runner`; replaces
-  // an unapplied staged update. Runs beside the steps.
+  // Builds the weights of a received update (tensors over the served ones) with `runner`, or
+  // finishes the build of `builder` (StepRunner::BeginWeights) that the stager fed; replaces an
+  // unapplied staged update. Runs beside the steps.
   StatusOr<v1::StageWeightsResponse> StageTensors(UpdateTensors tensors, int64_t bytes,
-                                                  StepRunner& runner);
+                                                  StepRunner& runner,
+                                                  std::unique_ptr<WeightBuilder> builder = nullptr);
   // Builds the weights of the checkpoint at `path` (same model, CheckSameModel).
   StatusOr<v1::StageWeightsResponse> StageFromDisk(const std::string& path, StepRunner& runner);
 
   // APPLY / ROLLBACK / FINISH / DISCARD (worker.proto). The caller holds the step lock (no step
   // runs) for APPLY and ROLLBACK. Returns the version served afterwards. Weights dropped by FINISH
-  // or DISCARD are handed to `dropped` so the caller frees them outside its lock.
+  // or DISCARD are handed to `dropped` so the caller recycles them (StepRunner::RecycleWeights)
+  // outside its lock.
   StatusOr<int64_t> Control(const v1::ControlWeightsRequest& request, StepRunner& runner,
                             WorkerExecutor& executor, std::vector<std::unique_ptr<WeightSet>>* dropped);
 
@@ -126,6 +137,9 @@ class WeightUpdates {
     Source source;
     std::unique_ptr<WeightSet> weights;
   };
+  // Builds `source` with runner.PrepareWeights (the update's tensors over the checkpoint).
+  StatusOr<std::unique_ptr<WeightSet>> BuildFromSource(const Source& source,
+                                                       StepRunner& runner) const;
 
   const model::ModelConfig config_;
   mutable std::mutex mu_;  // guards everything below (never held across a build)

@@ -25,6 +25,7 @@
 #include "worker/engine_flags.h"
 #include "worker/service/worker_loader.h"
 #include "worker/service/worker_service.h"
+#include "worker/weight_overlay.h"
 
 namespace astr {
 namespace {
@@ -151,6 +152,8 @@ int Main(int argc, const char* const* argv) {
   std::string metrics_listen;
   int64_t max_batch = 256;
   int64_t drain_timeout_s = 60;
+  bool spare_weights = true;
+  int64_t receive_buffers_mb = 256;
   TlsFlags tls_flags;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
@@ -185,6 +188,14 @@ int Main(int argc, const char* const* argv) {
          "here; after this long the stream is cut and the rest restart on other workers (same "
          "outputs). 0 = cut at once. Kubernetes' terminationGracePeriodSeconds should exceed "
          "it.");
+  fs.Bool("spare-weights", &spare_weights,
+          "CPU backend: after a weight update, keep the weights it replaced and build the next "
+          "update into their memory (no fresh pages to fault in: pushes several times faster "
+          "on some machines), at the price of twice the weights' memory between updates. "
+          "--spare-weights=false frees them (docs/rl.md \"Memory during an update\").");
+  fs.Int("receive-buffers-mb", &receive_buffers_mb,
+         "MiB of weight-update receive buffers kept from one update to the next (a push of the "
+         "same model needs the same sizes again). 0 keeps none.");
   LogOptions log;
   log.Register(&fs);
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
@@ -198,6 +209,10 @@ int Main(int argc, const char* const* argv) {
   }
   if (max_batch < 1) return UsageError("--max-batch must be >= 1");
   if (drain_timeout_s < 0) return UsageError("--drain-timeout-s must be >= 0");
+  if (receive_buffers_mb < 0 || receive_buffers_mb > (int64_t{1} << 30)) {
+    return UsageError("--receive-buffers-mb must be in [0, 2^30]");
+  }
+  ReceiveBuffers::Global().set_limit(static_cast<uint64_t>(receive_buffers_mb) << 20);
   auto tls = rpc::ServerTlsFromFlags(tls_flags.cert_file, tls_flags.key_file,
                                      tls_flags.client_ca_file);
   if (!tls.ok()) return UsageError(tls.status().message());
@@ -206,6 +221,7 @@ int Main(int argc, const char* const* argv) {
 
   WorkerConfig config{
       .model_path = model, .backend = backend_name, .backend_options = engine.BackendOpts()};
+  config.backend_options.spare_weights = spare_weights;
   auto worker = LoadWorker(config);
   if (!worker.ok()) {
     LOG(ERROR) << worker.status().ToString();

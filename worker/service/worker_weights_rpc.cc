@@ -46,7 +46,10 @@ grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
   if (updates_ == nullptr) return NoUpdates();
   if (!updates_->BeginStaging(kStagingWait)) return Busy();
   StagingLease lease{updates_.get()};
-  WeightStager stager(updates_->config());
+  // Built as the tensors come where the backend can (the CPU backend), else from all of them.
+  std::unique_ptr<WeightBuilder> builder;
+  if (auto b = executor_->mutable_runner().BeginWeights(); b.ok()) builder = std::move(*b);
+  WeightStager stager(updates_->config(), builder.get());
   v1::UpdateWeightsRequest message;
   bool first = true;
   while (reader->Read(&message)) {
@@ -69,9 +72,8 @@ grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
   }
   auto tensors = stager.Finish();
   if (!tensors.ok()) return rpc::ToGrpcStatus(tensors.status());
-  auto staged =
-      updates_->StageTensors(std::move(*tensors), stager.bytes_received(),
-                             executor_->mutable_runner());
+  auto staged = updates_->StageTensors(std::move(*tensors), stager.bytes_received(),
+                                       executor_->mutable_runner(), std::move(builder));
   if (!staged.ok()) return rpc::ToGrpcStatus(staged.status());
   *response = *staged;
   LOG(INFO) << "weights: staged update " << response->staged_id() << " (" << response->tensors()
@@ -106,7 +108,9 @@ grpc::Status WorkerService::ControlWeights(grpc::ServerContext* /*context*/,
     version = updates_->Control(*request, executor_->mutable_runner(), *executor_, &dropped);
   }
   if (!dropped.empty()) {
-    dropped.clear();  // frees weights outside the step lock
+    // Outside the step lock: kept as the spare set to build the next update into, or freed.
+    for (auto& set : dropped) executor_->mutable_runner().RecycleWeights(std::move(set));
+    dropped.clear();
     // Hand the freed pages back to the system: glibc keeps freed heap memory (and raises its mmap
     // threshold after large frees), so without this a worker's RSS would keep the old weights.
     malloc_trim(0);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/model/model_file.h"
@@ -12,6 +13,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "worker/backend.h"
 #include "worker/backends/cpu/cpu_attention.h"
+#include "worker/backends/cpu/cpu_weight_builder.h"
 #include "worker/backends/cpu/cpu_weights.h"
 #include "worker/kv_pool.h"
 #include "worker/rope.h"
@@ -56,7 +58,8 @@ class CpuBackend final : public Backend {
   CpuBackend(model::ModelConfig config, CpuWeights weights, std::unique_ptr<KvPool> kv, int threads,
              const BackendOptions& options)
       : config_(std::move(config)),
-        weights_(std::move(weights)),
+        weights_(std::make_shared<CpuWeights>(std::move(weights))),
+        spare_enabled_(options.spare_weights),
         kv_(std::move(kv)),
         pool_(threads),
         max_tokens_(options.max_batch_tokens),
@@ -64,7 +67,7 @@ class CpuBackend final : public Backend {
         inv_freq_(RopeInvFreq(config_)) {
     const model::ModelConfig& c = config_;
     const int64_t t = max_tokens_;
-    qkv_rows_ = weights_.layers.empty() ? 0 : weights_.layers[0].qkv.n();
+    qkv_rows_ = weights_->layers.empty() ? 0 : weights_->layers[0].qkv.n();
     ws_.x.resize(t * c.hidden_size);
     ws_.xn.resize(t * c.hidden_size);
     ws_.qkv.resize(t * qkv_rows_);
@@ -84,20 +87,32 @@ class CpuBackend final : public Backend {
   int64_t page_size() const override { return kv_->page_size(); }
   int64_t max_batch_tokens() const override { return max_tokens_; }
   int64_t max_sample_rows() const override { return max_samples_; }
-  size_t weight_bytes() const override { return weights_.bytes(); }
+  size_t weight_bytes() const override { return weights_->bytes(); }
 
   Status Forward(const StepBatch& batch, float* logits) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
   std::unique_ptr<WeightSet> SwapWeights(std::unique_ptr<WeightSet> set) override;
+  StatusOr<std::unique_ptr<WeightBuilder>> BeginWeights() override;
+  void RecycleWeights(std::unique_ptr<WeightSet> set) override;
 
  private:
+  // The spare set (null when none is kept).
+  std::unique_ptr<CpuWeights> TakeSpare();
+  void KeepSpare(std::unique_ptr<CpuWeights> spare);
+
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
   // x += proj, then xn = RmsNorm(x) * norm, for rows [0, t), the rows on the pool.
   void AddRmsNormRows(const float* norm, int64_t t);
 
   model::ModelConfig config_;
-  CpuWeights weights_;
+  // The served set. Replaced only by SwapWeights, between steps; a build holds the one it began
+  // beside until it ends.
+  std::shared_ptr<CpuWeights> weights_;
+  const bool spare_enabled_;
+  std::mutex weights_mu_;  // guards the pointer weights_ against a build beginning meanwhile
+  std::mutex spare_mu_;
+  std::unique_ptr<CpuWeights> spare_;  // a set no longer served, to build the next one into
   std::unique_ptr<KvPool> kv_;
   cpu::ThreadPool pool_;
   int64_t max_tokens_;
@@ -108,24 +123,58 @@ class CpuBackend final : public Backend {
   Workspace ws_;
 };
 
-struct CpuWeightSet final : WeightSet {
-  CpuWeights weights;
-  size_t bytes() const override { return weights.bytes(); }
-};
-
 StatusOr<std::unique_ptr<WeightSet>> CpuBackend::PrepareWeights(const model::TensorSource& source) {
   // Its own threads: Forward may be running on pool_ meanwhile.
   cpu::ThreadPool pool(static_cast<int>(pool_.size()));
   const bool progress = config_.ParameterCount() > 50'000'000;
+  std::unique_ptr<CpuWeights> spare = TakeSpare();
+  auto loaded = LoadCpuWeights(source, weights_->type, &pool, progress, spare.get());
+  if (!loaded.ok()) {
+    KeepSpare(std::move(spare));
+    return loaded.status();
+  }
   auto set = std::make_unique<CpuWeightSet>();
-  ASTR_ASSIGN_OR_RETURN(set->weights, LoadCpuWeights(source, weights_.type, &pool, progress));
+  set->weights = std::make_shared<CpuWeights>(std::move(*loaded));
   return std::unique_ptr<WeightSet>(std::move(set));
 }
 
 std::unique_ptr<WeightSet> CpuBackend::SwapWeights(std::unique_ptr<WeightSet> set) {
-  // PrepareWeights made it from this config, with this weight type: every shape matches.
+  // PrepareWeights or a builder made it from this config, with this weight type: every shape
+  // matches.
+  std::lock_guard<std::mutex> lock(weights_mu_);
   std::swap(weights_, static_cast<CpuWeightSet&>(*set).weights);
   return set;
+}
+
+StatusOr<std::unique_ptr<WeightBuilder>> CpuBackend::BeginWeights() {
+  std::shared_ptr<const CpuWeights> served;
+  {
+    std::lock_guard<std::mutex> lock(weights_mu_);
+    served = weights_;
+  }
+  const cpu::WeightType type = served->type;
+  return MakeCpuWeightBuilder(config_, type, static_cast<int>(pool_.size()), std::move(served),
+                              TakeSpare(),
+                              [this](std::unique_ptr<CpuWeights> w) { KeepSpare(std::move(w)); });
+}
+
+void CpuBackend::RecycleWeights(std::unique_ptr<WeightSet> set) {
+  auto* cpu_set = static_cast<CpuWeightSet*>(set.get());
+  // A build that began beside it still reads it: then it is freed when that build ends.
+  if (cpu_set == nullptr || cpu_set->weights == nullptr || cpu_set->weights.use_count() != 1)
+    return;
+  KeepSpare(std::make_unique<CpuWeights>(std::move(*cpu_set->weights)));
+}
+
+std::unique_ptr<CpuWeights> CpuBackend::TakeSpare() {
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  return std::move(spare_);
+}
+
+void CpuBackend::KeepSpare(std::unique_ptr<CpuWeights> spare) {
+  if (!spare_enabled_ || spare == nullptr) return;  // freed here
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  spare_ = std::move(spare);
 }
 
 void CpuBackend::QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w) {
@@ -138,7 +187,7 @@ void CpuBackend::QkNormRows(float* base, int64_t t, int64_t heads, const std::ve
 
 void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm) {
   const model::ModelConfig& c = config_;
-  const CpuLayerWeights& w = weights_.layers[l];
+  const CpuLayerWeights& w = weights_->layers[l];
   const int64_t t = batch.num_tokens();
   const int64_t hd = c.head_dim;
   const int64_t q_cols = c.num_heads * hd, kv_cols = c.num_kv_heads * hd;
@@ -219,13 +268,13 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
     for (int32_t r = batch.qo_indptr[e]; r < batch.qo_indptr[e + 1]; ++r)
       ws_.row_entry.data()[r] = e;
   }
-  weights_.GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
+  weights_->GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
   const float eps = static_cast<float>(c.rms_norm_eps);
-  cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_.layers[0].attn_norm.data(), eps, t,
+  cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_->layers[0].attn_norm.data(), eps, t,
                c.hidden_size, ws_.xn.data(), c.hidden_size);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const float* next_norm =
-        l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm.data() : weights_.final_norm.data();
+    const float* next_norm = l + 1 < c.num_layers ? weights_->layers[l + 1].attn_norm.data()
+                                                  : weights_->final_norm.data();
     Layer(l, batch, next_norm);
   }
   if (s == 0) return OkStatus();
@@ -234,7 +283,7 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
                 ws_.xn.data() + static_cast<int64_t>(batch.sample_rows[i]) * c.hidden_size,
                 c.hidden_size * sizeof(float));
   }
-  weights_.lm_head.Apply(ws_.sampled.data(), c.hidden_size, s, logits, c.vocab_size, &pool_);
+  weights_->lm_head.Apply(ws_.sampled.data(), c.hidden_size, s, logits, c.vocab_size, &pool_);
   return OkStatus();
 }
 

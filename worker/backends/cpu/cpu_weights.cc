@@ -1,5 +1,6 @@
 #include "worker/backends/cpu/cpu_weights.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iomanip>
@@ -56,8 +57,9 @@ class WeightLoader {
 
   // Loads tensors `parts` (each [rows_i, cols]) stacked along rows. Runs of consecutive tensors
   // that pack alike (float, or block types of one layout) share a matrix.
+  // Float parts are packed into the storage of a matching part of `reuse` (may be null).
   Status Stacked(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
-                 CpuLinear* out) {
+                 CpuLinear* out, CpuLinear* reuse = nullptr) {
     struct Part {
       std::string name;
       int64_t rows;
@@ -84,7 +86,7 @@ class WeightLoader {
         std::vector<std::pair<std::string, int64_t>> names;
         for (const Part& p : group) names.push_back({p.name, p.rows});
         cpu::PackedMatrix m;
-        ASTR_RETURN_IF_ERROR(PackFloat(names, cols, &m));
+        ASTR_RETURN_IF_ERROR(PackFloat(names, cols, &m, reuse));
         out->parts.push_back(std::move(m));
       }
       begin = end;
@@ -148,12 +150,22 @@ class WeightLoader {
         pool_);
   }
 
+  // A part of `reuse` with this layout (its storage is taken by the packing), or null.
+  static cpu::PackedMatrix* Reusable(CpuLinear* reuse, int64_t n, int64_t k, cpu::WeightType type) {
+    if (reuse == nullptr) return nullptr;
+    for (cpu::PackedMatrix& m : reuse->parts) {
+      if (m.n() == n && m.k() == k && m.type() == type && m.bytes() != 0) return &m;
+    }
+    return nullptr;
+  }
+
   Status PackFloat(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
-                   cpu::PackedMatrix* out) {
+                   cpu::PackedMatrix* out, CpuLinear* reuse) {
     const cpu::WeightType type =
         type_ == cpu::WeightType::kF32 ? cpu::WeightType::kF32 : cpu::WeightType::kBF16;
     int64_t rows = 0;
     for (const auto& p : parts) rows += p.second;
+    cpu::PackedMatrix* storage = Reusable(reuse, rows, cols, type);
     // Float tensors in the file: packed panel by panel straight from the mapping.
     StackedViews views;
     for (const auto& [name, n] : parts) {
@@ -168,13 +180,21 @@ class WeightLoader {
               ConvertElements(*view, local * cols, cols, dst);
             }
           },
-          pool_);
+          pool_, storage);
       for (const auto& v : views) file_.ReleaseResident(v.first);
       return OkStatus();
     }
+    const auto from_f32 = [&](const float* w) {
+      return cpu::PackedMatrix::FromF32Rows(
+          rows, cols, type,
+          [w, cols](int64_t row, int64_t count, float* dst) {
+            std::memcpy(dst, w + row * cols, static_cast<size_t>(count * cols) * sizeof(float));
+          },
+          pool_, storage);
+    };
     if (parts.size() == 1) {
       ASTR_RETURN_IF_ERROR(Read(parts[0].first, {rows, cols}, &one_));
-      *out = cpu::PackedMatrix::FromF32(one_.data(), rows, cols, type, pool_);
+      *out = from_f32(one_.data());
       return OkStatus();
     }
     stacked_.resize(static_cast<size_t>(rows * cols));
@@ -184,7 +204,7 @@ class WeightLoader {
       std::memcpy(stacked_.data() + row * cols, one_.data(), one_.size() * sizeof(float));
       row += n;
     }
-    *out = cpu::PackedMatrix::FromF32(stacked_.data(), rows, cols, type, pool_);
+    *out = from_f32(stacked_.data());
     return OkStatus();
   }
 
@@ -195,36 +215,130 @@ class WeightLoader {
   std::vector<float> stacked_;
 };
 
-Status LoadLayer(WeightLoader& loader, const model::ModelConfig& c, int64_t i, CpuLayerWeights* w) {
-  const std::string p = "layers." + std::to_string(i) + ".";
+using Kind = CpuWeightGroup::Kind;
+
+std::string LayerPrefix(int64_t i) { return "layers." + std::to_string(i) + "."; }
+
+// The linear layer of group `g` in `w` (null for vectors and the embedding).
+CpuLinear* LinearOf(const CpuWeightGroup& g, CpuWeights* w) {
+  switch (g.kind) {
+    case Kind::kLmHead:
+      return &w->lm_head;
+    case Kind::kQkv:
+      return &w->layers[g.layer].qkv;
+    case Kind::kO:
+      return &w->layers[g.layer].o;
+    case Kind::kGateUp:
+      return &w->layers[g.layer].gate_up;
+    case Kind::kDown:
+      return &w->layers[g.layer].down;
+    default:
+      return nullptr;
+  }
+}
+
+// The f32 vector of group `g` in `w` (null for the others).
+std::vector<float>* VectorOf(const CpuWeightGroup& g, CpuWeights* w) {
+  switch (g.kind) {
+    case Kind::kFinalNorm:
+      return &w->final_norm;
+    case Kind::kAttnNorm:
+      return &w->layers[g.layer].attn_norm;
+    case Kind::kMlpNorm:
+      return &w->layers[g.layer].mlp_norm;
+    case Kind::kQNorm:
+      return &w->layers[g.layer].q_norm;
+    case Kind::kKNorm:
+      return &w->layers[g.layer].k_norm;
+    case Kind::kQkvBias:
+      return &w->layers[g.layer].qkv_bias;
+    default:
+      return nullptr;
+  }
+}
+
+// Rows of each tensor of a linear group, and the columns they share.
+std::vector<std::pair<std::string, int64_t>> LinearParts(const model::ModelConfig& c,
+                                                         const CpuWeightGroup& g, int64_t* cols) {
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
-  ASTR_RETURN_IF_ERROR(loader.Vector(p + "attn_norm", c.hidden_size, &w->attn_norm));
-  ASTR_RETURN_IF_ERROR(loader.Vector(p + "mlp_norm", c.hidden_size, &w->mlp_norm));
-  std::vector<std::pair<std::string, int64_t>> qkv = {
-      {p + "q_proj", q_rows}, {p + "k_proj", kv_rows}, {p + "v_proj", kv_rows}};
-  if (c.gated_attention) qkv.push_back({p + "attn_gate", q_rows});
-  ASTR_RETURN_IF_ERROR(loader.Stacked(qkv, c.hidden_size, &w->qkv));
-  if (c.qkv_bias) {
-    w->qkv_bias.assign(w->qkv.n(), 0.0f);
-    std::vector<float> b;
-    int64_t off = 0;
-    for (const auto& [name, rows] : {std::pair<std::string, int64_t>{p + "q_bias", q_rows},
-                                     {p + "k_bias", kv_rows},
-                                     {p + "v_bias", kv_rows}}) {
-      ASTR_RETURN_IF_ERROR(loader.Vector(name, rows, &b));
-      std::memcpy(w->qkv_bias.data() + off, b.data(), rows * sizeof(float));
-      off += rows;
+  std::vector<std::pair<std::string, int64_t>> parts;
+  for (const std::string& name : g.tensors) {
+    int64_t rows = 0;
+    if (g.kind == Kind::kLmHead || g.kind == Kind::kEmbed) {
+      rows = c.vocab_size, *cols = c.hidden_size;
+    } else if (g.kind == Kind::kQkv) {
+      rows = name.ends_with(".k_proj") || name.ends_with(".v_proj") ? kv_rows : q_rows;
+      *cols = c.hidden_size;
+    } else if (g.kind == Kind::kO) {
+      rows = c.hidden_size, *cols = q_rows;
+    } else if (g.kind == Kind::kGateUp) {
+      rows = c.intermediate_size, *cols = c.hidden_size;
+    } else {  // kDown
+      rows = c.hidden_size, *cols = c.intermediate_size;
+    }
+    parts.push_back({name, rows});
+  }
+  return parts;
+}
+
+// Elements of each tensor of a vector group.
+int64_t VectorElements(const model::ModelConfig& c, const CpuWeightGroup& g,
+                       const std::string& name) {
+  if (g.kind == Kind::kQNorm || g.kind == Kind::kKNorm) return c.head_dim;
+  if (g.kind == Kind::kQkvBias) {
+    return name.ends_with(".q_bias") ? c.num_heads * c.head_dim : c.num_kv_heads * c.head_dim;
+  }
+  return c.hidden_size;
+}
+
+Status LoadEmbed(WeightLoader& loader, const model::TensorSource& file, const model::ModelConfig& c,
+                 cpu::WeightType type, cpu::ThreadPool* pool, CpuWeights* w, CpuWeights* reuse) {
+  CpuLinear* reuse_head = reuse != nullptr ? &reuse->lm_head : nullptr;
+  if (auto quant = loader.QuantView("embed", c.vocab_size, c.hidden_size)) {
+    // Gathered a row at a time from the file's own blocks.
+    const auto* bytes = static_cast<const uint8_t*>(quant->data);
+    w->embed_quant.assign(bytes, bytes + quant->bytes);
+    w->embed_quant_dtype = quant->dtype;
+    if (c.tie_word_embeddings) {
+      ASTR_RETURN_IF_ERROR(
+          loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w->lm_head, reuse_head));
+    }
+    file.ReleaseResident(*quant);
+  } else if (auto fv = loader.FloatView("embed", c.vocab_size, c.hidden_size);
+             fv && type == cpu::WeightType::kBF16) {
+    // Converted a chunk of rows at a time: no f32 copy of the whole table.
+    const size_t n = static_cast<size_t>(c.vocab_size * c.hidden_size);
+    if (reuse != nullptr && reuse->embed_bf16.size() == n)
+      w->embed_bf16 = std::move(reuse->embed_bf16);
+    w->embed_bf16.resize(n);
+    cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(c.hidden_size);
+      for (int64_t r = r0; r < r1; ++r) {
+        WeightLoader::ConvertElements(*fv, r * c.hidden_size, c.hidden_size, row.data());
+        cpu::F32ToBf16(row.data(), w->embed_bf16.data() + r * c.hidden_size, c.hidden_size);
+      }
+    });
+    if (c.tie_word_embeddings) {
+      ASTR_RETURN_IF_ERROR(
+          loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w->lm_head, reuse_head));
+    }
+    file.ReleaseResident(*fv);
+  } else {
+    std::vector<float> embed;
+    ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
+    if (c.tie_word_embeddings) {
+      w->lm_head.parts.clear();
+      w->lm_head.parts.push_back(
+          cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type, pool));
+    }
+    if (type == cpu::WeightType::kF32) {
+      w->embed_f32 = std::move(embed);
+    } else {
+      w->embed_bf16.resize(embed.size());
+      cpu::F32ToBf16(embed.data(), w->embed_bf16.data(), static_cast<int64_t>(embed.size()));
     }
   }
-  if (c.qk_norm != model::QkNorm::kNone) {
-    ASTR_RETURN_IF_ERROR(loader.Vector(p + "q_norm", c.head_dim, &w->q_norm));
-    ASTR_RETURN_IF_ERROR(loader.Vector(p + "k_norm", c.head_dim, &w->k_norm));
-  }
-  ASTR_RETURN_IF_ERROR(loader.Stacked({{p + "o_proj", c.hidden_size}}, q_rows, &w->o));
-  ASTR_RETURN_IF_ERROR(
-      loader.Stacked({{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
-                     c.hidden_size, &w->gate_up));
-  return loader.Stacked({{p + "down_proj", c.hidden_size}}, c.intermediate_size, &w->down);
+  return OkStatus();
 }
 
 // A line at each quarter.
@@ -287,59 +401,186 @@ size_t CpuWeights::bytes() const {
   return total;
 }
 
-StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::WeightType type,
-                                    cpu::ThreadPool* pool, bool progress) {
-  const model::ModelConfig& c = file.config();
-  WeightLoader loader(file, type, pool);
+std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
+  std::vector<CpuWeightGroup> groups;
+  groups.push_back({Kind::kEmbed, -1, {"embed"}, c.tie_word_embeddings});
+  if (!c.tie_word_embeddings) groups.push_back({Kind::kLmHead, -1, {"lm_head"}});
+  groups.push_back({Kind::kFinalNorm, -1, {"final_norm"}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = LayerPrefix(i);
+    groups.push_back({Kind::kAttnNorm, i, {p + "attn_norm"}});
+    groups.push_back({Kind::kMlpNorm, i, {p + "mlp_norm"}});
+    CpuWeightGroup qkv{Kind::kQkv, i, {p + "q_proj", p + "k_proj", p + "v_proj"}};
+    if (c.gated_attention) qkv.tensors.push_back(p + "attn_gate");
+    groups.push_back(std::move(qkv));
+    if (c.qkv_bias)
+      groups.push_back({Kind::kQkvBias, i, {p + "q_bias", p + "k_bias", p + "v_bias"}});
+    if (c.qk_norm != model::QkNorm::kNone) {
+      groups.push_back({Kind::kQNorm, i, {p + "q_norm"}});
+      groups.push_back({Kind::kKNorm, i, {p + "k_norm"}});
+    }
+    groups.push_back({Kind::kO, i, {p + "o_proj"}});
+    groups.push_back({Kind::kGateUp, i, {p + "gate_proj", p + "up_proj"}});
+    groups.push_back({Kind::kDown, i, {p + "down_proj"}});
+  }
+  return groups;
+}
+
+CpuWeights EmptyCpuWeights(const model::ModelConfig& c, cpu::WeightType type) {
   CpuWeights w;
   w.type = type;
-  const auto start = std::chrono::steady_clock::now();
-  if (auto quant = loader.QuantView("embed", c.vocab_size, c.hidden_size)) {
-    // Gathered a row at a time from the file's own blocks.
-    const auto* bytes = static_cast<const uint8_t*>(quant->data);
-    w.embed_quant.assign(bytes, bytes + quant->bytes);
-    w.embed_quant_dtype = quant->dtype;
-    if (c.tie_word_embeddings) {
-      ASTR_RETURN_IF_ERROR(loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w.lm_head));
-    }
-    file.ReleaseResident(*quant);
-  } else if (auto fv = loader.FloatView("embed", c.vocab_size, c.hidden_size);
-             fv && type == cpu::WeightType::kBF16) {
-    // Converted a chunk of rows at a time: no f32 copy of the whole table.
-    w.embed_bf16.resize(static_cast<size_t>(c.vocab_size * c.hidden_size));
-    cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(c.hidden_size);
-      for (int64_t r = r0; r < r1; ++r) {
-        WeightLoader::ConvertElements(*fv, r * c.hidden_size, c.hidden_size, row.data());
-        cpu::F32ToBf16(row.data(), w.embed_bf16.data() + r * c.hidden_size, c.hidden_size);
-      }
-    });
-    if (c.tie_word_embeddings) {
-      ASTR_RETURN_IF_ERROR(loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w.lm_head));
-    }
-    file.ReleaseResident(*fv);
-  } else {
-    std::vector<float> embed;
-    ASTR_RETURN_IF_ERROR(loader.Read("embed", {c.vocab_size, c.hidden_size}, &embed));
-    if (c.tie_word_embeddings) {
-      w.lm_head.parts.push_back(
-          cpu::PackedMatrix::FromF32(embed.data(), c.vocab_size, c.hidden_size, type, pool));
-    }
-    if (type == cpu::WeightType::kF32) {
-      w.embed_f32 = std::move(embed);
-    } else {
-      w.embed_bf16.resize(embed.size());
-      cpu::F32ToBf16(embed.data(), w.embed_bf16.data(), static_cast<int64_t>(embed.size()));
-    }
-  }
-  if (!c.tie_word_embeddings) {
-    ASTR_RETURN_IF_ERROR(loader.Stacked({{"lm_head", c.vocab_size}}, c.hidden_size, &w.lm_head));
-  }
-  ASTR_RETURN_IF_ERROR(loader.Vector("final_norm", c.hidden_size, &w.final_norm));
   w.layers.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    ASTR_RETURN_IF_ERROR(LoadLayer(loader, c, i, &w.layers[i]));
-    if (progress) ReportProgress(i + 1, c.num_layers, start);
+  return w;
+}
+
+namespace {
+
+// LoadCpuWeightGroup with `loader`'s scratch buffers (kept from group to group).
+Status LoadGroupWith(WeightLoader& loader, const model::TensorSource& source,
+                     const CpuWeightGroup& g, cpu::WeightType type, cpu::ThreadPool* pool,
+                     CpuWeights* w, CpuWeights* reuse) {
+  const model::ModelConfig& c = source.config();
+  if (g.kind == Kind::kEmbed) return LoadEmbed(loader, source, c, type, pool, w, reuse);
+  if (CpuLinear* out = LinearOf(g, w)) {
+    int64_t cols = 0;
+    const auto parts = LinearParts(c, g, &cols);
+    return loader.Stacked(parts, cols, out, reuse != nullptr ? LinearOf(g, reuse) : nullptr);
+  }
+  std::vector<float>* out = VectorOf(g, w);
+  if (g.tensors.size() == 1) {
+    return loader.Vector(g.tensors[0], VectorElements(c, g, g.tensors[0]), out);
+  }
+  // The qkv biases, zero over the gate rows (gated attention).
+  const int64_t rows =
+      c.num_heads * c.head_dim * (c.gated_attention ? 2 : 1) + 2 * c.num_kv_heads * c.head_dim;
+  out->assign(static_cast<size_t>(rows), 0.0f);
+  std::vector<float> b;
+  int64_t off = 0;
+  for (const std::string& name : g.tensors) {
+    const int64_t n = VectorElements(c, g, name);
+    ASTR_RETURN_IF_ERROR(loader.Vector(name, n, &b));
+    std::memcpy(out->data() + off, b.data(), n * sizeof(float));
+    off += n;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status LoadCpuWeightGroup(const model::TensorSource& source, const CpuWeightGroup& g,
+                          cpu::WeightType type, cpu::ThreadPool* pool, CpuWeights* w,
+                          CpuWeights* reuse) {
+  WeightLoader loader(source, type, pool);
+  return LoadGroupWith(loader, source, g, type, pool, w, reuse);
+}
+
+void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeights* w,
+                        CpuWeights* reuse) {
+  auto& src = const_cast<CpuWeights&>(from);  // read only: the accessors are shared
+  if (g.kind == Kind::kEmbed) {
+    if (reuse != nullptr && reuse->embed_bf16.size() == from.embed_bf16.size()) {
+      w->embed_bf16 = std::move(reuse->embed_bf16);
+    }
+    w->embed_bf16.assign(from.embed_bf16.begin(), from.embed_bf16.end());
+    w->embed_f32 = from.embed_f32;
+    w->embed_quant = from.embed_quant;
+    w->embed_quant_dtype = from.embed_quant_dtype;
+    if (g.tied_head) {  // the output projection is the table's
+      CpuWeightGroup head{Kind::kLmHead, -1, {}};
+      CopyCpuWeightGroup(head, from, w, reuse);
+    }
+    return;
+  }
+  if (const CpuLinear* in = LinearOf(g, &src)) {
+    CpuLinear* out = LinearOf(g, w);
+    CpuLinear* r = reuse != nullptr ? LinearOf(g, reuse) : nullptr;
+    out->parts.clear();
+    for (const cpu::PackedMatrix& m : in->parts) {
+      cpu::PackedMatrix* storage = nullptr;
+      if (r != nullptr) {
+        for (cpu::PackedMatrix& cand : r->parts) {
+          if (cand.bytes() != 0 && cand.SameLayout(m)) {
+            storage = &cand;
+            break;
+          }
+        }
+      }
+      out->parts.push_back(m.Clone(storage));
+    }
+    return;
+  }
+  *VectorOf(g, w) = *VectorOf(g, &src);
+}
+
+bool UnpackCpuTensor(const model::ModelConfig& c, const CpuWeights& w, const std::string& canonical,
+                     std::vector<float>* out) {
+  auto& src = const_cast<CpuWeights&>(w);  // read only
+  for (const CpuWeightGroup& g : CpuWeightGroups(c)) {
+    auto it = std::find(g.tensors.begin(), g.tensors.end(), canonical);
+    if (it == g.tensors.end()) continue;
+    if (g.kind == Kind::kEmbed) {
+      const int64_t n = c.vocab_size * c.hidden_size;
+      if (!w.embed_f32.empty()) {
+        *out = w.embed_f32;
+      } else if (!w.embed_bf16.empty()) {
+        out->resize(static_cast<size_t>(n));
+        cpu::Bf16ToF32(w.embed_bf16.data(), out->data(), n);
+      } else {
+        return false;
+      }
+      return true;
+    }
+    if (const CpuLinear* linear = LinearOf(g, &src)) {
+      int64_t cols = 0;
+      int64_t row = 0, rows = 0;
+      for (const auto& [name, n] : LinearParts(c, g, &cols)) {
+        if (name == canonical) {
+          rows = n;
+          break;
+        }
+        row += n;
+      }
+      // The part holding [row, row + rows): parts hold whole tensors.
+      int64_t first = 0;
+      for (const cpu::PackedMatrix& m : linear->parts) {
+        if (row < first + m.n()) {
+          if (m.type() == cpu::WeightType::kQuant) return false;
+          out->resize(static_cast<size_t>(rows * cols));
+          m.UnpackRows(row - first, rows, out->data());
+          return true;
+        }
+        first += m.n();
+      }
+      return false;
+    }
+    const std::vector<float>& v = *VectorOf(g, &src);
+    int64_t off = 0;
+    for (const std::string& name : g.tensors) {
+      const int64_t n = VectorElements(c, g, name);
+      if (name == canonical) {
+        out->assign(v.begin() + off, v.begin() + off + n);
+        return true;
+      }
+      off += n;
+    }
+  }
+  return false;
+}
+
+StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::WeightType type,
+                                    cpu::ThreadPool* pool, bool progress, CpuWeights* reuse) {
+  const model::ModelConfig& c = file.config();
+  CpuWeights w = EmptyCpuWeights(c, type);
+  if (reuse != nullptr && (reuse->type != type || reuse->layers.size() != w.layers.size())) {
+    reuse = nullptr;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int64_t layers_done = 0;
+  WeightLoader loader(file, type, pool);
+  for (const CpuWeightGroup& g : CpuWeightGroups(c)) {
+    ASTR_RETURN_IF_ERROR(LoadGroupWith(loader, file, g, type, pool, &w, reuse));
+    // A layer is done with its last group (down_proj).
+    if (g.kind == Kind::kDown && progress) ReportProgress(++layers_done, c.num_layers, start);
   }
   return w;
 }

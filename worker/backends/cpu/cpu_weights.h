@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/base/status.h"
@@ -61,7 +62,51 @@ struct CpuWeights {
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
 // (LOG(INFO)) when `progress`. Each tensor's mapped pages are handed back to the system once it is
 // packed (TensorSource::ReleaseResident), so the mapping does not stay resident next to the copy.
+// Float projections are packed into the storage of `reuse`'s (a set of the same model no longer
+// served; may be null) where the layouts match: no fresh pages to fault in.
 StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::WeightType type,
-                                    cpu::ThreadPool* pool, bool progress);
+                                    cpu::ThreadPool* pool, bool progress,
+                                    CpuWeights* reuse = nullptr);
+
+// The weights in the groups that are built together: a linear layer's stacked tensors (q, k, v
+// [, gate]; gate, up), one vector (a norm; the three qkv biases), the embedding table (with the
+// output projection when they are tied). A weight update builds each group as soon as its
+// tensors have arrived (CpuWeightBuilder).
+struct CpuWeightGroup {
+  enum class Kind {
+    kEmbed,
+    kLmHead,
+    kFinalNorm,
+    kAttnNorm,
+    kMlpNorm,
+    kQNorm,
+    kKNorm,
+    kQkvBias,
+    kQkv,
+    kO,
+    kGateUp,
+    kDown
+  };
+  Kind kind = Kind::kEmbed;
+  int64_t layer = -1;
+  std::vector<std::string> tensors;  // canonical names, in stacking order
+  bool tied_head = false;            // kEmbed: lm_head is built from the table too
+};
+// Every group of a model, in LoadCpuWeights' order.
+std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& config);
+// A set with no group built yet (one empty layer per layer).
+CpuWeights EmptyCpuWeights(const model::ModelConfig& config, cpu::WeightType type);
+// Builds group `g` of `w` from `source` as LoadCpuWeights does (storage from `reuse`, may be
+// null).
+Status LoadCpuWeightGroup(const model::TensorSource& source, const CpuWeightGroup& g,
+                          cpu::WeightType type, cpu::ThreadPool* pool, CpuWeights* w,
+                          CpuWeights* reuse);
+// Copies group `g` from `from` into `w` (storage from `reuse`, may be null): the same bytes.
+void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeights* w,
+                        CpuWeights* reuse);
+// Tensor `canonical` as `w` holds it, in f32, when it is held as floats (packed kF32 / kBF16
+// values are exact); false when it is kept block-quantized (read it from its file).
+bool UnpackCpuTensor(const model::ModelConfig& config, const CpuWeights& w,
+                     const std::string& canonical, std::vector<float>* out);
 
 }  // namespace astr
