@@ -161,6 +161,38 @@ PackedMatrix PackedMatrix::FromF32Rows(int64_t n, int64_t k, WeightType type,
   return pm;
 }
 
+PackedMatrix PackedMatrix::FromBf16Rows(int64_t n, int64_t k, const Bf16RowPointer& row_of,
+                                        ThreadPool* pool, PackedMatrix* reuse) {
+  PackedMatrix pm(n, k, WeightType::kBF16, {}, reuse);
+  if (pm.bytes_ == 0) return pm;
+  ParallelFor(pool, pm.panels(), 1, [&](int64_t p0, int64_t p1) {
+    const uint16_t* src[kPanel];
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t rows = std::min(kPanel, n - p * kPanel);
+      for (int64_t r = 0; r < rows; ++r) src[r] = row_of(p * kPanel + r);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(pm.data_.get()) +
+                                                  p * pm.panel_stride());
+      // Pair (2q, 2q + 1) of row r lands at [q][r]: one 64-byte line per pair index, written
+      // whole from the 16 rows read as forward streams. Rows past n stay zero (padding).
+      const int64_t pairs = k / 2;
+      if (rows == kPanel) {
+        for (int64_t q = 0; q < pairs; ++q, dst += kPanel) {
+          for (int64_t r = 0; r < kPanel; ++r) std::memcpy(dst + r, src[r] + 2 * q, 4);
+        }
+      } else {
+        for (int64_t q = 0; q < pairs; ++q, dst += kPanel) {
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r, src[r] + 2 * q, 4);
+        }
+      }
+      if (k & 1) {  // the last element alone, its pair's second half zero
+        auto* last = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t r = 0; r < rows; ++r) last[r * 2] = src[r][k - 1];
+      }
+    }
+  });
+  return pm;
+}
+
 PackedMatrix PackedMatrix::FromBf16(const uint16_t* w, int64_t n, int64_t k) {
   PackedMatrix pm(n, k, WeightType::kBF16);
   if (pm.bytes_ == 0) return pm;

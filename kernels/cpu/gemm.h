@@ -97,6 +97,12 @@ class PackedMatrix {
   static PackedMatrix FromF32Rows(int64_t n, int64_t k, WeightType type,
                                   const F32RowSource& rows_of, ThreadPool* pool,
                                   PackedMatrix* reuse);
+  // Rows of raw bf16 bits read in place (row_of(r) points at row r's k elements), packed exactly
+  // as kBF16 on `pool`, into `reuse`'s storage as FromF32Rows does: no f32 detour for a bf16
+  // checkpoint or push.
+  using Bf16RowPointer = std::function<const uint16_t*(int64_t row)>;
+  static PackedMatrix FromBf16Rows(int64_t n, int64_t k, const Bf16RowPointer& row_of,
+                                   ThreadPool* pool = nullptr, PackedMatrix* reuse = nullptr);
   // Raw bf16 bits (e.g. straight from a checkpoint), packed exactly.
   static PackedMatrix FromBf16(const uint16_t* w /*[n, k]*/, int64_t n, int64_t k);
   // Block-quantized rows. decode(row, out) fills row `row`'s QuantRowOut; k must be a multiple

@@ -176,6 +176,28 @@ TEST(CpuGemmTest, PackingFromBf16MatchesFromF32) {
   const PackedMatrix a = PackedMatrix::FromF32(w.data(), n, k, WeightType::kBF16);
   const PackedMatrix b = PackedMatrix::FromBf16(raw.data(), n, k);
   ASSERT_EQ(a.bytes(), b.bytes());
+  ThreadPool pool(2);
+  const PackedMatrix c = PackedMatrix::FromBf16Rows(
+      n, k, [&](int64_t row) { return raw.data() + row * k; }, &pool);
+  ASSERT_EQ(c.bytes(), a.bytes());
+  EXPECT_EQ(0, std::memcmp(a.bf16_panel(0), c.bf16_panel(0), a.bytes()));
+  // An even k, and packing into a matrix packed from other values before.
+  const int64_t k2 = 8;
+  const std::vector<float> w2 = Random(n * k2, 32);
+  std::vector<uint16_t> raw2(n * k2);
+  for (size_t i = 0; i < raw2.size(); ++i) {
+    const float r = RoundBf16(w2[i]);
+    uint32_t b2;
+    std::memcpy(&b2, &r, 4);
+    raw2[i] = static_cast<uint16_t>(b2 >> 16);
+  }
+  const PackedMatrix want = PackedMatrix::FromF32(w2.data(), n, k2, WeightType::kBF16);
+  PackedMatrix old = PackedMatrix::FromF32(Random(n * k2, 33).data(), n, k2, WeightType::kBF16);
+  const PackedMatrix got = PackedMatrix::FromBf16Rows(
+      n, k2, [&](int64_t row) { return raw2.data() + row * k2; }, &pool, &old);
+  EXPECT_EQ(old.bytes(), 0u);
+  ASSERT_EQ(got.bytes(), want.bytes());
+  EXPECT_EQ(0, std::memcmp(want.bf16_panel(0), got.bf16_panel(0), want.bytes()));
   EXPECT_EQ(a.bytes(),
             static_cast<size_t>(2 * 16 * 4 * 2 * 2));  // 2 panels x 4 pairs x 16 x 2 bf16
   EXPECT_EQ(0, std::memcmp(a.bf16_panel(0), b.bf16_panel(0), a.bytes()));

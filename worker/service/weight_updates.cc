@@ -1,5 +1,6 @@
 #include "worker/service/weight_updates.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -138,8 +139,14 @@ Status WeightStager::Add(int tensor, int64_t offset, const uint8_t* data, size_t
                                     std::to_string(t.bytes) + " bytes");
     }
   }
-  std::memcpy(t.data.get() + p.received, data, size);
-  p.hasher.Update(data, size);
+  // Copied and hashed a piece at a time, the hash reading what the copy left in the cache.
+  constexpr size_t kPiece = size_t{128} << 10;
+  uint8_t* dst = t.data.get() + p.received;
+  for (size_t off = 0; off < size; off += kPiece) {
+    const size_t n = std::min(kPiece, size - off);
+    std::memcpy(dst + off, data + off, n);
+    p.hasher.Update(dst + off, n);
+  }
   p.received += size;
   bytes_received_ += static_cast<int64_t>(size);
   if (p.received == t.bytes) return Complete(p);

@@ -18,6 +18,7 @@
 #include "common/grpc/keepalive.h"
 #include "common/grpc/message_limits.h"
 #include "common/grpc/shutdown_signal.h"
+#include "common/grpc/stream_memory.h"
 #include "common/grpc/tls.h"
 #include "common/http/http_server.h"
 #include "common/metrics/registry.h"
@@ -142,6 +143,7 @@ int Serve(const std::string& listen, const std::string& metrics_listen, int64_t 
 
 int Main(int argc, const char* const* argv) {
   rpc::BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
+  rpc::KeepFreedMemoryForStreams();
   FlagSet fs("astr-worker",
              "Serve a model to astr-scheduler: the astr.v1.Worker gRPC service (Info and "
              "the step stream), grpc.health.v1 (readiness: the server's status; liveness: "

@@ -171,6 +171,21 @@ class WeightLoader {
     for (const auto& [name, n] : parts) {
       if (auto v = FloatView(name, n, cols)) views.push_back({*v, n});
     }
+    const bool all_bf16 = std::all_of(views.begin(), views.end(), [](const auto& v) {
+      return v.first.dtype == model::DType::kBF16;
+    });
+    if (views.size() == parts.size() && all_bf16 && type == cpu::WeightType::kBF16) {
+      // bf16 into bf16: the bits as they are.
+      *out = cpu::PackedMatrix::FromBf16Rows(
+          rows, cols,
+          [&](int64_t r) {
+            const auto [view, local] = Locate(views, r);
+            return static_cast<const uint16_t*>(view->data) + local * cols;
+          },
+          pool_, storage);
+      for (const auto& v : views) file_.ReleaseResident(v.first);
+      return OkStatus();
+    }
     if (views.size() == parts.size()) {
       *out = cpu::PackedMatrix::FromF32Rows(
           rows, cols, type,
