@@ -5,7 +5,7 @@
 namespace astr::rpc {
 
 void KeepFreedMemoryForStreams() {
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
 }
 

@@ -7,7 +7,7 @@
 
 namespace astr::rpc {
 
-// Keeps up to 256 MiB of freed memory at the top of each arena and serves allocations up to
+// Keeps up to 64 MiB of freed memory at the top of each arena and serves allocations up to
 // 32 MiB from the heap, so they are reused from message to message. Long-lived memory is
 // unaffected; malloc_trim(0) still returns what is free. Call first thing in main().
 void KeepFreedMemoryForStreams();
