@@ -30,6 +30,18 @@ float RoundBf16(float f) {  // round-to-nearest-even, as the packing and the bf1
   return f;
 }
 
+// The bf16 bits of `w` rounded to nearest even.
+std::vector<uint16_t> Bf16Bits(const std::vector<float>& w) {
+  std::vector<uint16_t> raw(w.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const float r = RoundBf16(w[i]);
+    uint32_t b;
+    std::memcpy(&b, &r, 4);
+    raw[i] = static_cast<uint16_t>(b >> 16);
+  }
+  return raw;
+}
+
 struct Case {
   int64_t m, n, k;
   WeightType type;
@@ -166,13 +178,7 @@ TEST(CpuGemmTest, RowSplitIsInvariant) {
 TEST(CpuGemmTest, PackingFromBf16MatchesFromF32) {
   const int64_t n = 19, k = 7;
   const std::vector<float> w = Random(n * k, 31);
-  std::vector<uint16_t> raw(n * k);
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const float r = RoundBf16(w[i]);
-    uint32_t b;
-    std::memcpy(&b, &r, 4);
-    raw[i] = static_cast<uint16_t>(b >> 16);
-  }
+  const std::vector<uint16_t> raw = Bf16Bits(w);
   const PackedMatrix a = PackedMatrix::FromF32(w.data(), n, k, WeightType::kBF16);
   const PackedMatrix b = PackedMatrix::FromBf16(raw.data(), n, k);
   ASSERT_EQ(a.bytes(), b.bytes());
@@ -184,13 +190,7 @@ TEST(CpuGemmTest, PackingFromBf16MatchesFromF32) {
   // An even k, and packing into a matrix packed from other values before.
   const int64_t k2 = 8;
   const std::vector<float> w2 = Random(n * k2, 32);
-  std::vector<uint16_t> raw2(n * k2);
-  for (size_t i = 0; i < raw2.size(); ++i) {
-    const float r = RoundBf16(w2[i]);
-    uint32_t b2;
-    std::memcpy(&b2, &r, 4);
-    raw2[i] = static_cast<uint16_t>(b2 >> 16);
-  }
+  const std::vector<uint16_t> raw2 = Bf16Bits(w2);
   const PackedMatrix want = PackedMatrix::FromF32(w2.data(), n, k2, WeightType::kBF16);
   PackedMatrix old = PackedMatrix::FromF32(Random(n * k2, 33).data(), n, k2, WeightType::kBF16);
   const PackedMatrix got = PackedMatrix::FromBf16Rows(

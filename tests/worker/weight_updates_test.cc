@@ -169,6 +169,14 @@ class WeightUpdatesTest : public ::testing::Test {
     return {result.samples(0).token_id(), result.samples(0).logprob(), result.weight_version()};
   }
 
+  // Applies staged update `id` as `version`, finishes it, and returns the first token served.
+  First Serve(uint64_t id, int64_t version) {
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
+    const First first = FirstToken();
+    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
+    return first;
+  }
+
   // `tensors` (HF names, rotate-half q/k rows) as a Hugging Face folder of this model: what a
   // trainer saves with save_pretrained. Returns the folder.
   std::string WriteHfFolder(const std::vector<HfTensor>& tensors, const std::string& tag) {
@@ -324,22 +332,16 @@ TEST_F(WeightUpdatesTest, SameTensorsServeTheSameLogprobsAndRollbackRestores) {
 // serves.
 TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
   // Applies staged update `id` as `version`, finishes it, and returns the first token served.
-  auto serve = [&](uint64_t id, int64_t version) {
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
-    const First first = FirstToken();
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
-    return first;
-  };
   const First before = FirstToken();
-  const First same = serve(StageDisk(WriteHfFolder(hf_, "hf_same")), 1);
+  const First same = Serve(StageDisk(WriteHfFolder(hf_, "hf_same")), 1);
   EXPECT_EQ(same.token, before.token);
   EXPECT_EQ(same.logprob, before.logprob);
 
   // The oracle: the same tensors pushed (the push path permutes them on its own).
   const std::vector<HfTensor> noisy = Perturbed(hf_, 11);
-  const First want = serve(Stage(noisy), 2);
+  const First want = Serve(Stage(noisy), 2);
   EXPECT_NE(want.logprob, before.logprob);
-  const First got = serve(StageDisk(WriteHfFolder(noisy, "hf_noisy")), 3);
+  const First got = Serve(StageDisk(WriteHfFolder(noisy, "hf_noisy")), 3);
   EXPECT_EQ(got.token, want.token);
   EXPECT_EQ(got.logprob, want.logprob);
 
@@ -349,14 +351,14 @@ TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
     if (t.name.find(".layers.0.") != std::string::npos) part.push_back(t);
   }
   ASSERT_FALSE(part.empty());
-  const First mixed_got = serve(Stage(part), 4);
+  const First mixed_got = Serve(Stage(part), 4);
   std::vector<HfTensor> mixed = noisy;
   for (HfTensor& t : mixed) {
     for (const HfTensor& p : part) {
       if (p.name == t.name) t = p;
     }
   }
-  const First mixed_want = serve(Stage(mixed), 5);
+  const First mixed_want = Serve(Stage(mixed), 5);
   EXPECT_EQ(mixed_got.token, mixed_want.token);
   EXPECT_EQ(mixed_got.logprob, mixed_want.logprob);
   EXPECT_NE(mixed_want.logprob, want.logprob);
@@ -449,12 +451,6 @@ TEST_F(WeightUpdatesTest, ChecksumsOfFileAndPushedTensors) {
 // gate) is built by the streaming builder from the pushed rows and the served values of the
 // others. The oracle: the same weights, whole, read from a Hugging Face folder on disk.
 TEST_F(WeightUpdatesTest, PartialGroupsEqualTheWholeCheckpointFromDisk) {
-  auto serve = [&](uint64_t id, int64_t version) {
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
-    const First first = FirstToken();
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
-    return first;
-  };
   const std::vector<HfTensor> noisy = Perturbed(hf_, 23);
   std::vector<HfTensor> part, whole = hf_;
   for (size_t i = 0; i < hf_.size(); ++i) {
@@ -467,34 +463,28 @@ TEST_F(WeightUpdatesTest, PartialGroupsEqualTheWholeCheckpointFromDisk) {
   }
   ASSERT_EQ(part.size(), 4u);
   const First before = FirstToken();
-  const First pushed = serve(Stage(part), 1);
+  const First pushed = Serve(Stage(part), 1);
   EXPECT_NE(pushed.logprob, before.logprob);
-  const First disk = serve(StageDisk(WriteHfFolder(whole, "hf_partial")), 2);
+  const First disk = Serve(StageDisk(WriteHfFolder(whole, "hf_partial")), 2);
   EXPECT_EQ(pushed.token, disk.token);
   EXPECT_EQ(pushed.logprob, disk.logprob);
   // The same partial push again, now over a set built from pushes (its k/v rows come unpacked
   // from the served set, not from the checkpoint).
-  const First again = serve(Stage(part), 3);
+  const First again = Serve(Stage(part), 3);
   EXPECT_EQ(again.logprob, disk.logprob);
 }
 
 // Updates build into the set the previous update replaced (the spare): A, B, A again serve
 // exactly what A served the first time, streamed or built from all tensors at the end.
 TEST_F(WeightUpdatesTest, BuildsIntoTheReplacedSetServeExactlyTheSame) {
-  auto serve = [&](uint64_t id, int64_t version) {
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
-    const First first = FirstToken();
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
-    return first;
-  };
   const std::vector<HfTensor> a = Perturbed(hf_, 5), b = Perturbed(hf_, 6);
-  const First first_a = serve(Stage(a), 1);
-  const First first_b = serve(Stage(b), 2);
+  const First first_a = Serve(Stage(a), 1);
+  const First first_b = Serve(Stage(b), 2);
   EXPECT_NE(first_a.logprob, first_b.logprob);
-  const First again_a = serve(Stage(a), 3);
+  const First again_a = Serve(Stage(a), 3);
   EXPECT_EQ(again_a.token, first_a.token);
   EXPECT_EQ(again_a.logprob, first_a.logprob);
-  const First again_b = serve(Stage(b, /*streamed=*/false), 4);
+  const First again_b = Serve(Stage(b, /*streamed=*/false), 4);
   EXPECT_EQ(again_b.logprob, first_b.logprob);
   // A refused push (bad checksum) leaves the served weights alone and the next push works.
   {
@@ -507,7 +497,7 @@ TEST_F(WeightUpdatesTest, BuildsIntoTheReplacedSetServeExactlyTheSame) {
     EXPECT_EQ(Feed(&stager, a, 1000).code(), StatusCode::kDataLoss);
   }
   EXPECT_EQ(FirstToken().logprob, first_b.logprob);
-  EXPECT_EQ(serve(Stage(a), 5).logprob, first_a.logprob);
+  EXPECT_EQ(Serve(Stage(a), 5).logprob, first_a.logprob);
   EXPECT_FALSE(updates_->holding().staged);
   EXPECT_FALSE(updates_->holding().previous);
 }
@@ -533,15 +523,9 @@ TEST_F(QuantizedWeightUpdatesTest, StreamedPartialPushEqualsTheBuildFromAllTenso
   ASSERT_EQ(hf_.size(), 2u);
   const std::vector<HfTensor> part = Perturbed(hf_, 3);
   const First before = FirstToken();
-  auto serve = [&](uint64_t id, int64_t version) {
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::APPLY, id, version), version);
-    const First first = FirstToken();
-    EXPECT_EQ(*Control(v1::ControlWeightsRequest::FINISH, id), version);
-    return first;
-  };
-  const First streamed = serve(Stage(part), 1);
+  const First streamed = Serve(Stage(part), 1);
   EXPECT_NE(streamed.logprob, before.logprob);
-  const First whole = serve(Stage(part, /*streamed=*/false), 2);
+  const First whole = Serve(Stage(part, /*streamed=*/false), 2);
   EXPECT_EQ(streamed.token, whole.token);
   EXPECT_EQ(streamed.logprob, whole.logprob);
 }
