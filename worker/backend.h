@@ -127,6 +127,8 @@ class Backend {
   // the logits out. Callers go through StepSampling (worker/step_sampling.h), which uses this or
   // Forward + Sample(). `masks` (structured outputs): empty, or row i's constraint mask (Sample's
   // `allowed`; null: none), read after `before_draws` (when set) has run, after the forward pass.
+  // The device draw returns no sampling mask (SampleResult.mask stays empty): StepSampling draws
+  // a step whose rows ask for one on the host.
   virtual bool samples_on_device() const { return false; }
   virtual Status ForwardSample(const StepBatch& batch,
                                std::span<const SequenceSampler* const> samplers,

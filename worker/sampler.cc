@@ -333,6 +333,21 @@ class BucketOrder {
     size_ = std::min(size_, n);
   }
 
+  // Step 9: the candidates kept (positions [0, size())) whose logit x[id] is above -inf, ascending;
+  // no ids when that is the whole vocabulary.
+  void FillMask(const float* x, int64_t vocab, SamplingMask* mask) const {
+    mask->ids.clear();
+    int64_t count = 0;
+    for (int64_t i = 0; i < size_; ++i) count += x[ids_[i]] > kNegInf ? 1 : 0;
+    mask->count = static_cast<int32_t>(count);
+    if (count == vocab) return;
+    mask->ids.reserve(static_cast<size_t>(count));
+    for (int64_t i = 0; i < size_; ++i) {
+      if (x[ids_[i]] > kNegInf) mask->ids.push_back(ids_[i]);
+    }
+    std::sort(mask->ids.begin(), mask->ids.end());
+  }
+
   // Inverse CDF: the candidate where the running mass first exceeds u * total. If rounding keeps
   // it short, the last candidate with a positive weight.
   int32_t Pick(double u) {
@@ -365,13 +380,24 @@ class BucketOrder {
   int64_t size_ = 0;
 };
 
-// Steps 7-8 on temperature-scaled logits x. `u` is the Philox uniform in [0, 1).
+// The mask of a draw that had no distribution: the drawn token alone.
+void OnlyToken(int32_t token, SamplingMask* mask) {
+  mask->count = 1;
+  mask->ids.assign(1, token);
+}
+
+// Steps 7-9 on temperature-scaled logits x. `u` is the Philox uniform in [0, 1). `mask`: step 9's
+// output, or null when not asked.
 int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, double u,
-                     SamplerScratch& scratch) {
+                     SamplerScratch& scratch, SamplingMask* mask) {
   // NaN logits (a broken model file, an overflow) never win; NaN compares false, so `m` skips them.
   float m = kNegInf;
   for (int64_t i = 0; i < vocab; ++i) m = std::max(m, x[i]);
-  if (!(m > kNegInf)) return Argmax(x, vocab);  // everything masked: nothing to sample from
+  if (!(m > kNegInf)) {  // everything masked: nothing to sample from
+    const int32_t token = Argmax(x, vocab);
+    if (mask != nullptr) OnlyToken(token, mask);
+    return token;
+  }
   float* w = scratch.weights.data();
   float w_max = 0.0f;
   const bool inf_max = std::isinf(m);  // e.g. a tiny temperature: only the +inf logits remain
@@ -404,6 +430,7 @@ int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, dou
     // and the largest weight survives top-k and top-p. min_p <= 1 keeps at least that token.
     order.Truncate(order.FirstBelow(p.min_p * w_max));
   }
+  if (mask != nullptr) order.FillMask(x, vocab, mask);
   return order.Pick(u);
 }
 
@@ -445,8 +472,10 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
   SampleResult result;
   // Temperatures this small make x / T overflow and are greedy in effect (vLLM draws the same
   // line).
+  SamplingMask* mask = p.return_sampling_mask ? &result.mask : nullptr;
   if (p.temperature < kGreedyTemperature) {
     result.token = Argmax(logits, vocab);
+    if (mask != nullptr) OnlyToken(result.token, mask);
   } else {
     DivideByTemperature(logits, vocab, p.temperature);
     if (scratch.weights.size() < static_cast<size_t>(vocab)) {
@@ -462,7 +491,7 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
     }
     const double u = philox::UniformDouble(p.seed, state.sequence(),
                                            static_cast<uint64_t>(state.num_generated()));
-    result.token = SampleScaled(logits, vocab, p, u, scratch);
+    result.token = SampleScaled(logits, vocab, p, u, scratch, mask);
   }
   if (want_logprob) {
     // kProcessed: `logits` now holds the biased, masked, penalized, temperature-scaled row.

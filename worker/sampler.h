@@ -13,6 +13,8 @@
 //   7. top-k, then top-p, then min-p over the candidates sorted by (prob desc, id asc)
 //   8. renormalize, then inverse CDF over that sorted order with the Philox uniform for
 //      (seed, sequence, token_index) — see common/base/philox.h for the bit recipe.
+//   9. return_sampling_mask: the candidates step 7 kept whose logit is above -inf (NaN never is),
+//      ascending — the support of the distribution step 8 drew from.
 //
 // Determinism: the chosen token depends only on (logits, params, prompt + generated tokens, seed,
 // sequence, token_index); never on the batch, the order sequences are sampled in, or the scratch.
@@ -125,6 +127,10 @@ struct SampleResult {
   int32_t num_top = 0;  // = params.logprobs
   // top[0..num_top): the highest-logprob tokens, logprob desc, ties by id asc.
   std::array<TokenLogprob, kMaxLogprobs> top{};
+  // With params.return_sampling_mask (step 9): count >= 1 and `token` among the ids (or count ==
+  // vocab and no ids). A greedy draw (refused by validation) and a row with every logit -inf or
+  // NaN give the drawn token alone. Else count 0 and no ids.
+  SamplingMask mask;
 };
 
 // Sets logits[t] to -inf for every token t whose bit (t % 32) of allowed[t / 32] is clear.

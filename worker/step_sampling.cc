@@ -5,6 +5,17 @@
 #include "common/base/clock.h"
 
 namespace astr {
+namespace {
+
+// The device sampler returns no sampling mask: a step where a row asks for one draws on the host.
+bool AnyWantsMask(std::span<const SequenceSampler* const> samplers) {
+  for (const SequenceSampler* s : samplers) {
+    if (s->params().return_sampling_mask) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 StepSampling::StepSampling(const Backend& backend) {
   if (!backend.samples_on_device()) {
@@ -29,7 +40,7 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
                          std::to_string(samplers.size()) + " samplers");
   }
   const auto start = std::chrono::steady_clock::now();
-  if (backend.samples_on_device() && scores.empty()) {
+  if (backend.samples_on_device() && scores.empty() && !AnyWantsMask(samplers)) {
     // Masks go to the device with the step's other sampling edits (one upload).
     ASTR_RETURN_IF_ERROR(backend.ForwardSample(batch, samplers, results, masks, before_draws));
     if (forward_ns != nullptr) *forward_ns = NanosSince(start);
@@ -37,8 +48,8 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
     return OkStatus();
   }
   const int64_t vocab = backend.config().vocab_size;
-  // Grows once per larger scoring step on a device-sampling backend; never on the host path,
-  // whose buffer holds max_sample_rows rows from the start.
+  // Grows once per larger scoring (or sampling-mask) step on a device-sampling backend; never on
+  // the host path, whose buffer holds max_sample_rows rows from the start.
   const size_t need = rows * static_cast<size_t>(vocab);
   if (logits_.size() < need) logits_.resize(need);
   ASTR_RETURN_IF_ERROR(backend.Forward(batch, logits_.data()));

@@ -5,7 +5,9 @@
 //
 // A step may also score rows (prompt scoring): their logits always come to the host, where a
 // PromptScorer turns each into the logprob of a given token. A step that scores any row therefore
-// takes the host path for its draws too, on every backend. Constraint masks (structured outputs)
+// takes the host path for its draws too, on every backend. So does a step with a row whose params
+// ask for the sampling mask (SamplingParams.return_sampling_mask): the device sampler does not
+// produce it, so such a step brings its logits to the host. Constraint masks (structured outputs)
 // are applied where the draws happen: on the host, or on the device with the sampling kernel.
 #pragma once
 

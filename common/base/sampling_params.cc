@@ -112,6 +112,12 @@ Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size,
     return FieldError(std::string(field_prefix) + "logprobs_mode",
                       ": unknown value " + std::to_string(static_cast<int32_t>(p.logprobs_mode)));
   }
+  if (p.return_sampling_mask && p.temperature < kGreedyTemperature) {
+    return e.Invalid("return_sampling_mask",
+                     "needs temperature >= " + FormatNumber(kGreedyTemperature) +
+                         ": a greedy draw (temperature " + FormatNumber(p.temperature) +
+                         ") takes the argmax and has no distribution to mask");
+  }
   return OkStatus();
 }
 

@@ -47,12 +47,25 @@ struct SamplingParams {
   bool return_logprob = false;
   int32_t logprobs = 0;  // top-n alternatives to return, 0..kMaxLogprobs ("top_logprobs")
   LogprobsMode logprobs_mode = LogprobsMode::kRaw;
+  // Return each draw's SamplingMask. Needs temperature >= kGreedyTemperature (a greedy draw has
+  // no distribution to mask; vLLM refuses it too). Host sampler only: a step that asks for it
+  // draws on the host on every backend (worker/step_sampling.h).
+  bool return_sampling_mask = false;
 };
 
 // One token and its logprob: a top-n alternative of a sampled token.
 struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0.0f;
+};
+
+// The tokens one draw chose among (SamplingParams.return_sampling_mask): every id left with a
+// finite logit after the constraint's mask and min_tokens masking that top-k, top-p and min-p then
+// kept. count == vocabulary size says nothing was removed (ids stays empty: the mask of an
+// untruncated draw costs nothing to send).
+struct SamplingMask {
+  int32_t count = 0;         // surviving ids; 0 = no mask
+  std::vector<int32_t> ids;  // ascending, count of them; empty when count == vocabulary size
 };
 
 // OK, or INVALID_ARGUMENT naming the first bad field after `field_prefix` (e.g. "sampling.") and

@@ -1,9 +1,12 @@
 // The CUDA backend's host-side defences, on the emulated device (kernels/cuda/emu), where faults
 // can be injected and the profile chosen: a failed graph upload leaves no exec behind; device
 // sampling never allocates in a step, also when a step's edits overflow the reserved buffer (the
-// rows are drawn in chunks, with the tokens a CPU draw gives).
+// rows are drawn in chunks, with the tokens a CPU draw gives); a step that asks for a sampling mask
+// draws on the host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "worker/backends/cuda/device_sampler.h"
 #include "worker/backends/cuda/gemm_lt.h"
 #include "worker/sampler.h"
+#include "worker/step_sampling.h"
 
 namespace astr::gputest {
 namespace {
@@ -172,6 +176,62 @@ TEST(CudaBackendEmu, SamplingEditsBeyondTheBufferAreDrawnInChunksWithoutAllocati
   for (int r = 0; r < kRows; ++r) {
     EXPECT_EQ(got[r].token, want[r].token) << "row " << r;
     EXPECT_NEAR(got[r].logprob, want[r].logprob, 1e-3) << "row " << r;
+  }
+}
+
+// A step in which a row asks for its sampling mask draws on the host even though the backend
+// samples on its device (the device sampler returns no mask): the masked row gets the mask of the
+// host sampler over the backend's own logits (here top-5: the 5 highest logits, found by sorting
+// the row), and both rows get the host sampler's tokens.
+TEST(CudaBackendEmu, ASamplingMaskStepDrawsOnTheHost) {
+  auto file = OpenModel(Stories());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto device = cuda::CudaBackend::Create(**file, Options(false, /*device_sampling=*/true));
+  auto host = cuda::CudaBackend::Create(**file, Options(false, /*device_sampling=*/false));
+  ASSERT_TRUE(device.ok() && host.ok());
+  ASSERT_TRUE((*device)->samples_on_device());
+  const int64_t vocab = (*file)->config().vocab_size;
+  Driver d;
+  d.Add(Prompt(6, vocab, 1));
+  d.Add(Prompt(9, vocab, 2));
+  std::vector<size_t> sampled;
+  const StepBatch batch = d.Next(&sampled);
+  ASSERT_EQ(sampled.size(), 2u);
+
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 5;
+  p.seed = 17;
+  SamplingParams with_mask = p;
+  with_mask.return_sampling_mask = true;
+  SequenceSampler masked(with_mask, 0, {}), plain(p, 1, {});
+  const std::vector<const SequenceSampler*> rows = {&masked, &plain};
+  StepSampling sampling(**device);
+  std::vector<SampleResult> got(2);
+  const Status s = sampling.Run(**device, batch, rows, {}, got);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+
+  // The reference: the same step's logits on the host, drawn by the host sampler.
+  std::vector<float> logits(2 * vocab);
+  ASSERT_TRUE((*host)->Forward(batch, logits.data()).ok());
+  SamplerScratch scratch;
+  for (size_t r = 0; r < 2; ++r) {
+    std::vector<float> row(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    std::vector<int32_t> top5(order.begin(), order.begin() + 5);
+    std::sort(top5.begin(), top5.end());
+    const SampleResult want = Sample(row.data(), vocab, *rows[r], scratch);
+    EXPECT_EQ(got[r].token, want.token) << "row " << r;
+    EXPECT_TRUE(std::binary_search(top5.begin(), top5.end(), got[r].token)) << "row " << r;
+    if (r == 0) {
+      EXPECT_EQ(got[r].mask.count, 5);
+      EXPECT_EQ(got[r].mask.ids, top5);
+    } else {
+      EXPECT_EQ(got[r].mask.count, 0) << "a mask nobody asked for";
+    }
   }
 }
 

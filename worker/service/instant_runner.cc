@@ -52,6 +52,11 @@ class InstantRunner final : public StepRunner {
     for (size_t i = 0; i < samples.size(); ++i) {
       out[i] = SampleResult{};
       out[i].token = Pick(samples[i]);
+      // Its draw is certain: the sampling mask is the token alone.
+      if (samples[i].sampler->params().return_sampling_mask) {
+        out[i].mask.count = 1;
+        out[i].mask.ids.assign(1, out[i].token);
+      }
     }
     for (size_t j = 0; j < scores.size(); ++j) {
       out[samples.size() + j] = SampleResult{};

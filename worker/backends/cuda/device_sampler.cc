@@ -175,6 +175,7 @@ Status DeviceSampler::Launch(float* logits, float* raw_logits, const DeviceSampl
     r.token = d.token;
     r.logprob = d.logprob;
     r.num_top = d.num_top;
+    r.mask = SamplingMask{};  // the device draws no sampling mask (StepSampling: host path)
     for (int j = 0; j < d.num_top && j < kMaxTopLogprobs; ++j) {
       r.top[j] = {d.top_ids[j], d.top_logprobs[j]};
     }
