@@ -26,6 +26,7 @@ struct SampleEvent {
   int32_t token_id = 0;
   float logprob = 0.0f;
   std::vector<TokenLogprob> top;  // empty unless top_logprobs > 0
+  SamplingMask mask;              // kToken: count 0 unless return_sampling_mask
   int64_t weight_version = 0;
   int32_t position = 0;  // kPromptLogprob: the token's position in the prompt
   // kFinished: why the sample ended (after its last kToken). Not sent for a sample the front

@@ -383,6 +383,9 @@ void SchedulerLoop::AcceptToken(Sequence* seq, const v1::SampledToken& token,
   e.weight_version = weight_version;
   e.top.clear();
   for (const v1::TokenLogprob& t : token.top()) e.top.push_back({t.token_id(), t.logprob()});
+  e.mask.count = token.sampling_mask().count();
+  e.mask.ids.assign(token.sampling_mask().token_ids().begin(),
+                    token.sampling_mask().token_ids().end());
 
   // The finish rule the worker's sampler masking and the offline engine share (min_tokens).
   const SamplingParams& p = r->req.sampling;

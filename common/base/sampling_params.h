@@ -60,8 +60,8 @@ struct TokenLogprob {
 };
 
 // The tokens one draw chose among (SamplingParams.return_sampling_mask): every id left with a
-// finite logit after the constraint's mask and min_tokens masking that top-k, top-p and min-p then
-// kept. count == vocabulary size says nothing was removed (ids stays empty: the mask of an
+// logit above -inf after the constraint's mask and min_tokens masking that top-k, top-p and min-p
+// then kept. count == vocabulary size says nothing was removed (ids stays empty: the mask of an
 // untruncated draw costs nothing to send).
 struct SamplingMask {
   int32_t count = 0;         // surviving ids; 0 = no mask

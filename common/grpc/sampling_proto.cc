@@ -37,6 +37,7 @@ SamplingParams FromWorkerProto(const v1::WorkerSamplingParams& p) {
   s.return_logprob = p.return_logprob();
   s.logprobs = p.top_logprobs();
   s.logprobs_mode = LogprobsModeFromProto(p.logprobs_mode());
+  s.return_sampling_mask = p.return_sampling_mask();
   return s;
 }
 
@@ -59,6 +60,7 @@ void ToWorkerProto(const SamplingParams& s, v1::WorkerSamplingParams* out) {
   out->set_top_logprobs(s.logprobs);
   out->set_logprobs_mode(s.logprobs_mode == LogprobsMode::kProcessed ? v1::LOGPROBS_MODE_PROCESSED
                                                                      : v1::LOGPROBS_MODE_RAW);
+  out->set_return_sampling_mask(s.return_sampling_mask);
 }
 
 }  // namespace astr::rpc

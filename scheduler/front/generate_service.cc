@@ -43,6 +43,15 @@ void FillTop(const std::vector<std::vector<TokenLogprob>>& top,
   }
 }
 
+void FillMasks(const std::vector<SamplingMask>& masks,
+               google::protobuf::RepeatedPtrField<v1::SamplingMask>* out) {
+  for (const SamplingMask& m : masks) {
+    v1::SamplingMask* entry = out->Add();
+    entry->set_count(m.count);
+    entry->mutable_token_ids()->Add(m.ids.begin(), m.ids.end());
+  }
+}
+
 // Appends `spans` to `out`, joining a span that continues the last one with the same version.
 void AddSpans(const std::vector<VersionSpan>& spans,
               google::protobuf::RepeatedPtrField<v1::WeightVersionSpan>* out) {
@@ -84,6 +93,7 @@ void AppendToCompletion(const SampleDelta& d, v1::Completion* c) {
   c->mutable_token_ids()->Add(d.token_ids.begin(), d.token_ids.end());
   c->mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
   FillTop(d.top, c->mutable_top_logprobs());
+  FillMasks(d.masks, c->mutable_sampling_masks());
   if (!d.token_ids.empty()) c->set_weight_version(d.weight_version);
   AddSpans(d.versions, c->mutable_weight_versions());
   if (d.finished) FillFinish(d, c);
@@ -98,6 +108,7 @@ v1::GenerateStreamResponse StreamMessage(const std::string& request_id, int32_t 
   m.mutable_token_ids()->Add(d.token_ids.begin(), d.token_ids.end());
   m.mutable_logprobs()->Add(d.logprobs.begin(), d.logprobs.end());
   FillTop(d.top, m.mutable_top_logprobs());
+  FillMasks(d.masks, m.mutable_sampling_masks());
   m.set_weight_version(d.weight_version);
   AddSpans(d.versions, m.mutable_weight_versions());
   if (d.finished) FillFinish(d, &m);

@@ -26,6 +26,7 @@ bool SampleOutput::AddToken(const sched::SampleEvent& event) {
   pending_.token_ids.push_back(event.token_id);
   if (options_.return_logprobs) pending_.logprobs.push_back(event.logprob);
   if (options_.top_logprobs > 0) pending_.top.push_back(event.top);
+  if (options_.return_sampling_mask) pending_.masks.push_back(event.mask);
   pending_.weight_version = event.weight_version;
   const int32_t index = num_tokens_ - 1;
   AppendVersionSpan(&pending_.versions, {event.weight_version, index, 1});

@@ -40,6 +40,7 @@ struct SampleDelta {
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;                 // when requested, one per token
   std::vector<std::vector<TokenLogprob>> top;  // when top_logprobs > 0, one per token
+  std::vector<SamplingMask> masks;             // when return_sampling_mask, one per token
   int64_t weight_version = 0;                  // of the last token in this delta
   std::vector<VersionSpan> versions;           // of token_ids (start counts from the sample's
                                                // first token)

@@ -233,6 +233,7 @@ SamplingParams SamplingParamsOf(const v1::SamplingParameters& s, int32_t max_tok
   p.return_logprob = s.return_logprobs() || s.top_logprobs() > 0;
   p.logprobs = s.top_logprobs();
   p.logprobs_mode = rpc::LogprobsModeFromProto(s.logprobs_mode());
+  p.return_sampling_mask = s.return_sampling_mask();
   return p;
 }
 
@@ -497,6 +498,7 @@ StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request, const Se
   out.sched.sampling = params;
   out.output.return_logprobs = params.return_logprob;
   out.output.top_logprobs = params.logprobs;
+  out.output.return_sampling_mask = params.return_sampling_mask;
   out.output.include_stop_str_in_output = s.include_stop_str_in_output();
   out.output.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
   out.output.min_tokens = s.min_tokens();

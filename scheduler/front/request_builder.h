@@ -64,6 +64,7 @@ struct OutputOptions {
   int32_t min_tokens = 0;  // stop strings do not count before this many tokens
   bool return_logprobs = false;
   int32_t top_logprobs = 0;
+  bool return_sampling_mask = false;  // one SamplingMask per generated token
   bool return_prompt_ids = false;
   // Prompt scoring: the scores of prompt positions [logprob_start, prompt size) are returned;
   // 0 = none (GenerateRequest.logprob_start unset).

@@ -274,6 +274,31 @@ TEST_F(OutputProcessorTest, StopTokenIdAndLogprobs) {
   EXPECT_TRUE(out.TakeDelta().empty());
 }
 
+// One mask per token, in token order, across deltas; none when not asked.
+TEST_F(OutputProcessorTest, SamplingMasksFollowTheirTokens) {
+  OutputOptions o;
+  o.return_sampling_mask = true;
+  SampleOutput out(*tok_, o, kPrompt);
+  sched::SampleEvent a = Token(432);
+  a.mask = {2, {7, 432}};
+  sched::SampleEvent b = Token(7);
+  b.mask = {512, {}};
+  EXPECT_FALSE(out.AddToken(a));
+  SampleDelta first = out.TakeDelta();
+  ASSERT_EQ(first.masks.size(), 1u);
+  EXPECT_EQ(first.masks[0].count, 2);
+  EXPECT_EQ(first.masks[0].ids, (std::vector<int32_t>{7, 432}));
+  EXPECT_FALSE(out.AddToken(b));
+  SampleDelta second = out.TakeDelta();
+  ASSERT_EQ(second.masks.size(), 1u);
+  EXPECT_EQ(second.masks[0].count, 512);
+  EXPECT_TRUE(second.masks[0].ids.empty());
+
+  SampleOutput plain(*tok_, OutputOptions{}, kPrompt);
+  EXPECT_FALSE(plain.AddToken(a));
+  EXPECT_TRUE(plain.TakeDelta().masks.empty());
+}
+
 TEST_F(OutputProcessorTest, RequestRoutesEventsPerSample) {
   OutputOptions o = Stops({"there"});
   OutputProcessor p(*tok_, o, kPrompt, 2);

@@ -149,6 +149,9 @@ TEST_F(RequestBuilderTest, EveryInvalidFieldIsNamed) {
        "sampling.top_logprobs must be in [0, 20], got -1"},
       {ok_input + "sampling { logprobs_mode: 7 }", StatusCode::kInvalidArgument,
        "sampling.logprobs_mode: unknown value 7"},
+      {ok_input + "sampling { return_sampling_mask: true temperature: 0 }",
+       StatusCode::kInvalidArgument,
+       "sampling.return_sampling_mask needs temperature >= 1e-05: a greedy draw (temperature 0)"},
       {ok_input + "logprob_start: 0", StatusCode::kInvalidArgument,
        "logprob_start must be in [1, 2] (the prompt has 2 tokens; position 0 has no logprob), "
        "got 0"},
@@ -427,6 +430,27 @@ TEST_F(RequestBuilderTest, LogprobStartIsPassedOn) {
     EXPECT_EQ(built->sched.logprob_start, want);
     EXPECT_EQ(built->output.logprob_start, want);
   }
+}
+
+// return_sampling_mask reaches the worker's params and the output side; a served model whose
+// default temperature is greedy refuses it unless the request sets a temperature.
+TEST_F(RequestBuilderTest, ReturnSamplingMaskIsPassedOnAndNeedsATemperature) {
+  auto built = Build(Parse("token_ids { ids: [1, 403] } sampling { return_sampling_mask: true }"));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_TRUE(built->sched.sampling.return_sampling_mask);
+  EXPECT_TRUE(built->output.return_sampling_mask);
+  auto plain = Build(Parse("token_ids { ids: [1, 403] }"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->sched.sampling.return_sampling_mask);
+  EXPECT_FALSE(plain->output.return_sampling_mask);
+
+  stories_.generation_defaults.temperature = 0.0f;
+  auto greedy = Build(Parse("token_ids { ids: [1, 403] } sampling { return_sampling_mask: true }"));
+  ASSERT_FALSE(greedy.ok());
+  EXPECT_EQ(greedy.status().field(), "sampling.return_sampling_mask");
+  auto sampled = Build(Parse(
+      "token_ids { ids: [1, 403] } sampling { return_sampling_mask: true temperature: 0.7 }"));
+  EXPECT_TRUE(sampled.ok()) << sampled.status().ToString();
 }
 
 // Chat input against SmolLM2's real template (shared tokenizer folder).

@@ -4,6 +4,7 @@
 // and released sequences give back their pages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <map>
@@ -819,6 +820,64 @@ std::vector<BadPlan> BadPlans() {
        },
        "start[0].tokens: 2053 tokens exceed the context of 2048"},
   };
+}
+
+// return_sampling_mask: each SampledToken of a sequence that asks carries its mask. With top_k 4
+// and raw logprobs (no penalties: the top-k order is the raw logits' order) the mask is the 4
+// top_logprobs ids, ascending; a sequence that does not ask in the same step gets none. A greedy
+// sequence that asks is refused naming the field.
+TEST_F(WorkerExecutorTest, SampledTokensCarryTheirSamplingMask) {
+  auto ex = MakeExecutor();
+  v1::WorkerSamplingParams p;
+  p.set_temperature(1.0f);
+  p.set_top_k(4);
+  p.set_top_p(1.0f);
+  p.set_repetition_penalty(1.0f);
+  p.set_seed(5);
+  p.set_ignore_eos(true);
+  p.set_top_logprobs(4);
+  p.set_return_logprob(true);
+  v1::WorkerSamplingParams asks = p;
+  asks.set_return_sampling_mask(true);
+  TestSeq masked(1, kPrompt, asks);
+  TestSeq plain(2, kPrompt, p);
+  for (int step = 0; step < 5; ++step) {
+    v1::StepPlan plan;
+    plan.set_step_id(step_id_++);
+    for (TestSeq* s : {&masked, &plain}) {
+      if (!s->started) AddStart(&plan, s);
+      AddEntry(&plan, s, 1 << 20, &pool_);
+    }
+    v1::StepResult result;
+    ExpectOk(*ex, plan, &result);
+    Accept(result, {&masked, &plain});
+    ASSERT_EQ(result.samples_size(), 2);
+    const v1::SampledToken& t = result.samples(0);
+    ASSERT_TRUE(t.has_sampling_mask()) << step;
+    std::vector<int32_t> top;
+    for (const v1::TokenLogprob& alt : t.top()) top.push_back(alt.token_id());
+    std::sort(top.begin(), top.end());
+    EXPECT_EQ(t.sampling_mask().count(), 4) << step;
+    EXPECT_EQ(std::vector<int32_t>(t.sampling_mask().token_ids().begin(),
+                                   t.sampling_mask().token_ids().end()),
+              top)
+        << step;
+    EXPECT_TRUE(std::binary_search(top.begin(), top.end(), t.token_id())) << step;
+    EXPECT_FALSE(result.samples(1).has_sampling_mask()) << step;
+  }
+
+  v1::WorkerSamplingParams greedy = GreedyParams();
+  greedy.set_return_sampling_mask(true);
+  TestSeq g(3, kPrompt, greedy);
+  v1::StepPlan plan;
+  plan.set_step_id(step_id_++);
+  AddStart(&plan, &g);
+  AddEntry(&plan, &g, 1 << 20, &pool_);
+  v1::StepResult result;
+  const Status st = ex->Execute(plan, &result);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("return_sampling_mask needs temperature"), std::string::npos)
+      << st.ToString();
 }
 
 TEST_F(WorkerExecutorTest, InvalidPlansAreRefusedAndLeaveTheStateUntouched) {

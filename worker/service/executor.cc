@@ -206,6 +206,11 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
         alt->set_token_id(r.top[k].id);
         alt->set_logprob(r.top[k].logprob);
       }
+      if (seq->sampler->params().return_sampling_mask) {
+        v1::SamplingMask* mask = token->mutable_sampling_mask();
+        mask->set_count(r.mask.count);
+        mask->mutable_token_ids()->Add(r.mask.ids.begin(), r.mask.ids.end());
+      }
     }
     EmitPromptScores(out.subspan(samples_.size()), result);
   }
