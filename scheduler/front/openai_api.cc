@@ -347,6 +347,18 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParameters* s, ApiRe
     s->set_return_logprobs(true);
     s->set_top_logprobs(out->logprobs);
   }
+  // astr: each token's sampling mask, in its logprobs entry (so logprobs must be on).
+  bool mask = false;
+  if (r.Bool("return_sampling_mask", &mask) && mask) {
+    if (out->logprobs < 0) {
+      r.Fail("return_sampling_mask", std::string("return_sampling_mask: requires logprobs") +
+                                         (endpoint == Endpoint::kChat ? ": true" : "") +
+                                         " (the mask is returned in each token's logprobs entry)");
+    } else {
+      s->set_return_sampling_mask(true);
+      out->return_sampling_mask = true;
+    }
+  }
   std::string mode;
   if (r.String("logprobs_mode", &mode)) {
     if (mode == "raw" || mode == "raw_logprobs") {
@@ -978,6 +990,7 @@ void ChoiceOutput::Append(const SampleDelta& d) {
   token_ids.insert(token_ids.end(), d.token_ids.begin(), d.token_ids.end());
   logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   top.insert(top.end(), d.top.begin(), d.top.end());
+  masks.insert(masks.end(), d.masks.begin(), d.masks.end());
   for (const VersionSpan& s : d.versions) AppendVersionSpan(&versions, s);
   if (d.finished) {
     finished = true;
@@ -1053,7 +1066,15 @@ json StopReasonOf(const ChoiceOutput& c) {
   return nullptr;
 }
 
-// Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}], "refusal": null}.
+// astr's sampling mask of one token: {"count": n, "token_ids": [ascending ids]} (token_ids empty
+// when count is the vocabulary size); null where there is none (an echoed prompt token).
+json MaskJson(const ChoiceOutput& c, size_t i) {
+  if (i >= c.masks.size()) return nullptr;
+  return {{"count", c.masks[i].count}, {"token_ids", c.masks[i].ids}};
+}
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}], "refusal": null}, each entry
+// with astr's "sampling_mask" when return_sampling_mask.
 json ChatLogprobs(const ResponseContext& ctx, const ChoiceOutput& c) {
   json content = json::array();
   for (size_t i = 0; i < c.token_ids.size(); ++i) {
@@ -1069,15 +1090,18 @@ json ChatLogprobs(const ResponseContext& ctx, const ChoiceOutput& c) {
                        {"logprob", i < c.logprobs.size() ? c.logprobs[i] : 0.0f},
                        {"bytes", Bytes(text)},
                        {"top_logprobs", std::move(top)}});
+    if (ctx.request->return_sampling_mask) content.back()["sampling_mask"] = MaskJson(c, i);
   }
   return {{"content", std::move(content)}, {"refusal", nullptr}};
 }
 
-// Completions: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}.
+// Completions: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}, and with
+// return_sampling_mask astr's "sampling_mask": one per token (null for echoed prompt tokens).
 // `offset`: where the choice's text starts in the returned text (after an echoed prompt).
 json CompletionLogprobs(const ResponseContext& ctx, const ChoiceOutput& c, const PromptInfo* echo,
                         size_t offset) {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  json masks = json::array();
   size_t at = offset;
   auto add = [&](int32_t id, const json& lp, const std::vector<TokenLogprob>* top) {
     const std::string text = (*ctx.texts)[id];
@@ -1105,17 +1129,21 @@ json CompletionLogprobs(const ResponseContext& ctx, const ChoiceOutput& c, const
       const std::vector<TokenLogprob>* top = nullptr;
       if (scored) top = want_top && i - 1 < echo->top.size() ? &echo->top[i - 1] : &kNoTop;
       add(echo->ids[i], scored ? json(echo->logprobs[i - 1]) : json(nullptr), top);
+      masks.push_back(nullptr);
     }
     at = offset;
   }
   for (size_t i = 0; i < c.token_ids.size(); ++i) {
     add(c.token_ids[i], i < c.logprobs.size() ? json(c.logprobs[i]) : json(nullptr),
         want_top && i < c.top.size() ? &c.top[i] : &kNoTop);
+    masks.push_back(MaskJson(c, i));
   }
-  return {{"tokens", std::move(tokens)},
-          {"token_logprobs", std::move(lps)},
-          {"top_logprobs", std::move(tops)},
-          {"text_offset", std::move(offsets)}};
+  json out = {{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(lps)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+  if (ctx.request->return_sampling_mask) out["sampling_mask"] = std::move(masks);
+  return out;
 }
 
 json UsageJson(const UsageTotals& u) {

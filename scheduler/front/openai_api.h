@@ -46,6 +46,8 @@ struct ApiRequest {
   int32_t logprobs = -1;
   bool return_token_ids = false;        // vLLM: choices[].token_ids, prompt_token_ids
   bool return_weight_versions = false;  // astr: choices[].weight_versions
+  // astr: each token's sampling mask in its logprobs entry ("sampling_mask"; needs logprobs).
+  bool return_sampling_mask = false;
   bool max_completion_tokens = false;   // the limit was sent as max_completion_tokens (errors)
   std::string request_id;               // body request_id or X-Request-Id; may be empty
   // Where the constraint came from: "response_format", "structured_outputs", or "" (none).
@@ -101,6 +103,7 @@ struct ChoiceOutput {
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top;
+  std::vector<SamplingMask> masks;  // when return_sampling_mask, one per token
   std::vector<VersionSpan> versions;
   bool finished = false;
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;

@@ -241,6 +241,42 @@ TEST(OpenAiParse, TypeErrorsNameTheField) {
   }
 }
 
+// astr's return_sampling_mask: a boolean, and only with logprobs (the mask is returned in each
+// token's logprobs entry).
+TEST(OpenAiParse, ReturnSamplingMaskNeedsABooleanAndLogprobs) {
+  ApiRequest c = MustParse(Endpoint::kCompletions,
+                           R"({"prompt": "x", "logprobs": 0, "return_sampling_mask": true})");
+  EXPECT_TRUE(c.return_sampling_mask);
+  EXPECT_TRUE(c.prompts[0].sampling().return_sampling_mask());
+  ApiRequest chat = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "logprobs": true, "return_sampling_mask": true})");
+  EXPECT_TRUE(chat.return_sampling_mask);
+  EXPECT_TRUE(chat.prompts[0].sampling().return_sampling_mask());
+  ApiRequest off = MustParse(Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 2,
+    "return_sampling_mask": false})");
+  EXPECT_FALSE(off.return_sampling_mask);
+  EXPECT_FALSE(off.prompts[0].sampling().return_sampling_mask());
+
+  const std::pair<Endpoint, std::string> bad[] = {
+      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 0, "return_sampling_mask": 1})"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 0, "return_sampling_mask": "yes"})"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "return_sampling_mask": true})"},
+      {Endpoint::kChat,
+       R"({"messages": [{"role": "user", "content": "x"}], "return_sampling_mask": true})"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false,
+        "return_sampling_mask": true})"},
+  };
+  for (const auto& [endpoint, body] : bad) {
+    const ApiError e = MustFail(endpoint, body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "return_sampling_mask") << body << ": " << e.message;
+    EXPECT_EQ(e.message.rfind("return_sampling_mask", 0), 0u) << e.message;
+  }
+  EXPECT_NE(MustFail(Endpoint::kCompletions, R"({"prompt": "x", "return_sampling_mask": true})")
+                .message.find("requires logprobs"),
+            std::string::npos);
+}
+
 TEST(OpenAiParse, ConstraintsFromResponseFormatAndStructuredOutputs) {
   auto constraint = [](const std::string& body) {
     return MustParse(Endpoint::kCompletions, body).prompts.at(0).sampling();
@@ -343,6 +379,8 @@ TEST(OpenAiErrors, SharedValidationErrorsMapToOpenAiNames) {
        "top_logprobs must be in [0, 20], got 30"},
       {&chat, "sampling.stop[2]", ": 2000 bytes", "stop", "stop[2]: 2000 bytes"},
       {&completions, "n", ": 99 is more than --max-n 16", "n", "n: 99 is more than --max-n 16"},
+      {&chat, "sampling.return_sampling_mask", " needs temperature >= 1e-05",
+       "return_sampling_mask", "return_sampling_mask needs temperature >= 1e-05"},
   };
   for (const Case& c : cases) {
     const ApiError e = ApiErrorFromStatus(FieldError(c.field, c.rest), *c.req);
@@ -512,6 +550,52 @@ TEST_F(OpenAiResponse, CompletionLogprobsAndEcho) {
   const json later = json::parse(StreamChunk(ctx, 0, c, &p, false, 4).substr(6));
   EXPECT_EQ(later["choices"][0]["text"], " upon");
   EXPECT_EQ(later["choices"][0]["logprobs"]["text_offset"], json::array({4}));
+}
+
+// Each token's logprobs entry carries {"count", "token_ids"}; a mask that removed nothing has the
+// vocabulary's size and no ids; an echoed prompt token has none (null).
+TEST_F(OpenAiResponse, SamplingMaskInEachTokensLogprobsEntry) {
+  const std::vector<int32_t> ids = tokenizer_->Encode("Once upon", {.add_special_tokens = false});
+  ASSERT_EQ(ids.size(), 2u);
+  SampleDelta d;
+  d.text = " Once upon";
+  d.token_ids = ids;
+  d.logprobs = {-0.5f, -0.25f};
+  d.masks = {SamplingMask{3, {ids[0], 300, 400}}, SamplingMask{512, {}}};
+  d.finished = true;
+  d.finish_reason = v1::FINISH_REASON_LENGTH;
+  ChoiceOutput c;
+  c.Append(d);
+  PromptInfo p;
+  p.ids = {1};
+  p.text = "";
+
+  ApiRequest chat = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "logprobs": true, "return_sampling_mask": true})");
+  ResponseContext ctx{texts_.get(), &chat, "chatcmpl-1", "m", 100, 7};
+  const json want0 = {{"count", 3}, {"token_ids", {ids[0], 300, 400}}};
+  const json want1 = {{"count", 512}, {"token_ids", json::array()}};
+  const json u = json::parse(UnaryResponse(ctx, {c}, {p}, 1, UsageTotals{1, 2, 0}));
+  const json& content = u["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["sampling_mask"], want0);
+  EXPECT_EQ(content[1]["sampling_mask"], want1);
+  chat.stream = true;
+  const json chunk = json::parse(StreamChunk(ctx, 0, c, &p, false).substr(6));
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"][1]["sampling_mask"], want1);
+
+  ApiRequest cmpl = MustParse(Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 0,
+    "echo": true, "return_sampling_mask": true})");
+  ctx.request = &cmpl;
+  const json v = json::parse(UnaryResponse(ctx, {c}, {p}, 1, UsageTotals{1, 2, 0}));
+  EXPECT_EQ(v["choices"][0]["logprobs"]["sampling_mask"], json::array({nullptr, want0, want1}));
+
+  // Not asked: no field.
+  ApiRequest plain = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "logprobs": true})");
+  ctx.request = &plain;
+  const json w = json::parse(UnaryResponse(ctx, {c}, {p}, 1, UsageTotals{1, 2, 0}));
+  EXPECT_FALSE(w["choices"][0]["logprobs"]["content"][0].contains("sampling_mask"));
 }
 
 }  // namespace
