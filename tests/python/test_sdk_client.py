@@ -42,7 +42,7 @@ def test_generate_text_with_every_option(generate_server):
             stop_token_ids=[2, 3], ignore_eos=True, min_tokens=4, max_tokens=32,
             return_logprobs=True, top_logprobs=5, logprobs_mode="processed",
             include_stop_str_in_output=True, skip_special_tokens=False,
-            constraint={"json_schema": {"type": "object"}})
+            constraint={"json_schema": {"type": "object"}}, return_sampling_mask=True)
     (request,) = fake.record.only("Generate")
     assert request.WhichOneof("input") == "text" and request.text == "Once upon a time"
     assert (request.request_id, request.n, request.priority) == ("req-1", 2, 3)
@@ -62,6 +62,7 @@ def test_generate_text_with_every_option(generate_server):
     assert s.ignore_eos and s.return_logprobs and s.include_stop_str_in_output
     assert s.top_logprobs == 5 and s.logprobs_mode == pb.LOGPROBS_MODE_PROCESSED
     assert s.HasField("skip_special_tokens") and not s.skip_special_tokens
+    assert s.return_sampling_mask
     assert s.constraint.WhichOneof("kind") == "json_schema"
     assert json.loads(s.constraint.json_schema) == {"type": "object"}
     assert [c.text for c in reply.completions] == ["sample 0", "sample 1"]
@@ -128,6 +129,19 @@ def test_bad_arguments_fail_before_any_rpc(generate_server):
         with pytest.raises(TypeError, match="token ids"):
             client.tokenize([1, 2])
     assert fake.record.calls == []
+
+
+def test_sampling_mask_ids():
+    """A mask's ids as sent; the whole vocabulary for a mask that removed nothing (count equal to
+    the vocabulary size, no ids); a mask whose count disagrees with its ids is refused."""
+    assert list(astr.sampling_mask_ids(pb.SamplingMask(count=3, token_ids=[2, 9, 40]), 50)) == [
+        2, 9, 40]
+    assert list(astr.sampling_mask_ids(pb.SamplingMask(count=1, token_ids=[49]), 50)) == [49]
+    assert list(astr.sampling_mask_ids(pb.SamplingMask(count=5), 5)) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="count 4 holds 2 ids"):
+        astr.sampling_mask_ids(pb.SamplingMask(count=4, token_ids=[1, 2]), 50)
+    with pytest.raises(ValueError, match="count 5 holds 0 ids"):
+        astr.sampling_mask_ids(pb.SamplingMask(count=5), 6)
 
 
 def test_tokenize_detokenize_info_stats(generate_server):

@@ -7,6 +7,7 @@
 - WeightSync: streams a trainer's tensors as one versioned weight update (needs numpy; xxhash for
   checksums).
 - AstrError: what every failed RPC raises (gRPC code and message).
+- sampling_mask_ids: the token ids of a SamplingMask (return_sampling_mask).
 - astr.v1: the generated protobuf / gRPC modules (generate_pb2, admin_pb2, ...).
 """
 
@@ -17,6 +18,7 @@ from .admin import AdminClient, AsyncAdminClient, PauseModeName
 from .client import AsyncClient, AsyncResponseStream, Client, ResponseStream
 from .errors import AstrError
 from .inputs import GenerateOptions, Prompt, SamplingOptions, generate_request, tokenize_request
+from .outputs import sampling_mask_ids
 
 if TYPE_CHECKING:
     from .weights import WeightSync
@@ -37,6 +39,7 @@ __all__ = [
     "SamplingOptions",
     "WeightSync",
     "generate_request",
+    "sampling_mask_ids",
     "tokenize_request",
     "v1",
 ]

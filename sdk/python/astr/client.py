@@ -202,7 +202,9 @@ class Client:
         `prompt`: text, token ids, or chat messages ({"role": ..., "content": ...}). `options`:
         the SamplingParameters and GenerateRequest fields by name (temperature, top_p, top_k,
         max_tokens, seed, stop, return_logprobs, top_logprobs, logprobs_mode="raw"|"processed",
-        n, logprob_start, kv_on_weight_update="recompute"|"reuse", ...; see GenerateOptions).
+        return_sampling_mask, n, logprob_start, kv_on_weight_update="recompute"|"reuse", ...; see
+        GenerateOptions). With return_sampling_mask=True each completion's `sampling_masks` holds
+        one SamplingMask per token (sampling_mask_ids expands one).
         """
         request = generate_request(prompt, **options)
         return call_unary(self._stub.Generate, _SERVICE + "Generate", request,

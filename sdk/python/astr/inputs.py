@@ -57,6 +57,8 @@ class SamplingOptions(TypedDict, total=False):
     # sent as JSON, or its JSON text)}, {"json_object": True}, {"regex": str}, {"grammar": str},
     # {"choice": [str, ...]}; or an astr.v1 Constraint.
     constraint: Union[Mapping[str, Any], Any]
+    # Each generated token's sampling mask (Completion.sampling_masks; see sampling_mask_ids).
+    return_sampling_mask: bool
 
 
 class ChatOptions(TypedDict, total=False):
