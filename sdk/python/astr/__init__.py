@@ -7,7 +7,7 @@
 - WeightSync: streams a trainer's tensors as one versioned weight update (needs numpy; xxhash for
   checksums).
 - AstrError: what every failed RPC raises (gRPC code and message).
-- sampling_mask_ids: the token ids of a SamplingMask (return_sampling_mask).
+- sampling_mask_ids: the token ids of a SamplingMask (return_sampling_mask; docs/rl.md).
 - astr.v1: the generated protobuf / gRPC modules (generate_pb2, admin_pb2, ...).
 """
 
