@@ -272,3 +272,49 @@ def test_http_errors_name_the_field(cluster, model, extra, message):
     err = r.json()["error"]
     assert err["param"] == "return_sampling_mask", err
     assert message in err["message"], err
+
+
+SMOL = harness.default_model()
+
+
+@pytest.fixture(scope="module")
+def smol(log_dir):
+    if SMOL is None:
+        pytest.skip("default model not present (scripts/default_model.sh)")
+    yield from harness.openai_cluster(log_dir, SMOL, worker_flags={"num_pages": 128, "page_size": 16})
+
+
+def test_http_chat_masks_in_each_content_entry(smol):
+    """Chat (the default model, which has a chat template): each logprobs.content entry carries the
+    mask of its token, here top_k 5: five ids holding the drawn one (return_token_ids gives the
+    drawn ids). Streamed chunks carry the same masks for the same seed."""
+    body = {"model": smol.model, "messages": [{"role": "user", "content": "Name a colour."}],
+            "max_tokens": 8, "temperature": 1.0, "top_p": 1.0, "min_p": 0.0,
+            "repetition_penalty": 1.0, "seed": 12, "logprobs": True, "top_logprobs": 5,
+            "top_k": 5, "return_sampling_mask": True, "return_token_ids": True}
+    raw = smol.client.chat.completions.with_raw_response.create(
+        **{k: body[k] for k in ("model", "messages", "max_tokens", "temperature", "top_p", "seed",
+                                "logprobs", "top_logprobs")},
+        extra_body={k: body[k] for k in ("min_p", "repetition_penalty", "top_k",
+                                         "return_sampling_mask", "return_token_ids")})
+    u = json.loads(raw.content)
+    validate(u, "CreateChatCompletionResponse")
+    choice = u["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert len(content) == len(choice["token_ids"]) > 0
+    ms = [(e["sampling_mask"]["count"], e["sampling_mask"]["token_ids"]) for e in content]
+    check_holds_token(choice["token_ids"], ms)
+    vocab = smol.scheduler.model_info().vocab_size
+    for pos, (count, ids) in enumerate(ms):
+        assert count == 5 and len(ids) == 5 and count < vocab, f"position {pos}"
+
+    _, events = oh.stream_post(smol.scheduler.http_address, "/v1/chat/completions",
+                               dict(body, stream=True))
+    oh.validated(events, "CreateChatCompletionStreamResponse")
+    streamed = []
+    for e in events:
+        for c in e["choices"]:
+            if c.get("logprobs"):
+                streamed += [(x["sampling_mask"]["count"], x["sampling_mask"]["token_ids"])
+                             for x in c["logprobs"]["content"]]
+    assert streamed == ms
