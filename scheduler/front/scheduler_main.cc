@@ -27,7 +27,6 @@
 #include "common/grpc/health.h"
 #include "common/grpc/message_limits.h"
 #include "common/grpc/shutdown_signal.h"
-#include "common/grpc/stream_memory.h"
 #include "common/grpc/tls.h"
 #include "common/model/generation_defaults.h"
 #include "scheduler/front/admin_http.h"
@@ -791,7 +790,6 @@ int Serve(const Flags& f, std::unique_ptr<sched::Scheduler> scheduler, front::Se
 
 int Main(int argc, const char* const* argv) {
   rpc::BlockShutdownSignals();  // before any thread starts, so every thread inherits the mask
-  rpc::KeepFreedMemoryForStreams();
   FlagSet fs("astr-scheduler",
              "Serve the public astr.v1.Generate gRPC API (plus grpc.health.v1 and server "
              "reflection) on top of astr-worker processes: validation, admission, "
