@@ -3,8 +3,11 @@
 // served ones, and switching between them when the scheduler says so (WeightUpdates).
 //
 // A worker holds at most three weight sets: the served one, a staged one (checked and built, not
-// yet served) and, between APPLY and FINISH, the previous one (for a rollback). Tensors that an
-// update does not carry keep their values: they are re-read from the checkpoint the worker serves
+// yet served) and, between APPLY and FINISH, the previous one (for a rollback); a backend may keep
+// a finished one as its spare (StepRunner::RecycleWeights). Tensors that an update does not carry
+// keep their values. A backend that builds as the tensors arrive (the CPU backend's
+// WeightBuilder) copies them from the served set, and keeps no received bytes after the build;
+// the others keep the received tensors and re-read the rest from the checkpoint the worker serves
 // (--model, or the last UpdateWeightsFromDisk path) when a later update needs them, so that no
 // mapping of it stays open between updates.
 #pragma once
