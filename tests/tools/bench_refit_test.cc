@@ -56,6 +56,10 @@ TEST(BenchRefitTest, OneAndTwoWorkersOnStories260K) {
       ExpectSeries(run, key, 1);
     }
     EXPECT_TRUE(run["push_target_met"].is_boolean());
+    // One repetition: its timed push is the run's first, so none come after it.
+    EXPECT_EQ(run["first_push_s"], run["push_s"]["values"][0]);
+    EXPECT_EQ(run["first_push_over_copy"], run["push_over_copy"]["values"][0]);
+    EXPECT_TRUE(run["push_over_copy_after_first"]["values"].empty());
     ASSERT_TRUE(run.contains("profile"));
     ExpectSeries(run["profile"], "direct_stage_s", 1);
     ExpectSeries(run["profile"], "prepare_ms", i + 1);  // one per worker
