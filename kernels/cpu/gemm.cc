@@ -175,7 +175,7 @@ PackedMatrix PackedMatrix::FromBf16Rows(int64_t n, int64_t k, const Bf16RowPoint
       // Pair (2q, 2q + 1) of row r lands at [q][r]: one 64-byte line per pair index, written
       // whole from the 16 rows read as forward streams. Rows past n stay zero (padding).
       const int64_t pairs = k / 2;
-      if (rows == kPanel) {
+      if (rows == kPanel) {  // a constant trip count the compiler unrolls (every panel but a last)
         for (int64_t q = 0; q < pairs; ++q, dst += kPanel) {
           for (int64_t r = 0; r < kPanel; ++r) std::memcpy(dst + r, src[r] + 2 * q, 4);
         }

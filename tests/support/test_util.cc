@@ -87,6 +87,14 @@ std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
   return v;
 }
 
+std::vector<float> RandomNormalFloats(size_t n, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
 std::map<std::string, double> MetricSamples(const std::string& text) {
   std::map<std::string, double> out;
   size_t pos = 0;

@@ -26,6 +26,8 @@ std::string BinDir();
 
 // n floats uniform in [lo, hi), deterministic from seed.
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi);
+// n floats from N(0, stddev^2), deterministic from seed.
+std::vector<float> RandomNormalFloats(size_t n, uint32_t seed, float stddev);
 
 struct CommandResult {
   int exit_code = -1;  // -1 if the command could not run or did not exit normally

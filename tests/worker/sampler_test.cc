@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_util.h"
+
 namespace astr {
 namespace {
 
@@ -75,11 +77,7 @@ std::vector<double> Renormalized(std::vector<double> p, const std::vector<int>& 
 }
 
 std::vector<float> RandomLogits(int64_t vocab, uint32_t seed, float scale = 3.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(vocab);
-  for (float& v : x) v = dist(rng);
-  return x;
+  return testing::RandomNormalFloats(static_cast<size_t>(vocab), seed, scale);
 }
 
 // ------------------------------------------------------------------------------------------

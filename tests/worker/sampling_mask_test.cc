@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_util.h"
 #include "worker/backend.h"
 #include "worker/sampler.h"
 #include "worker/step_sampling.h"
@@ -25,11 +26,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 std::vector<float> RandomLogits(int64_t vocab, uint32_t seed, float scale = 2.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(vocab);
-  for (float& v : x) v = dist(rng);
-  return x;
+  return testing::RandomNormalFloats(static_cast<size_t>(vocab), seed, scale);
 }
 
 // Ids by (logit desc, id asc): the sampler's documented candidate order.

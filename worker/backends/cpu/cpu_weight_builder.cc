@@ -106,7 +106,7 @@ class CpuWeightBuilder final : public WeightBuilder {
       for (const std::string& name : groups_[g].tensors) {
         if (tensors.count(name) != 0) continue;
         std::vector<float> values;
-        if (!UnpackCpuTensor(config_, *served_, name, &values)) {
+        if (!UnpackCpuTensor(config_, *served_, groups_[g], name, &values)) {
           needs_base = true;
           continue;
         }

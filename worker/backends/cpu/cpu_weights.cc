@@ -234,8 +234,10 @@ using Kind = CpuWeightGroup::Kind;
 
 std::string LayerPrefix(int64_t i) { return "layers." + std::to_string(i) + "."; }
 
-// The linear layer of group `g` in `w` (null for vectors and the embedding).
-CpuLinear* LinearOf(const CpuWeightGroup& g, CpuWeights* w) {
+// The linear layer of group `g` in `w` (null for vectors and the embedding); const with a const
+// `w`.
+template <typename Weights>
+auto LinearOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->lm_head) {
   switch (g.kind) {
     case Kind::kLmHead:
       return &w->lm_head;
@@ -252,8 +254,9 @@ CpuLinear* LinearOf(const CpuWeightGroup& g, CpuWeights* w) {
   }
 }
 
-// The f32 vector of group `g` in `w` (null for the others).
-std::vector<float>* VectorOf(const CpuWeightGroup& g, CpuWeights* w) {
+// The f32 vector of group `g` in `w` (null for the others); const with a const `w`.
+template <typename Weights>
+auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
   switch (g.kind) {
     case Kind::kFinalNorm:
       return &w->final_norm;
@@ -491,7 +494,6 @@ Status LoadCpuWeightGroup(const model::TensorSource& source, const CpuWeightGrou
 
 void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeights* w,
                         CpuWeights* reuse) {
-  auto& src = const_cast<CpuWeights&>(from);  // read only: the accessors are shared
   if (g.kind == Kind::kEmbed) {
     if (reuse != nullptr && reuse->embed_bf16.size() == from.embed_bf16.size()) {
       w->embed_bf16 = std::move(reuse->embed_bf16);
@@ -506,7 +508,7 @@ void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeig
     }
     return;
   }
-  if (const CpuLinear* in = LinearOf(g, &src)) {
+  if (const CpuLinear* in = LinearOf(g, &from)) {
     CpuLinear* out = LinearOf(g, w);
     CpuLinear* r = reuse != nullptr ? LinearOf(g, reuse) : nullptr;
     out->parts.clear();
@@ -524,60 +526,55 @@ void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeig
     }
     return;
   }
-  *VectorOf(g, w) = *VectorOf(g, &src);
+  *VectorOf(g, w) = *VectorOf(g, &from);
 }
 
-bool UnpackCpuTensor(const model::ModelConfig& c, const CpuWeights& w, const std::string& canonical,
-                     std::vector<float>* out) {
-  auto& src = const_cast<CpuWeights&>(w);  // read only
-  for (const CpuWeightGroup& g : CpuWeightGroups(c)) {
-    auto it = std::find(g.tensors.begin(), g.tensors.end(), canonical);
-    if (it == g.tensors.end()) continue;
-    if (g.kind == Kind::kEmbed) {
-      const int64_t n = c.vocab_size * c.hidden_size;
-      if (!w.embed_f32.empty()) {
-        *out = w.embed_f32;
-      } else if (!w.embed_bf16.empty()) {
-        out->resize(static_cast<size_t>(n));
-        cpu::Bf16ToF32(w.embed_bf16.data(), out->data(), n);
-      } else {
-        return false;
-      }
-      return true;
-    }
-    if (const CpuLinear* linear = LinearOf(g, &src)) {
-      int64_t cols = 0;
-      int64_t row = 0, rows = 0;
-      for (const auto& [name, n] : LinearParts(c, g, &cols)) {
-        if (name == canonical) {
-          rows = n;
-          break;
-        }
-        row += n;
-      }
-      // The part holding [row, row + rows): parts hold whole tensors.
-      int64_t first = 0;
-      for (const cpu::PackedMatrix& m : linear->parts) {
-        if (row < first + m.n()) {
-          if (m.type() == cpu::WeightType::kQuant) return false;
-          out->resize(static_cast<size_t>(rows * cols));
-          m.UnpackRows(row - first, rows, out->data());
-          return true;
-        }
-        first += m.n();
-      }
+bool UnpackCpuTensor(const model::ModelConfig& c, const CpuWeights& w, const CpuWeightGroup& g,
+                     const std::string& canonical, std::vector<float>* out) {
+  if (g.kind == Kind::kEmbed) {
+    const int64_t n = c.vocab_size * c.hidden_size;
+    if (!w.embed_f32.empty()) {
+      *out = w.embed_f32;
+    } else if (!w.embed_bf16.empty()) {
+      out->resize(static_cast<size_t>(n));
+      cpu::Bf16ToF32(w.embed_bf16.data(), out->data(), n);
+    } else {
       return false;
     }
-    const std::vector<float>& v = *VectorOf(g, &src);
-    int64_t off = 0;
-    for (const std::string& name : g.tensors) {
-      const int64_t n = VectorElements(c, g, name);
+    return true;
+  }
+  if (const CpuLinear* linear = LinearOf(g, &w)) {
+    int64_t cols = 0;
+    int64_t row = 0, rows = 0;
+    for (const auto& [name, n] : LinearParts(c, g, &cols)) {
       if (name == canonical) {
-        out->assign(v.begin() + off, v.begin() + off + n);
+        rows = n;
+        break;
+      }
+      row += n;
+    }
+    // The part holding [row, row + rows): parts hold whole tensors.
+    int64_t first = 0;
+    for (const cpu::PackedMatrix& m : linear->parts) {
+      if (row < first + m.n()) {
+        if (m.type() == cpu::WeightType::kQuant) return false;
+        out->resize(static_cast<size_t>(rows * cols));
+        m.UnpackRows(row - first, rows, out->data());
         return true;
       }
-      off += n;
+      first += m.n();
     }
+    return false;
+  }
+  const std::vector<float>& v = *VectorOf(g, &w);
+  int64_t off = 0;
+  for (const std::string& name : g.tensors) {
+    const int64_t n = VectorElements(c, g, name);
+    if (name == canonical) {
+      out->assign(v.begin() + off, v.begin() + off + n);
+      return true;
+    }
+    off += n;
   }
   return false;
 }

@@ -104,9 +104,10 @@ Status LoadCpuWeightGroup(const model::TensorSource& source, const CpuWeightGrou
 // Copies group `g` from `from` into `w` (storage from `reuse`, may be null): the same bytes.
 void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeights* w,
                         CpuWeights* reuse);
-// Tensor `canonical` as `w` holds it, in f32, when it is held as floats (packed kF32 / kBF16
-// values are exact); false when it is kept block-quantized (read it from its file).
-bool UnpackCpuTensor(const model::ModelConfig& config, const CpuWeights& w,
+// Tensor `canonical` (one of group `g`'s) as `w` holds it, in f32, when it is held as floats
+// (packed kF32 / kBF16 values are exact); false when it is kept block-quantized (read it from its
+// file).
+bool UnpackCpuTensor(const model::ModelConfig& config, const CpuWeights& w, const CpuWeightGroup& g,
                      const std::string& canonical, std::vector<float>* out);
 
 }  // namespace astr
