@@ -331,6 +331,12 @@ TEST_F(WorkerServiceTest, BadFlagsAreUsageErrorsNamingTheFlag) {
   r = testing::RunCommand(bin + " --model " + model_ + " --drain-timeout-s -1 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("--drain-timeout-s"), std::string::npos) << r.out;
+  r = testing::RunCommand(bin + " --model " + model_ + " --receive-buffers-mb -1 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--receive-buffers-mb"), std::string::npos) << r.out;
+  r = testing::RunCommand(bin + " --model " + model_ + " --spare-weights=maybe 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("spare-weights"), std::string::npos) << r.out;
   r = testing::RunCommand(bin + " --model " + model_ +
                           " --listen 127.0.0.1:0 --metrics-listen no-port 2>&1");
   EXPECT_EQ(r.exit_code, 1);
