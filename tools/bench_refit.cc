@@ -11,6 +11,8 @@
 //            sender thread each, into a buffer of the full size): the physical bound;
 //   push     one Admin.UpdateWeights of every tensor (astr admin update-weights
 //            --from-safetensors's code), client start to response, with its stage_ns / commit_ns;
+//   direct   the same update over the direct route (AdminClient::UpdateWeightsDirect: reserved
+//            and committed by the scheduler, the bytes sent straight to every worker);
 //   profile  the same stream sent to every worker's StageWeights directly (no scheduler hop),
 //            with the workers' prepare_ns; the client's own cost to encode the buckets; and the
 //            copy again into buffers allocated on the clock (what first-touch page faults cost);
@@ -105,6 +107,7 @@ struct Flags {
   int64_t kv_cache_mb = 128;
   int64_t worker_threads = 0;
   bool profile = true;
+  bool direct = true;
   bool child_logs = false;
   std::vector<std::string> child_env;
   std::string kv_on_update = "recompute";
@@ -245,12 +248,13 @@ struct Push {
 };
 
 StatusOr<Push> PushAll(client::AdminClient& admin, const cli::SafetensorsUpload& upload,
-                       int64_t bucket_bytes, const std::string& label) {
+                       int64_t bucket_bytes, const std::string& label, bool direct = false) {
   v1::WeightManifest manifest = upload.manifest;
   manifest.set_label(label);
   const auto start = Clock::now();
   ASTR_ASSIGN_OR_RETURN(v1::UpdateWeightsResponse response,
-                        admin.UpdateWeights(manifest, upload.data, bucket_bytes));
+                        direct ? admin.UpdateWeightsDirect(manifest, upload.data, bucket_bytes)
+                               : admin.UpdateWeights(manifest, upload.data, bucket_bytes));
   return Push{Seconds(NanosSince(start)), std::move(response)};
 }
 
@@ -402,6 +406,8 @@ struct Measured {
   // The timed pushes after this run's first one (a CPU worker builds an update into the weights
   // the previous one replaced: only the first push to a fresh worker faults its memory in).
   Series push_over_copy_after_first;
+  // The direct route (AdminClient::UpdateWeightsDirect), right after the push.
+  Series direct_push_s, direct_push_over_copy;
   double first_push_s = 0, first_push_over_copy = 0;
   Series copy_fresh_s, direct_s, prepare_ms, encode_s;
   Series load_push_s, load_commit_ms, tokens_per_s_before, tokens_per_s_during, max_gap_ms,
@@ -499,6 +505,15 @@ Status MeasureIdle(Bench& run, client::AdminClient& admin, const Deployment& d, 
                      " s (stage " + Fixed(Millis(push.response.stage_ns()), 0) + " ms, commit " +
                      Fixed(Millis(push.response.commit_ns()), 1) + " ms), version " +
                      std::to_string(push.response.version());
+  if (run.f.direct) {
+    ASTR_ASSIGN_OR_RETURN(Push direct,
+                          PushAll(admin, run.upload, bucket, tag + "-direct", /*direct=*/true));
+    ++m->pushes;
+    m->direct_push_s.Add(direct.wall_s);
+    m->direct_push_over_copy.Add(direct.wall_s / copy_s);
+    line += "; direct route " + Fixed(direct.wall_s, 2) + " s (version " +
+            std::to_string(direct.response.version()) + ")";
+  }
   if (run.f.profile) {
     ASTR_ASSIGN_OR_RETURN(const DirectStage direct,
                           StageDirect(d.worker_addresses, run.upload, bucket));
@@ -534,6 +549,11 @@ json Summarize(const Bench& run, const Measured& m, int64_t workers) {
   j["first_push_s"] = m.first_push_s;
   j["first_push_over_copy"] = m.first_push_over_copy;
   j["push_over_copy_after_first"] = m.push_over_copy_after_first.Json();
+  if (!m.direct_push_s.empty()) {
+    j["direct_push_s"] = m.direct_push_s.Json();
+    j["direct_push_over_copy"] = m.direct_push_over_copy.Json();
+    j["direct_push_target_met"] = m.direct_push_over_copy.Median() <= kTargetPushOverCopy;
+  }
   if (!m.direct_s.empty()) {
     j["profile"] = {{"copy_into_fresh_memory_s", m.copy_fresh_s.Json()},
                     {"direct_stage_s", m.direct_s.Json()},
@@ -704,6 +724,10 @@ int Main(int argc, const char* const* argv) {
           "Also stream the update to the workers' StageWeights directly (no scheduler; their "
           "prepare_ns), time the client's encoding alone, and copy into buffers allocated on "
           "the clock (first-touch page faults).");
+  fs.Bool("direct", &f.direct,
+          "Also push over the direct route after each push (Admin.BeginDirectUpdate: the bytes "
+          "go from this process to every worker's StageWeights, the scheduler commits): "
+          "direct_push_s and direct_push_over_copy.");
   fs.Bool("child-logs", &f.child_logs, "Forward the workers' and scheduler's logs to stderr.");
   fs.StringList("child-env", &f.child_env,
                 "KEY=VALUE added to the environment of the started workers and scheduler (e.g. "

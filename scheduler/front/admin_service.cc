@@ -1,10 +1,12 @@
 #include "scheduler/front/admin_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -304,12 +306,8 @@ grpc::Status AdminService::UpdateWeights(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                                          v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
-  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
-  if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED,
-                 "another weight update has been in progress for " +
-                     std::to_string(kUpdateWait.count()) + " s");
-  }
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
   const std::string still = "; version " + std::to_string(served) + " still serving";
@@ -395,12 +393,8 @@ grpc::Status AdminService::UpdateWeightsFromDisk(grpc::ServerContext* context,
 grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest& request,
                                           v1::UpdateWeightsResponse* response) {
   if (request.path().empty()) return Error(grpc::StatusCode::INVALID_ARGUMENT, "path: empty");
-  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
-  if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED,
-                 "another weight update has been in progress for " +
-                     std::to_string(kUpdateWait.count()) + " s");
-  }
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
   const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
@@ -431,6 +425,176 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
   response->set_bytes(answers[0].bytes());
   response->set_stage_ns(Nanos(Clock::now() - start));
   return Commit(staged, request.label(), response);
+}
+
+grpc::Status AdminService::LockUpdate(std::unique_lock<std::timed_mutex>* one,
+                                      const std::string& what) {
+  *one = std::unique_lock<std::timed_mutex>(update_mu_, kUpdateWait);
+  if (!one->owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, (what.empty() ? "" : what + ": ") +
+                                                "another weight update has been in progress for " +
+                                                std::to_string(kUpdateWait.count()) + " s");
+  }
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  if (direct_ == nullptr) return grpc::Status::OK;
+  const auto now = Clock::now();
+  if (now >= direct_->deadline) {
+    LOG(WARNING) << "weights: direct update " << direct_->id
+                 << " lapsed without CommitDirectUpdate; its stages are dropped by the next one";
+    direct_.reset();
+    return grpc::Status::OK;
+  }
+  one->unlock();
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(direct_->deadline - now);
+  return Error(grpc::StatusCode::ABORTED,
+               (what.empty() ? "" : what + ": ") + "direct update " + direct_->id +
+                   " (BeginDirectUpdate) holds the weights until CommitDirectUpdate, or for " +
+                   std::to_string(left.count() + 1) + " s more");
+}
+
+namespace {
+
+// 128 random bits in hex.
+std::string NewUpdateId() {
+  std::random_device device;
+  char text[33];
+  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", device(), device(), device(), device());
+  return text;
+}
+
+constexpr int64_t kDirectDefaultMs = 600'000;
+constexpr int64_t kDirectMaxMs = 3'600'000;
+
+}  // namespace
+
+grpc::Status AdminService::BeginDirectUpdate(grpc::ServerContext* context,
+                                             const v1::BeginDirectUpdateRequest* request,
+                                             v1::BeginDirectUpdateResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  if (request->timeout_ms() < 0 || request->timeout_ms() > kDirectMaxMs) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "timeout_ms: " + std::to_string(request->timeout_ms()) + " (expected 0 .. " +
+                     std::to_string(kDirectMaxMs) + "; 0 = " + std::to_string(kDirectDefaultMs) +
+                     ")");
+  }
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
+  const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
+  if (addresses.empty()) {
+    return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
+  }
+  auto direct = std::make_unique<DirectUpdate>();
+  direct->id = NewUpdateId();
+  direct->workers = addresses;
+  direct->begun = Clock::now();
+  direct->deadline =
+      direct->begun +
+      std::chrono::milliseconds(request->timeout_ms() ? request->timeout_ms() : kDirectDefaultMs);
+  response->set_update_id(direct->id);
+  for (const std::string& a : addresses) response->add_workers(a);
+  response->set_version(scheduler_->weight_version().version);
+  LOG(INFO) << "weights: direct update " << direct->id << " begun for " << addresses.size()
+            << " worker(s)";
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  direct_ = std::move(direct);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::CommitDirectUpdate(grpc::ServerContext* context,
+                                              const v1::CommitDirectUpdateRequest* request,
+                                              v1::UpdateWeightsResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
+  if (!one.owns_lock()) {
+    return Error(grpc::StatusCode::ABORTED, "another weight update has been in progress for " +
+                                                std::to_string(kUpdateWait.count()) + " s");
+  }
+  std::unique_ptr<DirectUpdate> direct;
+  {
+    std::lock_guard<std::mutex> lock(direct_mu_);
+    if (direct_ == nullptr || direct_->id != request->update_id()) {
+      return Error(grpc::StatusCode::NOT_FOUND,
+                   "update_id: '" + request->update_id() +
+                       "' is not the open direct update (it was committed or discarded, lapsed "
+                       "after its timeout_ms, or never begun)");
+    }
+    direct = std::move(direct_);  // the reservation ends here, whatever follows
+  }
+  if (Clock::now() >= direct->deadline) {
+    std::vector<Staged> named;  // drop what the trainer staged for it
+    for (const v1::DirectStage& stage : request->stages()) {
+      const auto& w = direct->workers;
+      if (std::find(w.begin(), w.end(), stage.worker()) != w.end()) {
+        named.push_back({stage.worker(), stage.staged_id()});
+      }
+    }
+    Discard(named);
+    const auto late =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - direct->deadline);
+    return Error(grpc::StatusCode::NOT_FOUND,
+                 "update_id: '" + direct->id + "' lapsed " + std::to_string(late.count()) +
+                     " ms ago (BeginDirectUpdate's timeout_ms); begin again");
+  }
+  const int64_t served = scheduler_->weight_version().version;
+  const std::string still = "; version " + std::to_string(served) + " still serving";
+  std::vector<Staged> staged;
+  grpc::Status invalid;
+  for (int i = 0; i < request->stages_size(); ++i) {
+    const v1::DirectStage& stage = request->stages(i);
+    const std::string field = "stages[" + std::to_string(i) + "].worker";
+    const auto& workers = direct->workers;
+    if (std::find(workers.begin(), workers.end(), stage.worker()) == workers.end()) {
+      if (invalid.ok()) {
+        invalid = Error(grpc::StatusCode::INVALID_ARGUMENT,
+                        field + ": '" + stage.worker() + "' is not a worker of the update");
+      }
+      continue;
+    }
+    bool twice = false;
+    for (const Staged& s : staged) twice |= s.address == stage.worker();
+    if (twice) {
+      if (invalid.ok()) {
+        invalid = Error(grpc::StatusCode::INVALID_ARGUMENT,
+                        field + ": '" + stage.worker() + "' is named twice");
+      }
+      continue;
+    }
+    staged.push_back({stage.worker(), stage.staged_id()});
+  }
+  if (request->discard()) {
+    Discard(staged);
+    LOG(INFO) << "weights: direct update " << direct->id << " discarded" << still;
+    return grpc::Status::OK;
+  }
+  if (invalid.ok() && staged.size() != direct->workers.size()) {
+    for (const std::string& w : direct->workers) {
+      bool found = false;
+      for (const Staged& s : staged) found |= s.address == w;
+      if (!found) {
+        invalid = Error(grpc::StatusCode::INVALID_ARGUMENT,
+                        "stages: worker '" + w + "' has no stage (every worker must stage it)");
+        break;
+      }
+    }
+  }
+  if (!invalid.ok()) {
+    Discard(staged);
+    return Error(invalid.error_code(), invalid.error_message() + still);
+  }
+  std::vector<std::string> now = scheduler_->UpWorkerAddresses();
+  std::vector<std::string> then = direct->workers;
+  std::sort(now.begin(), now.end());
+  std::sort(then.begin(), then.end());
+  if (now != then) {
+    // A worker that joined would serve the old weights, one that left cannot switch.
+    Discard(staged);
+    return Error(grpc::StatusCode::ABORTED,
+                 "the workers changed since BeginDirectUpdate: begin again" + still);
+  }
+  response->set_tensors(request->stages(0).tensors());
+  response->set_bytes(request->stages(0).bytes());
+  response->set_stage_ns(Nanos(Clock::now() - direct->begun));
+  return Commit(staged, request->label(), response);
 }
 
 namespace {
@@ -612,11 +776,8 @@ grpc::Status AdminService::UpdateFromDistributedNow(
         grpc::StatusCode::FAILED_PRECONDITION,
         "the workers changed since group '" + name + "' was made: destroy it and make it again");
   }
-  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);
-  if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED, "another weight update has been in progress for " +
-                                                std::to_string(kUpdateWait.count()) + " s");
-  }
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
   std::vector<v1::StageWeightsResponse> answers(members.size());
@@ -739,10 +900,8 @@ grpc::Status AdminService::ReleaseMemoryNow(const v1::ReleaseMemoryRequest& requ
   }
   bool weights = false, kv = false;
   MemoryTagsOf(request.tags(), &weights, &kv);
-  std::unique_lock<std::timed_mutex> one(update_mu_, kUpdateWait);  // no update meanwhile
-  if (!one.owns_lock()) {
-    return Error(grpc::StatusCode::ABORTED, "a weight update is in progress");
-  }
+  std::unique_lock<std::timed_mutex> one;  // no update meanwhile
+  if (grpc::Status s = LockUpdate(&one, "releasing memory"); !s.ok()) return s;
   // The prefix cache's pages lose their contents with the KV pool.
   if (kv) scheduler_->FlushCache();
   std::vector<v1::ReleaseMemoryResponse> answers(addresses.size());

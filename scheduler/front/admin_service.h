@@ -37,6 +37,12 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status UpdateWeights(grpc::ServerContext* context,
                              grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                              v1::UpdateWeightsResponse* response) override;
+  grpc::Status BeginDirectUpdate(grpc::ServerContext* context,
+                                 const v1::BeginDirectUpdateRequest* request,
+                                 v1::BeginDirectUpdateResponse* response) override;
+  grpc::Status CommitDirectUpdate(grpc::ServerContext* context,
+                                  const v1::CommitDirectUpdateRequest* request,
+                                  v1::UpdateWeightsResponse* response) override;
   grpc::Status UpdateWeightsFromDisk(grpc::ServerContext* context,
                                      const v1::UpdateWeightsFromDiskRequest* request,
                                      v1::UpdateWeightsResponse* response) override;
@@ -99,6 +105,10 @@ class AdminService final : public v1::Admin::Service {
   };
 
   grpc::Status Authorize(grpc::ServerContext* context) const;
+  // Takes the one-update-at-a-time lock into `one` (waiting up to kUpdateWait): ABORTED while
+  // another update runs or a direct update's reservation holds (`what` names the refused call
+  // when not empty). A lapsed reservation is dropped here.
+  grpc::Status LockUpdate(std::unique_lock<std::timed_mutex>* one, const std::string& what = "");
   std::unique_ptr<v1::Worker::Stub> Stub(const std::string& address);
   // Commits the staged update on every worker of `staged` (scheduler loop boundary), then
   // finishes it; fills the commit fields of `response`.
@@ -124,6 +134,14 @@ class AdminService final : public v1::Admin::Service {
   // takes a moment to tear down) before it is refused with ABORTED.
   std::timed_mutex update_mu_;
   static constexpr std::chrono::seconds kUpdateWait{30};
+  // The reservation of BeginDirectUpdate, until CommitDirectUpdate or its deadline.
+  struct DirectUpdate {
+    std::string id;
+    std::vector<std::string> workers;
+    std::chrono::steady_clock::time_point begun, deadline;
+  };
+  std::mutex direct_mu_;
+  std::unique_ptr<DirectUpdate> direct_;
   // What ReleaseMemory gave back (until ResumeMemory), and whether weights were discarded (until
   // the next committed update).
   mutable std::mutex memory_mu_;

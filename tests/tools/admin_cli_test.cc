@@ -486,6 +486,9 @@ TEST_F(AdminCliTest, UpdateWeightsNeedsExactlyOneSource) {
   auto bucket = Admin(astr, "update-weights --from-disk a --bucket-mb 0 " + Common());
   EXPECT_EQ(bucket.exit_code, 2);
   EXPECT_NE(bucket.err.find("--bucket-mb"), std::string::npos) << bucket.err;
+  auto direct = Admin(astr, "update-weights --from-disk a --direct " + Common());
+  EXPECT_EQ(direct.exit_code, 2);
+  EXPECT_NE(direct.err.find("--direct needs --from-safetensors"), std::string::npos) << direct.err;
   EXPECT_TRUE(fake_.service.calls().empty());
 }
 

@@ -60,6 +60,10 @@ TEST(BenchRefitTest, OneAndTwoWorkersOnStories260K) {
     EXPECT_EQ(run["first_push_s"], run["push_s"]["values"][0]);
     EXPECT_EQ(run["first_push_over_copy"], run["push_over_copy"]["values"][0]);
     EXPECT_TRUE(run["push_over_copy_after_first"]["values"].empty());
+    // The direct route, after each push.
+    ExpectSeries(run, "direct_push_s", 1);
+    ExpectSeries(run, "direct_push_over_copy", 1);
+    EXPECT_TRUE(run["direct_push_target_met"].is_boolean());
     ASSERT_TRUE(run.contains("profile"));
     ExpectSeries(run["profile"], "direct_stage_s", 1);
     ExpectSeries(run["profile"], "prepare_ms", i + 1);  // one per worker
@@ -72,10 +76,10 @@ TEST(BenchRefitTest, OneAndTwoWorkersOnStories260K) {
     ExpectSeries(run["pause_resume"], "push_s", 1);
     ExpectSeries(run["pause_resume"], "overhead_ms", 1, /*positive=*/false);
     EXPECT_TRUE(run["pause_resume_target_met"].is_boolean());
-    // One repetition pushes three times (idle, while serving, paused); the direct stages of the
-    // profile are discarded and never served.
-    EXPECT_EQ(run["pushes"], 3);
-    EXPECT_EQ(run["version_after"].get<int64_t>() - run["version_before"].get<int64_t>(), 3);
+    // One repetition pushes four times (idle, over the direct route, while serving, paused);
+    // the direct stages of the profile are discarded and never served.
+    EXPECT_EQ(run["pushes"], 4);
+    EXPECT_EQ(run["version_after"].get<int64_t>() - run["version_before"].get<int64_t>(), 4);
     EXPECT_EQ(run["version_advanced"], true);
     EXPECT_EQ(run["worker_peak_rss_mb"].size(), i + 1);
   }
@@ -85,7 +89,7 @@ TEST(BenchRefitTest, HelpAndUsageErrors) {
   const testing::CommandResult help = testing::RunCommand(Bench() + " --help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--model", "--worker-counts", "--repetitions", "--bucket-mb",
-                           "--streams", "--workers", "--min-available-mb"}) {
+                           "--streams", "--workers", "--min-available-mb", "--direct"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(testing::RunCommand(Bench() + " 2>/dev/null").exit_code, 2);  // --model is required

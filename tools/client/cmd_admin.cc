@@ -128,6 +128,11 @@ int UpdateWeightsVerb(int argc, const char* const* argv) {
   fs.String("label", &label, "Label reported with the new version (e.g. the trainer's step).");
   fs.Int("bucket-mb", &bucket_mb,
          "MiB of tensor data per streamed message with --from-safetensors (at most 1024).");
+  bool direct = false;
+  fs.Bool("direct", &direct,
+          "With --from-safetensors: send the bytes from here straight to every worker "
+          "(Admin.BeginDirectUpdate; the scheduler reserves and commits the update), which is "
+          "faster; the workers' addresses must be reachable from here, in plaintext.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   if (Status s = admin.Check(); !s.ok()) return UsageError(program, s);
   if (from_disk.empty() == from_safetensors.empty()) {
@@ -136,6 +141,9 @@ int UpdateWeightsVerb(int argc, const char* const* argv) {
   }
   if (fs.WasSet("bucket-mb") && from_safetensors.empty()) {
     return UsageError(program, InvalidArgumentError("--bucket-mb needs --from-safetensors"));
+  }
+  if (direct && from_safetensors.empty()) {
+    return UsageError(program, InvalidArgumentError("--direct needs --from-safetensors"));
   }
   if (bucket_mb < 1 || bucket_mb > kMaxBucketMiB) {
     return UsageError(program, InvalidArgumentError("--bucket-mb must be in [1, 1024], got " +
@@ -160,7 +168,9 @@ int UpdateWeightsVerb(int argc, const char* const* argv) {
   return CallAndPrint<v1::UpdateWeightsResponse>(
       program, admin,
       [&](client::AdminClient& c) {
-        return c.UpdateWeights(upload->manifest, upload->data, bucket_mb << 20, options);
+        return direct
+                   ? c.UpdateWeightsDirect(upload->manifest, upload->data, bucket_mb << 20, options)
+                   : c.UpdateWeights(upload->manifest, upload->data, bucket_mb << 20, options);
       },
       PrintUpdate);
 }

@@ -2,10 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "astr/channel.h"
+#include "astr/v1/worker.grpc.pb.h"
 #include "astr/weight_buckets.h"
 #include "common/grpc/grpc_status.h"
 
@@ -45,32 +48,36 @@ void AdminClient::Authorize(grpc::ClientContext* ctx) const {
   ctx->AddMetadata("authorization", authorization_);
 }
 
-StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeights(
-    const v1::WeightManifest& manifest, std::span<const std::span<const uint8_t>> tensor_data,
-    int64_t bucket_bytes, const CallOptions& options) {
+namespace {
+
+// The buckets of an update whose tensor i is tensor_data[i].
+StatusOr<std::vector<WeightBucket>> PlanUpdate(
+    const char* call, const v1::WeightManifest& manifest,
+    std::span<const std::span<const uint8_t>> tensor_data, int64_t bucket_bytes) {
   if (tensor_data.size() != static_cast<size_t>(manifest.tensors_size())) {
-    return InvalidArgumentError("UpdateWeights: " + std::to_string(tensor_data.size()) +
+    return InvalidArgumentError(std::string(call) + ": " + std::to_string(tensor_data.size()) +
                                 " tensor spans for a manifest of " +
                                 std::to_string(manifest.tensors_size()) + " tensors");
   }
   std::vector<int64_t> sizes;
   sizes.reserve(tensor_data.size());
   for (const auto& data : tensor_data) sizes.push_back(static_cast<int64_t>(data.size()));
-  ASTR_ASSIGN_OR_RETURN(const std::vector<WeightBucket> buckets,
-                        PlanWeightBuckets(sizes, bucket_bytes));
+  return PlanWeightBuckets(sizes, bucket_bytes);
+}
 
-  grpc::ClientContext ctx;
-  ApplyCallOptions(options, &ctx);
-  Authorize(&ctx);
-  v1::UpdateWeightsResponse response;
-  auto writer = stub_->UpdateWeights(&ctx, &response);
+// Writes the manifest, then each bucket, then WritesDone; returns the buckets written (fewer
+// than all when the server closed the stream: Finish says why).
+size_t WriteUpdate(grpc::ClientWriter<v1::UpdateWeightsRequest>* writer,
+                   const v1::WeightManifest& manifest,
+                   std::span<const std::span<const uint8_t>> tensor_data,
+                   const std::vector<WeightBucket>& buckets, bool* open) {
   // One message, reused: Clear() keeps the cleared chunks and their buffers, so the buckets after
   // the first allocate (almost) nothing.
   v1::UpdateWeightsRequest message;
   *message.mutable_manifest() = manifest;
-  bool open = writer->Write(message);
-  size_t sent = 0;  // buckets written
-  while (open && sent < buckets.size()) {
+  *open = writer->Write(message);
+  size_t sent = 0;
+  while (*open && sent < buckets.size()) {
     message.Clear();
     for (const WeightChunkSpan& span : buckets[sent]) {
       v1::WeightChunk* chunk = message.add_chunks();
@@ -80,18 +87,110 @@ StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeights(
       chunk->mutable_data()->assign(reinterpret_cast<const char*>(data),
                                     static_cast<size_t>(span.bytes));
     }
-    open = writer->Write(message);
-    if (open) ++sent;
+    *open = writer->Write(message);
+    if (*open) ++sent;
   }
-  if (open) open = writer->WritesDone();
+  if (*open) *open = writer->WritesDone();
+  return sent;
+}
+
+Status ClosedEarly(const char* call, size_t sent, size_t buckets) {
+  return InternalError(std::string(call) + ": the server closed the stream after " +
+                       std::to_string(sent) + " of " + std::to_string(buckets) +
+                       " buckets and still answered OK");
+}
+
+}  // namespace
+
+StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeights(
+    const v1::WeightManifest& manifest, std::span<const std::span<const uint8_t>> tensor_data,
+    int64_t bucket_bytes, const CallOptions& options) {
+  ASTR_ASSIGN_OR_RETURN(const std::vector<WeightBucket> buckets,
+                        PlanUpdate("UpdateWeights", manifest, tensor_data, bucket_bytes));
+  grpc::ClientContext ctx;
+  ApplyCallOptions(options, &ctx);
+  Authorize(&ctx);
+  v1::UpdateWeightsResponse response;
+  auto writer = stub_->UpdateWeights(&ctx, &response);
+  bool open = false;
+  const size_t sent = WriteUpdate(writer.get(), manifest, tensor_data, buckets, &open);
   const grpc::Status status = writer->Finish();
   if (!status.ok()) return rpc::FromGrpcStatus(status);
-  if (!open) {
-    return InternalError("UpdateWeights: the server closed the stream after " +
-                         std::to_string(sent) + " of " + std::to_string(buckets.size()) +
-                         " buckets and still answered OK");
-  }
+  if (!open) return ClosedEarly("UpdateWeights", sent, buckets.size());
   return response;
+}
+
+StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeightsDirect(
+    const v1::WeightManifest& manifest, std::span<const std::span<const uint8_t>> tensor_data,
+    int64_t bucket_bytes, const CallOptions& options, const ConnectOptions& worker_options) {
+  ASTR_ASSIGN_OR_RETURN(const std::vector<WeightBucket> buckets,
+                        PlanUpdate("UpdateWeightsDirect", manifest, tensor_data, bucket_bytes));
+  v1::BeginDirectUpdateRequest begin;
+  if (options.deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        options.deadline - std::chrono::system_clock::now());
+    begin.set_timeout_ms(std::clamp<int64_t>(left.count(), 1, 3'600'000));
+  }
+  ASTR_ASSIGN_OR_RETURN(
+      const v1::BeginDirectUpdateResponse reservation,
+      (UnaryCall<v1::BeginDirectUpdateResponse>(options, [&](grpc::ClientContext* ctx, auto* r) {
+        Authorize(ctx);
+        return stub_->BeginDirectUpdate(ctx, begin, r);
+      })));
+  const size_t n = static_cast<size_t>(reservation.workers_size());
+  std::vector<Status> failures(n);
+  std::vector<v1::StageWeightsResponse> answers(n);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      const std::string& address = reservation.workers(static_cast<int>(w));
+      auto channel = OpenChannel(address, std::chrono::seconds(30), worker_options);
+      if (!channel.ok()) {
+        failures[w] = channel.status();
+        return;
+      }
+      auto stub = v1::Worker::NewStub(*channel);
+      grpc::ClientContext ctx;
+      ApplyCallOptions(options, &ctx);
+      auto writer = stub->StageWeights(&ctx, &answers[w]);
+      bool open = false;
+      const size_t sent = WriteUpdate(writer.get(), manifest, tensor_data, buckets, &open);
+      const grpc::Status status = writer->Finish();
+      if (!status.ok()) {
+        failures[w] = rpc::FromGrpcStatus(status);
+      } else if (!open) {
+        failures[w] = ClosedEarly("StageWeights", sent, buckets.size());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  v1::CommitDirectUpdateRequest commit;
+  commit.set_update_id(reservation.update_id());
+  commit.set_label(manifest.label());
+  Status failure;
+  for (size_t w = 0; w < n; ++w) {
+    const std::string& address = reservation.workers(static_cast<int>(w));
+    if (!failures[w].ok()) {
+      if (failure.ok()) {
+        failure = Status(failures[w].code(),
+                         "worker " + address + ": " + std::string(failures[w].message()));
+      }
+      continue;
+    }
+    v1::DirectStage* stage = commit.add_stages();
+    stage->set_worker(address);
+    stage->set_staged_id(answers[w].staged_id());
+    stage->set_tensors(answers[w].tensors());
+    stage->set_bytes(answers[w].bytes());
+  }
+  commit.set_discard(!failure.ok());
+  auto committed = UnaryCall<v1::UpdateWeightsResponse>(
+      CallOptions::Timeout(std::chrono::minutes(2)), [&](grpc::ClientContext* ctx, auto* r) {
+        Authorize(ctx);
+        return stub_->CommitDirectUpdate(ctx, commit, r);
+      });
+  if (!failure.ok()) return failure;
+  return committed;
 }
 
 StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeightsFromDisk(

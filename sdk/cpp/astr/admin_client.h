@@ -57,6 +57,18 @@ class AdminClient {
   StatusOr<v1::UpdateWeightsResponse> UpdateWeights(
       const v1::WeightManifest& manifest, std::span<const std::span<const uint8_t>> tensor_data,
       int64_t bucket_bytes, const CallOptions& options = {});
+  // The same update over the direct route (admin.proto BeginDirectUpdate, docs/rl.md): the
+  // scheduler reserves the update and names the workers; the messages UpdateWeights would send
+  // go from here straight to every worker's StageWeights at once (one stream and thread each,
+  // dialled with `worker_options`, e.g. the TLS of the scheduler's --worker-tls-*), then the
+  // scheduler commits. The bytes cross one process fewer, so this is the fast route for a
+  // trainer that can reach the workers. A failed stream discards every stage and returns that
+  // worker's error ("worker ADDRESS: ..."); the served version stays. options.deadline bounds
+  // the whole update (and the reservation).
+  StatusOr<v1::UpdateWeightsResponse> UpdateWeightsDirect(
+      const v1::WeightManifest& manifest, std::span<const std::span<const uint8_t>> tensor_data,
+      int64_t bucket_bytes, const CallOptions& options = {},
+      const ConnectOptions& worker_options = {});
   StatusOr<v1::UpdateWeightsResponse> UpdateWeightsFromDisk(
       const v1::UpdateWeightsFromDiskRequest& request, const CallOptions& options = {});
   StatusOr<v1::GetWeightVersionResponse> GetWeightVersion(const CallOptions& options = {});

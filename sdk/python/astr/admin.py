@@ -123,6 +123,21 @@ class AdminClient:
         from tensors). Returns when every worker serves the new version."""
         return self._call("UpdateWeights", iter(requests), apb.UpdateWeightsResponse, timeout)
 
+    def begin_direct_update(
+        self, timeout_ms: int = 0, *, timeout: Optional[float] = None
+    ) -> apb.BeginDirectUpdateResponse:
+        """Reserves an update over the direct route (WeightSync(transport="direct") does it all):
+        returns the update id and the workers, each of which must stage it (Worker.StageWeights)
+        before commit_direct_update. `timeout_ms`: how long the reservation holds (0 = 600 s)."""
+        request = apb.BeginDirectUpdateRequest(timeout_ms=timeout_ms)
+        return self._call("BeginDirectUpdate", request, apb.BeginDirectUpdateResponse, timeout)
+
+    def commit_direct_update(
+        self, request: apb.CommitDirectUpdateRequest, *, timeout: Optional[float] = None
+    ) -> apb.UpdateWeightsResponse:
+        """Commits (or, with request.discard, drops) the stages of a direct update."""
+        return self._call("CommitDirectUpdate", request, apb.UpdateWeightsResponse, timeout)
+
     def update_weights_from_disk(
         self, path: str, label: str = "", *, timeout: Optional[float] = None
     ) -> apb.UpdateWeightsResponse:

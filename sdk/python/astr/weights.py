@@ -29,6 +29,7 @@ import asyncio
 import importlib
 import math
 import sys
+import threading
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -46,8 +47,14 @@ from typing import (
 
 import numpy as np
 
+import grpc
+
 from .admin import AdminClient, AsyncAdminClient
+from .client import open_channel
+from .errors import AstrError
 from .v1 import admin_pb2 as apb
+from .v1 import worker_pb2 as wpb
+from .v1 import worker_pb2_grpc as wpb_grpc
 
 if TYPE_CHECKING:
     # A tensor: a numpy array, anything np.asarray takes, or a torch.Tensor.
@@ -65,6 +72,8 @@ DEFAULT_BUCKET_BYTES = 4 << 20
 DEFAULT_CHUNK_BYTES = 4 << 20
 # NCCL broadcasts: one per bucket from one reused buffer; larger is faster (no per-message cost).
 DEFAULT_NCCL_BUCKET_BYTES = 512 << 20
+# The direct route's channels to the workers (their own limit on a message is 256 MiB).
+_WORKER_CHANNEL_OPTIONS = (("grpc.max_send_message_length", -1),)
 # Protobuf refuses messages of 2 GiB and more; a bucket stays well below.
 MAX_BUCKET_BYTES = 1 << 30
 
@@ -275,6 +284,10 @@ class WeightSync:
         checksums: put each tensor's XXH64 in the manifest, so every worker checks what it got
             (needs the xxhash package). Costs one extra pass over the tensors.
         transport: "grpc" streams the bytes through the scheduler (Admin.UpdateWeights);
+            "direct" streams them from this process straight to every worker (one stream and
+            thread each; the scheduler reserves and commits the update: Admin.BeginDirectUpdate,
+            docs/rl.md "The direct route"), which is faster where the trainer can reach the
+            workers' addresses (`worker_credentials` for workers behind --worker-tls-*);
             "nccl" broadcasts them from this process (rank 0) to the workers' GPUs, the manifest
             going over gRPC (astr.nccl; the workers must run the cuda backend). With "nccl",
             bucket_bytes is the size of each broadcast (default DEFAULT_NCCL_BUCKET_BYTES) and
@@ -292,13 +305,14 @@ class WeightSync:
         chunk_bytes: Optional[int] = None,
         dtype: Optional[str] = None,
         checksums: bool = True,
-        transport: Literal["grpc", "nccl"] = "grpc",
+        transport: Literal["grpc", "direct", "nccl"] = "grpc",
         group_name: str = "default",
         nccl_library: Optional[str] = None,
         group_timeout_s: float = 300.0,
+        worker_credentials: Optional[grpc.ChannelCredentials] = None,
     ) -> None:
-        if transport not in ("grpc", "nccl"):
-            raise ValueError(f"transport={transport!r}: expected 'grpc' or 'nccl'")
+        if transport not in ("grpc", "direct", "nccl"):
+            raise ValueError(f"transport={transport!r}: expected 'grpc', 'direct' or 'nccl'")
         if bucket_bytes is None:
             bucket_bytes = DEFAULT_NCCL_BUCKET_BYTES if transport == "nccl" else \
                 DEFAULT_BUCKET_BYTES
@@ -325,6 +339,9 @@ class WeightSync:
                                   "(pip install 'astr-sdk[weights]')") from e
             self._xxh64 = xxhash.xxh64
         self.transport = transport
+        self._worker_credentials = worker_credentials
+        if transport == "direct" and not isinstance(admin, AdminClient):
+            raise TypeError("transport='direct' needs an AdminClient")
         self._nccl: Any = None
         if transport == "nccl":
             if not isinstance(admin, AdminClient):
@@ -409,6 +426,8 @@ class WeightSync:
         if self._nccl is not None:
             return self._nccl.push(  # type: ignore[no-any-return]
                 tensors, manifest, self.bucket_bytes, self.chunk_bytes, timeout)
+        if self.transport == "direct":
+            return self._push_direct(tensors, manifest, timeout)
         failures: List[Exception] = []
 
         def stream() -> Iterator[apb.UpdateWeightsRequest]:
@@ -425,6 +444,66 @@ class WeightSync:
             if failures:
                 raise failures[0] from None
             raise
+
+    def _push_direct(
+        self, tensors: List[_Tensor], manifest: apb.WeightManifest, timeout: Optional[float]
+    ) -> apb.UpdateWeightsResponse:
+        """The direct route: reserve, stream to every worker at once, commit (or discard)."""
+        admin = self.admin
+        assert isinstance(admin, AdminClient)
+        begin = admin.begin_direct_update(
+            timeout_ms=0 if timeout is None else max(1, int(timeout * 1000)), timeout=timeout)
+        workers = list(begin.workers)
+        answers: List[Optional[wpb.StageWeightsResponse]] = [None] * len(workers)
+        errors: List[Optional[Exception]] = [None] * len(workers)
+
+        def stage(i: int) -> None:
+            channel = open_channel(workers[i], self._worker_credentials, _WORKER_CHANNEL_OPTIONS)
+            try:
+                stub = wpb_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
+
+                def stream() -> Iterator[apb.UpdateWeightsRequest]:
+                    try:
+                        yield apb.UpdateWeightsRequest(manifest=manifest)
+                        yield from _buckets(tensors, self.bucket_bytes, self.chunk_bytes)
+                    except Exception as e:  # the tensors' own error, not the CANCELLED it causes
+                        errors[i] = e
+                        raise
+
+                answers[i] = stub.StageWeights(stream(), timeout=timeout)
+            except grpc.RpcError as e:
+                if errors[i] is None:
+                    error = AstrError.from_rpc(e, "/astr.v1.Worker/StageWeights")
+                    errors[i] = AstrError(error.code, f"worker {workers[i]}: {error.message}",
+                                          error.method)
+            except Exception as e:
+                if errors[i] is None:
+                    errors[i] = e
+            finally:
+                channel.close()
+
+        threads = [threading.Thread(target=stage, args=(i,), daemon=True)
+                   for i in range(len(workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [e for e in errors if e is not None]
+        commit = apb.CommitDirectUpdateRequest(update_id=begin.update_id, label=manifest.label,
+                                               discard=bool(failed))
+        for worker, answer in zip(workers, answers):
+            if answer is not None:
+                commit.stages.add(worker=worker, staged_id=answer.staged_id,
+                                  tensors=answer.tensors, bytes=answer.bytes)
+        try:
+            reply = admin.commit_direct_update(commit, timeout=120.0)
+        except AstrError:
+            if failed:
+                raise failed[0] from None
+            raise
+        if failed:
+            raise failed[0]
+        return reply
 
     async def push_async(
         self, named_tensors: NamedTensors, label: str = "", *, timeout: Optional[float] = None
