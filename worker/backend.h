@@ -79,6 +79,15 @@ class WeightReceiver {
   virtual std::string describe() const = 0;
 };
 
+// A trainer's device buffer opened by CUDA IPC (docs/rl.md "CUDA IPC"); destroying it closes the
+// handle.
+class IpcBuffer {
+ public:
+  virtual ~IpcBuffer() = default;
+  // Copies bytes [offset, offset + out.size()) of the buffer to `out` (host memory).
+  virtual Status Read(uint64_t offset, std::span<uint8_t> out) = 0;
+};
+
 // Device memory a backend can give back while it does not serve (ReleaseMemory / ResumeMemory,
 // docs/rl.md "Releasing GPU memory"), by tag.
 struct MemoryTags {
@@ -177,6 +186,16 @@ class Backend {
     return FailedPreconditionError("the " + name() +
                                    " backend cannot join an NCCL weight-update group (it needs "
                                    "the cuda backend; use UpdateWeights or UpdateWeightsFromDisk)");
+  }
+  // Opens `bytes` of a trainer's device buffer from its cudaIpcMemHandle_t (64 bytes). Only
+  // backends whose weights live on a CUDA device can; the others say so.
+  virtual StatusOr<std::unique_ptr<IpcBuffer>> OpenIpcBuffer(const std::string& handle,
+                                                             uint64_t bytes) {
+    (void)handle;
+    (void)bytes;
+    return FailedPreconditionError("the " + name() +
+                                   " backend cannot open CUDA IPC buffers (it needs the cuda "
+                                   "backend; use UpdateWeights or UpdateWeightsFromDisk)");
   }
 };
 

@@ -402,11 +402,22 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
     return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
   }
   // Every worker reads and builds at once.
+  return StageEachAndCommit(
+      addresses, served, start,
+      [&](const std::string& address, v1::StageWeightsResponse* answer) {
+        grpc::ClientContext ctx;
+        return Stub(address)->StageWeightsFromDisk(&ctx, request, answer);
+      },
+      request.label(), response);
+}
+
+grpc::Status AdminService::StageEachAndCommit(
+    const std::vector<std::string>& addresses, int64_t served, Clock::time_point start,
+    const std::function<grpc::Status(const std::string&, v1::StageWeightsResponse*)>& stage,
+    const std::string& label, v1::UpdateWeightsResponse* response) {
   std::vector<v1::StageWeightsResponse> answers(addresses.size());
-  const std::vector<grpc::Status> statuses = OnEach(addresses.size(), [&](size_t i) {
-    grpc::ClientContext ctx;
-    return Stub(addresses[i])->StageWeightsFromDisk(&ctx, request, &answers[i]);
-  });
+  const std::vector<grpc::Status> statuses =
+      OnEach(addresses.size(), [&](size_t i) { return stage(addresses[i], &answers[i]); });
   std::vector<Staged> staged;
   grpc::Status failure;
   for (size_t i = 0; i < addresses.size(); ++i) {
@@ -418,13 +429,46 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
   }
   if (!failure.ok()) {
     Discard(staged);
+    LOG(WARNING) << "weights: update refused: " << failure.error_message() << "; version " << served
+                 << " still serving";
     return Error(failure.error_code(), failure.error_message() + "; version " +
                                            std::to_string(served) + " still serving");
   }
   response->set_tensors(answers[0].tensors());
   response->set_bytes(answers[0].bytes());
   response->set_stage_ns(Nanos(Clock::now() - start));
-  return Commit(staged, request.label(), response);
+  return Commit(staged, label, response);
+}
+
+grpc::Status AdminService::UpdateWeightsFromTensor(
+    grpc::ServerContext* context, const v1::UpdateWeightsFromTensorRequest* request,
+    v1::UpdateWeightsResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
+  return UpdateFromTensorNow(*request, response);
+}
+
+grpc::Status AdminService::UpdateFromTensorNow(const v1::UpdateWeightsFromTensorRequest& request,
+                                               v1::UpdateWeightsResponse* response) {
+  if (request.manifest().tensors().empty()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "manifest: no tensors");
+  }
+  if (request.buffers().empty()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, "buffers: none given");
+  }
+  std::vector<std::string> addresses;
+  if (grpc::Status s = CudaMembers("CUDA IPC", &addresses); !s.ok()) return s;
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
+  const auto start = Clock::now();
+  const int64_t served = scheduler_->weight_version().version;
+  // Every worker copies out of the trainer's buffers at once.
+  return StageEachAndCommit(
+      addresses, served, start,
+      [&](const std::string& address, v1::StageWeightsResponse* answer) {
+        grpc::ClientContext ctx;
+        return Stub(address)->StageWeightsFromTensor(&ctx, request, answer);
+      },
+      request.manifest().label(), response);
 }
 
 grpc::Status AdminService::LockUpdate(std::unique_lock<std::timed_mutex>* one,
@@ -780,31 +824,13 @@ grpc::Status AdminService::UpdateFromDistributedNow(
   if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
-  std::vector<v1::StageWeightsResponse> answers(members.size());
-  const std::vector<grpc::Status> statuses = OnEach(members.size(), [&](size_t i) {
-    grpc::ClientContext ctx;
-    return Stub(members[i])->StageWeightsFromDistributed(&ctx, *request, &answers[i]);
-  });
-  std::vector<Staged> staged;
-  grpc::Status failure;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (statuses[i].ok()) {
-      staged.push_back({members[i], answers[i].staged_id()});
-    } else if (failure.ok()) {
-      failure = WithWorker(members[i], statuses[i]);
-    }
-  }
-  if (!failure.ok()) {
-    Discard(staged);
-    LOG(WARNING) << "weights: NCCL update refused: " << failure.error_message() << "; version "
-                 << served << " still serving";
-    return Error(failure.error_code(), failure.error_message() + "; version " +
-                                           std::to_string(served) + " still serving");
-  }
-  response->set_tensors(answers[0].tensors());
-  response->set_bytes(answers[0].bytes());
-  response->set_stage_ns(Nanos(Clock::now() - start));
-  return Commit(staged, request->manifest().label(), response);
+  return StageEachAndCommit(
+      members, served, start,
+      [&](const std::string& address, v1::StageWeightsResponse* answer) {
+        grpc::ClientContext ctx;
+        return Stub(address)->StageWeightsFromDistributed(&ctx, *request, answer);
+      },
+      request->manifest().label(), response);
 }
 
 grpc::Status AdminService::DestroyWeightUpdateGroup(

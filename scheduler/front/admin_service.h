@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,12 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status CommitDirectUpdate(grpc::ServerContext* context,
                                   const v1::CommitDirectUpdateRequest* request,
                                   v1::UpdateWeightsResponse* response) override;
+  grpc::Status UpdateWeightsFromTensor(grpc::ServerContext* context,
+                                       const v1::UpdateWeightsFromTensorRequest* request,
+                                       v1::UpdateWeightsResponse* response) override;
+  // UpdateWeightsFromTensor after authorization (the HTTP route calls it too).
+  grpc::Status UpdateFromTensorNow(const v1::UpdateWeightsFromTensorRequest& request,
+                                   v1::UpdateWeightsResponse* response);
   grpc::Status UpdateWeightsFromDisk(grpc::ServerContext* context,
                                      const v1::UpdateWeightsFromDiskRequest* request,
                                      v1::UpdateWeightsResponse* response) override;
@@ -116,6 +123,14 @@ class AdminService final : public v1::Admin::Service {
                       v1::UpdateWeightsResponse* response);
   // One ControlWeights call to the worker of `s`.
   grpc::Status Control(const Staged& s, v1::ControlWeightsRequest::Action action, int64_t version);
+  // Stages an update on every worker of `addresses` at once (`stage` is one worker's call), then
+  // commits it; on any failure drops every stage and answers the first worker's error, ending
+  // "version `served` still serving". `start`: when the update began (stage_ns).
+  grpc::Status StageEachAndCommit(
+      const std::vector<std::string>& addresses, int64_t served,
+      std::chrono::steady_clock::time_point start,
+      const std::function<grpc::Status(const std::string&, v1::StageWeightsResponse*)>& stage,
+      const std::string& label, v1::UpdateWeightsResponse* response);
   // Drops staged updates (best effort, after a failure).
   void Discard(const std::vector<Staged>& staged);
   // The workers of a new NCCL group: every member that is up, in pool order; FAILED_PRECONDITION

@@ -77,6 +77,10 @@ class BackendRunner final : public StepRunner {
   StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override {
     return backend_->JoinWeightGroup(spec);
   }
+  StatusOr<std::unique_ptr<IpcBuffer>> OpenIpcBuffer(const std::string& handle,
+                                                     uint64_t bytes) override {
+    return backend_->OpenIpcBuffer(handle, bytes);
+  }
 
  private:
   std::unique_ptr<Backend> backend_;

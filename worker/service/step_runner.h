@@ -100,6 +100,12 @@ class StepRunner {
                                    " runner cannot join an NCCL weight-update group (it needs the "
                                    "cuda backend)");
   }
+  // Backend::OpenIpcBuffer (runners without a device say they cannot).
+  virtual StatusOr<std::unique_ptr<IpcBuffer>> OpenIpcBuffer(const std::string&, uint64_t) {
+    return FailedPreconditionError("the " + name() +
+                                   " runner cannot open CUDA IPC buffers (it needs the cuda "
+                                   "backend)");
+  }
 };
 
 // The runner over a real backend; `dtype` is what Info reports.

@@ -58,6 +58,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status StageWeightsFromDistributed(grpc::ServerContext* context,
                                            const v1::UpdateWeightsFromDistributedRequest* request,
                                            v1::StageWeightsResponse* response) override;
+  grpc::Status StageWeightsFromTensor(grpc::ServerContext* context,
+                                      const v1::UpdateWeightsFromTensorRequest* request,
+                                      v1::StageWeightsResponse* response) override;
   grpc::Status LeaveWeightGroup(grpc::ServerContext* context,
                                 const v1::DestroyWeightUpdateGroupRequest* request,
                                 v1::DestroyWeightUpdateGroupResponse* response) override;

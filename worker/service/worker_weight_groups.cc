@@ -1,8 +1,9 @@
-// NCCL weight-update groups on the worker (worker.proto JoinWeightGroup,
-// StageWeightsFromDistributed, LeaveWeightGroup; docs/rl.md "NCCL broadcast"). The backend holds
-// the communicator and the device buffer (Backend::JoinWeightGroup); here the broadcasts are cut
-// back into the manifest's tensors and fed to the same WeightStager as a gRPC push, so the checks
-// and the commit are the same.
+// The GPU transports on the worker: NCCL weight-update groups (worker.proto JoinWeightGroup,
+// StageWeightsFromDistributed, LeaveWeightGroup; docs/rl.md "NCCL broadcast") and CUDA IPC
+// (StageWeightsFromTensor; docs/rl.md "CUDA IPC"). The backend holds the communicator and the
+// device buffer (Backend::JoinWeightGroup) or opens the trainer's buffers (Backend::OpenIpcBuffer);
+// here the bytes are cut back into the manifest's tensors and fed to the same WeightStager as a
+// gRPC push, so the checks and the commit are the same.
 #include <malloc.h>
 
 #include <algorithm>
@@ -35,6 +36,37 @@ BroadcastType TypeOf(const std::string& dtype) {
   if (dtype == "f16" || dtype == "float16") return BroadcastType::kF16;
   return BroadcastType::kBF16;
 }
+
+// Where the next bytes of an update laid out in manifest order go.
+struct ManifestCursor {
+  size_t tensor = 0;
+  uint64_t offset = 0;
+};
+
+// Hands `n` bytes to the stager as the next bytes of the manifest's tensors, in order (a tensor's
+// bytes may arrive in several calls, one call may hold several tensors).
+Status FeedInOrder(WeightStager& stager, ManifestCursor* at, const uint8_t* data, uint64_t n,
+                   const char* what) {
+  uint64_t used = 0;
+  while (used < n) {
+    while (at->tensor < stager.tensor_count() && at->offset == stager.tensor_bytes(at->tensor)) {
+      ++at->tensor;
+      at->offset = 0;
+    }
+    if (at->tensor >= stager.tensor_count()) {
+      return InvalidArgumentError(std::string(what) + " runs past the manifest's tensors");
+    }
+    const uint64_t take = std::min(n - used, stager.tensor_bytes(at->tensor) - at->offset);
+    ASTR_RETURN_IF_ERROR(stager.Add(static_cast<int>(at->tensor), static_cast<int64_t>(at->offset),
+                                    data + used, take));
+    used += take;
+    at->offset += take;
+  }
+  return OkStatus();
+}
+
+// Host memory for one copy out of a CUDA IPC buffer.
+constexpr uint64_t kIpcPieceBytes = uint64_t{64} << 20;
 
 // One broadcast of an update: its bytes and element type.
 struct Piece {
@@ -185,28 +217,12 @@ grpc::Status WorkerService::StageWeightsFromDistributed(
   uint64_t largest = 0;
   for (const Piece& p : *pieces) largest = std::max(largest, p.bytes);
   std::vector<uint8_t> host(largest);
-  size_t tensor = 0;
-  uint64_t offset = 0;
+  ManifestCursor at;
   Status received;
   for (const Piece& p : *pieces) {
     received = receiver->Receive(std::span<uint8_t>(host.data(), p.bytes), p.type);
     if (!received.ok()) break;
-    uint64_t used = 0;
-    while (refused.ok() && used < p.bytes) {
-      while (tensor < stager.tensor_count() && offset == stager.tensor_bytes(tensor)) {
-        ++tensor;
-        offset = 0;
-      }
-      if (tensor >= stager.tensor_count()) {
-        refused = InvalidArgumentError("a broadcast runs past the manifest's tensors");
-        break;
-      }
-      const uint64_t take = std::min(p.bytes - used, stager.tensor_bytes(tensor) - offset);
-      refused = stager.Add(static_cast<int>(tensor), static_cast<int64_t>(offset),
-                           host.data() + used, take);
-      used += take;
-      offset += take;
-    }
+    if (refused.ok()) refused = FeedInOrder(stager, &at, host.data(), p.bytes, "a broadcast");
   }
   receiver->ReleaseBuffer();
   host = {};
@@ -236,6 +252,84 @@ grpc::Status WorkerService::StageWeightsFromDistributed(
   }
   if (!received.ok()) return rpc::ToGrpcStatus(received);
   return rpc::ToGrpcStatus(refused);
+}
+
+grpc::Status WorkerService::StageWeightsFromTensor(
+    grpc::ServerContext* /*context*/, const v1::UpdateWeightsFromTensorRequest* request,
+    v1::StageWeightsResponse* response) {
+  if (updates_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this worker cannot update its weights");
+  }
+  if (request->buffers().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "buffers: none given");
+  }
+  uint64_t total = 0, largest = 0;
+  for (int i = 0; i < request->buffers_size(); ++i) {
+    const int64_t bytes = request->buffers(i).bytes();
+    if (bytes <= 0) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "buffers[" + std::to_string(i) + "].bytes: " + std::to_string(bytes) + " (expected > 0)");
+    }
+    total += static_cast<uint64_t>(bytes);
+    largest = std::max(largest, static_cast<uint64_t>(bytes));
+  }
+  if (!updates_->BeginStaging(kStagingWait)) {
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        "another weight update has been staged on this worker for " +
+                            std::to_string(kStagingWait.count()) + " s");
+  }
+  struct End {
+    WeightUpdates* updates;
+    ~End() {
+      updates->EndStaging();
+      malloc_trim(0);
+    }
+  } end{updates_.get()};
+  WeightStager stager(updates_->config());
+  if (Status s = stager.Begin(request->manifest()); !s.ok()) return rpc::ToGrpcStatus(s);
+  uint64_t want = 0;
+  for (size_t t = 0; t < stager.tensor_count(); ++t) want += stager.tensor_bytes(t);
+  if (total != want) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "buffers: " + std::to_string(total) +
+                            " bytes in all, the manifest's tensors hold " + std::to_string(want));
+  }
+  std::vector<uint8_t> host(std::min(largest, kIpcPieceBytes));
+  ManifestCursor at;
+  for (int i = 0; i < request->buffers_size(); ++i) {
+    const std::string field = "buffers[" + std::to_string(i) + "]";
+    const uint64_t bytes = static_cast<uint64_t>(request->buffers(i).bytes());
+    auto buffer = executor_->mutable_runner().OpenIpcBuffer(request->buffers(i).handle(), bytes);
+    if (!buffer.ok()) {
+      if (buffer.status().code() == StatusCode::kFailedPrecondition) {
+        return rpc::ToGrpcStatus(buffer.status());  // not this buffer's fault: the backend's
+      }
+      return grpc::Status(static_cast<grpc::StatusCode>(buffer.status().code()),
+                          field + "." + std::string(buffer.status().message()));
+    }
+    for (uint64_t off = 0; off < bytes; off += host.size()) {
+      const uint64_t n = std::min<uint64_t>(host.size(), bytes - off);
+      if (Status s = (*buffer)->Read(off, std::span<uint8_t>(host.data(), n)); !s.ok()) {
+        return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                            field + ": " + std::string(s.message()));
+      }
+      if (Status s = FeedInOrder(stager, &at, host.data(), n, "the buffers"); !s.ok()) {
+        return rpc::ToGrpcStatus(s);
+      }
+    }
+  }
+  host = {};
+  auto tensors = stager.Finish();
+  if (!tensors.ok()) return rpc::ToGrpcStatus(tensors.status());
+  auto staged = updates_->StageTensors(std::move(*tensors), stager.bytes_received(),
+                                       executor_->mutable_runner());
+  if (!staged.ok()) return rpc::ToGrpcStatus(staged.status());
+  *response = *staged;
+  LOG(INFO) << "weights: staged update " << response->staged_id() << " from "
+            << request->buffers_size() << " CUDA IPC buffer(s) (" << response->tensors()
+            << " tensors, " << response->bytes() << " bytes)";
+  return grpc::Status::OK;
 }
 
 }  // namespace astr

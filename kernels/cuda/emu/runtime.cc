@@ -6,7 +6,10 @@
 // a launch replays them.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +31,7 @@
 
 #include "kernels/cuda/emu/emu.h"
 #include "kernels/cuda/emu/executor.h"
+#include "kernels/cuda/emu/ipc_handle.h"
 #include "kernels/cuda/emu/profiles.h"
 
 namespace astr::emu {
@@ -100,6 +104,9 @@ struct Memory {
   std::shared_mutex mu;
   std::map<uintptr_t, size_t> device;  // base -> bytes
   std::map<uintptr_t, size_t> pinned;
+  // Buffers of other processes opened by cudaIpcOpenMemHandle (also in `device`): the pointer
+  // handed out -> its mapping and the mapping's length.
+  std::map<uintptr_t, std::pair<void*, size_t>> ipc;
   size_t used = 0;
 };
 Memory& Mem() {
@@ -462,6 +469,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     EMU_NAME(cudaErrorStreamCaptureImplicit)
     EMU_NAME(cudaErrorIllegalState)
     EMU_NAME(cudaErrorNotSupported)
+    EMU_NAME(cudaErrorMapBufferObjectFailed)
     EMU_NAME(cudaErrorUnknown)
 #undef EMU_NAME
     default:
@@ -485,6 +493,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle:
       return "invalid resource handle";
+    case cudaErrorMapBufferObjectFailed:
+      return "mapping of buffer object failed";
     case cudaErrorNotReady:
       return "device not ready";
     case cudaErrorIllegalAddress:
@@ -675,7 +685,7 @@ cudaError_t cudaFree(void* ptr) {
   {
     std::unique_lock<std::shared_mutex> lock(m.mu);
     auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
-    if (it == m.device.end()) return Fail(cudaErrorInvalidValue);
+    if (it == m.device.end() || m.ipc.count(it->first)) return Fail(cudaErrorInvalidValue);
     m.used -= it->second;
     m.device.erase(it);
     emu::g_free_generation.fetch_add(1, std::memory_order_acq_rel);
@@ -719,6 +729,67 @@ cudaError_t cudaFreeHost(void* ptr) {
     m.pinned.erase(it);
   }
   std::free(ptr);
+  return cudaSuccess;
+}
+
+// ---- CUDA IPC: opening another process's buffer (ipc_handle.h) ----------------------------------
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
+  // The emulated runtime's own allocations are not shareable; a trainer exports its buffers
+  // through lib/libastr_cuda_ipc_emu.so.
+  (void)handle;
+  (void)ptr;
+  return Fail(cudaErrorNotSupported);
+}
+
+cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned int) {
+  EMU_STICKY();
+  if (ptr == nullptr) return Fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  EMU_INJECT("cudaIpcOpenMemHandle");
+  emu::IpcHandle h;
+  static_assert(sizeof(h) == sizeof(handle));
+  std::memcpy(&h, &handle, sizeof(h));
+  if (!emu::IsIpcHandle(h)) return Fail(cudaErrorInvalidResourceHandle);
+  // As the driver: a process cannot open its own handle.
+  if (h.pid == getpid()) return Fail(cudaErrorInvalidValue);
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Fail(cudaErrorInvalidResourceHandle);  // the exporter is gone
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < h.bytes) {
+    close(fd);
+    return Fail(cudaErrorInvalidResourceHandle);
+  }
+  void* map = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return Fail(cudaErrorMapBufferObjectFailed);
+  unsigned char* p = static_cast<unsigned char*>(map) + h.offset;
+  emu::Memory& m = emu::Mem();
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    m.device[reinterpret_cast<uintptr_t>(p)] = h.bytes - h.offset;
+    m.ipc[reinterpret_cast<uintptr_t>(p)] = {map, h.bytes};
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void* ptr) {
+  EMU_STICKY();
+  emu::SyncAll();  // the device's work on it ends first
+  std::pair<void*, size_t> mapping;
+  emu::Memory& m = emu::Mem();
+  {
+    std::unique_lock<std::shared_mutex> lock(m.mu);
+    auto it = m.ipc.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == m.ipc.end()) return Fail(cudaErrorInvalidValue);
+    mapping = it->second;
+    m.ipc.erase(it);
+    m.device.erase(reinterpret_cast<uintptr_t>(ptr));
+    emu::g_free_generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  munmap(mapping.first, mapping.second);
   return cudaSuccess;
 }
 

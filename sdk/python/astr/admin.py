@@ -132,6 +132,13 @@ class AdminClient:
         request = apb.BeginDirectUpdateRequest(timeout_ms=timeout_ms)
         return self._call("BeginDirectUpdate", request, apb.BeginDirectUpdateResponse, timeout)
 
+    def update_weights_from_tensor(
+        self, request: apb.UpdateWeightsFromTensorRequest, *, timeout: Optional[float] = None
+    ) -> apb.UpdateWeightsResponse:
+        """CUDA IPC: the manifest and the IPC handles of the buffers holding its tensors' bytes
+        (WeightSync(transport="ipc") builds them); returns once every worker serves them."""
+        return self._call("UpdateWeightsFromTensor", request, apb.UpdateWeightsResponse, timeout)
+
     def commit_direct_update(
         self, request: apb.CommitDirectUpdateRequest, *, timeout: Optional[float] = None
     ) -> apb.UpdateWeightsResponse:

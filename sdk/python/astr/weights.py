@@ -284,6 +284,9 @@ class WeightSync:
         checksums: put each tensor's XXH64 in the manifest, so every worker checks what it got
             (needs the xxhash package). Costs one extra pass over the tensors.
         transport: "grpc" streams the bytes through the scheduler (Admin.UpdateWeights);
+            "ipc" lays them in device buffers of this process and sends their CUDA IPC handles
+            (Admin.UpdateWeightsFromTensor, astr.cuda_ipc; workers on this machine's GPUs,
+            bucket_bytes per buffer, default DEFAULT_NCCL_BUCKET_BYTES);
             "direct" streams them from this process straight to every worker (one stream and
             thread each; the scheduler reserves and commits the update: Admin.BeginDirectUpdate,
             docs/rl.md "The direct route"), which is faster where the trainer can reach the
@@ -292,6 +295,8 @@ class WeightSync:
             going over gRPC (astr.nccl; the workers must run the cuda backend). With "nccl",
             bucket_bytes is the size of each broadcast (default DEFAULT_NCCL_BUCKET_BYTES) and
             push() makes the group on first use; close() destroys it.
+        cuda_library: transport="ipc": the libcudart to load (None: ASTR_CUDART_LIBRARY, else
+            libcudart.so).
         group_name, nccl_library, group_timeout_s: the NCCL group's name, the libnccl to load
             (None: ASTR_NCCL_LIBRARY, else libnccl.so.2) and how long joining and each broadcast
             may take before the workers abort it.
@@ -305,16 +310,18 @@ class WeightSync:
         chunk_bytes: Optional[int] = None,
         dtype: Optional[str] = None,
         checksums: bool = True,
-        transport: Literal["grpc", "direct", "nccl"] = "grpc",
+        transport: Literal["grpc", "direct", "nccl", "ipc"] = "grpc",
         group_name: str = "default",
         nccl_library: Optional[str] = None,
         group_timeout_s: float = 300.0,
         worker_credentials: Optional[grpc.ChannelCredentials] = None,
+        cuda_library: Optional[str] = None,
     ) -> None:
-        if transport not in ("grpc", "direct", "nccl"):
-            raise ValueError(f"transport={transport!r}: expected 'grpc', 'direct' or 'nccl'")
+        if transport not in ("grpc", "direct", "nccl", "ipc"):
+            raise ValueError(f"transport={transport!r}: expected 'grpc', 'direct', 'nccl' or "
+                             "'ipc'")
         if bucket_bytes is None:
-            bucket_bytes = DEFAULT_NCCL_BUCKET_BYTES if transport == "nccl" else \
+            bucket_bytes = DEFAULT_NCCL_BUCKET_BYTES if transport in ("nccl", "ipc") else \
                 DEFAULT_BUCKET_BYTES
         if chunk_bytes is None:
             chunk_bytes = min(DEFAULT_CHUNK_BYTES, bucket_bytes)
@@ -340,8 +347,13 @@ class WeightSync:
             self._xxh64 = xxhash.xxh64
         self.transport = transport
         self._worker_credentials = worker_credentials
-        if transport == "direct" and not isinstance(admin, AdminClient):
-            raise TypeError("transport='direct' needs an AdminClient")
+        if transport in ("direct", "ipc") and not isinstance(admin, AdminClient):
+            raise TypeError(f"transport={transport!r} needs an AdminClient")
+        self._ipc: Any = None
+        if transport == "ipc":
+            from .cuda_ipc import IpcTransport
+
+            self._ipc = IpcTransport(admin, cuda_library)
         self._nccl: Any = None
         if transport == "nccl":
             if not isinstance(admin, AdminClient):
@@ -428,6 +440,9 @@ class WeightSync:
                 tensors, manifest, self.bucket_bytes, self.chunk_bytes, timeout)
         if self.transport == "direct":
             return self._push_direct(tensors, manifest, timeout)
+        if self._ipc is not None:
+            return self._ipc.push(  # type: ignore[no-any-return]
+                tensors, manifest, self.bucket_bytes, self.chunk_bytes, timeout)
         failures: List[Exception] = []
 
         def stream() -> Iterator[apb.UpdateWeightsRequest]:

@@ -13,6 +13,7 @@
 #include "kernels/cuda/paged_attention_generic.h"
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
+#include "worker/backends/cuda/cuda_ipc.h"
 #include "worker/backends/cuda/cuda_weight_set.h"
 #include "worker/backends/cuda/nccl_group.h"
 
@@ -271,6 +272,11 @@ StatusOr<MemoryChange> CudaBackend::ResumeMemory(MemoryTags tags) {
 StatusOr<std::unique_ptr<WeightReceiver>> CudaBackend::JoinWeightGroup(
     const WeightGroupSpec& spec) {
   return JoinNcclWeightGroup(spec);
+}
+
+StatusOr<std::unique_ptr<IpcBuffer>> CudaBackend::OpenIpcBuffer(const std::string& handle,
+                                                                uint64_t bytes) {
+  return OpenCudaIpcBuffer(handle, bytes);
 }
 
 std::unique_ptr<WeightSet> CudaBackend::SwapWeights(std::unique_ptr<WeightSet> set) {

@@ -55,6 +55,8 @@ class CudaBackend final : public Backend {
   bool releasable() const { return weight_arena_ != nullptr && kv_arena_ != nullptr; }
   // NCCL weight-update groups (nccl_group.h).
   StatusOr<std::unique_ptr<WeightReceiver>> JoinWeightGroup(const WeightGroupSpec& spec) override;
+  StatusOr<std::unique_ptr<IpcBuffer>> OpenIpcBuffer(const std::string& handle,
+                                                     uint64_t bytes) override;
 
   // For tests and benchmarks.
   const CudaGraphContext& graphs() const { return *graphs_; }
