@@ -280,8 +280,9 @@ StatusOr<std::vector<client::WeightBucket>> Buckets(const cli::SafetensorsUpload
   return client::PlanWeightBuckets(sizes, bucket_bytes);
 }
 
-// The client's CPU cost alone: every bucket copied into its message and serialized, as the push
-// does before a byte leaves the process.
+// What a protobuf encoding of the stream costs the client alone: every bucket copied into its
+// message and serialized (the SDK's pushes no longer do this: they reference the tensors' bytes,
+// EncodedUpdate in admin_client.cc; the profile's direct stage still sends protobuf messages).
 StatusOr<double> EncodeSeconds(const cli::SafetensorsUpload& upload, int64_t bucket_bytes) {
   ASTR_ASSIGN_OR_RETURN(const auto buckets, Buckets(upload, bucket_bytes));
   v1::UpdateWeightsRequest message;

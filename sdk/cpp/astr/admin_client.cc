@@ -1,6 +1,9 @@
 #include "astr/admin_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -65,34 +68,102 @@ StatusOr<std::vector<WeightBucket>> PlanUpdate(
   return PlanWeightBuckets(sizes, bucket_bytes);
 }
 
-// Writes the manifest, then each bucket, then WritesDone; returns the buckets written (fewer
-// than all when the server closed the stream: Finish says why).
-size_t WriteUpdate(grpc::ClientWriter<v1::UpdateWeightsRequest>* writer,
-                   const v1::WeightManifest& manifest,
-                   std::span<const std::span<const uint8_t>> tensor_data,
-                   const std::vector<WeightBucket>& buckets, bool* open) {
-  // One message, reused: Clear() keeps the cleared chunks and their buffers, so the buckets after
-  // the first allocate (almost) nothing.
-  v1::UpdateWeightsRequest message;
-  *message.mutable_manifest() = manifest;
-  *open = writer->Write(message);
-  size_t sent = 0;
-  while (*open && sent < buckets.size()) {
-    message.Clear();
-    for (const WeightChunkSpan& span : buckets[sent]) {
-      v1::WeightChunk* chunk = message.add_chunks();
-      chunk->set_tensor(span.tensor);
-      chunk->set_offset(span.offset);
-      const uint8_t* data = tensor_data[span.tensor].data() + span.offset;
-      chunk->mutable_data()->assign(reinterpret_cast<const char*>(data),
-                                    static_cast<size_t>(span.bytes));
-    }
-    *open = writer->Write(message);
-    if (*open) ++sent;
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
   }
-  if (*open) *open = writer->WritesDone();
-  return sent;
+  out->push_back(static_cast<char>(v));
 }
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+// An update's UpdateWeights messages as protobuf wire bytes, built without copying the tensors:
+// each chunk's `data` is a slice that points at the caller's memory, so the only copy of the bytes
+// on this side is the kernel's (and one update sent to several workers is encoded once per message,
+// not once per worker). The caller's tensor data must outlive the streams written with it.
+class EncodedUpdate {
+ public:
+  EncodedUpdate(const v1::WeightManifest& manifest,
+                std::span<const std::span<const uint8_t>> tensor_data,
+                const std::vector<WeightBucket>& buckets)
+      : tensor_data_(tensor_data), buckets_(buckets) {
+    v1::UpdateWeightsRequest first;
+    *first.mutable_manifest() = manifest;
+    const std::string bytes = first.SerializeAsString();
+    grpc::Slice slice(bytes);
+    manifest_ = grpc::ByteBuffer(&slice, 1);
+  }
+
+  const grpc::ByteBuffer& Manifest() const { return manifest_; }
+  size_t buckets() const { return buckets_.size(); }
+
+  // UpdateWeightsRequest.chunks (field 2) of bucket b: per chunk its header (tensor = field 1,
+  // offset = field 2, the length of data = field 3) copied, then its data referenced.
+  grpc::ByteBuffer Bucket(size_t b) const {
+    std::vector<grpc::Slice> slices;
+    slices.reserve(2 * buckets_[b].size());
+    for (const WeightChunkSpan& span : buckets_[b]) {
+      const uint64_t n = static_cast<uint64_t>(span.bytes);
+      const uint64_t tensor = static_cast<uint64_t>(span.tensor);
+      const uint64_t offset = static_cast<uint64_t>(span.offset);
+      const uint64_t chunk =
+          1 + VarintSize(tensor) + 1 + VarintSize(offset) + 1 + VarintSize(n) + n;
+      std::string header;
+      header.push_back(0x12);  // chunks: field 2, length-delimited
+      PutVarint(&header, chunk);
+      header.push_back(0x08);  // WeightChunk.tensor: field 1, varint
+      PutVarint(&header, tensor);
+      header.push_back(0x10);  // WeightChunk.offset: field 2, varint
+      PutVarint(&header, offset);
+      header.push_back(0x1a);  // WeightChunk.data: field 3, length-delimited
+      PutVarint(&header, n);
+      slices.emplace_back(header);
+      slices.emplace_back(tensor_data_[span.tensor].data() + span.offset, static_cast<size_t>(n),
+                          grpc::Slice::STATIC_SLICE);
+    }
+    return grpc::ByteBuffer(slices.data(), slices.size());
+  }
+
+ private:
+  std::span<const std::span<const uint8_t>> tensor_data_;
+  const std::vector<WeightBucket>& buckets_;
+  grpc::ByteBuffer manifest_;
+};
+
+// A client stream of UpdateWeightsRequest messages written as raw bytes (EncodedUpdate) to
+// `method` ("/astr.v1.Admin/UpdateWeights", "/astr.v1.Worker/StageWeights"), the way the generated
+// stubs open one; its single answer is parsed into `response`.
+class RawUpdateStream {
+ public:
+  RawUpdateStream(const std::shared_ptr<grpc::Channel>& channel, const char* method,
+                  grpc::ClientContext* ctx, google::protobuf::MessageLite* response)
+      : method_(method, grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
+        writer_(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel.get(), method_, ctx, response)) {}
+
+  // Writes the manifest, then each bucket, then WritesDone; returns the buckets written (fewer
+  // than all when the server closed the stream: Finish says why).
+  size_t Write(const EncodedUpdate& update, bool* open) {
+    *open = writer_->Write(update.Manifest());
+    size_t sent = 0;
+    while (*open && sent < update.buckets()) {
+      *open = writer_->Write(update.Bucket(sent));
+      if (*open) ++sent;
+    }
+    if (*open) *open = writer_->WritesDone();
+    return sent;
+  }
+  grpc::Status Finish() { return writer_->Finish(); }
+
+ private:
+  grpc::internal::RpcMethod method_;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer_;
+};
 
 Status ClosedEarly(const char* call, size_t sent, size_t buckets) {
   return InternalError(std::string(call) + ": the server closed the stream after " +
@@ -107,14 +178,15 @@ StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeights(
     int64_t bucket_bytes, const CallOptions& options) {
   ASTR_ASSIGN_OR_RETURN(const std::vector<WeightBucket> buckets,
                         PlanUpdate("UpdateWeights", manifest, tensor_data, bucket_bytes));
+  const EncodedUpdate update(manifest, tensor_data, buckets);
   grpc::ClientContext ctx;
   ApplyCallOptions(options, &ctx);
   Authorize(&ctx);
   v1::UpdateWeightsResponse response;
-  auto writer = stub_->UpdateWeights(&ctx, &response);
+  RawUpdateStream stream(channel_, "/astr.v1.Admin/UpdateWeights", &ctx, &response);
   bool open = false;
-  const size_t sent = WriteUpdate(writer.get(), manifest, tensor_data, buckets, &open);
-  const grpc::Status status = writer->Finish();
+  const size_t sent = stream.Write(update, &open);
+  const grpc::Status status = stream.Finish();
   if (!status.ok()) return rpc::FromGrpcStatus(status);
   if (!open) return ClosedEarly("UpdateWeights", sent, buckets.size());
   return response;
@@ -137,6 +209,7 @@ StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeightsDirect(
         Authorize(ctx);
         return stub_->BeginDirectUpdate(ctx, begin, r);
       })));
+  const EncodedUpdate update(manifest, tensor_data, buckets);  // shared by every worker's stream
   const size_t n = static_cast<size_t>(reservation.workers_size());
   std::vector<Status> failures(n);
   std::vector<v1::StageWeightsResponse> answers(n);
@@ -149,13 +222,12 @@ StatusOr<v1::UpdateWeightsResponse> AdminClient::UpdateWeightsDirect(
         failures[w] = channel.status();
         return;
       }
-      auto stub = v1::Worker::NewStub(*channel);
       grpc::ClientContext ctx;
       ApplyCallOptions(options, &ctx);
-      auto writer = stub->StageWeights(&ctx, &answers[w]);
+      RawUpdateStream stream(*channel, "/astr.v1.Worker/StageWeights", &ctx, &answers[w]);
       bool open = false;
-      const size_t sent = WriteUpdate(writer.get(), manifest, tensor_data, buckets, &open);
-      const grpc::Status status = writer->Finish();
+      const size_t sent = stream.Write(update, &open);
+      const grpc::Status status = stream.Finish();
       if (!status.ok()) {
         failures[w] = rpc::FromGrpcStatus(status);
       } else if (!open) {
