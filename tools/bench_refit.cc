@@ -13,6 +13,7 @@
 //            --from-safetensors's code), client start to response, with its stage_ns / commit_ns;
 //   direct   the same update over the direct route (AdminClient::UpdateWeightsDirect: reserved
 //            and committed by the scheduler, the bytes sent straight to every worker);
+//   disk     Admin.UpdateWeightsFromDisk of --model (each worker reads the checkpoint itself);
 //   profile  the same stream sent to every worker's StageWeights directly (no scheduler hop),
 //            with the workers' prepare_ns; the client's own cost to encode the buckets; and the
 //            copy again into buffers allocated on the clock (what first-touch page faults cost);
@@ -108,6 +109,7 @@ struct Flags {
   int64_t worker_threads = 0;
   bool profile = true;
   bool direct = true;
+  bool disk = true;
   bool child_logs = false;
   std::vector<std::string> child_env;
   std::string kv_on_update = "recompute";
@@ -409,6 +411,8 @@ struct Measured {
   Series push_over_copy_after_first;
   // The direct route (AdminClient::UpdateWeightsDirect), right after the push.
   Series direct_push_s, direct_push_over_copy;
+  // Admin.UpdateWeightsFromDisk of --model, right after.
+  Series disk_s, disk_over_copy;
   double first_push_s = 0, first_push_over_copy = 0;
   Series copy_fresh_s, direct_s, prepare_ms, encode_s;
   Series load_push_s, load_commit_ms, tokens_per_s_before, tokens_per_s_during, max_gap_ms,
@@ -515,6 +519,20 @@ Status MeasureIdle(Bench& run, client::AdminClient& admin, const Deployment& d, 
     line += "; direct route " + Fixed(direct.wall_s, 2) + " s (version " +
             std::to_string(direct.response.version()) + ")";
   }
+  if (run.f.disk) {
+    v1::UpdateWeightsFromDiskRequest request;
+    request.set_path(std::filesystem::absolute(run.f.model).string());
+    request.set_label(tag + "-disk");
+    const auto start = Clock::now();
+    ASTR_ASSIGN_OR_RETURN(const v1::UpdateWeightsResponse disk,
+                          admin.UpdateWeightsFromDisk(request));
+    const double disk_s = Seconds(NanosSince(start));
+    ++m->pushes;
+    m->disk_s.Add(disk_s);
+    m->disk_over_copy.Add(disk_s / copy_s);
+    line +=
+        "; from disk " + Fixed(disk_s, 2) + " s (version " + std::to_string(disk.version()) + ")";
+  }
   if (run.f.profile) {
     ASTR_ASSIGN_OR_RETURN(const DirectStage direct,
                           StageDirect(d.worker_addresses, run.upload, bucket));
@@ -554,6 +572,11 @@ json Summarize(const Bench& run, const Measured& m, int64_t workers) {
     j["direct_push_s"] = m.direct_push_s.Json();
     j["direct_push_over_copy"] = m.direct_push_over_copy.Json();
     j["direct_push_target_met"] = m.direct_push_over_copy.Median() <= kTargetPushOverCopy;
+  }
+  if (!m.disk_s.empty()) {
+    j["disk_s"] = m.disk_s.Json();
+    j["disk_over_copy"] = m.disk_over_copy.Json();
+    j["disk_target_met"] = m.disk_over_copy.Median() <= kTargetPushOverCopy;
   }
   if (!m.direct_s.empty()) {
     j["profile"] = {{"copy_into_fresh_memory_s", m.copy_fresh_s.Json()},
@@ -729,6 +752,9 @@ int Main(int argc, const char* const* argv) {
           "Also push over the direct route after each push (Admin.BeginDirectUpdate: the bytes "
           "go from this process to every worker's StageWeights, the scheduler commits): "
           "direct_push_s and direct_push_over_copy.");
+  fs.Bool("disk", &f.disk,
+          "Also update from disk after each push (Admin.UpdateWeightsFromDisk of --model, which "
+          "every worker reads itself): disk_s and disk_over_copy against the same copy.");
   fs.Bool("child-logs", &f.child_logs, "Forward the workers' and scheduler's logs to stderr.");
   fs.StringList("child-env", &f.child_env,
                 "KEY=VALUE added to the environment of the started workers and scheduler (e.g. "

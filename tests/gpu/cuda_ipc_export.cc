@@ -9,13 +9,23 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "tests/gpu/cuda_ipc_pattern.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s BYTES\n", argv[0]);
+  if (argc == 2 && std::strcmp(argv[1], "--help") == 0) {
+    std::printf(
+        "Usage: astr-test-cuda-ipc-export%s BYTES\n\n"
+        "The other process of the op table's cuda_ipc_read cases (tests/gpu/cuda_ipc_cases.cc):\n"
+        "allocates BYTES of device memory, fills it with a known pattern, prints the buffer's\n"
+        "cudaIpcMemHandle_t in hex on one line, and frees it and exits 0 once its stdin closes.\n",
+        std::strstr(argv[0], "-emu") != nullptr ? "-emu" : "");
+    return 0;
+  }
+  if (argc != 2 || std::strtoull(argv[1], nullptr, 10) == 0) {
+    std::fprintf(stderr, "usage: %s BYTES (see --help)\n", argv[0]);
     return 2;
   }
   const size_t bytes = std::strtoull(argv[1], nullptr, 10);

@@ -64,6 +64,10 @@ TEST(BenchRefitTest, OneAndTwoWorkersOnStories260K) {
     ExpectSeries(run, "direct_push_s", 1);
     ExpectSeries(run, "direct_push_over_copy", 1);
     EXPECT_TRUE(run["direct_push_target_met"].is_boolean());
+    // And from disk.
+    ExpectSeries(run, "disk_s", 1);
+    ExpectSeries(run, "disk_over_copy", 1);
+    EXPECT_TRUE(run["disk_target_met"].is_boolean());
     ASSERT_TRUE(run.contains("profile"));
     ExpectSeries(run["profile"], "direct_stage_s", 1);
     ExpectSeries(run["profile"], "prepare_ms", i + 1);  // one per worker
@@ -76,10 +80,10 @@ TEST(BenchRefitTest, OneAndTwoWorkersOnStories260K) {
     ExpectSeries(run["pause_resume"], "push_s", 1);
     ExpectSeries(run["pause_resume"], "overhead_ms", 1, /*positive=*/false);
     EXPECT_TRUE(run["pause_resume_target_met"].is_boolean());
-    // One repetition pushes four times (idle, over the direct route, while serving, paused);
-    // the direct stages of the profile are discarded and never served.
-    EXPECT_EQ(run["pushes"], 4);
-    EXPECT_EQ(run["version_after"].get<int64_t>() - run["version_before"].get<int64_t>(), 4);
+    // One repetition updates five times (idle, over the direct route, from disk, while serving,
+    // paused); the direct stages of the profile are discarded and never served.
+    EXPECT_EQ(run["pushes"], 5);
+    EXPECT_EQ(run["version_after"].get<int64_t>() - run["version_before"].get<int64_t>(), 5);
     EXPECT_EQ(run["version_advanced"], true);
     EXPECT_EQ(run["worker_peak_rss_mb"].size(), i + 1);
   }
@@ -89,7 +93,7 @@ TEST(BenchRefitTest, HelpAndUsageErrors) {
   const testing::CommandResult help = testing::RunCommand(Bench() + " --help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--model", "--worker-counts", "--repetitions", "--bucket-mb",
-                           "--streams", "--workers", "--min-available-mb", "--direct"}) {
+                           "--streams", "--workers", "--min-available-mb", "--direct", "--disk"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(testing::RunCommand(Bench() + " 2>/dev/null").exit_code, 2);  // --model is required
