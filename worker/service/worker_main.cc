@@ -155,7 +155,7 @@ int Main(int argc, const char* const* argv) {
   int64_t max_batch = 256;
   int64_t drain_timeout_s = 60;
   bool spare_weights = true;
-  int64_t receive_buffers_mb = 256;
+  int64_t receive_buffers_mb = 64;
   TlsFlags tls_flags;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("listen", &listen,
