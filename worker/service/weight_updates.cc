@@ -1,5 +1,7 @@
 #include "worker/service/weight_updates.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -482,6 +484,11 @@ Status WeightUpdates::Checksums(const v1::GetWeightsChecksumRequest& request,
     c->set_xxh64(model::ContentHash64(view.data, view.bytes));
   }
   return OkStatus();
+}
+
+StagingLease::~StagingLease() {
+  updates->EndStaging();
+  malloc_trim(0);
 }
 
 }  // namespace astr

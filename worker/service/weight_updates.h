@@ -154,4 +154,11 @@ class WeightUpdates {
   std::condition_variable staging_ended_;
 };
 
+// Ends a staging slot taken with BeginStaging however the call ends, and gives the memory of a
+// refused or finished stage back to the system (malloc_trim).
+struct StagingLease {
+  WeightUpdates* updates;
+  ~StagingLease();
+};
+
 }  // namespace astr

@@ -4,7 +4,6 @@
 // device buffer (Backend::JoinWeightGroup) or opens the trainer's buffers (Backend::OpenIpcBuffer);
 // here the bytes are cut back into the manifest's tensors and fed to the same WeightStager as a
 // gRPC push, so the checks and the commit are the same.
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -231,13 +230,7 @@ grpc::Status WorkerService::StageWeightsFromDistributed(
                  << "' failed, the group is aborted: " << received.message();
   }
   if (staging) {
-    struct End {
-      WeightUpdates* updates;
-      ~End() {
-        updates->EndStaging();
-        malloc_trim(0);
-      }
-    } end{updates_.get()};
+    StagingLease lease{updates_.get()};
     if (!received.ok()) return rpc::ToGrpcStatus(received);
     if (!refused.ok()) return rpc::ToGrpcStatus(refused);
     auto tensors = stager.Finish();
@@ -279,13 +272,7 @@ grpc::Status WorkerService::StageWeightsFromTensor(
                         "another weight update has been staged on this worker for " +
                             std::to_string(kStagingWait.count()) + " s");
   }
-  struct End {
-    WeightUpdates* updates;
-    ~End() {
-      updates->EndStaging();
-      malloc_trim(0);
-    }
-  } end{updates_.get()};
+  StagingLease lease{updates_.get()};
   WeightStager stager(updates_->config());
   if (Status s = stager.Begin(request->manifest()); !s.ok()) return rpc::ToGrpcStatus(s);
   uint64_t want = 0;

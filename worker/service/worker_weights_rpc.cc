@@ -29,15 +29,6 @@ grpc::Status Busy() {
                           std::to_string(kStagingWait.count()) + " s");
 }
 
-// Releases the staging slot however the call ends, and the memory of a refused update.
-struct StagingLease {
-  WeightUpdates* updates;
-  ~StagingLease() {
-    updates->EndStaging();
-    malloc_trim(0);
-  }
-};
-
 }  // namespace
 
 grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
