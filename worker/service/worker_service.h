@@ -25,6 +25,8 @@
 
 namespace astr {
 
+// StageWeights is served from the received bytes (StageWeightsRaw), not through the generated
+// protobuf handler: the constructor puts a ByteBuffer handler in its place.
 class WorkerService final : public v1::Worker::Service {
  public:
   // `static_info` holds the model, pool and limits (LoadWorker's info); counters are added per
@@ -38,7 +40,12 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Step(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
 
-  // Weight updates (worker_weights_rpc.cc; worker.proto).
+  // Weight updates (worker_weights_rpc.cc; worker.proto). Worker.StageWeights: each
+  // UpdateWeightsRequest parsed from the bytes gRPC received (raw_update_message.h).
+  grpc::Status StageWeightsRaw(grpc::ServerContext* context,
+                               grpc::ServerReader<grpc::ByteBuffer>* reader,
+                               v1::StageWeightsResponse* response);
+  // The generated typed handler, replaced: never called.
   grpc::Status StageWeights(grpc::ServerContext* context,
                             grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                             v1::StageWeightsResponse* response) override;

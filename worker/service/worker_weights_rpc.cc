@@ -8,6 +8,7 @@
 
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
+#include "worker/service/raw_update_message.h"
 #include "worker/service/worker_service.h"
 
 namespace astr {
@@ -31,9 +32,9 @@ grpc::Status Busy() {
 
 }  // namespace
 
-grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
-                                         grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
-                                         v1::StageWeightsResponse* response) {
+grpc::Status WorkerService::StageWeightsRaw(grpc::ServerContext* context,
+                                            grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                            v1::StageWeightsResponse* response) {
   if (updates_ == nullptr) return NoUpdates();
   if (!updates_->BeginStaging(kStagingWait)) return Busy();
   StagingLease lease{updates_.get()};
@@ -41,21 +42,45 @@ grpc::Status WorkerService::StageWeights(grpc::ServerContext* context,
   std::unique_ptr<WeightBuilder> builder;
   if (auto b = executor_->mutable_runner().BeginWeights(); b.ok()) builder = std::move(*b);
   WeightStager stager(updates_->config(), builder.get());
-  v1::UpdateWeightsRequest message;
+  grpc::ByteBuffer bytes;
   bool first = true;
-  while (reader->Read(&message)) {
+  // Each chunk's data goes to the stager from the received slices, piece by piece.
+  auto add = [&](int32_t tensor, int64_t offset, ChunkPieces pieces) -> Status {
+    if (first) return InvalidArgumentError("the first message must carry the manifest");
+    for (const auto& piece : pieces) {
+      ASTR_RETURN_IF_ERROR(stager.Add(tensor, offset, piece.data(), piece.size()));
+      offset += static_cast<int64_t>(piece.size());
+    }
+    if (pieces.empty()) ASTR_RETURN_IF_ERROR(stager.Add(tensor, offset, nullptr, 0));
+    return OkStatus();
+  };
+  while (reader->Read(&bytes)) {
+    RawUpdateMessage message;
+    // The manifest comes before any chunk of the first message (as every encoder writes it):
+    // parse that message's manifest first.
     if (first) {
-      first = false;
-      if (!message.has_manifest()) {
+      if (Status s = ParseRawUpdateMessage(
+              bytes, &message, [](int32_t, int64_t, ChunkPieces) { return OkStatus(); });
+          !s.ok()) {
+        return rpc::ToGrpcStatus(s);
+      }
+      if (!message.has_manifest) {
         return rpc::ToGrpcStatus(
             InvalidArgumentError("manifest: the first message must carry the manifest"));
       }
-      if (Status s = stager.Begin(message.manifest()); !s.ok()) return rpc::ToGrpcStatus(s);
-    } else if (message.has_manifest()) {
-      return rpc::ToGrpcStatus(InvalidArgumentError("manifest: only the first message carries it"));
+      if (Status s = stager.Begin(message.manifest); !s.ok()) return rpc::ToGrpcStatus(s);
+      first = false;
+      message = RawUpdateMessage();
+      if (Status s = ParseRawUpdateMessage(bytes, &message, add); !s.ok()) {
+        return rpc::ToGrpcStatus(s);
+      }
+      continue;
     }
-    for (const v1::WeightChunk& chunk : message.chunks()) {
-      if (Status s = stager.Add(chunk); !s.ok()) return rpc::ToGrpcStatus(s);
+    if (Status s = ParseRawUpdateMessage(bytes, &message, add); !s.ok()) {
+      return rpc::ToGrpcStatus(s);
+    }
+    if (message.has_manifest) {
+      return rpc::ToGrpcStatus(InvalidArgumentError("manifest: only the first message carries it"));
     }
   }
   if (context->IsCancelled()) {
