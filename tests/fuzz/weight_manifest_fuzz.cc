@@ -2,9 +2,10 @@
 // check and the chunk assembly of WeightStager, then the staging, apply and rollback of
 // WeightUpdates, on the live stories260K worker of stories_worker.h. Input: a stream of serialized
 // astr.v1.UpdateWeightsRequests, each framed by a u16 little-endian length (fuzz_input.h Record),
-// handled as the worker's StageWeights handles its stream: the first message must carry the
-// manifest, no later one may, every chunk goes to the stager, and the stream's end (or a record
-// that does not parse) finishes it.
+// handled as the worker's StageWeights handles its stream: each record parsed from its bytes
+// (raw_update_message.h, checked against protobuf's parse of the same record), the first message
+// must carry the manifest, no later one may, every chunk goes to the stager, and the stream's end
+// (or a record that does not parse) finishes it.
 //
 // An update that stages is applied, one greedy step runs on its weights (whatever values they
 // hold: NaN and infinities included), and it is rolled back. Checked, as weight_updates.h
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/stories_worker.h"
+#include "worker/service/raw_update_message.h"
 #include "worker/service/weight_updates.h"
 
 namespace astr::fuzz {
@@ -34,19 +37,59 @@ constexpr int kMaxMessages = 64;
 WeightUpdates* g_updates = nullptr;
 v1::SampledToken* g_served_token = nullptr;  // the served model's greedy token for the prompt
 
-// The stager's part: the received tensors, or nothing when the stream is refused.
+void Check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+struct Chunk {
+  int32_t tensor;
+  int64_t offset;
+  std::string data;
+};
+
+// The stager's part: the received tensors, or nothing when the stream is refused. Each record is
+// parsed as the worker parses it (raw_update_message.h, from a ByteBuffer cut in three slices);
+// whatever that parser accepts, protobuf must read the same way (the same manifest and chunks).
 StatusOr<UpdateTensors> Receive(FuzzInput& in, WeightStager& stager) {
-  v1::UpdateWeightsRequest message;
   for (int i = 0; i < kMaxMessages && !in.empty(); ++i) {
     const std::string_view record = in.Record();
-    if (!message.ParseFromArray(record.data(), static_cast<int>(record.size()))) break;
+    std::vector<grpc::Slice> slices;
+    const size_t a = record.size() / 3, b = 2 * record.size() / 3;
+    slices.emplace_back(record.data(), a);
+    slices.emplace_back(record.data() + a, b - a);
+    slices.emplace_back(record.data() + b, record.size() - b);
+    const grpc::ByteBuffer bytes(slices.data(), slices.size());
+    RawUpdateMessage message;
+    std::vector<Chunk> chunks;
+    const Status parsed =
+        ParseRawUpdateMessage(bytes, &message, [&](int32_t t, int64_t o, ChunkPieces pieces) {
+          std::string data;
+          for (const auto& p : pieces)
+            data.append(reinterpret_cast<const char*>(p.data()), p.size());
+          chunks.push_back({t, o, std::move(data)});
+          return OkStatus();
+        });
+    if (!parsed.ok()) break;  // the worker refuses the stream
+    v1::UpdateWeightsRequest oracle;
+    Check(oracle.ParseFromArray(record.data(), static_cast<int>(record.size())));
+    Check(oracle.has_manifest() == message.has_manifest);
+    Check(oracle.manifest().SerializeAsString() == message.manifest.SerializeAsString());
+    Check(static_cast<size_t>(oracle.chunks_size()) == chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const v1::WeightChunk& want = oracle.chunks(static_cast<int>(c));
+      Check(want.tensor() == chunks[c].tensor && want.offset() == chunks[c].offset &&
+            want.data() == chunks[c].data);
+    }
     if (i == 0) {
-      if (!message.has_manifest()) return InvalidArgumentError("no manifest");
-      ASTR_RETURN_IF_ERROR(stager.Begin(message.manifest()));
-    } else if (message.has_manifest()) {
+      if (!message.has_manifest) return InvalidArgumentError("no manifest");
+      ASTR_RETURN_IF_ERROR(stager.Begin(message.manifest));
+    } else if (message.has_manifest) {
       return InvalidArgumentError("a second manifest");
     }
-    for (const v1::WeightChunk& chunk : message.chunks()) ASTR_RETURN_IF_ERROR(stager.Add(chunk));
+    for (const Chunk& c : chunks) {
+      ASTR_RETURN_IF_ERROR(stager.Add(
+          c.tensor, c.offset, reinterpret_cast<const uint8_t*>(c.data.data()), c.data.size()));
+    }
   }
   return stager.Finish();
 }
@@ -89,10 +132,6 @@ v1::ControlWeightsRequest Control(v1::ControlWeightsRequest::Action action, uint
   r.set_staged_id(staged_id);
   r.set_version(version);
   return r;
-}
-
-void Check(bool ok) {
-  if (!ok) __builtin_trap();
 }
 
 // Serves the staged update for one step, then rolls it back.
