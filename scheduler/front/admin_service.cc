@@ -1,5 +1,10 @@
 #include "scheduler/front/admin_service.h"
 
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +21,7 @@
 #include "common/grpc/grpc_status.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/message_limits.h"
+#include "common/grpc/raw_update_message.h"
 #include "scheduler/front/api_keys.h"
 
 namespace astr::front {
@@ -41,12 +47,17 @@ grpc::Status WithWorker(const std::string& address, const grpc::Status& s) {
   return grpc::Status(s.error_code(), "worker " + address + ": " + s.error_message());
 }
 
-// One worker's StageWeights stream, written by its own thread from a bounded queue.
+// One worker's StageWeights stream, written by its own thread from a bounded queue. It writes
+// the messages as the client's bytes (grpc::ByteBuffer, shared between the workers' streams, not
+// copied): the scheduler never parses a bucket into a protobuf nor serializes it again.
 class Forwarder {
  public:
-  Forwarder(std::string address, std::unique_ptr<v1::Worker::Stub> stub)
-      : address_(std::move(address)), stub_(std::move(stub)) {
-    writer_ = stub_->StageWeights(&context_, &response_);
+  Forwarder(std::string address, const std::shared_ptr<grpc::Channel>& channel)
+      : address_(std::move(address)),
+        method_("/astr.v1.Worker/StageWeights", grpc::internal::RpcMethod::CLIENT_STREAMING,
+                channel),
+        writer_(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel.get(), method_, &context_, &response_)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Forwarder() {
@@ -55,11 +66,11 @@ class Forwarder {
   }
 
   // Queues a message; blocks while the queue is full. False once this worker's stream failed.
-  bool Push(std::shared_ptr<const v1::UpdateWeightsRequest> message) {
+  bool Push(const grpc::ByteBuffer& message) {
     std::unique_lock<std::mutex> lock(mu_);
     space_.wait(lock, [this] { return queue_.size() < kForwardQueue || failed_; });
     if (failed_) return false;
-    queue_.push_back(std::move(message));
+    queue_.push_back(message);  // a reference to the same slices
     ready_.notify_one();
     return true;
   }
@@ -92,7 +103,7 @@ class Forwarder {
   void Run() {
     bool ok = true;
     while (true) {
-      std::shared_ptr<const v1::UpdateWeightsRequest> message;
+      grpc::ByteBuffer message;
       {
         std::unique_lock<std::mutex> lock(mu_);
         ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
@@ -101,7 +112,7 @@ class Forwarder {
         queue_.pop_front();
         space_.notify_one();
       }
-      if (!writer_->Write(*message)) {
+      if (!writer_->Write(message)) {
         ok = false;
         break;
       }
@@ -116,13 +127,13 @@ class Forwarder {
   }
 
   const std::string address_;
-  std::unique_ptr<v1::Worker::Stub> stub_;
   grpc::ClientContext context_;
   v1::StageWeightsResponse response_;
-  std::unique_ptr<grpc::ClientWriter<v1::UpdateWeightsRequest>> writer_;
+  grpc::internal::RpcMethod method_;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
-  std::deque<std::shared_ptr<const v1::UpdateWeightsRequest>> queue_;
+  std::deque<grpc::ByteBuffer> queue_;
   bool closed_ = false;
   bool failed_ = false;
   std::atomic<bool> cancelled_{false};
@@ -175,7 +186,26 @@ AdminService::AdminService(sched::Scheduler* scheduler, std::string token,
                            rpc::ChannelSecurity worker_security)
     : scheduler_(scheduler),
       token_(std::move(token)),
-      worker_security_(std::move(worker_security)) {}
+      worker_security_(std::move(worker_security)) {
+  // UpdateWeights is served from the received bytes (UpdateWeightsRaw): its generated protobuf
+  // handler is replaced, found by the method's descriptor (the generated methods are in the
+  // proto's order). Marked "streamed", the server treats it as a bidi stream, which differs from
+  // a client stream only on the client's side.
+  const google::protobuf::ServiceDescriptor* admin =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("astr.v1.Admin");
+  CHECK(admin != nullptr);
+  const google::protobuf::MethodDescriptor* update = admin->FindMethodByName("UpdateWeights");
+  CHECK(update != nullptr && update->client_streaming() && !update->server_streaming());
+  MarkMethodStreamed(
+      update->index(),
+      new grpc::internal::ClientStreamingHandler<AdminService, grpc::ByteBuffer,
+                                                 v1::UpdateWeightsResponse>(
+          [](AdminService* service, grpc::ServerContext* ctx,
+             grpc::ServerReader<grpc::ByteBuffer>* reader, v1::UpdateWeightsResponse* response) {
+            return service->UpdateWeightsRaw(ctx, reader, response);
+          },
+          this));
+}
 
 AdminService::~AdminService() = default;
 
@@ -210,6 +240,10 @@ grpc::Status AdminService::AuthorizeValue(const std::string* authorization) cons
 }
 
 std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address) {
+  return v1::Worker::NewStub(WorkerChannel(address));
+}
+
+std::shared_ptr<grpc::Channel> AdminService::WorkerChannel(const std::string& address) {
   std::lock_guard<std::mutex> lock(channels_mu_);
   auto& channel = channels_[address];
   if (channel == nullptr) {
@@ -227,7 +261,7 @@ std::unique_ptr<v1::Worker::Stub> AdminService::Stub(const std::string& address)
     auto credentials = rpc::ClientCredentials(worker_security_, &args);
     channel = grpc::CreateCustomChannel(address, credentials, args);
   }
-  return v1::Worker::NewStub(channel);
+  return channel;
 }
 
 grpc::Status AdminService::Control(const Staged& s, v1::ControlWeightsRequest::Action action,
@@ -302,48 +336,64 @@ grpc::Status AdminService::Commit(const std::vector<Staged>& staged, const std::
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::UpdateWeights(grpc::ServerContext* context,
-                                         grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
-                                         v1::UpdateWeightsResponse* response) {
+grpc::Status AdminService::UpdateWeights(grpc::ServerContext*,
+                                         grpc::ServerReader<v1::UpdateWeightsRequest>*,
+                                         v1::UpdateWeightsResponse*) {
+  return Error(grpc::StatusCode::INTERNAL, "UpdateWeights is served by UpdateWeightsRaw");
+}
+
+grpc::Status AdminService::UpdateWeightsRaw(grpc::ServerContext* context,
+                                            grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                            v1::UpdateWeightsResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return auth;
   std::unique_lock<std::timed_mutex> one;
   if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
   const int64_t served = scheduler_->weight_version().version;
   const std::string still = "; version " + std::to_string(served) + " still serving";
-  auto first = std::make_shared<v1::UpdateWeightsRequest>();
-  if (!reader->Read(first.get())) {
+  // Each message is read for its manifest and its chunks' sizes only (no data is copied); the
+  // workers check everything else.
+  int64_t bytes = 0;
+  auto count = [&bytes](int32_t, int64_t, ChunkPieces pieces) {
+    for (const auto& p : pieces) bytes += static_cast<int64_t>(p.size());
+    return OkStatus();
+  };
+  grpc::ByteBuffer message;
+  if (!reader->Read(&message)) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT, "the update stream carried no message");
   }
-  if (!first->has_manifest() || first->manifest().tensors().empty()) {
+  RawUpdateMessage first;
+  if (Status s = ParseRawUpdateMessage(message, &first, count); !s.ok()) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()) + still);
+  }
+  if (!first.has_manifest || first.manifest.tensors().empty()) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
                  "manifest: the first message must carry a manifest with at least one tensor");
   }
-  const std::string label = first->manifest().label();
-  const int32_t tensors = first->manifest().tensors_size();
+  const std::string label = first.manifest.label();
+  const int32_t tensors = first.manifest.tensors_size();
   const std::vector<std::string> addresses = scheduler_->UpWorkerAddresses();
   if (addresses.empty()) {
     return Error(grpc::StatusCode::UNAVAILABLE, "no worker is up to take the update");
   }
   std::vector<std::unique_ptr<Forwarder>> forwarders;
   for (const std::string& address : addresses) {
-    forwarders.push_back(std::make_unique<Forwarder>(address, Stub(address)));
+    forwarders.push_back(std::make_unique<Forwarder>(address, WorkerChannel(address)));
   }
-  int64_t bytes = 0;
   bool worker_failed = false;
-  std::shared_ptr<const v1::UpdateWeightsRequest> message = std::move(first);
-  while (message != nullptr) {
-    for (const v1::WeightChunk& c : message->chunks()) bytes += static_cast<int64_t>(c.data().size());
+  while (true) {
     for (auto& f : forwarders) worker_failed |= !f->Push(message);
     if (worker_failed) break;
-    auto next = std::make_shared<v1::UpdateWeightsRequest>();
-    if (!reader->Read(next.get())) break;
-    if (next->has_manifest()) {
-      for (auto& f : forwarders) f->Cancel();
-      return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                   "manifest: only the first message may carry one" + still);
+    if (!reader->Read(&message)) break;
+    RawUpdateMessage next;
+    Status parsed = ParseRawUpdateMessage(message, &next, count);
+    if (parsed.ok() && next.has_manifest) {
+      parsed = InvalidArgumentError("manifest: only the first message may carry one");
     }
-    message = std::move(next);
+    if (!parsed.ok()) {
+      for (auto& f : forwarders) f->Cancel();
+      return Error(grpc::StatusCode::INVALID_ARGUMENT, std::string(parsed.message()) + still);
+    }
   }
   if (!worker_failed && context->IsCancelled()) {
     for (auto& f : forwarders) f->Cancel();

@@ -35,6 +35,11 @@ class AdminService final : public v1::Admin::Service {
                rpc::ChannelSecurity worker_security = {});
   ~AdminService() override;
 
+  // Admin.UpdateWeights, served from the received bytes (the constructor installs it in place of
+  // the generated handler; UpdateWeights below is never called).
+  grpc::Status UpdateWeightsRaw(grpc::ServerContext* context,
+                                grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                v1::UpdateWeightsResponse* response);
   grpc::Status UpdateWeights(grpc::ServerContext* context,
                              grpc::ServerReader<v1::UpdateWeightsRequest>* reader,
                              v1::UpdateWeightsResponse* response) override;
@@ -117,6 +122,8 @@ class AdminService final : public v1::Admin::Service {
   // when not empty). A lapsed reservation is dropped here.
   grpc::Status LockUpdate(std::unique_lock<std::timed_mutex>* one, const std::string& what = "");
   std::unique_ptr<v1::Worker::Stub> Stub(const std::string& address);
+  // The channel to a worker (one per address, kept), for stubs and raw streams.
+  std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
   // Commits the staged update on every worker of `staged` (scheduler loop boundary), then
   // finishes it; fills the commit fields of `response`.
   grpc::Status Commit(const std::vector<Staged>& staged, const std::string& label,

@@ -23,10 +23,10 @@
 
 #include "astr/v1/admin.pb.h"
 #include "astr/v1/worker.pb.h"
+#include "common/grpc/raw_update_message.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/stories_worker.h"
-#include "worker/service/raw_update_message.h"
 #include "worker/service/weight_updates.h"
 
 namespace astr::fuzz {

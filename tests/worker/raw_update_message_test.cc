@@ -2,7 +2,7 @@
 // messages protobuf wrote, cut into slices at every kind of boundary (inside a tag, a varint, a
 // chunk's data), parse to the same manifest and chunks; so do non-canonical encodings protobuf
 // accepts (fields out of order, unknown fields, a repeated scalar); malformed ones are refused.
-#include "worker/service/raw_update_message.h"
+#include "common/grpc/raw_update_message.h"
 
 #include <gtest/gtest.h>
 

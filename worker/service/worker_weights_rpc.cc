@@ -8,7 +8,7 @@
 
 #include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
-#include "worker/service/raw_update_message.h"
+#include "common/grpc/raw_update_message.h"
 #include "worker/service/worker_service.h"
 
 namespace astr {

@@ -1,4 +1,4 @@
-#include "worker/service/raw_update_message.h"
+#include "common/grpc/raw_update_message.h"
 
 #include <vector>
 

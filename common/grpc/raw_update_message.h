@@ -1,7 +1,8 @@
 // UpdateWeightsRequest messages (admin.proto) parsed straight from the bytes gRPC received: the
 // worker's StageWeights reads each message as a grpc::ByteBuffer and hands every chunk's data to
 // the stager where it lies in the received slices, instead of protobuf copying it into a string
-// first (one copy of the update fewer; docs/rl.md "Memory during an update").
+// first (one copy of the update fewer); the scheduler's UpdateWeights reads the manifest and
+// counts the bytes this way and forwards the received buffers to the workers as they are.
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
