@@ -374,3 +374,26 @@ def test_gpu_only_verbs_say_why(make_cluster, models):
     code, msg = code_of(lambda: admin.ReleaseMemory(apb.ReleaseMemoryRequest(), metadata=W.auth(),
                                                     timeout=10))
     assert code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_malformed_bytes_are_refused_and_change_nothing(make_cluster, models):
+    """The scheduler reads each message from its bytes (no protobuf object): a message that is not
+    an UpdateWeightsRequest is refused naming it, and nothing reaches a switch."""
+    c, admin = start(make_cluster, models, workers=2)
+    ch = grpc.insecure_channel(c.scheduler.admin_address)
+    raw = ch.stream_unary("/astr.v1.Admin/UpdateWeights", request_serializer=lambda b: b,
+                          response_deserializer=apb.UpdateWeightsResponse.FromString)
+    first = apb.UpdateWeightsRequest(manifest=W.manifest(models["new_t"])).SerializeToString()
+    for bad in (b"\x0b", b"\x12\x05\x1a\x09abc", b"\x12"):
+        with pytest.raises(grpc.RpcError) as e:
+            raw(iter([first, bad]), metadata=W.auth(), timeout=60)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+        assert "malformed UpdateWeightsRequest" in e.value.details()
+        assert "version 0 still serving" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:  # the first message itself
+        raw(iter([b"\x12\x03\x08"]), metadata=W.auth(), timeout=60)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ch.close()
+    assert W.version(admin).version == 0
+    assert list(greedy(c, PROMPTS[0]).token_ids) == offline_ids(models["old"], PROMPTS[0], 24)
+    assert W.push(admin, models["new_t"]).version == 1
