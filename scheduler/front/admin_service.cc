@@ -1,6 +1,5 @@
 #include "scheduler/front/admin_service.h"
 
-#include <google/protobuf/descriptor.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
@@ -21,6 +20,7 @@
 #include "common/grpc/grpc_status.h"
 #include "common/grpc/keepalive.h"
 #include "common/grpc/message_limits.h"
+#include "common/grpc/raw_client_stream.h"
 #include "common/grpc/raw_update_message.h"
 #include "scheduler/front/api_keys.h"
 
@@ -187,24 +187,9 @@ AdminService::AdminService(sched::Scheduler* scheduler, std::string token,
     : scheduler_(scheduler),
       token_(std::move(token)),
       worker_security_(std::move(worker_security)) {
-  // UpdateWeights is served from the received bytes (UpdateWeightsRaw): its generated protobuf
-  // handler is replaced, found by the method's descriptor (the generated methods are in the
-  // proto's order). Marked "streamed", the server treats it as a bidi stream, which differs from
-  // a client stream only on the client's side.
-  const google::protobuf::ServiceDescriptor* admin =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("astr.v1.Admin");
-  CHECK(admin != nullptr);
-  const google::protobuf::MethodDescriptor* update = admin->FindMethodByName("UpdateWeights");
-  CHECK(update != nullptr && update->client_streaming() && !update->server_streaming());
-  MarkMethodStreamed(
-      update->index(),
-      new grpc::internal::ClientStreamingHandler<AdminService, grpc::ByteBuffer,
-                                                 v1::UpdateWeightsResponse>(
-          [](AdminService* service, grpc::ServerContext* ctx,
-             grpc::ServerReader<grpc::ByteBuffer>* reader, v1::UpdateWeightsResponse* response) {
-            return service->UpdateWeightsRaw(ctx, reader, response);
-          },
-          this));
+  // UpdateWeights is served from the received bytes (UpdateWeightsRaw).
+  MarkMethodStreamed(rpc::ClientStreamIndex("astr.v1.Admin", "UpdateWeights"),
+                     rpc::RawClientStreamHandler(this, &AdminService::UpdateWeightsRaw));
 }
 
 AdminService::~AdminService() = default;

@@ -1,12 +1,10 @@
 #include "worker/service/worker_service.h"
 
-#include <google/protobuf/descriptor.h>
-
 #include <chrono>
 
 #include "common/base/clock.h"
-#include "common/base/logging.h"
 #include "common/grpc/grpc_status.h"
+#include "common/grpc/raw_client_stream.h"
 
 namespace astr {
 
@@ -15,23 +13,8 @@ WorkerService::WorkerService(v1::InfoResponse static_info, std::unique_ptr<Worke
     : static_info_(std::move(static_info)),
       executor_(std::move(executor)),
       updates_(std::move(updates)) {
-  // The generated methods are in the proto's order: StageWeights' index is its descriptor's.
-  // (Marked "streamed", the server treats it as a bidi stream, which differs from a client
-  // stream only on the client's side.)
-  const google::protobuf::ServiceDescriptor* worker =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("astr.v1.Worker");
-  CHECK(worker != nullptr);
-  const google::protobuf::MethodDescriptor* stage = worker->FindMethodByName("StageWeights");
-  CHECK(stage != nullptr && stage->client_streaming() && !stage->server_streaming());
-  MarkMethodStreamed(
-      stage->index(),
-      new grpc::internal::ClientStreamingHandler<WorkerService, grpc::ByteBuffer,
-                                                 v1::StageWeightsResponse>(
-          [](WorkerService* service, grpc::ServerContext* ctx,
-             grpc::ServerReader<grpc::ByteBuffer>* reader, v1::StageWeightsResponse* response) {
-            return service->StageWeightsRaw(ctx, reader, response);
-          },
-          this));
+  MarkMethodStreamed(rpc::ClientStreamIndex("astr.v1.Worker", "StageWeights"),
+                     rpc::RawClientStreamHandler(this, &WorkerService::StageWeightsRaw));
 }
 
 grpc::Status WorkerService::StageWeights(grpc::ServerContext*,

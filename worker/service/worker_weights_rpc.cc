@@ -46,7 +46,6 @@ grpc::Status WorkerService::StageWeightsRaw(grpc::ServerContext* context,
   bool first = true;
   // Each chunk's data goes to the stager from the received slices, piece by piece.
   auto add = [&](int32_t tensor, int64_t offset, ChunkPieces pieces) -> Status {
-    if (first) return InvalidArgumentError("the first message must carry the manifest");
     for (const auto& piece : pieces) {
       ASTR_RETURN_IF_ERROR(stager.Add(tensor, offset, piece.data(), piece.size()));
       offset += static_cast<int64_t>(piece.size());
@@ -54,34 +53,28 @@ grpc::Status WorkerService::StageWeightsRaw(grpc::ServerContext* context,
     if (pieces.empty()) ASTR_RETURN_IF_ERROR(stager.Add(tensor, offset, nullptr, 0));
     return OkStatus();
   };
+  auto skip = [](int32_t, int64_t, ChunkPieces) { return OkStatus(); };
   while (reader->Read(&bytes)) {
-    RawUpdateMessage message;
-    // The manifest comes before any chunk of the first message (as every encoder writes it):
-    // parse that message's manifest first.
     if (first) {
-      if (Status s = ParseRawUpdateMessage(
-              bytes, &message, [](int32_t, int64_t, ChunkPieces) { return OkStatus(); });
-          !s.ok()) {
+      // The manifest may stand anywhere in the first message: read it before its chunks.
+      RawUpdateMessage head;
+      if (Status s = ParseRawUpdateMessage(bytes, &head, skip); !s.ok()) {
         return rpc::ToGrpcStatus(s);
       }
-      if (!message.has_manifest) {
+      if (!head.has_manifest) {
         return rpc::ToGrpcStatus(
             InvalidArgumentError("manifest: the first message must carry the manifest"));
       }
-      if (Status s = stager.Begin(message.manifest); !s.ok()) return rpc::ToGrpcStatus(s);
-      first = false;
-      message = RawUpdateMessage();
-      if (Status s = ParseRawUpdateMessage(bytes, &message, add); !s.ok()) {
-        return rpc::ToGrpcStatus(s);
-      }
-      continue;
+      if (Status s = stager.Begin(head.manifest); !s.ok()) return rpc::ToGrpcStatus(s);
     }
+    RawUpdateMessage message;
     if (Status s = ParseRawUpdateMessage(bytes, &message, add); !s.ok()) {
       return rpc::ToGrpcStatus(s);
     }
-    if (message.has_manifest) {
+    if (message.has_manifest && !first) {
       return rpc::ToGrpcStatus(InvalidArgumentError("manifest: only the first message carries it"));
     }
+    first = false;
   }
   if (context->IsCancelled()) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the update stream was cancelled");
