@@ -62,7 +62,7 @@ declare -A MAX_LEN=(
   [gguf]=65536 [safetensors]=32768 [safetensors_index]=8192 [model_config]=8192
   [tokenizer_json]=65536 [tokenizer_codec]=4096 [jinja]=16384 [regex]=4096
   [request_builder]=8192 [step_plan]=8192 [http_request]=8192 [openai_body]=8192
-  [weight_manifest]=16384
+  [weight_manifest]=16384 [nccl_id_pickle]=1024
 )
 # Shared files that are small enough to seed a target's corpus with (bigger ones only replay).
 declare -A SHARED_SEEDS=(

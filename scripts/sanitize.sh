@@ -38,7 +38,7 @@ ASAN_TESTS=(
   gguf_test safetensors_test model_config_test spm_tokenizer_test tokenizer_limits_test jinja_test
   regex_test http_server_test generation_defaults_test json_depth_test
   kv_pool_test sampler_test step_batch_test engine_test worker_executor_test
-  worker_service_failure_test raw_update_message_test
+  worker_service_failure_test raw_update_message_test torch_rendezvous_test
   api_keys_test page_pool_test batch_planner_test fair_share_test worker_fit_test worker_pool_test
   admin_controller_test step_plan_test scheduler_core_test
   request_builder_test openai_api_test

@@ -58,6 +58,8 @@ struct WeightGroupSpec {
   int world_size = 0;
   // Most time joining, and each broadcast, may take; past it the communicator is aborted.
   std::chrono::milliseconds timeout{300000};
+  // After joining: one ncclAllReduce (sum) of one float32 with every rank (vLLM's PyNccl warmup).
+  bool warmup_all_reduce = false;
 };
 
 // The element type of one broadcast (what ncclBroadcast is told; the bytes are the same).

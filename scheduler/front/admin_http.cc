@@ -11,6 +11,7 @@
 
 #include "common/base/logging.h"
 #include "scheduler/admin_controller.h"
+#include "scheduler/front/torch_rendezvous.h"
 
 namespace astr::front {
 namespace {
@@ -458,6 +459,62 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
     }
     return JsonReply(200, {{"success", true}, {"message", "Succeeded to destroy the group."}});
   }
+  // vLLM's weight-transfer routes (its NCCL engine): the group is made through the trainer's
+  // TCPStore, and an update opened by /start_weight_update commits at /finish_weight_update.
+  if (path == "/get_world_size") {
+    // The workers that would join (every worker that is up, on the cuda backend).
+    v1::InitWeightUpdateGroupRequest probe;
+    probe.set_validate_only(true);
+    probe.set_group_name(kVllmGroup);
+    v1::InitWeightUpdateGroupResponse answer;
+    const grpc::Status s = admin_->InitGroupNow(probe, &answer);
+    if (s.ok()) return JsonReply(200, {{"world_size", answer.world_size() - 1}});
+    if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
+      return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+    }
+    std::lock_guard<std::mutex> lock(vllm_mu_);
+    return JsonReply(200, {{"world_size", vllm_workers_}});
+  }
+  if (path == "/init_weight_transfer_engine") {
+    if (!post) return VllmError(405, "use POST");
+    return InitWeightTransfer(*body);
+  }
+  if (path == "/start_weight_update") {
+    if (!post) return VllmError(405, "use POST");
+    auto checkpoint = BoolField(*body, "is_checkpoint_format", true);
+    if (!checkpoint.ok()) return VllmError(400, std::string(checkpoint.status().message()));
+    if (!*checkpoint) {
+      return VllmError(400,
+                       "is_checkpoint_format: false is not served: astr takes the checkpoint's "
+                       "tensors (Hugging Face names and layouts) and builds its own from them");
+    }
+    std::lock_guard<std::mutex> lock(vllm_mu_);
+    if (vllm_pending_ != nullptr) {
+      LOG(WARNING) << "admin http: /start_weight_update drops the update staged before it";
+      admin_->DiscardPending(vllm_pending_.get());
+      vllm_pending_.reset();
+    }
+    vllm_started_ = true;
+    return JsonReply(200, {{"message", "Weight update started"}});
+  }
+  if (path == "/update_weights") {
+    if (!post) return VllmError(405, "use POST");
+    return UpdateWeightsVllm(*body);
+  }
+  if (path == "/finish_weight_update") {
+    if (!post) return VllmError(405, "use POST");
+    auto label = StringField(*body, "weight_version", "");
+    if (!label.ok()) return VllmError(400, std::string(label.status().message()));
+    std::lock_guard<std::mutex> lock(vllm_mu_);
+    vllm_started_ = false;
+    if (vllm_pending_ == nullptr) return JsonReply(200, {{"message", "Weight update finished"}});
+    std::unique_ptr<AdminService::PendingUpdate> pending = std::move(vllm_pending_);
+    v1::UpdateWeightsResponse answer;
+    const grpc::Status s = admin_->CommitPendingNow(pending.get(), *label, &answer);
+    if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+    LOG(INFO) << "admin http: vLLM weight update committed as version " << answer.version();
+    return JsonReply(200, {{"message", "Weight update finished"}, {"version", answer.version()}});
+  }
   // SGLang's memory routes: body {"tags": [...]} (absent or null = all).
   if (path == "/release_memory_occupation" || path == "/resume_memory_occupation") {
     const bool release = path == "/release_memory_occupation";
@@ -537,6 +594,209 @@ AdminHttp::Reply AdminHttp::Route(const http::Request& request) {
             .content_type = "text/plain"};
   }
   return Failure(404, "no admin route " + path);
+}
+
+namespace {
+
+// An integer field of `obj`, named `where` in errors.
+StatusOr<int64_t> IntField(const json& obj, const char* name, const std::string& where) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return InvalidArgumentError(where + name + ": required");
+  if (!it->is_number_integer()) {
+    return InvalidArgumentError(where + name + ": must be an integer");
+  }
+  return it->get<int64_t>();
+}
+
+// vLLM's packed broadcasts: tensors in order, a broadcast ending after the tensor that takes the
+// running total past `buffer` bytes (vllm/distributed/weight_transfer/packed_tensor.py).
+std::vector<int64_t> VllmPackedPieces(const std::vector<int64_t>& sizes, int64_t buffer) {
+  std::vector<int64_t> pieces;
+  int64_t fill = 0;
+  for (int64_t n : sizes) {
+    fill += n;
+    if (fill > buffer) {
+      pieces.push_back(fill);
+      fill = 0;
+    }
+  }
+  if (fill > 0) pieces.push_back(fill);
+  return pieces;
+}
+
+// Bytes per element of a torch dtype name; 0 for one astr does not take.
+int64_t TorchItemSize(const std::string& dtype) {
+  if (dtype == "float32") return 4;
+  if (dtype == "bfloat16" || dtype == "float16") return 2;
+  return 0;
+}
+
+}  // namespace
+
+AdminHttp::Reply AdminHttp::InitWeightTransfer(const json& body) {
+  auto it = body.find("init_info");
+  if (it == body.end() || !it->is_object()) {
+    return VllmError(400, "Missing 'init_info' in request body");
+  }
+  const json& info = *it;
+  const std::string where = "init_info.";
+  auto host = StringField(info, "master_address", "");
+  if (!host.ok()) return VllmError(400, where + std::string(host.status().message()));
+  if (host->empty()) {
+    if (info.contains("ipc_handles") || info.empty()) {
+      return VllmError(400, where +
+                                "master_address: required. astr serves vLLM's NCCL weight "
+                                "transfer; its IPC engine passes torch's pickled CUDA tensors, "
+                                "which astr's workers cannot open (docs/rl.md \"CUDA IPC\")");
+    }
+    return VllmError(400, where + "master_address: required");
+  }
+  auto port = IntField(info, "master_port", where);
+  auto offset = IntField(info, "rank_offset", where);
+  auto world = IntField(info, "world_size", where);
+  for (const auto* v : {&port, &offset, &world}) {
+    if (!v->ok()) return VllmError(400, std::string(v->status().message()));
+  }
+  // The workers' ranks: astr gives them 1.. (the trainer is rank 0), as vLLM does with
+  // rank_offset 1 and one engine.
+  v1::InitWeightUpdateGroupRequest probe;
+  probe.set_validate_only(true);
+  probe.set_group_name(kVllmGroup);
+  v1::InitWeightUpdateGroupResponse shape;
+  std::lock_guard<std::mutex> lock(vllm_mu_);
+  if (vllm_workers_ > 0) {
+    // A trainer that starts again makes the group again.
+    v1::DestroyWeightUpdateGroupRequest destroy;
+    destroy.set_group_name(kVllmGroup);
+    admin_->DestroyGroupNow(destroy);
+    vllm_workers_ = 0;
+    if (vllm_pending_ != nullptr) admin_->DiscardPending(vllm_pending_.get());
+    vllm_pending_.reset();
+    vllm_started_ = false;
+  }
+  if (grpc::Status s = admin_->InitGroupNow(probe, &shape); !s.ok()) {
+    return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+  }
+  const int64_t workers = shape.world_size() - 1;
+  if (*offset != 1 || *world != 1 + workers) {
+    return VllmError(400, where + "rank_offset " + std::to_string(*offset) + ", world_size " +
+                              std::to_string(*world) + ": astr's " + std::to_string(workers) +
+                              " worker(s) take ranks 1.." + std::to_string(workers) +
+                              " after the trainer's rank 0: rank_offset 1, world_size " +
+                              std::to_string(1 + workers) + " (GET /get_world_size answers " +
+                              std::to_string(workers) + ")");
+  }
+  auto id = JoinVllmRendezvous(*host, static_cast<int>(*port), static_cast<int>(workers),
+                               kVllmRendezvousTimeout);
+  if (!id.ok()) {
+    const int status = id.status().code() == StatusCode::kInvalidArgument ? 400 : 504;
+    return VllmError(status, std::string(id.status().message()));
+  }
+  v1::InitWeightUpdateGroupRequest r;
+  r.set_group_name(kVllmGroup);
+  r.set_nccl_unique_id(*id);
+  r.set_world_size(static_cast<int32_t>(*world));
+  r.set_warmup_all_reduce(true);
+  v1::InitWeightUpdateGroupResponse answer;
+  if (grpc::Status s = admin_->InitGroupNow(r, &answer); !s.ok()) {
+    return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+  }
+  vllm_workers_ = static_cast<int>(workers);
+  LOG(INFO) << "admin http: vLLM weight transfer joined the trainer at " << *host << ":" << *port
+            << " (" << answer.nccl() << ")";
+  return JsonReply(200, {{"message", "Weight transfer initialized"}});
+}
+
+AdminHttp::Reply AdminHttp::UpdateWeightsVllm(const json& body) {
+  auto it = body.find("update_info");
+  if (it == body.end() || !it->is_object()) {
+    return VllmError(400, "Missing 'update_info' in request body");
+  }
+  const json& info = *it;
+  if (info.contains("ipc_handles") || info.contains("ipc_handles_pickled")) {
+    return VllmError(400,
+                     "update_info.ipc_handles: vLLM's IPC engine passes torch's pickled CUDA "
+                     "tensors, which astr's workers cannot open; use UpdateWeightsFromTensor "
+                     "(docs/rl.md \"CUDA IPC\") or the NCCL engine");
+  }
+  const auto list = [&](const char* name) -> const json* {
+    auto f = info.find(name);
+    return f != info.end() && f->is_array() ? &*f : nullptr;
+  };
+  const json* names = list("names");
+  const json* dtypes = list("dtype_names");
+  const json* shapes = list("shapes");
+  if (names == nullptr || dtypes == nullptr || shapes == nullptr ||
+      names->size() != dtypes->size() || names->size() != shapes->size() || names->empty()) {
+    return VllmError(400,
+                     "update_info.names, dtype_names, shapes: three lists of the same non-zero "
+                     "length");
+  }
+  auto packed = BoolField(info, "packed", false);
+  if (!packed.ok()) return VllmError(400, "update_info." + std::string(packed.status().message()));
+  int64_t buffer = kVllmPackedBufferBytes;
+  if (info.contains("packed_buffer_size_bytes") && !info["packed_buffer_size_bytes"].is_null()) {
+    auto b = IntField(info, "packed_buffer_size_bytes", "update_info.");
+    if (!b.ok() || *b <= 0) {
+      return VllmError(400, "update_info.packed_buffer_size_bytes: a positive integer");
+    }
+    buffer = *b;
+  }
+  v1::UpdateWeightsFromDistributedRequest r;
+  r.set_group_name(kVllmGroup);
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < names->size(); ++i) {
+    const json& n = (*names)[i];
+    const json& d = (*dtypes)[i];
+    const json& sh = (*shapes)[i];
+    const std::string at = "[" + std::to_string(i) + "]";
+    if (!n.is_string() || !d.is_string() || !sh.is_array()) {
+      return VllmError(400, "update_info.names" + at + ", dtype_names" + at + ", shapes" + at +
+                                ": a string, a string and a list of integers");
+    }
+    v1::TensorSpec* t = r.mutable_manifest()->add_tensors();
+    t->set_name(n.get<std::string>());
+    t->set_dtype(d.get<std::string>());
+    int64_t bytes = TorchItemSize(t->dtype());
+    if (bytes == 0) {
+      return VllmError(400, "update_info.dtype_names" + at + ": '" + t->dtype() +
+                                "' (astr takes float32, bfloat16 and float16)");
+    }
+    for (const json& dim : sh) {
+      if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
+        return VllmError(400, "update_info.shapes" + at + ": non-negative integers expected");
+      }
+      t->add_shape(dim.get<int64_t>());
+      bytes *= dim.get<int64_t>();
+    }
+    sizes.push_back(bytes);
+  }
+  if (*packed) {
+    for (int64_t piece : VllmPackedPieces(sizes, buffer)) r.add_piece_bytes(piece);
+  } else {
+    r.set_bucket_bytes(-1);  // one broadcast per tensor, in its dtype
+  }
+  std::lock_guard<std::mutex> lock(vllm_mu_);
+  if (!vllm_started_) {
+    // vLLM's two-phase use (no start / finish): the update commits at once.
+    v1::UpdateWeightsResponse answer;
+    const grpc::Status s = admin_->UpdateFromDistributedNow(r, &answer);
+    if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+    return JsonReply(200, {{"message", "Weights updated"}, {"version", answer.version()}});
+  }
+  if (vllm_pending_ != nullptr) {
+    // A trainer that sends one update in several calls: each call's tensors commit before the
+    // next call's stage (a worker holds one staged update), the last at /finish_weight_update.
+    std::unique_ptr<AdminService::PendingUpdate> before = std::move(vllm_pending_);
+    v1::UpdateWeightsResponse answer;
+    const grpc::Status s = admin_->CommitPendingNow(before.get(), "", &answer);
+    if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+  }
+  auto pending = std::make_unique<AdminService::PendingUpdate>();
+  const grpc::Status s = admin_->StageFromDistributedNow(r, pending.get());
+  if (!s.ok()) return VllmError(HttpStatusOf(s.error_code()), s.error_message());
+  vllm_pending_ = std::move(pending);
+  return JsonReply(200, {{"message", "Weights updated"}});
 }
 
 }  // namespace astr::front

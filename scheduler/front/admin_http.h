@@ -15,9 +15,16 @@
 //   POST /abort_request             {"rid": id or [ids], "abort_all"}
 //   POST /flush_cache  (GET too)
 //   vLLM: POST /pause?mode=abort|wait|keep, POST /resume, GET /is_paused
+//   vLLM's weight transfer (NCCL engine): GET /get_world_size, POST /init_weight_transfer_engine
+//   {"init_info": {master_address, master_port, rank_offset, world_size}}, POST
+//   /start_weight_update, POST /update_weights {"update_info": {names, dtype_names, shapes,
+//   packed, packed_buffer_size_bytes}}, POST /finish_weight_update {"weight_version"}
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/base/status.h"
@@ -52,6 +59,15 @@ class AdminHttp {
 
  private:
   void Handle(std::shared_ptr<http::Exchange> exchange);
+  // vLLM's /init_weight_transfer_engine and /update_weights.
+  Reply InitWeightTransfer(const nlohmann::json& body);
+  Reply UpdateWeightsVllm(const nlohmann::json& body);
+
+  // The NCCL group vLLM's routes make, how long its rendezvous may take, and vLLM's default
+  // packed buffer (DEFAULT_PACKED_BUFFER_SIZE_BYTES).
+  static constexpr const char* kVllmGroup = "vllm-weight-transfer";
+  static constexpr std::chrono::milliseconds kVllmRendezvousTimeout{300000};
+  static constexpr int64_t kVllmPackedBufferBytes = int64_t{1} << 30;
 
   AdminService* const admin_;
   sched::Scheduler* const scheduler_;
@@ -59,6 +75,11 @@ class AdminHttp {
   // Admin calls block (a disk update takes seconds): they run here, off the I/O threads.
   std::unique_ptr<TaskPool> pool_;
   std::unique_ptr<http::Server> server_;
+  // vLLM's weight transfer: one at a time (the routes hold vllm_mu_ while they run).
+  std::mutex vllm_mu_;
+  int vllm_workers_ = 0;       // > 0 once its group is made
+  bool vllm_started_ = false;  // between /start_weight_update and /finish_weight_update
+  std::unique_ptr<AdminService::PendingUpdate> vllm_pending_;  // staged, not committed
 };
 
 }  // namespace astr::front

@@ -446,24 +446,24 @@ grpc::Status AdminService::UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest
       request.label(), response);
 }
 
-grpc::Status AdminService::StageEachAndCommit(
+grpc::Status AdminService::StageEach(
     const std::vector<std::string>& addresses, int64_t served, Clock::time_point start,
     const std::function<grpc::Status(const std::string&, v1::StageWeightsResponse*)>& stage,
-    const std::string& label, v1::UpdateWeightsResponse* response) {
+    std::vector<Staged>* staged, v1::UpdateWeightsResponse* response) {
   std::vector<v1::StageWeightsResponse> answers(addresses.size());
   const std::vector<grpc::Status> statuses =
       OnEach(addresses.size(), [&](size_t i) { return stage(addresses[i], &answers[i]); });
-  std::vector<Staged> staged;
   grpc::Status failure;
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (statuses[i].ok()) {
-      staged.push_back({addresses[i], answers[i].staged_id()});
+      staged->push_back({addresses[i], answers[i].staged_id()});
     } else if (failure.ok()) {
       failure = WithWorker(addresses[i], statuses[i]);
     }
   }
   if (!failure.ok()) {
-    Discard(staged);
+    Discard(*staged);
+    staged->clear();
     LOG(WARNING) << "weights: update refused: " << failure.error_message() << "; version " << served
                  << " still serving";
     return Error(failure.error_code(), failure.error_message() + "; version " +
@@ -472,6 +472,17 @@ grpc::Status AdminService::StageEachAndCommit(
   response->set_tensors(answers[0].tensors());
   response->set_bytes(answers[0].bytes());
   response->set_stage_ns(Nanos(Clock::now() - start));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::StageEachAndCommit(
+    const std::vector<std::string>& addresses, int64_t served, Clock::time_point start,
+    const std::function<grpc::Status(const std::string&, v1::StageWeightsResponse*)>& stage,
+    const std::string& label, v1::UpdateWeightsResponse* response) {
+  std::vector<Staged> staged;
+  if (grpc::Status s = StageEach(addresses, served, start, stage, &staged, response); !s.ok()) {
+    return s;
+  }
   return Commit(staged, label, response);
 }
 
@@ -778,6 +789,7 @@ grpc::Status AdminService::InitGroupNow(const v1::InitWeightUpdateGroupRequest& 
     join.set_rank(static_cast<int32_t>(i + 1));
     join.set_world_size(world);
     join.set_timeout_ms(request->timeout_ms());
+    join.set_warmup_all_reduce(request->warmup_all_reduce());
     return Stub(addresses[i])->JoinWeightGroup(&ctx, join, &answers[i]);
   });
   grpc::Status failure;
@@ -825,19 +837,24 @@ grpc::Status AdminService::UpdateWeightsFromDistributed(
   return UpdateFromDistributedNow(*request, response);
 }
 
-grpc::Status AdminService::UpdateFromDistributedNow(
-    const v1::UpdateWeightsFromDistributedRequest& req, v1::UpdateWeightsResponse* response) {
-  const v1::UpdateWeightsFromDistributedRequest* request = &req;
-  const std::string name = GroupName(request->group_name());
-  if (request->manifest().tensors().empty()) {
+grpc::Status AdminService::DistributedMembers(
+    const v1::UpdateWeightsFromDistributedRequest& request, std::vector<std::string>* members) {
+  const std::string name = GroupName(request.group_name());
+  if (request.manifest().tensors().empty()) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT, "manifest: no tensors");
   }
-  if (request->bucket_bytes() < -1) {
+  if (request.bucket_bytes() < -1) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                 "bucket_bytes: " + std::to_string(request->bucket_bytes()) +
+                 "bucket_bytes: " + std::to_string(request.bucket_bytes()) +
                      " (expected > 0, 0 for 512 MiB, or -1 for one broadcast per tensor)");
   }
-  std::vector<std::string> members;
+  for (int i = 0; i < request.piece_bytes_size(); ++i) {
+    if (request.piece_bytes(i) <= 0) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT, "piece_bytes[" + std::to_string(i) + "]: " +
+                                                           std::to_string(request.piece_bytes(i)) +
+                                                           " (each broadcast is > 0 bytes)");
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(groups_mu_);
     auto it = groups_.find(name);
@@ -845,16 +862,23 @@ grpc::Status AdminService::UpdateFromDistributedNow(
       return Error(grpc::StatusCode::NOT_FOUND,
                    "no weight-update group '" + name + "' (InitWeightUpdateGroup makes it)");
     }
-    members = it->second;
+    *members = it->second;
   }
   std::vector<std::string> now;
-  if (grpc::Status s = GroupMembers(&now); !s.ok() || now != members) {
+  if (grpc::Status s = GroupMembers(&now); !s.ok() || now != *members) {
     // The ranks the trainer broadcasts to are not the workers that serve: an update through this
     // group would leave some worker on the old weights (or wait for one that is gone).
     return Error(
         grpc::StatusCode::FAILED_PRECONDITION,
         "the workers changed since group '" + name + "' was made: destroy it and make it again");
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::UpdateFromDistributedNow(
+    const v1::UpdateWeightsFromDistributedRequest& request, v1::UpdateWeightsResponse* response) {
+  std::vector<std::string> members;
+  if (grpc::Status s = DistributedMembers(request, &members); !s.ok()) return s;
   std::unique_lock<std::timed_mutex> one;
   if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
   const auto start = Clock::now();
@@ -863,9 +887,51 @@ grpc::Status AdminService::UpdateFromDistributedNow(
       members, served, start,
       [&](const std::string& address, v1::StageWeightsResponse* answer) {
         grpc::ClientContext ctx;
-        return Stub(address)->StageWeightsFromDistributed(&ctx, *request, answer);
+        return Stub(address)->StageWeightsFromDistributed(&ctx, request, answer);
       },
-      request->manifest().label(), response);
+      request.manifest().label(), response);
+}
+
+grpc::Status AdminService::StageFromDistributedNow(
+    const v1::UpdateWeightsFromDistributedRequest& request, PendingUpdate* pending) {
+  std::vector<std::string> members;
+  if (grpc::Status s = DistributedMembers(request, &members); !s.ok()) return s;
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
+  const auto start = Clock::now();
+  pending->served = scheduler_->weight_version().version;
+  pending->staged.clear();
+  return StageEach(
+      members, pending->served, start,
+      [&](const std::string& address, v1::StageWeightsResponse* answer) {
+        grpc::ClientContext ctx;
+        return Stub(address)->StageWeightsFromDistributed(&ctx, request, answer);
+      },
+      &pending->staged, &pending->response);
+}
+
+grpc::Status AdminService::CommitPendingNow(PendingUpdate* pending, const std::string& label,
+                                            v1::UpdateWeightsResponse* response) {
+  std::unique_lock<std::timed_mutex> one;
+  if (grpc::Status s = LockUpdate(&one); !s.ok()) return s;
+  std::vector<Staged> staged = std::move(pending->staged);
+  pending->staged.clear();
+  const int64_t served = scheduler_->weight_version().version;
+  if (served != pending->served) {
+    Discard(staged);
+    return Error(grpc::StatusCode::ABORTED,
+                 "another update (version " + std::to_string(served) +
+                     ") was committed after this one was staged on version " +
+                     std::to_string(pending->served) + ": it was dropped; version " +
+                     std::to_string(served) + " still serving");
+  }
+  *response = pending->response;
+  return Commit(staged, label, response);
+}
+
+void AdminService::DiscardPending(PendingUpdate* pending) {
+  Discard(pending->staged);
+  pending->staged.clear();
 }
 
 grpc::Status AdminService::DestroyWeightUpdateGroup(

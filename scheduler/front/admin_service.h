@@ -110,12 +110,27 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status UpdateFromDisk(const v1::UpdateWeightsFromDiskRequest& request,
                               v1::UpdateWeightsResponse* response);
 
- private:
   struct Staged {
     std::string address;
     uint64_t staged_id = 0;
   };
+  // An update staged on every worker of a group and not committed yet (vLLM's
+  // start_weight_update / update_weights / finish_weight_update, admin_http.cc).
+  struct PendingUpdate {
+    std::vector<Staged> staged;
+    int64_t served = 0;                  // the version served when it was staged
+    v1::UpdateWeightsResponse response;  // its stage fields
+  };
+  // UpdateFromDistributedNow without the commit: stages on every member of the group (nothing
+  // staged on failure).
+  grpc::Status StageFromDistributedNow(const v1::UpdateWeightsFromDistributedRequest& request,
+                                       PendingUpdate* pending);
+  // Commits `pending` (emptied): ABORTED, dropping it, when another update committed meanwhile.
+  grpc::Status CommitPendingNow(PendingUpdate* pending, const std::string& label,
+                                v1::UpdateWeightsResponse* response);
+  void DiscardPending(PendingUpdate* pending);
 
+ private:
   grpc::Status Authorize(grpc::ServerContext* context) const;
   // Takes the one-update-at-a-time lock into `one` (waiting up to kUpdateWait): ABORTED while
   // another update runs or a direct update's reservation holds (`what` names the refused call
@@ -130,6 +145,17 @@ class AdminService final : public v1::Admin::Service {
                       v1::UpdateWeightsResponse* response);
   // One ControlWeights call to the worker of `s`.
   grpc::Status Control(const Staged& s, v1::ControlWeightsRequest::Action action, int64_t version);
+  // Stages an update on every worker of `addresses` at once (`stage` is one worker's call) into
+  // `staged`, with the stage fields of `response`; on any failure drops every stage and answers
+  // the first worker's error, ending "version `served` still serving".
+  grpc::Status StageEach(
+      const std::vector<std::string>& addresses, int64_t served,
+      std::chrono::steady_clock::time_point start,
+      const std::function<grpc::Status(const std::string&, v1::StageWeightsResponse*)>& stage,
+      std::vector<Staged>* staged, v1::UpdateWeightsResponse* response);
+  // The checks of an UpdateWeightsFromDistributed request, and the workers of its group.
+  grpc::Status DistributedMembers(const v1::UpdateWeightsFromDistributedRequest& request,
+                                  std::vector<std::string>* members);
   // Stages an update on every worker of `addresses` at once (`stage` is one worker's call), then
   // commits it; on any failure drops every stage and answers the first worker's error, ending
   // "version `served` still serving". `start`: when the update began (stage_ns).

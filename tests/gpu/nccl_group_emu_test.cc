@@ -25,6 +25,7 @@ struct Trainer {
   nccl::GetUniqueIdFn get_unique_id = nullptr;
   nccl::CommInitRankFn init_rank = nullptr;
   nccl::BroadcastFn broadcast = nullptr;
+  nccl::AllReduceFn all_reduce = nullptr;
   nccl::CommDestroyFn destroy = nullptr;
 
   Trainer() {
@@ -33,6 +34,7 @@ struct Trainer {
     get_unique_id = reinterpret_cast<nccl::GetUniqueIdFn>(dlsym(handle, "ncclGetUniqueId"));
     init_rank = reinterpret_cast<nccl::CommInitRankFn>(dlsym(handle, "ncclCommInitRank"));
     broadcast = reinterpret_cast<nccl::BroadcastFn>(dlsym(handle, "ncclBroadcast"));
+    all_reduce = reinterpret_cast<nccl::AllReduceFn>(dlsym(handle, "ncclAllReduce"));
     destroy = reinterpret_cast<nccl::CommDestroyFn>(dlsym(handle, "ncclCommDestroy"));
   }
   std::string UniqueId() {
@@ -100,6 +102,66 @@ TEST_F(NcclGroupTest, WorkersReceiveWhatRankZeroBroadcasts) {
     EXPECT_EQ(got_f[static_cast<size_t>(w)], tensor);
     EXPECT_NE(described[static_cast<size_t>(w)].find("emulated NCCL"), std::string::npos);
   }
+}
+
+// vLLM's trainer (PyNcclCommunicator) all-reduces one float32 right after ncclCommInitRank: the
+// workers take part when the group asks for it, adding their zero, then receive as usual.
+TEST_F(NcclGroupTest, WorkersTakePartInTheWarmupAllReduce) {
+  Trainer trainer;
+  ASSERT_NE(trainer.all_reduce, nullptr);
+  const std::string id = trainer.UniqueId();
+  float warm[2] = {2.5f, -1.0f};  // the emulation sums what rank 0 gives with the workers' zeros
+  std::vector<uint8_t> bucket = {1, 2, 3, 4, 5};
+  std::thread rank0([&] {
+    nccl::UniqueId uid;
+    std::memcpy(uid.internal, id.data(), sizeof(uid.internal));
+    nccl::Comm comm = nullptr;
+    ASSERT_EQ(trainer.init_rank(&comm, 3, uid, 0), nccl::kSuccess);
+    ASSERT_EQ(trainer.all_reduce(warm, warm, 1, nccl::kFloat32, nccl::kSum, comm, nullptr),
+              nccl::kSuccess);
+    ASSERT_EQ(trainer.broadcast(bucket.data(), bucket.data(), bucket.size(), nccl::kUint8, 0, comm,
+                                nullptr),
+              nccl::kSuccess);
+    trainer.destroy(comm);
+  });
+  std::vector<std::thread> workers;
+  std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(bucket.size()));
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      WeightGroupSpec spec = Spec(id, w + 1, 3);
+      spec.warmup_all_reduce = true;
+      auto receiver = JoinNcclWeightGroup(spec);
+      ASSERT_TRUE(receiver.ok()) << receiver.status().message();
+      Status s = (*receiver)->Receive(got[static_cast<size_t>(w)], BroadcastType::kBytes);
+      ASSERT_TRUE(s.ok()) << s.message();
+    });
+  }
+  for (auto& t : workers) t.join();
+  rank0.join();
+  EXPECT_EQ(warm[0], 2.5f);
+  EXPECT_EQ(warm[1], -1.0f);  // one element was reduced, the next left alone
+  for (const auto& g : got) EXPECT_EQ(g, bucket);
+}
+
+// A trainer that joins but never makes the warmup all-reduce: the join fails at the timeout.
+TEST_F(NcclGroupTest, AMissingWarmupFailsTheJoinAtTheTimeout) {
+  Trainer trainer;
+  const std::string id = trainer.UniqueId();
+  nccl::Comm comm = nullptr;
+  std::thread rank0([&] {
+    nccl::UniqueId uid;
+    std::memcpy(uid.internal, id.data(), sizeof(uid.internal));
+    ASSERT_EQ(trainer.init_rank(&comm, 2, uid, 0), nccl::kSuccess);
+  });
+  WeightGroupSpec spec = Spec(id, 1, 2, 300);
+  spec.warmup_all_reduce = true;
+  auto receiver = JoinNcclWeightGroup(spec);
+  rank0.join();
+  ASSERT_FALSE(receiver.ok());
+  EXPECT_EQ(receiver.status().code(), StatusCode::kDeadlineExceeded) << receiver.status().message();
+  EXPECT_NE(std::string(receiver.status().message()).find("warmup all-reduce"), std::string::npos)
+      << receiver.status().message();
+  trainer.destroy(comm);
 }
 
 TEST_F(NcclGroupTest, AStalledTrainerTimesOutAndTheGroupIsAborted) {

@@ -92,6 +92,25 @@ StatusOr<std::vector<Piece>> PlanPieces(const v1::UpdateWeightsFromDistributedRe
     sizes.push_back(n);
   }
   std::vector<Piece> pieces;
+  uint64_t total = 0;
+  for (uint64_t n : sizes) total += n;
+  if (request.piece_bytes_size() > 0) {
+    uint64_t sum = 0;
+    for (int i = 0; i < request.piece_bytes_size(); ++i) {
+      const int64_t n = request.piece_bytes(i);
+      if (n <= 0) {
+        return InvalidArgumentError("piece_bytes[" + std::to_string(i) + "]: " + std::to_string(n) +
+                                    " (each broadcast is > 0 bytes)");
+      }
+      sum += static_cast<uint64_t>(n);
+      pieces.push_back({static_cast<uint64_t>(n)});
+    }
+    if (sum != total) {
+      return InvalidArgumentError("piece_bytes add up to " + std::to_string(sum) +
+                                  " bytes, the manifest's tensors to " + std::to_string(total));
+    }
+    return pieces;
+  }
   if (request.bucket_bytes() == -1) {
     for (int i = 0; i < request.manifest().tensors_size(); ++i) {
       pieces.push_back(
@@ -105,8 +124,6 @@ StatusOr<std::vector<Piece>> PlanPieces(const v1::UpdateWeightsFromDistributedRe
   }
   const uint64_t bucket = static_cast<uint64_t>(
       request.bucket_bytes() == 0 ? kDefaultBucketBytes : request.bucket_bytes());
-  uint64_t total = 0;
-  for (uint64_t n : sizes) total += n;
   for (uint64_t at = 0; at < total; at += bucket) pieces.push_back({std::min(bucket, total - at)});
   return pieces;
 }
@@ -136,6 +153,7 @@ grpc::Status WorkerService::JoinWeightGroup(grpc::ServerContext* /*context*/,
   spec.world_size = request->world_size();
   spec.timeout = request->timeout_ms() > 0 ? std::chrono::milliseconds(request->timeout_ms())
                                            : kDefaultGroupTimeout;
+  spec.warmup_all_reduce = request->warmup_all_reduce();
   auto receiver = executor_->mutable_runner().JoinWeightGroup(spec);
   if (!receiver.ok()) return rpc::ToGrpcStatus(receiver.status());
   response->set_nccl((*receiver)->describe());

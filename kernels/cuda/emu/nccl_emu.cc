@@ -4,18 +4,20 @@
 // ASTR_NCCL_LIBRARY exactly as they load libnccl.so.2.
 //
 // The subset: ncclGetVersion, ncclGetUniqueId, ncclCommInitRank, ncclBroadcast (root 0, any
-// datatype), ncclGroupStart/End, ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError,
-// ncclCommCount, ncclCommUserRank, ncclGetErrorString, ncclGetLastError.
+// datatype), ncclAllReduce (sum of float32 / float64 / int32 / int64), ncclGroupStart/End,
+// ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommCount, ncclCommUserRank,
+// ncclGetErrorString, ncclGetLastError.
 //
 // How: the unique id names a TCP listener on 127.0.0.1 that ncclGetUniqueId opens (magic, port,
 // a random nonce); rank 0 must init in that process. The other ranks connect and say their rank;
 // ncclCommInitRank returns once every rank is there (rank 0 acknowledges each), like NCCL's. A
 // broadcast is rank 0 sending each peer a header (sequence number, bytes) and the bytes; a peer
-// whose own call disagrees on the size fails with ncclInvalidUsage instead of hanging. Pointers
-// are host memory (the emulated device's memory is), and a call runs when made, not in stream
-// order: astr receives into a buffer no other stream work touches and synchronizes after. Every
-// wait is bounded by ASTR_NCCL_EMU_TIMEOUT_S (default 300 s) and ends at once when another thread
-// calls ncclCommAbort, which is how astr's watchdog stops a broadcast.
+// whose own call disagrees on the size fails with ncclInvalidUsage instead of hanging. An
+// all-reduce is every peer sending rank 0 its values, rank 0 summing and sending the sum back.
+// Pointers are host memory (the emulated device's memory is), and a call runs when made, not in
+// stream order: astr receives into a buffer no other stream work touches and synchronizes after.
+// Every wait is bounded by ASTR_NCCL_EMU_TIMEOUT_S (default 300 s) and ends at once when another
+// thread calls ncclCommAbort, which is how astr's watchdog stops a broadcast.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -200,6 +202,37 @@ int Tune(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
+}
+
+}  // namespace
+
+namespace {
+
+template <typename T>
+void AddInto(void* acc, const void* more, size_t count) {
+  T* a = static_cast<T*>(acc);
+  const T* b = static_cast<const T*>(more);
+  for (size_t i = 0; i < count; ++i) a[i] += b[i];
+}
+
+// acc += more elementwise; false for a datatype the emulation does not sum.
+bool Accumulate(int datatype, void* acc, const void* more, size_t count) {
+  switch (datatype) {
+    case 2:
+      AddInto<int32_t>(acc, more, count);
+      return true;
+    case 4:
+      AddInto<int64_t>(acc, more, count);
+      return true;
+    case 7:
+      AddInto<float>(acc, more, count);
+      return true;
+    case 8:
+      AddInto<double>(acc, more, count);
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -426,6 +459,90 @@ __attribute__((visibility("default"))) int ncclBroadcast(const void* sendbuff, v
   if (!RecvAll(fd, recvbuff, bytes, deadline, &comm->aborted, &why)) {
     return Fail(comm, astr::nccl::kSystemError,
                 "broadcast " + std::to_string(seq) + " from rank 0: " + why);
+  }
+  return astr::nccl::kSuccess;
+}
+
+__attribute__((visibility("default"))) int ncclAllReduce(const void* sendbuff, void* recvbuff,
+                                                         size_t count, int datatype, int op,
+                                                         void* handle, void* /*stream*/) {
+  Comm* comm = static_cast<Comm*>(handle);
+  if (comm == nullptr) return Fail(nullptr, astr::nccl::kInvalidArgument, "comm is null");
+  std::lock_guard<std::mutex> lock(comm->op_mu);
+  if (comm->aborted.load()) {
+    return Fail(comm, astr::nccl::kInvalidUsage, "the communicator was aborted");
+  }
+  if (comm->async_error.load() != astr::nccl::kSuccess) return comm->async_error.load();
+  if (op != 0) {
+    return Fail(comm, astr::nccl::kInvalidArgument,
+                "all-reduce op " + std::to_string(op) + ": the emulation sums only (ncclSum)");
+  }
+  const size_t item = TypeSize(datatype);
+  std::vector<char> probe(item == 0 ? 1 : item);
+  if (item == 0 || !Accumulate(datatype, probe.data(), probe.data(), 0)) {
+    return Fail(comm, astr::nccl::kInvalidArgument,
+                "all-reduce datatype " + std::to_string(datatype) +
+                    ": the emulation sums float32, float64, int32 and int64");
+  }
+  const size_t bytes = count * item;
+  if (bytes > 0 && (sendbuff == nullptr || recvbuff == nullptr)) {
+    return Fail(comm, astr::nccl::kInvalidArgument, "sendbuff or recvbuff is null");
+  }
+  if (sendbuff != recvbuff && bytes > 0) std::memmove(recvbuff, sendbuff, bytes);
+  const auto deadline = Clock::now() + Timeout();
+  const uint64_t seq = comm->seq++;
+  const Header header{seq, bytes};
+  std::string why;
+  const auto mismatch = [&](const Header& got, int rank) {
+    return Fail(comm, astr::nccl::kInvalidUsage,
+                "all-reduce " + std::to_string(seq) + ": rank " + std::to_string(rank) +
+                    " sends operation " + std::to_string(got.seq) + " of " +
+                    std::to_string(got.bytes) + " bytes, this rank has " + std::to_string(bytes));
+  };
+  if (comm->rank == 0) {
+    std::vector<char> part(bytes);
+    for (int r = 1; r < comm->nranks; ++r) {
+      const int fd = comm->peers[static_cast<size_t>(r)];
+      Header got{};
+      if (!RecvAll(fd, &got, sizeof(got), deadline, &comm->aborted, &why)) {
+        return Fail(
+            comm, astr::nccl::kSystemError,
+            "all-reduce " + std::to_string(seq) + " from rank " + std::to_string(r) + ": " + why);
+      }
+      if (got.seq != seq || got.bytes != bytes) return mismatch(got, r);
+      if (!RecvAll(fd, part.data(), bytes, deadline, &comm->aborted, &why)) {
+        return Fail(
+            comm, astr::nccl::kSystemError,
+            "all-reduce " + std::to_string(seq) + " from rank " + std::to_string(r) + ": " + why);
+      }
+      Accumulate(datatype, recvbuff, part.data(), count);
+    }
+    for (int r = 1; r < comm->nranks; ++r) {
+      const int fd = comm->peers[static_cast<size_t>(r)];
+      if (!SendAll(fd, &header, sizeof(header), deadline, &comm->aborted, &why) ||
+          !SendAll(fd, recvbuff, bytes, deadline, &comm->aborted, &why)) {
+        return Fail(
+            comm, astr::nccl::kSystemError,
+            "all-reduce " + std::to_string(seq) + " to rank " + std::to_string(r) + ": " + why);
+      }
+    }
+    return astr::nccl::kSuccess;
+  }
+  const int fd = comm->peers[0];
+  if (!SendAll(fd, &header, sizeof(header), deadline, &comm->aborted, &why) ||
+      !SendAll(fd, recvbuff, bytes, deadline, &comm->aborted, &why)) {
+    return Fail(comm, astr::nccl::kSystemError,
+                "all-reduce " + std::to_string(seq) + " to rank 0: " + why);
+  }
+  Header got{};
+  if (!RecvAll(fd, &got, sizeof(got), deadline, &comm->aborted, &why)) {
+    return Fail(comm, astr::nccl::kSystemError,
+                "all-reduce " + std::to_string(seq) + " from rank 0: " + why);
+  }
+  if (got.seq != seq || got.bytes != bytes) return mismatch(got, 0);
+  if (!RecvAll(fd, recvbuff, bytes, deadline, &comm->aborted, &why)) {
+    return Fail(comm, astr::nccl::kSystemError,
+                "all-reduce " + std::to_string(seq) + " from rank 0: " + why);
   }
   return astr::nccl::kSuccess;
 }

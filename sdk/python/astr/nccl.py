@@ -35,6 +35,7 @@ UNIQUE_ID_BYTES = 128
 # ncclDataType_t values (nccl.h).
 UINT8, FLOAT16, FLOAT32, BFLOAT16 = 1, 6, 7, 9
 _SUCCESS = 0
+_SUM = 0  # ncclRedOp_t ncclSum
 # How long a push waits for its broadcasts to end after the scheduler answered with an error.
 _SENDER_GRACE_S = 5.0
 
@@ -67,6 +68,7 @@ class Nccl:
         lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(_UniqueId)]
         lib.ncclCommInitRank.argtypes = [ctypes.POINTER(vp), c_int, _UniqueId, c_int]
         lib.ncclBroadcast.argtypes = [vp, vp, size_t, c_int, c_int, vp, vp]
+        lib.ncclAllReduce.argtypes = [vp, vp, size_t, c_int, c_int, vp, vp]
         lib.ncclCommAbort.argtypes = [vp]
         lib.ncclCommDestroy.argtypes = [vp]
         lib.ncclGetErrorString.argtypes = [c_int]
@@ -76,7 +78,7 @@ class Nccl:
             self._last_error.argtypes = [vp]
             self._last_error.restype = ctypes.c_char_p
         for name in ("ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclBroadcast",
-                     "ncclCommAbort", "ncclCommDestroy"):
+                     "ncclAllReduce", "ncclCommAbort", "ncclCommDestroy"):
             getattr(lib, name).restype = c_int
         self._lib = lib
         self.emulated = hasattr(lib, "astr_nccl_emulated")
@@ -117,6 +119,13 @@ class Nccl:
         """In-place ncclBroadcast of `count` elements at `pointer` (device memory for real NCCL)."""
         self._check("ncclBroadcast",
                     self._lib.ncclBroadcast(pointer, pointer, count, datatype, root, comm, stream),
+                    comm)
+
+    def all_reduce(self, comm: int, pointer: int, count: int, datatype: int = FLOAT32,
+                   stream: int = 0) -> None:
+        """In-place ncclAllReduce (sum) of `count` elements at `pointer`."""
+        self._check("ncclAllReduce",
+                    self._lib.ncclAllReduce(pointer, pointer, count, datatype, _SUM, comm, stream),
                     comm)
 
     def abort(self, comm: int) -> None:

@@ -32,6 +32,8 @@ constexpr int kUint8 = 1;
 constexpr int kFloat16 = 6;
 constexpr int kFloat32 = 7;
 constexpr int kBfloat16 = 9;
+// ncclRedOp_t
+constexpr int kSum = 0;
 
 extern "C" {
 using GetVersionFn = int (*)(int* version);
@@ -39,6 +41,8 @@ using GetUniqueIdFn = int (*)(UniqueId* id);
 using CommInitRankFn = int (*)(Comm* comm, int nranks, UniqueId id, int rank);
 using BroadcastFn = int (*)(const void* sendbuff, void* recvbuff, size_t count, int datatype,
                             int root, Comm comm, Stream stream);
+using AllReduceFn = int (*)(const void* sendbuff, void* recvbuff, size_t count, int datatype,
+                            int op, Comm comm, Stream stream);
 using CommAbortFn = int (*)(Comm comm);
 using CommDestroyFn = int (*)(Comm comm);
 using CommGetAsyncErrorFn = int (*)(Comm comm, int* async_error);

@@ -26,6 +26,7 @@ struct NcclLibrary {
   nccl::GetVersionFn get_version = nullptr;
   nccl::CommInitRankFn init_rank = nullptr;
   nccl::BroadcastFn broadcast = nullptr;
+  nccl::AllReduceFn all_reduce = nullptr;  // loaded; needed only for warmup_all_reduce
   nccl::CommAbortFn abort = nullptr;
   nccl::CommDestroyFn destroy = nullptr;
   nccl::CommGetAsyncErrorFn async_error = nullptr;
@@ -94,6 +95,7 @@ StatusOr<const NcclLibrary*> Load() {
   ASTR_RETURN_IF_ERROR(need("ncclCommGetAsyncError", &lib->async_error));
   ASTR_RETURN_IF_ERROR(need("ncclGetErrorString", &lib->error_string));
   lib->last_error = reinterpret_cast<nccl::GetLastErrorFn>(dlsym(handle, "ncclGetLastError"));
+  lib->all_reduce = reinterpret_cast<nccl::AllReduceFn>(dlsym(handle, "ncclAllReduce"));
   int version = 0;
   lib->get_version(&version);
   // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
@@ -158,6 +160,14 @@ class NcclReceiver final : public WeightReceiver {
     }
     if (join->result != nccl::kSuccess) return UnavailableError(what + join->error);
     comm_ = join->comm;
+    if (spec_.warmup_all_reduce) {
+      Status warm = Warmup();
+      if (!warm.ok()) {
+        if (comm_ != nullptr) lib_->abort(comm_);
+        comm_ = nullptr;
+        return warm;
+      }
+    }
     return OkStatus();
   }
 
@@ -190,8 +200,22 @@ class NcclReceiver final : public WeightReceiver {
   std::string describe() const override { return lib_->describe; }
 
  private:
-  // Enqueues the broadcast and waits for the stream (polling, so that an asynchronous NCCL error
-  // ends the wait).
+  // vLLM's PyNcclCommunicator makes one all-reduce (sum) of one float32 right after joining; a
+  // trainer that made its side with it waits for every rank to take part.
+  Status Warmup() {
+    const std::string what = "NCCL group '" + spec_.name + "': the warmup all-reduce: ";
+    if (lib_->all_reduce == nullptr) {
+      return FailedPreconditionError(what + lib_->path + " has no ncclAllReduce");
+    }
+    ASTR_ASSIGN_OR_RETURN(DeviceMemory one, DeviceAllocator::Allocate(sizeof(float), "the warmup"));
+    ASTR_CUDA_RETURN_IF_ERROR(cudaMemset(one.get(), 0, sizeof(float)), "zeroing the warmup");
+    ASTR_RETURN_IF_ERROR(Collective(what, [&] {
+      return lib_->all_reduce(one.get(), one.get(), 1, nccl::kFloat32, nccl::kSum, comm_, stream_);
+    }));
+    return OkStatus();
+  }
+
+  // Enqueues the broadcast and waits for the stream.
   Status Broadcast(std::span<uint8_t> out, BroadcastType type) {
     const std::string what =
         "NCCL group '" + spec_.name + "': broadcast of " + std::to_string(out.size()) + " bytes: ";
@@ -216,14 +240,23 @@ class NcclReceiver final : public WeightReceiver {
     if (out.size() % item != 0) {
       return InvalidArgumentError(what + "not a whole number of elements");
     }
+    return Collective(what, [&] {
+      return lib_->broadcast(buffer_.get(), buffer_.get(), out.size() / item, datatype, 0, comm_,
+                             stream_);
+    });
+  }
+
+  // Runs one collective `call` on the group's stream and waits for it (polling, so that an
+  // asynchronous NCCL error ends the wait). The call itself may block (the emulated NCCL runs it
+  // when called): a watchdog aborts the communicator if it outlives the deadline, which makes it
+  // return. Once the watchdog fired, the communicator is gone and this thread must not touch it.
+  template <typename Call>
+  Status Collective(const std::string& what, const Call& call) {
     const auto deadline = Clock::now() + spec_.timeout;
     const auto timed_out = [&] {
       return DeadlineExceededError(what + "took over " + std::to_string(spec_.timeout.count()) +
                                    " ms (a trainer that died or stalls); the group was aborted");
     };
-    // The call itself may block (the emulated NCCL runs it when called): a watchdog aborts the
-    // communicator if it outlives the deadline, which makes it return. Once the watchdog fired,
-    // the communicator is gone and this thread must not touch it.
     int r = nccl::kSuccess;
     {
       std::mutex mu;
@@ -237,8 +270,7 @@ class NcclReceiver final : public WeightReceiver {
           lib_->abort(comm_);
         }
       });
-      r = lib_->broadcast(buffer_.get(), buffer_.get(), out.size() / item, datatype, 0, comm_,
-                          stream_);
+      r = call();
       {
         std::lock_guard<std::mutex> lock(mu);
         returned = true;
