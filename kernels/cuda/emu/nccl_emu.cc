@@ -215,7 +215,19 @@ void AddInto(void* acc, const void* more, size_t count) {
   for (size_t i = 0; i < count; ++i) a[i] += b[i];
 }
 
-// acc += more elementwise; false for a datatype the emulation does not sum.
+bool Summable(int datatype) {
+  return datatype == 2 || datatype == 4 || datatype == 7 || datatype == 8;
+}
+
+// An operation may run on `comm` (its lock held): kSuccess, or why not.
+int Usable(Comm* comm) {
+  if (comm->aborted.load()) {
+    return Fail(comm, astr::nccl::kInvalidUsage, "the communicator was aborted");
+  }
+  return comm->async_error.load();
+}
+
+// acc += more elementwise (a Summable datatype); false for another.
 bool Accumulate(int datatype, void* acc, const void* more, size_t count) {
   switch (datatype) {
     case 2:
@@ -408,10 +420,7 @@ __attribute__((visibility("default"))) int ncclBroadcast(const void* sendbuff, v
   Comm* comm = static_cast<Comm*>(handle);
   if (comm == nullptr) return Fail(nullptr, astr::nccl::kInvalidArgument, "comm is null");
   std::lock_guard<std::mutex> op(comm->op_mu);
-  if (comm->aborted.load()) {
-    return Fail(comm, astr::nccl::kInvalidUsage, "the communicator was aborted");
-  }
-  if (comm->async_error.load() != astr::nccl::kSuccess) return comm->async_error.load();
+  if (const int r = Usable(comm); r != astr::nccl::kSuccess) return r;
   if (root != 0) {
     return Fail(comm, astr::nccl::kInvalidArgument,
                 "broadcasts from rank 0 only (root " + std::to_string(root) + ")");
@@ -469,17 +478,13 @@ __attribute__((visibility("default"))) int ncclAllReduce(const void* sendbuff, v
   Comm* comm = static_cast<Comm*>(handle);
   if (comm == nullptr) return Fail(nullptr, astr::nccl::kInvalidArgument, "comm is null");
   std::lock_guard<std::mutex> lock(comm->op_mu);
-  if (comm->aborted.load()) {
-    return Fail(comm, astr::nccl::kInvalidUsage, "the communicator was aborted");
-  }
-  if (comm->async_error.load() != astr::nccl::kSuccess) return comm->async_error.load();
+  if (const int r = Usable(comm); r != astr::nccl::kSuccess) return r;
   if (op != 0) {
     return Fail(comm, astr::nccl::kInvalidArgument,
                 "all-reduce op " + std::to_string(op) + ": the emulation sums only (ncclSum)");
   }
   const size_t item = TypeSize(datatype);
-  std::vector<char> probe(item == 0 ? 1 : item);
-  if (item == 0 || !Accumulate(datatype, probe.data(), probe.data(), 0)) {
+  if (!Summable(datatype)) {
     return Fail(comm, astr::nccl::kInvalidArgument,
                 "all-reduce datatype " + std::to_string(datatype) +
                     ": the emulation sums float32, float64, int32 and int64");
