@@ -133,9 +133,12 @@ void Register(FlagSet* fs, Flags* f) {
              "number of schedulers share a machine). Empty: no admin service.");
   fs->String("admin-http-listen", &f->admin_http_listen,
              "Address of SGLang's weight-sync and generation-control HTTP routes "
-             "(/update_weights_from_disk, /get_weight_version, /pause_generation, "
-             "/continue_generation, /abort_request, /flush_cache, and vLLM's /pause, /resume, "
-             "/is_paused; docs/rl.md), HOST:PORT, for RL frameworks written against SGLang or "
+             "(/update_weights_from_disk, /init_weights_update_group, "
+             "/update_weights_from_distributed, /get_weight_version, /pause_generation, "
+             "/continue_generation, /abort_request, /flush_cache, the memory routes) and vLLM's "
+             "(/pause, /resume, /is_paused, /sleep, /wake_up, /init_weight_transfer_engine, "
+             "/start_weight_update, /update_weights, /finish_weight_update; docs/rl.md), "
+             "HOST:PORT, for RL frameworks written against SGLang or "
              "vLLM; the bound address is logged as 'admin http on HOST:PORT'. "
              "Needs --admin-token-file: every route takes `Authorization: Bearer <token>`. "
              "Default: none.");
