@@ -24,12 +24,7 @@ PROMPTS = [[1, 403, 407, 261, 378], [1, 298, 315, 421]]
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("direct")
-    old = W.convert_stories(str(root / "old"))
-    old_t = W.load(old)
-    new_t = W.perturbed(old_t, seed=3)
-    new = W.write_folder(old, new_t, str(root / "new"))
-    return {"old": old, "old_t": old_t, "new": new, "new_t": new_t,
-            "token": W.token_file(str(root))}
+    return W.old_and_new(root, seed=3)
 
 
 @pytest.fixture(scope="module")

@@ -43,12 +43,7 @@ def models(tmp_path_factory):
         if not os.path.exists(path):
             pytest.fail(f"{path} was not built")
     root = tmp_path_factory.mktemp("nccl")
-    old = W.convert_stories(str(root / "old"))
-    old_t = W.load(old)
-    new_t = W.perturbed(old_t, seed=7, scale=0.05)
-    new = W.write_folder(old, new_t, str(root / "new"))
-    return {"old": old, "old_t": old_t, "new": new, "new_t": new_t,
-            "token": W.token_file(str(root))}
+    return W.old_and_new(root, seed=7, scale=0.05)
 
 
 @pytest.fixture(autouse=True)

@@ -39,12 +39,7 @@ def models(tmp_path_factory):
         if not os.path.exists(path):
             pytest.fail(f"{path} was not built")
     root = tmp_path_factory.mktemp("vllm")
-    old = W.convert_stories(str(root / "old"))
-    old_t = W.load(old)
-    new_t = W.perturbed(old_t, seed=11, scale=0.05)
-    new = W.write_folder(old, new_t, str(root / "new"))
-    return {"old": old, "old_t": old_t, "new": new, "new_t": new_t,
-            "token": W.token_file(str(root))}
+    return W.old_and_new(root, seed=11, scale=0.05)
 
 
 @pytest.fixture(autouse=True)
@@ -159,6 +154,18 @@ def run_update(cluster, trainer, tensors, packed, buffer_size=None):
     return got["r"]
 
 
+def init_weight_transfer(cluster, trainer):
+    """/init_weight_transfer_engine on a thread while the trainer makes its side, as vLLM's
+    example does; the route's answer."""
+    got = {}
+    init = threading.Thread(target=lambda: got.update(r=cluster.post(
+        "init_weight_transfer_engine", {"init_info": trainer.init_info()})))
+    init.start()
+    trainer.trainer_init()
+    init.join(timeout=TIMEOUT)
+    return got["r"]
+
+
 def f32(tensors):
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
 
@@ -169,14 +176,9 @@ def test_vllm_rlhf_http_nccl_flow(make_cluster, models):
     assert r.status_code == 200 and r.json() == {"world_size": 2}, r.text
     trainer = VllmTrainer(world_size=r.json()["world_size"] + 1)
     try:
-        got = {}
-        init = threading.Thread(target=lambda: got.update(init=cluster.post(
-            "init_weight_transfer_engine", {"init_info": trainer.init_info()})))
-        init.start()
-        trainer.trainer_init()
-        init.join(timeout=TIMEOUT)
-        assert got["init"].status_code == 200, got["init"].text
-        assert got["init"].json() == {"message": "Weight transfer initialized"}
+        init = init_weight_transfer(cluster, trainer)
+        assert init.status_code == 200, init.text
+        assert init.json() == {"message": "Weight transfer initialized"}
         for w in cluster.c.workers:
             log = w.proc.log_text()
             assert "joined NCCL group 'vllm-weight-transfer' as rank" in log, log[-2000:]
@@ -236,13 +238,8 @@ def test_vllm_routes_refuse_what_they_cannot_serve(make_cluster, models):
 
     trainer = VllmTrainer(world_size=3)
     try:
-        got = {}
-        init = threading.Thread(target=lambda: got.update(init=cluster.post(
-            "init_weight_transfer_engine", {"init_info": trainer.init_info()})))
-        init.start()
-        trainer.trainer_init()
-        init.join(timeout=TIMEOUT)
-        assert got["init"].status_code == 200, got["init"].text
+        init = init_weight_transfer(cluster, trainer)
+        assert init.status_code == 200, init.text
         body = {"update_info": dict(update_info(new, packed=False), ipc_handles_pickled="x")}
         r = cluster.post("update_weights", body)
         assert r.status_code == 400 and "IPC" in r.json()["error"], r.text

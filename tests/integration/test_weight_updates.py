@@ -31,12 +31,7 @@ PROMPTS = [[1, 403, 407, 261, 378], [1, 298, 315, 421], [1, 432, 383, 286, 261, 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("weights")
-    old = W.convert_stories(str(root / "old"))
-    old_t = W.load(old)
-    new_t = W.perturbed(old_t, seed=1)
-    new = W.write_folder(old, new_t, str(root / "new"))
-    token = W.token_file(str(root))
-    return {"root": root, "old": old, "old_t": old_t, "new": new, "new_t": new_t, "token": token}
+    return W.old_and_new(root, seed=1)
 
 
 def start(make_cluster, models, model=None, workers=1, **scheduler_flags):

@@ -97,6 +97,17 @@ def version(admin):
     return admin.GetWeightVersion(apb.GetWeightVersionRequest(), metadata=auth(), timeout=30)
 
 
+def old_and_new(root, seed, scale=0.02):
+    """stories260K as a Hugging Face folder in f32 ("old") and a perturbed copy ("new"), with their
+    tensors and an admin token file, under `root`."""
+    old = convert_stories(str(root / "old"))
+    old_t = load(old)
+    new_t = perturbed(old_t, seed=seed, scale=scale)
+    new = write_folder(old, new_t, str(root / "new"))
+    return {"root": root, "old": old, "old_t": old_t, "new": new, "new_t": new_t,
+            "token": token_file(str(root))}
+
+
 def token_file(tmp_dir):
     path = os.path.join(tmp_dir, "admin.token")
     with open(path, "w") as f:
