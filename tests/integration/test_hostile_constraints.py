@@ -29,7 +29,10 @@ import openai_http as oh
 from harness import pb
 
 MODEL = harness.default_model()
-BUDGET_MS = 3000  # --grammar-max-compile-ms of the cluster below
+# --grammar-max-compile-ms of the cluster below. The accepted cases take 0.4-1.2 s each on an idle
+# 2-core machine (repeat_range_100k, 5000-value enums), but two ran past a 3000 ms budget once when
+# the suite's other jobs loaded both cores. The refused cases are refused by memory or size.
+BUDGET_MS = 6000
 CACHE_MB = 32  # --grammar-cache-mb
 SLACK_S = 3.0  # answer time beyond the budget: scheduling, the response, a loaded CI machine
 GIB = 1 << 30
