@@ -42,6 +42,10 @@ class WeightBuilder {
   // it until what it is built with has arrived and is built (perhaps on another thread), then
   // hands its bytes back (ReceiveBuffers::Put). A build error comes back here or from Finish.
   virtual Status Add(std::shared_ptr<UpdateTensor> tensor) = 0;
+  // Called before a tensor of `bytes` is received: a builder still packing what it was given
+  // may hold the receiver back here until that is done, so that the bytes received and not yet
+  // built stay bounded (the next tensor's receive buffer often reuses what the packing frees).
+  virtual void AwaitRoom(uint64_t bytes) { (void)bytes; }
   // The set: every tensor not added as the served set held it when the build began. `base`
   // opens the served checkpoint, for tensors the served set holds only in a form it cannot give
   // back exactly (block-quantized ones), and is called at most once.

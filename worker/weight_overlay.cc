@@ -1,7 +1,11 @@
 #include "worker/weight_overlay.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <iterator>
-#include <new>
+#include <utility>
 
 namespace astr {
 
@@ -19,36 +23,99 @@ ReceiveBuffers& ReceiveBuffers::Global() {
   return *buffers;
 }
 
-std::unique_ptr<uint8_t[]> ReceiveBuffers::Take(uint64_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = kept_.find(bytes);
-    if (it != kept_.end()) {
-      std::unique_ptr<uint8_t[]> buffer = std::move(it->second);
-      kept_.erase(it);
-      held_ -= bytes;
-      return buffer;
-    }
-  }
-  return std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]);
+namespace {
+
+// `bytes` rounded up to whole pages (at least one).
+uint64_t WholePages(uint64_t bytes) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return std::max<uint64_t>(page, (bytes + page - 1) / page * page);
 }
 
-void ReceiveBuffers::Put(std::unique_ptr<uint8_t[]> buffer, uint64_t bytes) {
-  if (buffer == nullptr) return;
+}  // namespace
+
+ReceiveBuffer ReceiveBuffer::Map(uint64_t bytes) {
+  const uint64_t mapped = WholePages(bytes);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ReceiveBuffer b;
+  if (p == MAP_FAILED) return b;
+  // Fewer faults for big tensors where transparent huge pages are on "madvise" (advice only).
+  if (mapped >= (uint64_t{2} << 20)) madvise(p, mapped, MADV_HUGEPAGE);
+  b.data_ = static_cast<uint8_t*>(p);
+  b.mapped_ = mapped;
+  return b;
+}
+
+ReceiveBuffer& ReceiveBuffer::operator=(ReceiveBuffer&& other) noexcept {
+  if (this != &other) {
+    Unmap();
+    data_ = std::exchange(other.data_, nullptr);
+    mapped_ = std::exchange(other.mapped_, 0);
+    taken_from_ = std::exchange(other.taken_from_, nullptr);
+  }
+  return *this;
+}
+
+void ReceiveBuffer::Unmap() {
+  if (taken_from_ != nullptr) taken_from_->Forget(mapped_);
+  taken_from_ = nullptr;
+  if (data_ != nullptr) munmap(data_, mapped_);
+  data_ = nullptr;
+  mapped_ = 0;
+}
+
+ReceiveBuffer ReceiveBuffers::Take(uint64_t bytes) {
+  const uint64_t capacity = WholePages(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kept_.find(capacity);
+    if (it != kept_.end()) {
+      ReceiveBuffer buffer = std::move(it->second);
+      kept_.erase(it);
+      held_ -= capacity;
+      taken_ += capacity;
+      buffer.taken_from_ = this;
+      return buffer;
+    }
+    // None fits: kept ones make room, so that kept and taken stay under the limit.
+    while (!kept_.empty() && held_ + taken_ + capacity > limit_) EvictLargest();
+    taken_ += capacity;
+  }
+  ReceiveBuffer fresh = ReceiveBuffer::Map(capacity);
+  if (fresh) {
+    fresh.taken_from_ = this;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    taken_ -= capacity;
+  }
+  return fresh;
+}
+
+void ReceiveBuffers::Put(ReceiveBuffer buffer) {
+  if (!buffer) return;
+  const uint64_t capacity = buffer.capacity();
   std::lock_guard<std::mutex> lock(mu_);
-  if (held_ + bytes > limit_) return;  // freed here
-  held_ += bytes;
-  kept_.emplace(bytes, std::move(buffer));
+  if (buffer.taken_from_ == this) taken_ -= capacity;
+  buffer.taken_from_ = nullptr;  // from another pool, or mapped alone: kept here like the others
+  if (held_ + capacity > limit_) return;  // unmapped here
+  held_ += capacity;
+  kept_.emplace(capacity, std::move(buffer));
+}
+
+void ReceiveBuffers::Forget(uint64_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  taken_ -= capacity;
+}
+
+void ReceiveBuffers::EvictLargest() {
+  auto it = std::prev(kept_.end());
+  held_ -= it->first;
+  kept_.erase(it);
 }
 
 void ReceiveBuffers::set_limit(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   limit_ = bytes;
-  while (held_ > limit_ && !kept_.empty()) {
-    auto it = std::prev(kept_.end());  // the largest first
-    held_ -= it->first;
-    kept_.erase(it);
-  }
+  while (held_ > limit_ && !kept_.empty()) EvictLargest();  // the largest first
 }
 
 uint64_t ReceiveBuffers::limit() const {
@@ -59,6 +126,11 @@ uint64_t ReceiveBuffers::limit() const {
 uint64_t ReceiveBuffers::held() const {
   std::lock_guard<std::mutex> lock(mu_);
   return held_;
+}
+
+uint64_t ReceiveBuffers::taken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return taken_;
 }
 
 bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical) {
@@ -96,7 +168,7 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
     return OkStatus();
   }
   const UpdateTensor& t = *it->second;
-  if (t.data == nullptr) {
+  if (!t.data) {
     return InternalError("update tensor '" + t.hf_name + "': its bytes were not kept");
   }
   if (t.shape != expected_shape) {
@@ -131,7 +203,7 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
     return base_->Raw(canonical);
   }
   const UpdateTensor& t = *it->second;
-  if (t.data == nullptr) {
+  if (!t.data) {
     return InternalError("update tensor '" + t.hf_name + "': its bytes were not kept");
   }
   if (t.half_to_interleaved) {

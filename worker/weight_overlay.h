@@ -7,6 +7,7 @@
 // the reverse) has its q_proj / k_proj rows permuted on load, as pushed Hugging Face tensors do.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,13 +20,43 @@
 
 namespace astr {
 
+// A weight update's receive buffer: an anonymous mapping of its own. What an update frees goes
+// back to the system at once, not into the allocator's free lists of the thread that received it,
+// where the next update (received on another gRPC thread, with another arena) could not reuse it:
+// on a 1.7 GB push those lists held ~500 MiB, a third of the peak's excess over two weight sets.
+class ReceiveBuffers;
+
+class ReceiveBuffer {
+ public:
+  ReceiveBuffer() = default;
+  // `bytes` of fresh memory, a whole number of pages (empty when the system has none left).
+  static ReceiveBuffer Map(uint64_t bytes);
+  ReceiveBuffer(ReceiveBuffer&& other) noexcept { *this = std::move(other); }
+  ReceiveBuffer& operator=(ReceiveBuffer&& other) noexcept;
+  ReceiveBuffer(const ReceiveBuffer&) = delete;
+  ReceiveBuffer& operator=(const ReceiveBuffer&) = delete;
+  ~ReceiveBuffer() { Unmap(); }
+
+  uint8_t* get() const { return data_; }
+  // Bytes mapped (>= what was asked for).
+  uint64_t capacity() const { return mapped_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  friend class ReceiveBuffers;
+  void Unmap();
+  uint8_t* data_ = nullptr;
+  uint64_t mapped_ = 0;
+  ReceiveBuffers* taken_from_ = nullptr;  // counted in its taken() until put back or unmapped
+};
+
 // One tensor of a weight update, as it was received: Hugging Face name, dtype and layout.
 struct UpdateTensor {
   std::string hf_name;
   std::string canonical;
   model::DType dtype = model::DType::kF32;  // kF32, kF16 or kBF16
   std::vector<int64_t> shape;               // torch order
-  std::unique_ptr<uint8_t[]> data;
+  ReceiveBuffer data;
   uint64_t bytes = 0;
   uint64_t xxh64 = 0;  // of the bytes, as received
   // Hugging Face q/k rows come in rotate-half order; a model that computes in interleaved order
@@ -36,23 +67,34 @@ struct UpdateTensor {
 // The receive buffers of updates, kept from one update to the next (up to a limit): a push of
 // the same model asks for the same sizes again, and memory fresh from the system costs a page
 // fault per 4 KiB (on the development VM, clearing fresh pages was two thirds of a push's time).
+// Kept and taken buffers together stay under the limit where they can: a size that none kept
+// fits makes room by unmapping kept ones first.
 class ReceiveBuffers {
  public:
   static ReceiveBuffers& Global();
-  // A buffer of `bytes`: a kept one of that size, else a new one (null when none can be had).
-  std::unique_ptr<uint8_t[]> Take(uint64_t bytes);
-  // Gives a buffer of `bytes` back: kept while the buffers kept stay under limit(), else freed.
-  void Put(std::unique_ptr<uint8_t[]> buffer, uint64_t bytes);
-  // Most bytes kept (default 256 MiB; 0 keeps none). Lowering it frees what is over.
+  // A buffer of at least `bytes`: a kept one of that capacity, else a new one (empty when none
+  // can be had).
+  ReceiveBuffer Take(uint64_t bytes);
+  // Gives a buffer back: kept while the buffers kept stay under limit(), else unmapped.
+  void Put(ReceiveBuffer buffer);
+  // Most bytes kept (the worker's --receive-buffers-mb; 0 keeps none). Lowering it unmaps what
+  // is over.
   void set_limit(uint64_t bytes);
   uint64_t limit() const;
+  // Bytes kept (capacities), and taken and not yet given back.
   uint64_t held() const;
+  uint64_t taken() const;
 
  private:
+  friend class ReceiveBuffer;
+  void EvictLargest();             // mu_ held, kept_ not empty
+  void Forget(uint64_t capacity);  // a taken buffer was unmapped
+
   mutable std::mutex mu_;
-  std::multimap<uint64_t, std::unique_ptr<uint8_t[]>> kept_;
+  std::multimap<uint64_t, ReceiveBuffer> kept_;  // by capacity
   uint64_t held_ = 0;
-  uint64_t limit_ = uint64_t{256} << 20;
+  uint64_t taken_ = 0;
+  uint64_t limit_ = uint64_t{64} << 20;
 };
 
 // Canonical name -> tensor. Shared between successive overlays: a partial update copies the map,

@@ -12,6 +12,11 @@ namespace astr::rpc {
 // unaffected; malloc_trim(0) still returns what is free. Call first thing in main(). Not for the
 // scheduler: it forwards pushes as gRPC's own buffers, and its memory must come back after bursts
 // of work (test_hostile_constraints).
+//
+// It also caps the arenas at one per four cores (at least two; glibc's default is eight per
+// core): each keeps its own free memory, and the gRPC threads that received successive pushes
+// each had one, so a worker's peak during a 1.7 GB update was 2.25-2.27x the weights instead of
+// 2.15-2.17x (astr-bench-refit and docs/benchmarks.md, 2 cores; the pushes' speed unchanged).
 void KeepFreedMemoryForStreams();
 
 }  // namespace astr::rpc

@@ -6,6 +6,7 @@
 #include "worker/service/weight_updates.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -531,25 +532,44 @@ TEST_F(QuantizedWeightUpdatesTest, StreamedPartialPushEqualsTheBuildFromAllTenso
 }
 
 TEST(ReceiveBuffersTest, KeepsSizesUpToTheLimit) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   ReceiveBuffers buffers;
-  buffers.set_limit(1000);
-  auto a = buffers.Take(600);
-  ASSERT_NE(a, nullptr);
+  buffers.set_limit(2 * page);
+  ReceiveBuffer a = buffers.Take(100);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a.capacity(), page);  // whole pages
+  EXPECT_EQ(a.get()[99], 0);      // fresh memory reads zero
+  std::memset(a.get(), 7, 100);
   uint8_t* const a_ptr = a.get();
-  auto b = buffers.Take(600);
-  buffers.Put(std::move(a), 600);
-  EXPECT_EQ(buffers.held(), 600u);
-  buffers.Put(std::move(b), 600);  // over the limit: freed
-  EXPECT_EQ(buffers.held(), 600u);
-  EXPECT_EQ(buffers.Take(600).get(), a_ptr);  // the same size comes back
+  ReceiveBuffer b = buffers.Take(page + 1);
+  EXPECT_EQ(b.capacity(), 2 * page);
+  EXPECT_EQ(buffers.taken(), 3 * page);
+  buffers.Put(std::move(a));
+  EXPECT_EQ(buffers.held(), page);
+  EXPECT_EQ(buffers.taken(), 2 * page);
+  buffers.Put(std::move(b));  // over the limit: unmapped
+  EXPECT_EQ(buffers.held(), page);
+  EXPECT_EQ(buffers.taken(), 0u);
+  ReceiveBuffer again = buffers.Take(page);  // the same capacity comes back, as it was left
+  EXPECT_EQ(again.get(), a_ptr);
+  EXPECT_EQ(again.get()[0], 7);
   EXPECT_EQ(buffers.held(), 0u);
-  buffers.Put(buffers.Take(300), 300);
-  buffers.Put(buffers.Take(400), 400);
-  EXPECT_EQ(buffers.held(), 700u);
-  buffers.set_limit(350);  // the largest go first
-  EXPECT_EQ(buffers.held(), 300u);
+  buffers.Put(std::move(again));
+  // A capacity none kept fits: the kept page is unmapped to stay under the limit.
+  ReceiveBuffer big = buffers.Take(2 * page);
+  EXPECT_EQ(buffers.held(), 0u);
+  EXPECT_EQ(buffers.taken(), 2 * page);
+  buffers.Put(std::move(big));
+  EXPECT_EQ(buffers.held(), 2 * page);
+  buffers.Put(buffers.Take(1));  // the kept two pages made room for it
+  EXPECT_EQ(buffers.held(), page);
+  buffers.Put(ReceiveBuffer::Map(10));  // a buffer mapped elsewhere is kept like the others
+  EXPECT_EQ(buffers.held(), 2 * page);
+  buffers.set_limit(page);
+  EXPECT_EQ(buffers.held(), page);
   buffers.set_limit(0);
   EXPECT_EQ(buffers.held(), 0u);
+  EXPECT_EQ(buffers.taken(), 0u);
 }
 
 }  // namespace

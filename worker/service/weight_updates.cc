@@ -54,7 +54,7 @@ WeightStager::~WeightStager() {
   // A refused or broken update's bytes serve the next one.
   for (Pending& p : pending_) {
     if (p.tensor != nullptr && p.tensor.use_count() == 1) {
-      ReceiveBuffers::Global().Put(std::move(p.tensor->data), p.tensor->bytes);
+      ReceiveBuffers::Global().Put(std::move(p.tensor->data));
     }
   }
 }
@@ -134,9 +134,10 @@ Status WeightStager::Add(int tensor, int64_t offset, const uint8_t* data, size_t
                                 std::to_string(p.received + size) + ") runs past its " +
                                 std::to_string(t.bytes) + " bytes");
   }
-  if (t.data == nullptr) {
+  if (!t.data) {
+    if (builder_ != nullptr) builder_->AwaitRoom(t.bytes);
     t.data = ReceiveBuffers::Global().Take(t.bytes);
-    if (t.data == nullptr) {
+    if (!t.data) {
       return ResourceExhaustedError("tensor '" + t.hf_name + "': cannot allocate " +
                                     std::to_string(t.bytes) + " bytes");
     }

@@ -16,10 +16,10 @@
 namespace astr {
 namespace {
 
-// Complete groups waiting to be packed hold at most this many received bytes (one group always
-// fits, whatever its size): past it Add waits, so that a sender faster than the packing does not
-// pile the whole update up in memory.
-constexpr uint64_t kMaxQueuedBytes = uint64_t{128} << 20;
+// Complete groups waiting to be packed, plus the tensor about to be received, hold at most this
+// many received bytes (one group or tensor always fits, whatever its size): past it Add and
+// AwaitRoom wait, so that a sender faster than the packing does not pile the update up in memory.
+constexpr uint64_t kMaxQueuedBytes = uint64_t{64} << 20;
 
 class CpuWeightBuilder final : public WeightBuilder {
  public:
@@ -85,6 +85,14 @@ class CpuWeightBuilder final : public WeightBuilder {
     return OkStatus();
   }
 
+  void AwaitRoom(uint64_t bytes) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Only queued groups are waited for: they are packed whatever else arrives.
+    room_.wait(lock, [&] {
+      return queued_bytes_ == 0 || queued_bytes_ + bytes <= kMaxQueuedBytes || !error_.ok();
+    });
+  }
+
   StatusOr<std::unique_ptr<WeightSet>> Finish(const BaseOpener& open_base) override {
     Stop();
     {
@@ -116,7 +124,11 @@ class CpuWeightBuilder final : public WeightBuilder {
         t->dtype = model::DType::kF32;
         t->shape = shapes_.at(name);
         t->bytes = values.size() * sizeof(float);
-        t->data.reset(new uint8_t[t->bytes]);
+        t->data = ReceiveBuffers::Global().Take(t->bytes);
+        if (!t->data) {
+          return ResourceExhaustedError("tensor '" + name + "': cannot allocate " +
+                                        std::to_string(t->bytes) + " bytes");
+        }
         std::memcpy(t->data.get(), values.data(), t->bytes);
         tensors.emplace(name, std::move(t));
       }
@@ -175,7 +187,7 @@ class CpuWeightBuilder final : public WeightBuilder {
   // Hands a built group's received bytes back for the next update.
   static void Release(State& state) {
     for (auto& [name, t] : state.received) {
-      if (t.use_count() == 1) ReceiveBuffers::Global().Put(std::move(t->data), t->bytes);
+      if (t.use_count() == 1) ReceiveBuffers::Global().Put(std::move(t->data));
     }
     state.received.clear();
   }
