@@ -85,6 +85,7 @@ int RunCommand(int argc, const char* const* argv) {
   std::string model, prompt, prompt_ids, chat, system;
   bool json = false, no_bos = false, parse_special = false;
   int n = 1;
+  int logprob_start = 0;
   std::vector<std::string> stops;
   fs.String("model", &model, "Model: a .gguf file or a Hugging Face folder.", /*required=*/true);
   fs.String("prompt", &prompt, "Prompt text, tokenized with the model's tokenizer.");
@@ -99,6 +100,10 @@ int RunCommand(int argc, const char* const* argv) {
   fs.StringList("stop", &stops, "Stop string: generation ends when the text contains it.");
   fs.Int("n", &n, "Samples to generate for the prompt.");
   fs.Bool("json", &json, "Print one JSON object (prompt_ids, token_ids, text, logprobs, ...).");
+  fs.Int("logprob-start", &logprob_start,
+         "With --json: also score prompt tokens from this index on (teacher forcing), each from "
+         "the logits of the position before it, as a drawn token would be reported: "
+         "prompt_logprobs, and prompt_top_logprobs with --logprobs. 0 = none.");
   SamplingFlags sampling;
   sampling.Register(&fs);
   EngineFlags engine_flags;
@@ -114,6 +119,10 @@ int RunCommand(int argc, const char* const* argv) {
   }
   if (n < 1) {
     std::fprintf(stderr, "astr run: --n must be >= 1\n");
+    return 2;
+  }
+  if (logprob_start < 0 || (logprob_start > 0 && !json)) {
+    std::fprintf(stderr, "astr run: --logprob-start must be >= 0, and needs --json\n");
     return 2;
   }
 
@@ -160,6 +169,7 @@ int RunCommand(int argc, const char* const* argv) {
     req.prompt = ids;
     req.params = *params;
     req.sample_index = static_cast<uint64_t>(i);
+    if (i == 0) req.logprob_start = logprob_start;  // the prompt is scored once
     if (!stops.empty() && codec.available()) {
       const TextCodec* c = &codec;
       req.stop_check = [c, stops](const std::vector<int32_t>& gen) {
@@ -210,6 +220,19 @@ int RunCommand(int argc, const char* const* argv) {
     }
     // The first sample's fields at the top level; all samples under "samples" when n > 1.
     for (auto& [k, v] : samples[0].items()) out[k] = v;
+    if (logprob_start > 0) {
+      const GenerationResult& first = (*results)[0];
+      out["prompt_logprobs"] = first.prompt_logprobs;
+      if (!first.prompt_top.empty()) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& alts : first.prompt_top) {
+          nlohmann::json a = nlohmann::json::array();
+          for (const auto& t : alts) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+          top.push_back(a);
+        }
+        out["prompt_top_logprobs"] = top;
+      }
+    }
     if (n > 1) out["samples"] = samples;
     out["seconds"] = secs;
     // Text cut mid-character (max_tokens, byte tokens) is not valid UTF-8: replace, never throw.

@@ -39,6 +39,12 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
     }
   }
   ASTR_RETURN_IF_ERROR(ValidateSamplingParams(request.params, c.vocab_size));
+  if (request.logprob_start < 0 ||
+      request.logprob_start > static_cast<int64_t>(request.prompt.size())) {
+    return InvalidArgumentError("logprob_start: " + std::to_string(request.logprob_start) +
+                                " outside [0, " + std::to_string(request.prompt.size()) +
+                                "] (0 = no prompt scoring; token 0 has no logits before it)");
+  }
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (c.max_context_tokens > 0 && total > c.max_context_tokens) {
     return InvalidArgumentError("max_tokens: prompt (" + std::to_string(request.prompt.size()) +
@@ -59,6 +65,7 @@ StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
   state.req.prompt = request.prompt;
   state.req.sampling = std::move(request.params);
   state.req.max_tokens = state.req.sampling.max_tokens;
+  state.req.logprob_start = request.logprob_start;
   state.req.n = 1;
   state.open_samples = 1;
   auto seq = std::make_unique<sched::Sequence>();
@@ -86,19 +93,37 @@ void Engine::Execute() {
     for (size_t i = start.num_prompt_tokens; i < l.context.size(); ++i) {
       l.sampler->Append(l.context[i]);
     }
+    l.scorer.reset();
+    if (start.score_from > 0) {
+      l.scorer = std::make_unique<PromptScorer>(
+          *start.params, start.sample_index,
+          std::span<const int32_t>(l.context.data(), static_cast<size_t>(start.score_from)));
+    }
   }
   batch_.Clear();
   step_samplers_.clear();
   step_live_.clear();
+  step_scores_.clear();
   const int64_t page_size = queues_.pool.page_size();
   for (const sched::PlannedEntry& e : plan_.entries()) {
     Live& l = live_.at(e.live_id);
     l.pages.insert(l.pages.end(), e.new_pages.begin(), e.new_pages.end());
+    l.first_row = batch_.num_tokens();
+    l.start_position = e.start_position;
     batch_.Append(l.context.data() + e.start_position, e.num_tokens, e.start_position,
                   l.pages.data(), page_size, e.sample);
     if (e.sample) {
       step_samplers_.push_back(l.sampler.get());
       step_live_.push_back(&l);
+    }
+  }
+  // The scored rows follow every sample row (StepSampling's order): the token at position p is
+  // scored from the row of position p - 1.
+  for (const sched::PlanOutcome::ScoredRun& run : outcome_.scoring) {
+    Live& l = live_.at(run.live_id);
+    for (int32_t p = run.first_position; p < run.first_position + run.count; ++p) {
+      batch_.sample_rows.push_back(static_cast<int32_t>(l.first_row + (p - 1 - l.start_position)));
+      step_scores_.push_back({.scorer = l.scorer.get(), .token = l.context[p]});
     }
   }
 }
@@ -150,15 +175,30 @@ Status Engine::Step(std::vector<GenerationResult>* finished) {
     return OkStatus();
   }
   empty_plans_ = 0;
-  step_results_.resize(step_samplers_.size());
+  step_results_.resize(step_samplers_.size() + step_scores_.size());
   const auto start = std::chrono::steady_clock::now();
-  ASTR_RETURN_IF_ERROR(sampling_.Run(*backend_, batch_, step_samplers_, {}, step_results_));
+  ASTR_RETURN_IF_ERROR(
+      sampling_.Run(*backend_, batch_, step_samplers_, step_scores_, step_results_));
   last_step_.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   last_step_.tokens = batch_.num_tokens();
   last_step_.entries = static_cast<int64_t>(plan_.entries().size());
   last_step_.sampled = static_cast<int64_t>(batch_.sample_rows.size());
 
+  // The prompt scores, before the tokens: a sequence may finish in this step.
+  size_t k = step_samplers_.size();
+  for (const sched::PlanOutcome::ScoredRun& run : outcome_.scoring) {
+    sched::RequestState* state = run.seq->request;
+    GenerationResult& result = requests_.at(static_cast<int64_t>(state->key))->result;
+    for (int32_t j = 0; j < run.count; ++j, ++k) {
+      const SampleResult& r = step_results_[k];
+      result.prompt_logprobs.push_back(r.logprob);
+      if (state->req.sampling.logprobs > 0) {
+        result.prompt_top.emplace_back(r.top.begin(), r.top.begin() + r.num_top);
+      }
+      ++state->prompt_scores_sent;
+    }
+  }
   // outcome_.sampling lists the sampling entries in entry order, as step_live_ does.
   for (size_t i = 0; i < outcome_.sampling.size(); ++i) {
     const SampleResult& r = step_results_[i];

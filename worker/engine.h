@@ -41,6 +41,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
   uint64_t sample_index = 0;  // which of a request's n samples (keys the RNG stream)
+  // Prompt scoring (teacher forcing, as GenerateRequest.logprob_start): 0 = none; else prompt
+  // tokens [logprob_start, prompt size) are each scored from the logits of the position before
+  // them, as a drawn token would be reported (PromptScorer): GenerationResult.prompt_logprobs.
+  int32_t logprob_start = 0;
   // Optional: called after each accepted token with the tokens generated so far; true ends the
   // sequence with FinishReason::kStop (used for stop strings).
   std::function<bool(const std::vector<int32_t>&)> stop_check;
@@ -52,6 +56,10 @@ struct GenerationResult {
   std::vector<int32_t> tokens;                 // generated ids
   std::vector<float> logprobs;                 // per generated token (if requested)
   std::vector<std::vector<TokenLogprob>> top;  // per generated token: top-n alternatives
+  // With logprob_start: per prompt token from logprob_start on, its logprob and (params.logprobs
+  // > 0) the top-n alternatives at its position.
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top;
   FinishReason finish = FinishReason::kNone;
   int64_t preemptions = 0;
 };
@@ -97,6 +105,9 @@ class Engine {
     std::vector<int32_t> context;  // prompt + generated, every token known
     std::vector<int32_t> pages;    // in sequence order
     std::unique_ptr<SequenceSampler> sampler;
+    std::unique_ptr<PromptScorer> scorer;  // while it scores its prompt (start.score_from)
+    int64_t first_row = 0;                 // its entry's first row in this step's batch
+    int32_t start_position = 0;            // and that row's position
   };
 
   // The worker's part of plan_: releases, starts, then one batch of its entries; fills
@@ -121,6 +132,7 @@ class Engine {
   StepSampling sampling_;
   std::vector<const SequenceSampler*> step_samplers_;  // per sample row of the step
   std::vector<Live*> step_live_;                       // per sample row of the step
+  std::vector<RowScore> step_scores_;                  // per scored row, after the sample rows
   std::vector<SampleResult> step_results_;
   StepStats last_step_;
   int64_t cache_hit_tokens_ = 0;

@@ -247,6 +247,44 @@ TEST_F(EngineTest, OneSequencePoolServesEveryRequestInTurn) {
   EXPECT_TRUE(tight->Idle());
 }
 
+// Teacher forcing: a generated continuation fed back as prompt and scored (logprob_start) gets the
+// logprobs and top alternatives its generation reported, across prefill chunks and beside another
+// sequence that samples in the same steps.
+TEST_F(EngineTest, PromptScoringGivesTheLogprobsOfGeneration) {
+  const std::vector<int32_t> prompt = Prompt(30, 7);
+  GenerationRequest gen = Greedy(prompt, 12);
+  gen.params.logprobs = 3;
+  auto e = MakeEngine(512);
+  ASSERT_TRUE(e->Submit(gen).ok());
+  auto generated = e->RunToCompletion();
+  ASSERT_TRUE(generated.ok()) << generated.status().ToString();
+  const GenerationResult& g = (*generated)[0];
+  ASSERT_EQ(g.tokens.size(), 12u);
+
+  std::vector<int32_t> forced = prompt;
+  forced.insert(forced.end(), g.tokens.begin(), g.tokens.end());  // 42 tokens: two chunks of 32
+  GenerationRequest score = Greedy(forced, 1);
+  score.params.logprobs = 3;
+  score.logprob_start = static_cast<int32_t>(prompt.size());
+  ASSERT_TRUE(e->Submit(Greedy(Prompt(9, 3), 20)).ok());  // samples while the other is scored
+  ASSERT_TRUE(e->Submit(score).ok());
+  auto scored = e->RunToCompletion();
+  ASSERT_TRUE(scored.ok()) << scored.status().ToString();
+  const GenerationResult& s = (*scored)[1];
+  EXPECT_TRUE((*scored)[0].prompt_logprobs.empty());
+  ASSERT_EQ(s.prompt_logprobs.size(), 12u);
+  ASSERT_EQ(s.prompt_top.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(s.prompt_logprobs[i], g.logprobs[i], 1e-4) << "token " << i;
+    ASSERT_EQ(s.prompt_top[i].size(), 3u);
+    EXPECT_EQ(s.prompt_top[i][0].id, g.tokens[i]) << "token " << i;  // greedy: the best
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(s.prompt_top[i][k].id, g.top[i][k].id) << "token " << i << " alt " << k;
+    }
+  }
+  EXPECT_EQ(e->free_pages(), e->total_pages());
+}
+
 TEST_F(EngineTest, InvalidRequestsNameTheField) {
   auto e = MakeEngine(64);
   GenerationRequest empty = Greedy({}, 4);
@@ -261,6 +299,11 @@ TEST_F(EngineTest, InvalidRequestsNameTheField) {
   GenerationRequest too_long = Greedy({1, 2, 3}, 100000);
   s = e->Submit(too_long);
   EXPECT_NE(s.status().message().find("max_tokens"), std::string::npos) << s.status().message();
+
+  GenerationRequest bad_start = Greedy({1, 2, 3}, 4);
+  bad_start.logprob_start = 4;
+  s = e->Submit(bad_start);
+  EXPECT_NE(s.status().message().find("logprob_start"), std::string::npos) << s.status().message();
 
   GenerationRequest bad_top_p = Greedy({1, 2, 3}, 4);
   bad_top_p.params.top_p = 0;
