@@ -1,0 +1,167 @@
+"""astr's forward pass against Hugging Face `transformers` itself, from committed goldens.
+
+tools/transformers_goldens.sh (by hand, with torch) ran each model of transformers_cases.py through
+`transformers` (float32, eager attention) and wrote goldens/transformers_forward.json: 32 greedy ids
+per prompt, the chosen tokens' logprobs and the top 5 at each step. Here (no torch) each model is
+rebuilt with `astr make-model` from the same flags and seed, its tensors' SHA-256 checked against
+the goldens (a mismatch means make-model's weights changed: regenerate the goldens), and:
+  * the CPU backend in f32 must give transformers' 32 greedy ids exactly, with every chosen
+    logprob within TOL_F32, and, teacher-forced over that sequence (`astr run --logprob-start`),
+    every logprob and top-5 entry within TOL_F32;
+  * the CPU backend in bf16 and the CUDA backend on the emulated device (bf16 weights),
+    teacher-forced over transformers' continuation on the same model with its weights rounded to
+    bf16 (`_bf16w`, computed in float32: what is left is the backends' bf16 activations): logprobs
+    within TOL_BF16_MAX (TOL_BF16_MEAN on average), and the best id transformers' wherever its
+    top two are CLEAR_GAP apart. Free-running greedy ids are not compared there: these models'
+    smallest top-2 gaps (0.002-0.06) are within bf16's reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import transformers_cases as cases
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("ASTR_BIN_DIR") or REPO / "build" / "bin")
+ASTR = BIN_DIR / "astr"
+CUDA_EMU = BIN_DIR.parent / "lib" / "libastr_backend_cuda_emu.so"
+GOLDENS = Path(__file__).resolve().parent / "goldens" / "transformers_forward.json"
+
+TOL_F32 = 1e-4
+# bf16 backends, teacher-forced over transformers' sequence: the largest and the mean |logprob
+# difference| per prompt, and the gap above which astr's best id must be transformers'. bf16
+# activations (2^-9 relative) on these sharp random models (--init-std 0.25) move logprobs by
+# 0.17 at most and 0.042 on average per prompt (2026-12-05, CPU and emulated CUDA); a wrong op
+# moves them by more than 1 (a RoPE base of 20000 instead of 10000: 1.6).
+TOL_BF16_MAX = 0.35
+TOL_BF16_MEAN = 0.1
+CLEAR_GAP = 0.35
+
+with open(GOLDENS) as _f:
+    GOLD = json.load(_f)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    if not ASTR.exists():
+        pytest.fail(f"astr binary not found at {ASTR} (build it, or set ASTR_BIN_DIR)")
+    root = tmp_path_factory.mktemp("transformers_models")
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            folder = root / name
+            subprocess.run([str(ASTR), *cases.make_model_args(name, str(folder))], check=True,
+                           stdout=subprocess.DEVNULL)
+            cases.apply_overrides(str(folder), cases.CASES[name][1])
+            made[name] = folder
+        return made[name]
+
+    return get
+
+
+def run_astr(model: Path, ids: list[int], extra: list[str], env: dict | None = None,
+             max_tokens: int | None = None, logprob_start: int = 0) -> dict:
+    cmd = [str(ASTR), "run", "--model", str(model), "--prompt-ids", ",".join(map(str, ids)),
+           "--max-tokens", str(max_tokens or GOLD["max_new_tokens"]), "--json", "--logprobs",
+           str(GOLD["top_n"]), "--ignore-eos", *extra]
+    if logprob_start:
+        cmd += ["--logprob-start", str(logprob_start)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    assert out["prompt_ids"] == ids
+    return out
+
+
+def teacher_forced(model: Path, p: dict, suffix: str, extra: list[str],
+                   env: dict | None = None) -> tuple[list[float], list[list[dict]]]:
+    """astr's logprobs and top 5 of transformers' continuation (greedy + suffix), fed as prompt."""
+    out = run_astr(model, p["ids"] + p["greedy" + suffix], extra, env, max_tokens=1,
+                   logprob_start=len(p["ids"]))
+    assert len(out["prompt_logprobs"]) == len(p["greedy" + suffix])
+    return out["prompt_logprobs"], out["prompt_top_logprobs"]
+
+
+def test_goldens_cover_every_case() -> None:
+    assert sorted(GOLD["cases"]) == sorted(cases.CASES), (
+        "goldens and transformers_cases.py disagree: rerun tools/transformers_goldens.sh")
+    for name, case in GOLD["cases"].items():
+        assert case["make_model"] == cases.make_model_args(name, "OUT")[1:-2], name
+        assert case["config_overrides"] == cases.CASES[name][1], name
+        assert len(case["prompts"]) == len(cases.PROMPT_LENGTHS)
+        for p in case["prompts"]:
+            assert p["argmax_agrees"] and p["argmax_agrees_bf16w"], (
+                f"{name}: transformers' generate and forward disagree")
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_weights_are_the_goldens(name: str, models) -> None:
+    got = cases.weight_hashes(str(models(name)))
+    want = GOLD["cases"][name]["weights_sha256"]
+    assert got == want, (f"{name}: astr make-model's weights differ from the ones the goldens were "
+                         "made from; regenerate them (tools/transformers_goldens.sh)")
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_cpu_f32_equals_transformers(name: str, models) -> None:
+    model = models(name)
+    f32 = ["--dtype", "f32", "--threads", "1"]
+    for p in GOLD["cases"][name]["prompts"]:
+        key = f"{name} prompt of {len(p['ids'])}"
+        out = run_astr(model, p["ids"], f32)
+        assert out["token_ids"] == p["greedy"], (
+            f"{key}: greedy ids astr {out['token_ids']} vs transformers {p['greedy']}")
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+            assert abs(lp - gold) <= TOL_F32, f"{key} step {step}: logprob {lp} vs {gold}"
+        # The same sequence teacher-forced (prompt scoring): every logprob and the top 5.
+        logprobs, tops = teacher_forced(model, p, "", f32)
+        for step, (lp, gold) in enumerate(zip(logprobs, p["logprobs"])):
+            assert abs(lp - gold) <= TOL_F32, f"{key} forced step {step}: logprob {lp} vs {gold}"
+        for step, (top, gold) in enumerate(zip(tops, p["top"])):
+            gold_lp = dict((int(i), lp) for i, lp in gold)
+            for e in top:
+                if e["id"] in gold_lp:
+                    assert abs(e["logprob"] - gold_lp[e["id"]]) <= TOL_F32, (key, step, e)
+            # Same top-5 set, but for a swap at the 5th place between near-equal entries.
+            missing = set(gold_lp) - {e["id"] for e in top}
+            assert all(gold_lp[i] - gold[-1][1] <= TOL_F32 for i in missing), (key, step, top)
+
+
+def check_bf16(name: str, model: Path, extra: list[str], env: dict | None, what: str) -> None:
+    """Teacher-forced over transformers' continuation on the bf16-rounded weights."""
+    for p in GOLD["cases"][name]["prompts"]:
+        key = f"{name} prompt of {len(p['ids'])} ({what})"
+        logprobs, tops = teacher_forced(model, p, "_bf16w", extra, env)
+        diffs = [abs(a - b) for a, b in zip(logprobs, p["logprobs_bf16w"])]
+        worst = max(range(len(diffs)), key=diffs.__getitem__)
+        assert diffs[worst] <= TOL_BF16_MAX, (
+            f"{key} step {worst}: logprob {logprobs[worst]} vs {p['logprobs_bf16w'][worst]}")
+        mean = sum(diffs) / len(diffs)
+        assert mean <= TOL_BF16_MEAN, f"{key}: mean |logprob difference| {mean:.3f}"
+        for step, (top, gold) in enumerate(zip(tops, p["top_bf16w"])):
+            if gold[0][1] - gold[1][1] > CLEAR_GAP:
+                assert top[0]["id"] == gold[0][0], (
+                    f"{key} step {step}: astr's best id {top[0]['id']}, transformers' {gold[0][0]} "
+                    f"by a clear margin (its top 5: {gold})")
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_cpu_bf16_follows_transformers(name: str, models) -> None:
+    check_bf16(name, models(name), ["--dtype", "bf16", "--threads", "1"], None, "cpu bf16")
+
+
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_cuda_emulated_follows_transformers(name: str, models) -> None:
+    if not CUDA_EMU.exists():
+        pytest.skip(f"no emulated CUDA plugin at {CUDA_EMU} (built without the CUDA toolkit)")
+    check_bf16(name, models(name), ["--backend", "cuda"], {"ASTR_CUDA_PLUGIN": str(CUDA_EMU)},
+               "emulated cuda")

@@ -1,0 +1,109 @@
+"""The random-weight models and prompts checked against Hugging Face `transformers` itself.
+
+Shared by tools/transformers_goldens.py (run by hand with torch and transformers: it writes
+tests/python/goldens/transformers_forward.json) and tests/python/test_transformers_goldens.py (CI,
+no torch: it rebuilds each model with `astr make-model` from the same flags and seed, checks the
+weights' hashes against the goldens, and compares astr's greedy run with transformers').
+
+Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
+a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
+biases (qwen2). `--init-std 0.25` makes the random models' distributions sharp enough that
+greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
+"""
+
+from __future__ import annotations
+
+MAX_NEW_TOKENS = 32
+TOP_N = 5
+
+_COMMON = ["--format", "hf", "--dtype", "f32", "--layers", "2", "--init-std", "0.25"]
+
+# name -> (astr make-model flags after _COMMON, config.json overrides)
+CASES: dict[str, tuple[list[str], dict]] = {
+    "llama_gqa2_hd16": (["--arch", "llama", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                         "--head-dim", "16", "--ffn", "96", "--vocab", "300", "--seed", "3"], {}),
+    "llama_mha_hd32_tied": (["--arch", "llama", "--hidden", "64", "--heads", "4", "--kv-heads", "4",
+                             "--head-dim", "32", "--ffn", "80", "--vocab", "257", "--seed", "11",
+                             "--tie", "--rope-theta", "500000"], {}),
+    "llama_mqa_llama3_rope": (["--arch", "llama", "--hidden", "64", "--heads", "8",
+                               "--kv-heads", "1", "--head-dim", "16", "--ffn", "96", "--vocab",
+                               "300", "--seed", "5"],
+                              {"rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                "original_max_position_embeddings": 64}}),
+    "llama_linear_rope": (["--arch", "llama", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                           "--head-dim", "16", "--ffn", "96", "--vocab", "300", "--seed", "6"],
+                          {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    "mistral_gqa4_hd16": (["--arch", "mistral", "--hidden", "96", "--heads", "8",
+                           "--kv-heads", "2", "--head-dim", "16", "--ffn", "128", "--vocab", "300",
+                           "--seed", "7"], {}),
+    "mistral_sliding_window8": (["--arch", "mistral", "--hidden", "64", "--heads", "4",
+                                 "--kv-heads", "2", "--head-dim", "16", "--ffn", "96", "--vocab",
+                                 "300", "--seed", "8"], {"sliding_window": 8}),
+    "qwen2_gqa2_hd16": (["--arch", "qwen2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                         "--head-dim", "16", "--ffn", "96", "--vocab", "300", "--seed", "3"], {}),
+    "qwen2_gqa4_hd32_tied": (["--arch", "qwen2", "--hidden", "64", "--heads", "8",
+                              "--kv-heads", "2", "--head-dim", "32", "--ffn", "96", "--vocab",
+                              "280", "--seed", "9", "--tie", "--rope-theta", "1000000"], {}),
+    "qwen3_mha_hd16_tied": (["--arch", "qwen3", "--hidden", "64", "--heads", "4", "--kv-heads", "4",
+                             "--head-dim", "16", "--ffn", "96", "--vocab", "300", "--seed", "3",
+                             "--tie", "--rms-eps", "1e-6"], {}),
+    "qwen3_gqa4_hd32": (["--arch", "qwen3", "--hidden", "64", "--heads", "8", "--kv-heads", "2",
+                         "--head-dim", "32", "--ffn", "112", "--vocab", "300", "--seed", "12",
+                         "--rope-theta", "1000000"], {}),
+}
+
+# Prompt lengths per case: one token, a few, and past the sliding window.
+PROMPT_LENGTHS = (1, 7, 40)
+
+
+def make_model_args(name: str, out: str) -> list[str]:
+    """`astr make-model` arguments (after the binary) that write case `name` to folder `out`."""
+    flags, _ = CASES[name]
+    return ["make-model", *_COMMON, *flags, "--out", out]
+
+
+def prompt_ids(name: str, length: int, vocab: int) -> list[int]:
+    """A deterministic prompt: ids in [3, vocab) from a small LCG seeded by the case and length."""
+    state = (sum(ord(c) for c in name) * 1_000_003 + length * 7919) & 0xFFFFFFFF
+    ids = []
+    for _ in range(length):
+        state = (state * 1664525 + 1013904223) & 0xFFFFFFFF
+        ids.append(3 + (state >> 8) % (vocab - 3))
+    return ids
+
+
+def apply_overrides(folder: str, overrides: dict) -> None:
+    """Merges `overrides` into the folder's config.json."""
+    import json
+    import os
+
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(overrides)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def weight_hashes(folder: str) -> dict[str, str]:
+    """SHA-256 of each tensor's bytes in the folder's safetensors files, by tensor name."""
+    import glob
+    import hashlib
+    import json
+    import os
+    import struct
+
+    out: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            base = 8 + n
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                begin, end = info["data_offsets"]
+                f.seek(base + begin)
+                out[name] = hashlib.sha256(f.read(end - begin)).hexdigest()
+    return out

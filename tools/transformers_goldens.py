@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Regenerates tests/python/goldens/transformers_forward.json from Hugging Face transformers.
+
+Run by hand (CI has no torch); tools/transformers_goldens.sh makes the venv and runs it:
+
+    tools/transformers_goldens.sh [VENV]
+
+For each case of tests/python/transformers_cases.py it writes the random-weight model with
+`astr make-model` (f32 safetensors, deterministic from the case's flags and seed), loads it with
+`AutoModelForCausalLM.from_pretrained` (float32, eager attention), and for each prompt records:
+  * `greedy`: transformers' greedy continuation (`generate`, do_sample=False), MAX_NEW_TOKENS ids;
+  * `logprobs`: the log-softmax of each chosen token, teacher-forced over prompt + greedy ids (one
+    forward pass of the whole sequence);
+  * `top`: the TOP_N best [id, logprob] pairs at each step;
+  * `min_gap`: the smallest logit gap between the best and the second-best id over the steps (a
+    small one means a near-tie that float rounding could flip);
+the same again with every weight rounded to bf16 (computed in float32; keys suffixed `_bf16w`),
+which the bf16 backends are compared with; and per case the SHA-256 of every tensor
+(`weights_sha256`), so that CI can tell a change of make-model's weights from a change of the
+forward pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+
+import transformers_cases as cases  # noqa: E402
+
+
+def greedy_run(torch, model, ids: list[int]) -> dict:
+    """transformers' greedy continuation of `ids` and its teacher-forced logprobs."""
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([ids]), do_sample=False,
+                             max_new_tokens=cases.MAX_NEW_TOKENS,
+                             min_new_tokens=cases.MAX_NEW_TOKENS, pad_token_id=0,
+                             eos_token_id=None)
+        greedy = gen[0, len(ids):].tolist()
+        logits = model(torch.tensor([ids + greedy])).logits[0].double()
+    steps = logits[len(ids) - 1: len(ids) - 1 + len(greedy)]
+    logp = torch.log_softmax(steps, dim=-1)
+    top = torch.topk(logp, cases.TOP_N, dim=-1)
+    two = torch.topk(steps, 2, dim=-1).values
+    return {
+        "greedy": greedy,
+        "logprobs": [round(float(logp[i, t]), 7) for i, t in enumerate(greedy)],
+        "top": [[[int(top.indices[i, j]), round(float(top.values[i, j]), 7)]
+                 for j in range(cases.TOP_N)] for i in range(len(greedy))],
+        "min_gap": round(float((two[:, 0] - two[:, 1]).min()), 7),
+        # The teacher-forced argmax must be the generated ids (same model, same ids).
+        "argmax_agrees": steps.argmax(-1).tolist() == greedy,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--astr", default=str(REPO / "build" / "bin" / "astr"), help="astr binary")
+    parser.add_argument("--out", default=str(REPO / "tests" / "python" / "goldens" /
+                                             "transformers_forward.json"), help="goldens file")
+    parser.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    args = parser.parse_args()
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    names = [n for n in cases.CASES if not args.only or n in args.only.split(",")]
+    result = {
+        "generated_by": "tools/transformers_goldens.py",
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "max_new_tokens": cases.MAX_NEW_TOKENS,
+        "top_n": cases.TOP_N,
+        "cases": {},
+    }
+    if args.only and os.path.exists(args.out):  # regenerate some, keep the others
+        with open(args.out) as f:
+            result["cases"] = json.load(f)["cases"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            folder = os.path.join(tmp, name)
+            subprocess.run([args.astr, *cases.make_model_args(name, folder)], check=True,
+                           stdout=subprocess.DEVNULL)
+            overrides = cases.CASES[name][1]
+            cases.apply_overrides(folder, overrides)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                         attn_implementation="eager")
+            model.eval()
+            vocab = model.config.vocab_size
+            prompts = [{"ids": cases.prompt_ids(name, n, vocab)} for n in cases.PROMPT_LENGTHS]
+            for suffix in ("", "_bf16w"):
+                if suffix:  # the same model with every weight rounded to bf16 (computed in f32)
+                    with torch.no_grad():
+                        for param in model.parameters():
+                            param.copy_(param.to(torch.bfloat16).to(torch.float32))
+                for p in prompts:
+                    p.update({k + suffix: v for k, v in greedy_run(torch, model, p["ids"]).items()})
+            result["cases"][name] = {
+                "make_model": cases.make_model_args(name, "OUT")[1:-2],
+                "config_overrides": overrides,
+                "architecture": model.config.architectures[0] if model.config.architectures
+                else type(model).__name__,
+                "weights_sha256": cases.weight_hashes(folder),
+                "prompts": prompts,
+            }
+            gaps = [p["min_gap"] for p in prompts] + [p["min_gap_bf16w"] for p in prompts]
+            print(f"{name}: {type(model).__name__}, min top-2 gaps {gaps}", file=sys.stderr)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
