@@ -80,6 +80,17 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// Per position, its alternatives as [{"id", "logprob"}, ...].
+nlohmann::json TopJson(const std::vector<std::vector<TokenLogprob>>& top) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& alts : top) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& t : alts) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
+    out.push_back(a);
+  }
+  return out;
+}
+
 int RunCommand(int argc, const char* const* argv) {
   FlagSet fs("astr run", "Generate offline (in-process) from a model file on the CPU backend.");
   std::string model, prompt, prompt_ids, chat, system;
@@ -206,15 +217,7 @@ int RunCommand(int argc, const char* const* argv) {
       s["token_ids"] = r.tokens;
       s["text"] = text_of(r);
       s["logprobs"] = r.logprobs;
-      if (!r.top.empty()) {
-        nlohmann::json top = nlohmann::json::array();
-        for (const auto& alts : r.top) {
-          nlohmann::json a = nlohmann::json::array();
-          for (const auto& t : alts) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
-          top.push_back(a);
-        }
-        s["top_logprobs"] = top;
-      }
+      if (!r.top.empty()) s["top_logprobs"] = TopJson(r.top);
       s["finish_reason"] = FinishReasonName(r.finish);
       samples.push_back(s);
     }
@@ -223,15 +226,7 @@ int RunCommand(int argc, const char* const* argv) {
     if (logprob_start > 0) {
       const GenerationResult& first = (*results)[0];
       out["prompt_logprobs"] = first.prompt_logprobs;
-      if (!first.prompt_top.empty()) {
-        nlohmann::json top = nlohmann::json::array();
-        for (const auto& alts : first.prompt_top) {
-          nlohmann::json a = nlohmann::json::array();
-          for (const auto& t : alts) a.push_back({{"id", t.id}, {"logprob", t.logprob}});
-          top.push_back(a);
-        }
-        out["prompt_top_logprobs"] = top;
-      }
+      if (!first.prompt_top.empty()) out["prompt_top_logprobs"] = TopJson(first.prompt_top);
     }
     if (n > 1) out["samples"] = samples;
     out["seconds"] = secs;
