@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the by-hand torch checks (tools/check_torch_rendezvous.sh, tools/transformers_goldens.sh):
 #
 #   source tools/torch_venv.sh VENV [PACKAGE...]
