@@ -115,7 +115,7 @@ float RandomBlockScale(model::DType dtype, double init_std) {
 }
 
 struct Options {
-  std::string arch = "llama", out, format = "gguf", dtype, dtype_of;
+  std::string arch = "llama", out, format = "gguf", dtype, dtype_of, hidden_act = "silu";
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
   int64_t seed = 0, max_context_tokens = 2048;
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
@@ -137,6 +137,12 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
   c.rms_norm_eps = o.rms_eps;
   c.rope_theta = o.rope_theta;
   c.tie_word_embeddings = o.tie;
+  if (o.hidden_act == "gelu_pytorch_tanh") {
+    c.mlp_activation = model::MlpActivation::kGeluTanh;
+  } else if (o.hidden_act != "silu") {
+    return InvalidArgumentError("--hidden-act must be silu or gelu_pytorch_tanh, not '" +
+                                o.hidden_act + "'");
+  }
   c.bos_token_id = o.vocab > 1 ? 1 : -1;
   if (o.vocab > 2) c.eos_token_ids = {2};
   if (o.arch == "llama" || o.arch == "mistral") {
@@ -244,6 +250,10 @@ Status MakeModel(const Options& o) {
   if (o.format != "gguf" && o.format != "hf")
     return InvalidArgumentError("--format must be gguf or hf");
   const bool gguf = o.format == "gguf";
+  if (gguf && o.hidden_act != "silu") {
+    return InvalidArgumentError(
+        "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
+  }
   if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
     return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3 (not " + o.arch +
                                 "); use --format hf");
@@ -343,6 +353,9 @@ int RunMakeModel(int argc, const char* const* argv) {
             "values make attention sharper and its effect on the logits larger (tests).");
   fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
   fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
+  fs.String("hidden-act", &o.hidden_act,
+            "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
+            "gelu_pytorch_tanh (GeGLU).");
   fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
   fs.Bool("gated-attention", &o.gated,
           "autoregressive_lm: sigmoid-gated attention output (default on).");

@@ -261,6 +261,16 @@ Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
     if (attention_bias)
       return UnimplementedError(r.path() + ": key 'attention_bias' true is not supported");
   }
+  // The MLP's activation: a config naming one we do not compute is refused, not run as SiLU.
+  ASTR_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
+  if (act == "silu" || act == "swish") {
+    c->mlp_activation = MlpActivation::kSilu;
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
+    c->mlp_activation = MlpActivation::kGeluTanh;
+  } else {
+    return UnimplementedError(r.path() + ": key 'hidden_act' '" + act +
+                              "' is not supported (silu, gelu_pytorch_tanh, gelu_new)");
+  }
   ASTR_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
   if (mlp_bias) return UnimplementedError(r.path() + ": key 'mlp_bias' true is not supported");
   return OkStatus();
@@ -332,20 +342,21 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
                                 (interleaved ? "interleaved" : "half") +
                                 " RoPE order; permute q/k rows first");
   }
-  json j = {{"model_type", c.architecture},
-            {"vocab_size", c.vocab_size},
-            {"hidden_size", c.hidden_size},
-            {"intermediate_size", c.intermediate_size},
-            {"num_hidden_layers", c.num_layers},
-            {"num_attention_heads", c.num_heads},
-            {"num_key_value_heads", c.num_kv_heads},
-            {"head_dim", c.head_dim},
-            {"max_position_embeddings", c.max_context_tokens},
-            {"rms_norm_eps", c.rms_norm_eps},
-            {"rope_theta", c.rope_theta},
-            {"tie_word_embeddings", c.tie_word_embeddings},
-            {"hidden_act", "silu"},
-            {"torch_dtype", "bfloat16"}};
+  json j = {
+      {"model_type", c.architecture},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"max_position_embeddings", c.max_context_tokens},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"hidden_act", c.mlp_activation == MlpActivation::kGeluTanh ? "gelu_pytorch_tanh" : "silu"},
+      {"torch_dtype", "bfloat16"}};
   if (c.rope_dim != c.head_dim) {
     j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / static_cast<double>(c.head_dim);
   }

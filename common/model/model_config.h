@@ -33,6 +33,12 @@ enum class QkNorm {
   kAfterRope,   // AstrAI
 };
 
+// The MLP's gate activation: out = act(gate) * up.
+enum class MlpActivation {
+  kSilu,      // SwiGLU: hidden_act "silu" (the llama family, and every GGUF we read)
+  kGeluTanh,  // GeGLU: hidden_act "gelu_pytorch_tanh" / "gelu_new" (tanh approximation)
+};
+
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3 };
   Type type = Type::kNone;
@@ -64,6 +70,7 @@ struct ModelConfig {
   bool gated_attention =
       false;  // AstrAI: o_proj input is attn * sigmoid(gate), gate from `attn_gate`
   bool tie_word_embeddings = false;
+  MlpActivation mlp_activation = MlpActivation::kSilu;
   // Mistral-style sliding window: a query at position i sees keys j with i - W < j <= i; 0 = none.
   int64_t sliding_window = 0;
   int64_t bos_token_id = -1;

@@ -87,6 +87,15 @@ void SiluMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float*
   }
 }
 
+void GeluTanhMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out,
+                    int64_t ldo) {
+  const OpsTable& t = Table(isa);
+  for (int64_t r = 0; r < tokens; ++r) {
+    const float* g = gate_up + r * 2 * f;
+    t.gelu_tanh_mul(g, g + f, out + r * ldo, f);
+  }
+}
+
 float DotIsa(Isa isa, const float* a, const float* b, int64_t n) { return Table(isa).dot(a, b, n); }
 void AxpyIsa(Isa isa, float alpha, const float* x, float* y, int64_t n) {
   Table(isa).axpy(alpha, x, y, n);
@@ -119,6 +128,9 @@ void Rope(float* x, int64_t ldx, int64_t tokens, int64_t heads, int64_t head_dim
 }
 void SiluMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo) {
   SiluMulIsa(ActiveIsa(), gate_up, tokens, f, out, ldo);
+}
+void GeluTanhMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo) {
+  GeluTanhMulIsa(ActiveIsa(), gate_up, tokens, f, out, ldo);
 }
 float Dot(const float* a, const float* b, int64_t n) { return DotIsa(ActiveIsa(), a, b, n); }
 void Axpy(float alpha, const float* x, float* y, int64_t n) {

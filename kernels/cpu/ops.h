@@ -28,6 +28,11 @@ void Rope(float* x /*[tokens, ldx] holding [heads, head_dim]*/, int64_t ldx, int
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, f + i]; silu(g) = g / (1 + exp(-g)).
 void SiluMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
              float* out /*[tokens, ldo]*/, int64_t ldo);
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, f + i] (GeGLU, transformers'
+// gelu_pytorch_tanh): gelu_tanh(g) = 0.5 g (1 + tanh(k (g + 0.044715 g^3))), k = sqrt(2 / pi),
+// computed as g / (1 + exp(-2 k (g + 0.044715 g^3))), the same function.
+void GeluTanhMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
+                 float* out /*[tokens, ldo]*/, int64_t ldo);
 float Dot(const float* a /*[n]*/, const float* b /*[n]*/, int64_t n);
 void Axpy(float alpha, const float* x /*[n]*/, float* y /*[n]*/, int64_t n);  // y += alpha * x
 void Scale(float* y /*[n]*/, float alpha, int64_t n);                         // y *= alpha
@@ -44,6 +49,8 @@ void AddRmsNormIsa(Isa isa, float* x, int64_t ldx, const float* d, int64_t ldd, 
 void RopeIsa(Isa isa, float* x, int64_t ldx, int64_t tokens, int64_t heads, int64_t head_dim,
              int64_t rot_dim, const int32_t* positions, const float* inv_freq, bool interleaved);
 void SiluMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo);
+void GeluTanhMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out,
+                    int64_t ldo);
 float DotIsa(Isa isa, const float* a, const float* b, int64_t n);
 void AxpyIsa(Isa isa, float alpha, const float* x, float* y, int64_t n);
 void ScaleIsa(Isa isa, float* y, float alpha, int64_t n);

@@ -101,6 +101,25 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   for (; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t f) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 neg_k2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f);
+  const __m256 c = _mm256_set1_ps(0.044715f);
+  int64_t i = 0;
+  for (; i + 8 <= f; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g);
+    const __m256 gelu =
+        _mm256_div_ps(g, _mm256_add_ps(one, VecExp<V256>(_mm256_mul_ps(neg_k2, inner))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+  constexpr float k2 = 2.0f * 0.7978845608028654f;
+  for (; i < f; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-k2 * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
 float Dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -187,9 +206,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsAvx2() {
-  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
-                                 SiluMul,    Dot,       Axpy,          Scale,
-                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
+  static const OpsTable table = {SumSquares,  ScaleMul,  AddSumSquares, RopeRotate, SiluMul,
+                                 GeluTanhMul, Dot,       Axpy,          Scale,      AddInPlace,
+                                 F32ToBf16,   Bf16ToF32, F16ToF32};
   return table;
 }
 

@@ -102,6 +102,20 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   }
 }
 
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t f) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 neg_k2 = _mm512_set1_ps(-2.0f * 0.7978845608028654f);
+  const __m512 c = _mm512_set1_ps(0.044715f);
+  for (int64_t i = 0; i < f; i += 16) {
+    const __mmask16 m = V512::Mask(f - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(c, g), _mm512_mul_ps(g, g), g);
+    const __m512 gelu =
+        _mm512_div_ps(g, _mm512_add_ps(one, VecExp<V512>(_mm512_mul_ps(neg_k2, inner))));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(gelu, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
 float Dot(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -176,9 +190,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsAvx512() {
-  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
-                                 SiluMul,    Dot,       Axpy,          Scale,
-                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
+  static const OpsTable table = {SumSquares,  ScaleMul,  AddSumSquares, RopeRotate, SiluMul,
+                                 GeluTanhMul, Dot,       Axpy,          Scale,      AddInPlace,
+                                 F32ToBf16,   Bf16ToF32, F16ToF32};
   return table;
 }
 

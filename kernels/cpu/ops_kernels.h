@@ -21,6 +21,9 @@ struct OpsTable {
                       int64_t i0, int64_t count, const float* c, const float* s, bool interleaved);
   void (*silu_mul)(const float* gate /*[f]*/, const float* up /*[f]*/, float* out /*[f]*/,
                    int64_t f);
+  // out = gelu_tanh(gate) * up (GeGLU; ops.h GeluTanhMul).
+  void (*gelu_tanh_mul)(const float* gate /*[f]*/, const float* up /*[f]*/, float* out /*[f]*/,
+                        int64_t f);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float alpha, const float* x, float* y, int64_t n);
   void (*scale)(float* y, float alpha, int64_t n);

@@ -43,6 +43,14 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t f) {
   for (int64_t i = 0; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t f) {
+  constexpr float k2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  for (int64_t i = 0; i < f; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-k2 * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
 float Dot(const float* a, const float* b, int64_t n) {
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -76,9 +84,9 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 }  // namespace
 
 const OpsTable& OpsScalar() {
-  static const OpsTable table = {SumSquares, ScaleMul,  AddSumSquares, RopeRotate,
-                                 SiluMul,    Dot,       Axpy,          Scale,
-                                 AddInPlace, F32ToBf16, Bf16ToF32,     F16ToF32};
+  static const OpsTable table = {SumSquares,  ScaleMul,  AddSumSquares, RopeRotate, SiluMul,
+                                 GeluTanhMul, Dot,       Axpy,          Scale,      AddInPlace,
+                                 F32ToBf16,   Bf16ToF32, F16ToF32};
   return table;
 }
 

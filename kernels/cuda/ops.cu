@@ -194,14 +194,24 @@ __global__ void __launch_bounds__(kRopeThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// SiLU * mul: grid (column blocks, min(T, kMaxGridY)); tokens past gridDim.y loop.
+// SiLU * mul and GELU(tanh) * mul: grid (column blocks, min(T, kMaxGridY)); tokens past
+// gridDim.y loop.
 
-__device__ __forceinline__ float SiluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+// act(g) * u: silu(g) = g / (1 + exp(-g)); gelu_tanh(g) = g / (1 + exp(-2k (g + 0.044715 g^3))),
+// k = sqrt(2 / pi) (cpu::GeluTanhMul's form of 0.5 g (1 + tanh(k (g + 0.044715 g^3)))).
+template <bool kGelu>
+__device__ __forceinline__ float ActTimes(float g, float u) {
+  if constexpr (kGelu) {
+    return g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+  } else {
+    return g / (1.0f + expf(-g)) * u;
+  }
+}
 
-template <bool kVec>
+template <bool kVec, bool kGelu>
 __global__ void __launch_bounds__(kEltThreads)
-    SiluMulKernel(const bf16* __restrict__ gate_up,                   // [T, 2 * ffn]
-                  int num_tokens, int ffn, bf16* __restrict__ out) {  // [T, ffn]
+    GatedActKernel(const bf16* __restrict__ gate_up,                   // [T, 2 * ffn]
+                   int num_tokens, int ffn, bf16* __restrict__ out) {  // [T, ffn]
   const int c = blockIdx.x * kEltThreads + threadIdx.x;  // 8-column group (kVec) or column
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
     const bf16* g = gate_up + t * 2 * ffn;
@@ -214,12 +224,12 @@ __global__ void __launch_bounds__(kEltThreads)
       Bf16x8 ov;
       for (int j = 0; j < 4; ++j) {
         const float2 gf = __bfloat1622float2(gv.h[j]), uf = __bfloat1622float2(uv.h[j]);
-        ov.h[j] = __floats2bfloat162_rn(SiluTimes(gf.x, uf.x), SiluTimes(gf.y, uf.y));
+        ov.h[j] = __floats2bfloat162_rn(ActTimes<kGelu>(gf.x, uf.x), ActTimes<kGelu>(gf.y, uf.y));
       }
       reinterpret_cast<Bf16x8*>(o)[c] = ov;
     } else {
       if (c >= ffn) return;
-      o[c] = __float2bfloat16_rn(SiluTimes(__bfloat162float(g[c]), __bfloat162float(u[c])));
+      o[c] = __float2bfloat16_rn(ActTimes<kGelu>(__bfloat162float(g[c]), __bfloat162float(u[c])));
     }
   }
 }
@@ -347,19 +357,33 @@ cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, in
   return LaunchError();
 }
 
-cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
-                          cudaStream_t stream) {
+template <bool kGelu>
+cudaError_t LaunchGatedAct(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
+                           cudaStream_t stream) {
   if (num_tokens < 0 || ffn <= 0) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   const bool vec = ffn % 8 == 0 && Aligned(gate_up, 16) && Aligned(out, 16);
+  // Named, so that the launch macro does not split the template's arguments.
+  constexpr auto gated_act_vec = GatedActKernel<true, kGelu>;
+  constexpr auto gated_act = GatedActKernel<false, kGelu>;
   if (vec) {
-    ASTR_LAUNCH_KERNEL(SiluMulKernel<true>, EltGrid(ffn / 8, num_tokens), kEltThreads, 0, stream)
+    ASTR_LAUNCH_KERNEL(gated_act_vec, EltGrid(ffn / 8, num_tokens), kEltThreads, 0, stream)
     (gate_up, num_tokens, ffn, out);
   } else {
-    ASTR_LAUNCH_KERNEL(SiluMulKernel<false>, EltGrid(ffn, num_tokens), kEltThreads, 0, stream)
+    ASTR_LAUNCH_KERNEL(gated_act, EltGrid(ffn, num_tokens), kEltThreads, 0, stream)
     (gate_up, num_tokens, ffn, out);
   }
   return LaunchError();
+}
+
+cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
+                          cudaStream_t stream) {
+  return LaunchGatedAct<false>(gate_up, num_tokens, ffn, out, stream);
+}
+
+cudaError_t LaunchGeluTanhMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
+                              cudaStream_t stream) {
+  return LaunchGatedAct<true>(gate_up, num_tokens, ffn, out, stream);
 }
 
 cudaError_t LaunchAddBias(bf16* rows, int64_t stride, int num_tokens, int cols, const float* bias,

@@ -48,6 +48,10 @@ cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, in
 // bf16. f32 math as cpu::SiluMul: g / (1 + expf(-g)) * up (CUDA's accurate expf, not __expf).
 cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
                           cudaStream_t stream);
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, ffn + i] (GeGLU), f32 math as
+// cpu::GeluTanhMul: g / (1 + expf(-2k (g + 0.044715 g^3))) * up, k = sqrt(2 / pi).
+cudaError_t LaunchGeluTanhMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
+                              cudaStream_t stream);
 
 // rows[t, i] += bias[i] for i < cols; rows [T, cols] bf16 with row stride `stride`; bias f32.
 // The add is in f32 (as the CPU backend's AddInPlace on its f32 rows), then rounded to bf16.

@@ -105,6 +105,29 @@ TEST(ModelConfigTest, HfErrorsNameFileAndKey) {
   EXPECT_TRUE(Contains(scaling.status().message(), "yarn"));
 }
 
+// hidden_act picks the MLP's activation; one we do not compute is refused, never run as SiLU.
+TEST(ModelConfigTest, HfHiddenAct) {
+  auto with = [](const std::string& act) {
+    return model::ConfigFromHfJson(WriteConfig(
+        R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+        "num_hidden_layers":1,"num_attention_heads":4)" +
+        (act.empty() ? std::string() : ",\"hidden_act\":\"" + act + "\"") + "}"));
+  };
+  ASSERT_TRUE(with("").ok());
+  EXPECT_EQ(with("")->mlp_activation, model::MlpActivation::kSilu);
+  EXPECT_EQ(with("silu")->mlp_activation, model::MlpActivation::kSilu);
+  EXPECT_EQ(with("gelu_pytorch_tanh")->mlp_activation, model::MlpActivation::kGeluTanh);
+  EXPECT_EQ(with("gelu_new")->mlp_activation, model::MlpActivation::kGeluTanh);
+  auto gelu = with("gelu");
+  EXPECT_EQ(gelu.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(gelu.status().message(), "hidden_act")) << gelu.status().message();
+  // Written back as it was read.
+  model::ModelConfig c = *with("gelu_pytorch_tanh");
+  auto text = model::ConfigToHfJson(c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_TRUE(Contains(*text, "gelu_pytorch_tanh")) << *text;
+}
+
 TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {
   model::ModelConfig c;
   c.architecture = "qwen2";

@@ -214,6 +214,21 @@ CaseResult RunSiluMul(int t, int ffn) {
   return Bounded(FromBf16(bits), want, kBf16Rel + 1e-6, std::vector<double>(want.size(), 1e-6));
 }
 
+CaseResult RunGeluTanhMul(int t, int ffn) {
+  const std::vector<float> gu =
+      RoundBf16(RandomVector(int64_t{t} * 2 * ffn, 43 + ffn, -4.0f, 4.0f));
+  std::vector<float> want(int64_t{t} * ffn);
+  cpu::GeluTanhMul(gu.data(), t, ffn, want.data(), ffn);
+  DeviceBuffer<uint16_t> din, dout(want.size());
+  ASTR_GPU_CHECK(UploadBf16(gu, &din));
+  ASTR_GPU_CHECK(cuda::LaunchGeluTanhMul(Ptr(din), t, ffn, Ptr(dout), nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> bits;
+  ASTR_GPU_CHECK(dout.Download(&bits));
+  // As silu_mul: the same f32 formula, expf within 2 ulp against the CPU's polynomial.
+  return Bounded(FromBf16(bits), want, kBf16Rel + 1e-6, std::vector<double>(want.size(), 1e-6));
+}
+
 CaseResult RunAddBias(int t, int cols, int64_t stride) {
   const std::vector<float> rows = RoundBf16(RandomVector(t * stride, 51 + cols, -3.0f, 3.0f));
   const std::vector<float> bias = RandomVector(cols, 52, -1.0f, 1.0f);
@@ -397,6 +412,7 @@ void RegisterOpsCases() {
     }
     for (int ffn : {64, 576, 4096, 5120, 13}) {
       Add("silu_mul", Fmt("T=%lld ffn=%lld", t, ffn), [=] { return RunSiluMul(t, ffn); });
+      Add("gelu_tanh_mul", Fmt("T=%lld ffn=%lld", t, ffn), [=] { return RunGeluTanhMul(t, ffn); });
     }
     Add("add_bias", Fmt("T=%lld cols=4608 stride=4608", t),
         [=] { return RunAddBias(t, 4608, 4608); });

@@ -122,6 +122,28 @@ TEST(CpuOpsTest, SiluMul) {
   }
 }
 
+// GeGLU against transformers' gelu_pytorch_tanh written out in double: 0.5 g (1 + tanh(...)).
+TEST(CpuOpsTest, GeluTanhMul) {
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t f : kDims) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " f=" + std::to_string(f));
+      const int64_t tokens = 2, ldo = f + 3;
+      std::vector<float> gu = Random(tokens * 2 * f, 19, -8.0f, 8.0f);
+      if (f >= 4) gu[0] = -100.0f, gu[1] = 100.0f, gu[2] = 0.0f, gu[3] = -12.0f;
+      std::vector<float> out(tokens * ldo, 0);
+      GeluTanhMulIsa(isa, gu.data(), tokens, f, out.data(), ldo);
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < f; ++i) {
+          const double g = gu[t * 2 * f + i], u = gu[t * 2 * f + f + i];
+          const double k = std::sqrt(2.0 / M_PI);
+          const double ref = 0.5 * g * (1 + std::tanh(k * (g + 0.044715 * g * g * g))) * u;
+          ASSERT_NEAR(out[t * ldo + i], ref, 1e-5 * std::fabs(ref) + 1e-6) << "g=" << g;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuOpsTest, VectorOps) {
   for (Isa isa : AvailableIsas()) {
     for (int64_t n : kDims) {

@@ -7,7 +7,7 @@ weights' hashes against the goldens, and compares astr's greedy run with transfo
 
 Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
-biases (qwen2). `--init-std 0.25` makes the random models' distributions sharp enough that
+biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -34,6 +34,9 @@ CASES: dict[str, tuple[list[str], dict]] = {
     "llama_linear_rope": (["--arch", "llama", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
                            "--head-dim", "16", "--ffn", "96", "--vocab", "300", "--seed", "6"],
                           {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    "llama_geglu_tanh": (["--arch", "llama", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                          "--head-dim", "32", "--ffn", "160", "--vocab", "300", "--seed", "13",
+                          "--hidden-act", "gelu_pytorch_tanh"], {}),
     "mistral_gqa4_hd16": (["--arch", "mistral", "--hidden", "96", "--heads", "8",
                            "--kv-heads", "2", "--head-dim", "16", "--ffn", "128", "--vocab", "300",
                            "--seed", "7"], {}),

@@ -237,8 +237,15 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   const int64_t f = c.intermediate_size;
   w.gate_up.Apply(ws_.xn.data(), c.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
   // Rows on the pool (each row's call is the same whichever thread makes it).
+  const bool gelu = c.mlp_activation == model::MlpActivation::kGeluTanh;
   cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
-    cpu::SiluMul(ws_.gate_up.data() + r0 * 2 * f, r1 - r0, f, ws_.act.data() + r0 * f, f);
+    const float* gate_up = ws_.gate_up.data() + r0 * 2 * f;
+    float* act = ws_.act.data() + r0 * f;
+    if (gelu) {
+      cpu::GeluTanhMul(gate_up, r1 - r0, f, act, f);
+    } else {
+      cpu::SiluMul(gate_up, r1 - r0, f, act, f);
+    }
   });
   w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), c.hidden_size, &pool_);
   AddRmsNormRows(next_norm, t);

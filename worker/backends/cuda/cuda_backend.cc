@@ -614,7 +614,12 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
               "add + rms norm");
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
                                      CUDA_R_16BF, rows, 2 * ffn, hidden, s));
-  ASTR_LAUNCH(LaunchSiluMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s), "silu * mul");
+  if (c.mlp_activation == model::MlpActivation::kGeluTanh) {
+    ASTR_LAUNCH(LaunchGeluTanhMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s),
+                "gelu_tanh * mul");
+  } else {
+    ASTR_LAUNCH(LaunchSiluMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s), "silu * mul");
+  }
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
                                      rows, hidden, ffn, s));
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, next_norm, eps, rows, hidden, a.xn, s),
