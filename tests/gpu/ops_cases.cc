@@ -199,34 +199,30 @@ CaseResult RunRope(int t, int heads, int head_dim, int rope_dim, bool interleave
 // ---------------------------------------------------------------------------------------------
 // SiLU * mul, bias add, sigmoid gate.
 
-CaseResult RunSiluMul(int t, int ffn) {
+// A gated activation (`launch` on the device, `cpu` the reference) on T x ffn random bf16 rows.
+template <typename Cpu, typename Launch>
+CaseResult RunGatedAct(int t, int ffn, uint64_t seed, Cpu cpu, Launch launch) {
   const std::vector<float> gu =
-      RoundBf16(RandomVector(int64_t{t} * 2 * ffn, 41 + ffn, -4.0f, 4.0f));
+      RoundBf16(RandomVector(int64_t{t} * 2 * ffn, seed + ffn, -4.0f, 4.0f));
   std::vector<float> want(int64_t{t} * ffn);
-  cpu::SiluMul(gu.data(), t, ffn, want.data(), ffn);
+  cpu(gu.data(), t, ffn, want.data(), ffn);
   DeviceBuffer<uint16_t> din, dout(want.size());
   ASTR_GPU_CHECK(UploadBf16(gu, &din));
-  ASTR_GPU_CHECK(cuda::LaunchSiluMul(Ptr(din), t, ffn, Ptr(dout), nullptr));
+  ASTR_GPU_CHECK(launch(Ptr(din), t, ffn, Ptr(dout), nullptr));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> bits;
   ASTR_GPU_CHECK(dout.Download(&bits));
-  // expf within 2 ulp: silu(g) * u moves by <= ~1e-6 relative; 1e-6 absolute covers |out| < 16.
+  // The same f32 formula, expf within 2 ulp: the result moves by <= ~1e-6 relative; 1e-6
+  // absolute covers |out| < 16.
   return Bounded(FromBf16(bits), want, kBf16Rel + 1e-6, std::vector<double>(want.size(), 1e-6));
 }
 
+CaseResult RunSiluMul(int t, int ffn) {
+  return RunGatedAct(t, ffn, 41, cpu::SiluMul, cuda::LaunchSiluMul);
+}
+
 CaseResult RunGeluTanhMul(int t, int ffn) {
-  const std::vector<float> gu =
-      RoundBf16(RandomVector(int64_t{t} * 2 * ffn, 43 + ffn, -4.0f, 4.0f));
-  std::vector<float> want(int64_t{t} * ffn);
-  cpu::GeluTanhMul(gu.data(), t, ffn, want.data(), ffn);
-  DeviceBuffer<uint16_t> din, dout(want.size());
-  ASTR_GPU_CHECK(UploadBf16(gu, &din));
-  ASTR_GPU_CHECK(cuda::LaunchGeluTanhMul(Ptr(din), t, ffn, Ptr(dout), nullptr));
-  ASTR_GPU_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> bits;
-  ASTR_GPU_CHECK(dout.Download(&bits));
-  // As silu_mul: the same f32 formula, expf within 2 ulp against the CPU's polynomial.
-  return Bounded(FromBf16(bits), want, kBf16Rel + 1e-6, std::vector<double>(want.size(), 1e-6));
+  return RunGatedAct(t, ffn, 43, cpu::GeluTanhMul, cuda::LaunchGeluTanhMul);
 }
 
 CaseResult RunAddBias(int t, int cols, int64_t stride) {
