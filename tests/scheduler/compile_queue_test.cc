@@ -105,14 +105,16 @@ class CompileQueueTest : public ::testing::Test {
 };
 
 // One thread: client a queues three compiles, then b one. b's runs second: after the compile
-// that was running, before a's others.
+// that was running, before a's others. Only a1 must outlast the submits (microseconds); a2 and a3
+// are small, so that the test stays seconds under TSan (three full Slow compiles took over 60 s
+// there).
 TEST_F(CompileQueueTest, TheLeastRecentlyServedClientGoesFirst) {
   Recorder rec;
   CompileQueue queue(compiler_, {.workers = 1, .per_client = 1, .max_queued_per_client = 8});
   std::vector<std::shared_ptr<CompileQueue::Ticket>> tickets;
-  tickets.push_back(queue.Submit("a", Slow(1), "f", rec.For("a1")));
-  tickets.push_back(queue.Submit("a", Slow(2), "f", rec.For("a2")));
-  tickets.push_back(queue.Submit("a", Slow(3), "f", rec.For("a3")));
+  tickets.push_back(queue.Submit("a", Slow(1, 1000), "f", rec.For("a1")));
+  tickets.push_back(queue.Submit("a", Slow(2, 100), "f", rec.For("a2")));
+  tickets.push_back(queue.Submit("a", Slow(3, 100), "f", rec.For("a3")));
   tickets.push_back(queue.Submit("b", Small("yes"), "f", rec.For("b1")));
   ASSERT_TRUE(rec.WaitFor(4));
   EXPECT_EQ(rec.order(), (std::vector<std::string>{"a1", "b1", "a2", "a3"}));
