@@ -52,6 +52,12 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
   model::ModelConfig config = model->config();
   const bool unpermute = config.rope_layout == model::RopeLayout::kInterleaved;
   config.rope_layout = model::RopeLayout::kHalf;
+  // Norm weights as HF holds them: the same scale, HF's offset (Gemma: GGUF 1 + w -> HF w).
+  const model::Architecture* arch = model::FindArchitecture(config.architecture);
+  const float norm_shift =
+      arch == nullptr ? 0.0f
+                      : static_cast<float>(arch->hf_norm_weight_offset - config.norm_weight_offset);
+  if (arch != nullptr) config.norm_weight_offset = arch->hf_norm_weight_offset;
   ASTR_ASSIGN_OR_RETURN(std::string config_json, model::ConfigToHfJson(config));
 
   std::error_code ec;
@@ -64,7 +70,7 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
   model::SafetensorsWriter w;
   w.SetMetadata("format", "pt");
   for (const model::WeightSpec& s : specs)
-    w.AddTensor(model::HfNameFromCanonical(s.name), s.shape, dtype);
+    w.AddTensor(model::HfNameFromCanonical(config.architecture, s.name), s.shape, dtype);
   ASTR_RETURN_IF_ERROR(w.Open(out_dir + "/model.safetensors"));
   // One tensor in memory at a time.
   std::vector<float> f32;
@@ -74,6 +80,9 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
     if (unpermute && IsQkProj(s.name)) {
       f32 = model::InterleavedToHalfRows(f32, s.shape[0], s.shape[1], config.head_dim);
     }
+    if (norm_shift != 0.0f && s.name.ends_with("norm")) {
+      for (float& x : f32) x -= norm_shift;
+    }
     ASTR_ASSIGN_OR_RETURN(uint64_t n,
                           model::DTypeByteSize(dtype, static_cast<int64_t>(f32.size())));
     bytes.resize(n);
@@ -82,7 +91,7 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
   }
   ASTR_RETURN_IF_ERROR(w.Close());
   for (const std::string& name : model->TensorNames()) {
-    if (model::GgufNameFromCanonical(name).empty()) {
+    if (model::GgufNameFromCanonical(config.architecture, name).empty()) {
       std::fprintf(stderr, "astr convert: note: tensor '%s' has no HF counterpart; skipped\n",
                    name.c_str());
     }

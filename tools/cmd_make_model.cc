@@ -29,16 +29,17 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 // Uniform weights with std `init_std` (half-width init_std * sqrt(3)); the default 0.02 keeps
-// activations finite at any depth we build. Norms are ~1 so that the residual stream keeps its
-// scale; biases are small.
+// activations finite at any depth we build. Norms scale by ~1 so that the residual stream keeps its
+// scale (their weights are ~1 - norm_offset: ~0 where the model adds 1, as Gemma's HF norms);
+// biases are small.
 void FillChunk(const std::string& name, uint64_t seed, uint64_t tensor_index, int64_t first,
-               int64_t count, double init_std, float* out) {
+               int64_t count, double init_std, double norm_offset, float* out) {
   const bool is_norm = name.find("norm") != std::string::npos;
   const bool is_bias = name.find("bias") != std::string::npos;
   const float half_width = is_norm   ? 0.05f
                            : is_bias ? 0.02f
                                      : static_cast<float>(init_std * 1.7320508075688772);
-  const float center = is_norm ? 1.0f : 0.0f;
+  const float center = is_norm ? static_cast<float>(1.0 - norm_offset) : 0.0f;
   const uint64_t key = SplitMix64(seed * 0x100000001B3ull + tensor_index);
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t r = SplitMix64(key ^ static_cast<uint64_t>(first + i) * 0xD1B54A32D192ED03ull);
@@ -117,7 +118,7 @@ float RandomBlockScale(model::DType dtype, double init_std) {
 struct Options {
   std::string arch = "llama", out, format = "gguf", dtype, dtype_of, hidden_act = "silu";
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
-  int64_t seed = 0, max_context_tokens = 2048;
+  int64_t seed = 0, max_context_tokens = 2048, sliding_window = 0, sliding_window_pattern = 6;
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
   bool tie = false, qk_norm = false, gated = false;
 };
@@ -137,6 +138,7 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
   c.rms_norm_eps = o.rms_eps;
   c.rope_theta = o.rope_theta;
   c.tie_word_embeddings = o.tie;
+  c.sliding_window = o.sliding_window;
   if (o.hidden_act == "gelu_pytorch_tanh") {
     c.mlp_activation = model::MlpActivation::kGeluTanh;
   } else if (o.hidden_act != "silu") {
@@ -156,8 +158,21 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.rope_layout = model::RopeLayout::kInterleaved;
     c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
     c.gated_attention = o.gated;
+  } else if (o.arch == "gemma3") {
+    // Gemma 3's layer (common/model/arch/gemma.cc), with query_pre_attn_scalar = head_dim and the
+    // local RoPE base llama.cpp assumes.
+    c.qk_norm = model::QkNorm::kBeforeRope;
+    c.sandwich_norms = true;
+    c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    c.attn_scale = c.head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 0.0;
+    c.mlp_activation = model::MlpActivation::kGeluTanh;
+    if (c.sliding_window == 0) c.sliding_window = 512;
+    c.sliding_window_pattern = o.sliding_window_pattern;
+    c.rope_local_theta = 10000.0;
+    c.norm_weight_offset = o.format == "hf" ? 1.0 : 0.0;  // llama.cpp's converter stores 1 + w
   } else {
-    return InvalidArgumentError("--arch must be llama, mistral, qwen2, qwen3 or autoregressive_lm");
+    return InvalidArgumentError(
+        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm or gemma3");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -211,7 +226,7 @@ model::DType StoredDType(const model::WeightSpec& w, model::DType requested, boo
 template <typename Writer>
 Status StreamWeights(const std::vector<model::WeightSpec>& specs,
                      const std::vector<model::DType>& dtypes, uint64_t seed, double init_std,
-                     Writer* w) {
+                     double norm_offset, Writer* w) {
   std::vector<float> f32(kChunkElements);
   std::vector<uint8_t> bytes;
   for (size_t t = 0; t < specs.size(); ++t) {
@@ -230,7 +245,7 @@ Status StreamWeights(const std::vector<model::WeightSpec>& specs,
         ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
         continue;
       }
-      FillChunk(specs[t].name, seed, t, first, count, init_std, f32.data());
+      FillChunk(specs[t].name, seed, t, first, count, init_std, norm_offset, f32.data());
       model::QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
       ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
     }
@@ -254,9 +269,9 @@ Status MakeModel(const Options& o) {
     return InvalidArgumentError(
         "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
   }
-  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
-    return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3 (not " + o.arch +
-                                "); use --format hf");
+  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "gemma3") {
+    return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3, gemma3 (not " +
+                                o.arch + "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
                         model::ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
@@ -300,10 +315,11 @@ Status MakeModel(const Options& o) {
     ASTR_RETURN_IF_ERROR(model::AddGgufMetadata(config, &w));
     AddGgufVocab(config.vocab_size, &w);
     for (size_t t = 0; t < specs.size(); ++t) {
-      w.AddTensor(model::GgufNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+      w.AddTensor(model::GgufNameFromCanonical(config.architecture, specs[t].name), specs[t].shape,
+                  dtypes[t]);
     }
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
-    return StreamWeights(specs, dtypes, seed, o.init_std, &w);
+    return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
   }
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
@@ -315,18 +331,19 @@ Status MakeModel(const Options& o) {
   model::SafetensorsWriter w;
   w.SetMetadata("format", "pt");
   for (size_t t = 0; t < specs.size(); ++t) {
-    w.AddTensor(model::HfNameFromCanonical(specs[t].name), specs[t].shape, dtypes[t]);
+    w.AddTensor(model::HfNameFromCanonical(config.architecture, specs[t].name), specs[t].shape,
+                dtypes[t]);
   }
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
-  return StreamWeights(specs, dtypes, seed, o.init_std, &w);
+  return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
 }
 
 int RunMakeModel(int argc, const char* const* argv) {
   Options o;
   FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
-  fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm.");
+  fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma3.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
-  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3) or hf (every arch).");
+  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3, gemma3) or hf (every arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
@@ -353,6 +370,11 @@ int RunMakeModel(int argc, const char* const* argv) {
             "values make attention sharper and its effect on the logits larger (tests).");
   fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
   fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
+  fs.Int("sliding-window", &o.sliding_window,
+         "Sliding attention window in tokens (0: none; gemma3: 0 means 512).");
+  fs.Int("sliding-window-pattern", &o.sliding_window_pattern,
+         "gemma3: every N-th layer attends globally, the others slide (hf only; GGUF gemma3 "
+         "is 6).");
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");

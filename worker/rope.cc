@@ -4,12 +4,14 @@
 
 namespace astr {
 
-std::vector<float> RopeInvFreq(const model::ModelConfig& c) {
+std::vector<float> RopeInvFreq(const model::ModelConfig& c, bool local) {
   const int64_t half = c.rope_dim / 2;
   std::vector<float> inv(half);
-  const model::RopeScaling& s = c.rope_scaling;
+  const bool own_base = local && c.rope_local_theta > 0.0;
+  const model::RopeScaling s = own_base ? model::RopeScaling{} : c.rope_scaling;
+  const double theta = own_base ? c.rope_local_theta : c.rope_theta;
   for (int64_t i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / c.rope_dim);
+    double f = 1.0 / std::pow(theta, static_cast<double>(2 * i) / c.rope_dim);
     if (s.type == model::RopeScaling::Type::kLinear) {
       f /= s.factor;
     } else if (s.type == model::RopeScaling::Type::kLlama3) {

@@ -140,10 +140,24 @@ bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string&
   return IsQkProjection(canonical);
 }
 
+namespace {
+bool IsNorm(const std::string& canonical) { return canonical.ends_with("norm"); }
+}  // namespace
+
+float HfNormShift(const model::ModelConfig& config, const std::string& canonical) {
+  const model::Architecture* arch = model::FindArchitecture(config.architecture);
+  if (arch == nullptr || !IsNorm(canonical)) return 0.0f;
+  return static_cast<float>(arch->hf_norm_weight_offset - config.norm_weight_offset);
+}
+
 WeightOverlay::WeightOverlay(const model::ModelConfig& config,
                              std::shared_ptr<const model::ModelFile> base, UpdateTensors tensors)
     : config_(config), base_(std::move(base)), tensors_(std::move(tensors)) {
   permute_base_qk_ = base_ != nullptr && base_->config().rope_layout != config_.rope_layout;
+  if (base_ != nullptr) {
+    base_norm_shift_ =
+        static_cast<float>(base_->config().norm_weight_offset - config_.norm_weight_offset);
+  }
 }
 
 bool WeightOverlay::PermutesBase(const std::string& canonical) const {
@@ -165,6 +179,9 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
                  ? model::HalfToInterleavedRows(*out, rows, cols, config_.head_dim)
                  : model::InterleavedToHalfRows(*out, rows, cols, config_.head_dim);
     }
+    if (base_norm_shift_ != 0.0f && IsNorm(canonical)) {
+      for (float& x : *out) x += base_norm_shift_;
+    }
     return OkStatus();
   }
   const UpdateTensor& t = *it->second;
@@ -183,6 +200,9 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
   if (t.half_to_interleaved && t.shape.size() == 2) {
     *out = model::HalfToInterleavedRows(*out, t.shape[0], t.shape[1], config_.head_dim);
   }
+  if (t.norm_shift != 0.0f) {
+    for (float& x : *out) x += t.norm_shift;
+  }
   return OkStatus();
 }
 
@@ -200,6 +220,10 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
       return FailedPreconditionError("checkpoint tensor '" + canonical +
                                      "' needs its rows permuted for the served RoPE layout");
     }
+    if (base_norm_shift_ != 0.0f && IsNorm(canonical)) {
+      return FailedPreconditionError("checkpoint norm '" + canonical +
+                                     "' needs the served norm offset");
+    }
     return base_->Raw(canonical);
   }
   const UpdateTensor& t = *it->second;
@@ -208,6 +232,10 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
   }
   if (t.half_to_interleaved) {
     return FailedPreconditionError("update tensor '" + t.hf_name + "' needs its rows permuted");
+  }
+  if (t.norm_shift != 0.0f) {
+    return FailedPreconditionError("update tensor '" + t.hf_name +
+                                   "' needs the served norm offset");
   }
   model::TensorView v;
   v.name = canonical;

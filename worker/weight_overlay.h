@@ -62,6 +62,9 @@ struct UpdateTensor {
   // Hugging Face q/k rows come in rotate-half order; a model that computes in interleaved order
   // (llama from GGUF) takes them permuted (HalfToInterleavedRows).
   bool half_to_interleaved = false;
+  // Added to a norm's values: Hugging Face Gemma norms hold w of a 1 + w scale, a model served
+  // from GGUF (llama.cpp's converter) holds 1 + w (HfNormShift).
+  float norm_shift = 0.0f;
 };
 
 // The receive buffers of updates, kept from one update to the next (up to a limit): a push of
@@ -103,6 +106,9 @@ using UpdateTensors = std::map<std::string, std::shared_ptr<const UpdateTensor>>
 
 // Whether a Hugging Face tensor `canonical` must be permuted for a model with `config`.
 bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical);
+// What to add to Hugging Face tensor `canonical` for a model with `config` when it is a norm whose
+// HF form has another offset than the served one (ModelConfig::norm_weight_offset); else 0.
+float HfNormShift(const model::ModelConfig& config, const std::string& canonical);
 
 class WeightOverlay final : public model::TensorSource {
  public:
@@ -113,7 +119,7 @@ class WeightOverlay final : public model::TensorSource {
   const model::ModelConfig& config() const override { return config_; }
   Status LoadF32(const std::string& canonical, const std::vector<int64_t>& expected_shape,
                  std::vector<float>* out) const override;
-  // The received bytes, unless they need permuting (then an error: LoadF32 permutes).
+  // The received bytes, unless they need permuting or shifting (then an error: LoadF32 does it).
   StatusOr<model::TensorView> Raw(const std::string& canonical) const override;
   // The base file's tensors hand their pages back to it; received tensors are not mapped.
   void ReleaseResident(const model::TensorView& view) const override;
@@ -126,6 +132,7 @@ class WeightOverlay final : public model::TensorSource {
   std::shared_ptr<const model::ModelFile> base_;
   UpdateTensors tensors_;
   bool permute_base_qk_ = false;  // the base's RoPE layout is not the served one
+  float base_norm_shift_ = 0.0f;  // added to the base's norms (its norm offset is not the served)
 };
 
 }  // namespace astr

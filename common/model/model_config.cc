@@ -9,6 +9,8 @@
 
 #include "common/base/file_util.h"
 #include "common/base/token_ids.h"
+#include "common/model/architecture.h"
+#include "common/model/config_reader.h"
 #include "common/model/gguf.h"
 
 namespace astr::model {
@@ -18,21 +20,6 @@ using json = nlohmann::json;
 
 Status Bad(const std::string& key, const std::string& why) {
   return InvalidArgumentError("config key '" + key + "' " + why);
-}
-
-bool IsHalfLayoutArch(const std::string& arch) {
-  return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3";
-}
-
-// The context length cap of Validate, checked where the file's key is known so that the error
-// names it (`error` turns the reason into a Status naming file and key).
-template <typename ErrorFn>
-Status CheckContextTokens(int64_t value, ErrorFn error) {
-  if (value > kMaxContextTokens) {
-    return error("= " + std::to_string(value) + " is more than the longest context astr accepts (" +
-                 std::to_string(kMaxContextTokens) + " tokens)");
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -57,6 +44,19 @@ Status ModelConfig::Validate() const {
   if (sliding_window < 0 || sliding_window > kMaxContextTokens) {
     return Bad("sliding_window", "must be in [0, " + std::to_string(kMaxContextTokens) + "], got " +
                                      std::to_string(sliding_window));
+  }
+  if (sliding_window_pattern < 0) {
+    return Bad("sliding_window_pattern",
+               "must be >= 0, got " + std::to_string(sliding_window_pattern));
+  }
+  const std::pair<const char*, double> nonneg[] = {{"rope_local_theta", rope_local_theta},
+                                                   {"attn_scale", attn_scale},
+                                                   {"norm_weight_offset", norm_weight_offset}};
+  for (const auto& [key, value] : nonneg) {
+    if (!(value >= 0.0) || !std::isfinite(value)) return Bad(key, "must be >= 0 and finite");
+  }
+  if (!(embed_scale > 0.0) || !std::isfinite(embed_scale)) {
+    return Bad("embed_scale", "must be > 0 and finite");
   }
   if (num_heads % num_kv_heads != 0) {
     return Bad("num_kv_heads", std::to_string(num_kv_heads) + " does not divide num_heads " +
@@ -89,6 +89,20 @@ Status ModelConfig::Validate() const {
     }
   }
   return OkStatus();
+}
+
+int64_t ModelConfig::LayerWindow(int64_t l) const {
+  if (sliding_window_pattern > 0 && (l + 1) % sliding_window_pattern == 0) return 0;
+  return sliding_window;
+}
+
+bool ModelConfig::LayerUsesLocalRope(int64_t l) const {
+  return rope_local_theta > 0.0 && LayerWindow(l) > 0;
+}
+
+float ModelConfig::AttnScale() const {
+  return attn_scale > 0.0 ? static_cast<float>(attn_scale)
+                          : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 int64_t ModelConfig::ParameterCount() const {
@@ -129,6 +143,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});
     w.push_back({p + "up_proj", {c.intermediate_size, c.hidden_size}});
     w.push_back({p + "down_proj", {c.hidden_size, c.intermediate_size}});
+    if (c.sandwich_norms) {
+      w.push_back({p + "post_attn_norm", {c.hidden_size}});
+      w.push_back({p + "post_mlp_norm", {c.hidden_size}});
+    }
   }
   return w;
 }
@@ -136,63 +154,46 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
 // ---------------------------------------------------------------------------------------------------
 // HF config.json
 
-namespace {
+StatusOr<int64_t> ConfigJson::Int(const std::string& key) const {
+  if (!Has(key)) return Error(key, "is missing");
+  if (!j_[key].is_number_integer()) return Error(key, "must be an integer, got " + j_[key].dump());
+  return j_[key].get<int64_t>();
+}
 
-// Typed access to a JSON object whose errors name the file and key.
-class JsonReader {
- public:
-  JsonReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+StatusOr<double> ConfigJson::Number(const std::string& key, double dflt) const {
+  if (!Has(key)) return dflt;
+  if (!j_[key].is_number()) return Error(key, "must be a number, got " + j_[key].dump());
+  return j_[key].get<double>();
+}
 
-  Status Error(const std::string& key, const std::string& why) const {
-    return InvalidArgumentError(path_ + ": key '" + key + "' " + why);
-  }
-  bool Has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
-  StatusOr<int64_t> Int(const std::string& key) const {
-    if (!Has(key)) return Error(key, "is missing");
-    if (!j_[key].is_number_integer())
-      return Error(key, "must be an integer, got " + j_[key].dump());
-    return j_[key].get<int64_t>();
-  }
-  StatusOr<int64_t> Int(const std::string& key, int64_t dflt) const {
-    return Has(key) ? Int(key) : StatusOr<int64_t>(dflt);
-  }
-  StatusOr<double> Number(const std::string& key, double dflt) const {
-    if (!Has(key)) return dflt;
-    if (!j_[key].is_number()) return Error(key, "must be a number, got " + j_[key].dump());
-    return j_[key].get<double>();
-  }
-  StatusOr<bool> Bool(const std::string& key, bool dflt) const {
-    if (!Has(key)) return dflt;
-    if (!j_[key].is_boolean()) return Error(key, "must be true or false, got " + j_[key].dump());
-    return j_[key].get<bool>();
-  }
-  StatusOr<std::string> String(const std::string& key, const std::string& dflt) const {
-    if (!Has(key)) return dflt;
-    if (!j_[key].is_string()) return Error(key, "must be a string, got " + j_[key].dump());
-    return j_[key].get<std::string>();
-  }
-  // An int or a list of ints (eos_token_id).
-  Status IntList(const std::string& key, std::vector<int64_t>* out) const {
-    if (!Has(key)) return OkStatus();
-    const json& v = j_[key];
-    if (v.is_number_integer()) {
-      out->push_back(v.get<int64_t>());
-      return OkStatus();
-    }
-    if (!v.is_array()) return Error(key, "must be an integer or a list of integers");
-    for (const json& e : v) {
-      if (!e.is_number_integer()) return Error(key, "must be an integer or a list of integers");
-      out->push_back(e.get<int64_t>());
-    }
+StatusOr<bool> ConfigJson::Bool(const std::string& key, bool dflt) const {
+  if (!Has(key)) return dflt;
+  if (!j_[key].is_boolean()) return Error(key, "must be true or false, got " + j_[key].dump());
+  return j_[key].get<bool>();
+}
+
+StatusOr<std::string> ConfigJson::String(const std::string& key, const std::string& dflt) const {
+  if (!Has(key)) return dflt;
+  if (!j_[key].is_string()) return Error(key, "must be a string, got " + j_[key].dump());
+  return j_[key].get<std::string>();
+}
+
+Status ConfigJson::IntList(const std::string& key, std::vector<int64_t>* out) const {
+  if (!Has(key)) return OkStatus();
+  const json& v = j_[key];
+  if (v.is_number_integer()) {
+    out->push_back(v.get<int64_t>());
     return OkStatus();
   }
-  const json& raw() const { return j_; }
-  const std::string& path() const { return path_; }
+  if (!v.is_array()) return Error(key, "must be an integer or a list of integers");
+  for (const json& e : v) {
+    if (!e.is_number_integer()) return Error(key, "must be an integer or a list of integers");
+    out->push_back(e.get<int64_t>());
+  }
+  return OkStatus();
+}
 
- private:
-  const json& j_;
-  std::string path_;
-};
+namespace {
 
 StatusOr<json> ParseJsonFile(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
@@ -200,11 +201,11 @@ StatusOr<json> ParseJsonFile(const std::string& path) {
   return j;
 }
 
-Status ReadHfRopeScaling(const JsonReader& r, ModelConfig* c) {
+Status ReadHfRopeScaling(const ConfigJson& r, ModelConfig* c) {
   if (!r.Has("rope_scaling")) return OkStatus();
   const json& rs = r.raw()["rope_scaling"];
   if (!rs.is_object()) return r.Error("rope_scaling", "must be an object or null");
-  JsonReader s(rs, r.path() + ": rope_scaling");
+  ConfigJson s(rs, r.path() + ": rope_scaling");
   ASTR_ASSIGN_OR_RETURN(std::string type, s.String("rope_type", ""));
   if (type.empty()) {
     ASTR_ASSIGN_OR_RETURN(type, s.String("type", "default"));
@@ -226,69 +227,19 @@ Status ReadHfRopeScaling(const JsonReader& r, ModelConfig* c) {
   return OkStatus();
 }
 
-Status ReadHfArchitecture(const JsonReader& r, ModelConfig* c) {
-  const std::string& a = c->architecture;
-  if (a == "qwen2") c->qkv_bias = true;
-  if (a == "qwen3") c->qk_norm = QkNorm::kBeforeRope;
-  if (a == "autoregressive_lm") {
-    c->rope_layout = RopeLayout::kInterleaved;
-    ASTR_ASSIGN_OR_RETURN(bool qk_norm, r.Bool("qk_norm", false));
-    if (qk_norm) c->qk_norm = QkNorm::kAfterRope;
-    ASTR_ASSIGN_OR_RETURN(c->gated_attention, r.Bool("gated_attention", false));
-  }
-  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and
-  // then only from layer max_window_layers on, which we do not implement.
-  const json& sw = r.raw().contains("sliding_window") ? r.raw()["sliding_window"] : json();
-  if (!sw.is_null()) {
-    bool use = true;
-    if (a == "qwen2" || a == "qwen3") {
-      ASTR_ASSIGN_OR_RETURN(use, r.Bool("use_sliding_window", false));
-      if (use) {
-        return UnimplementedError(r.path() + ": key 'use_sliding_window' true is not supported");
-      }
-    }
-    if (use) {
-      ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
-      if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
-      ASTR_RETURN_IF_ERROR(CheckContextTokens(c->sliding_window, [&](const std::string& why) {
-        return r.Error("sliding_window", why);
-      }));
-    }
-  }
-  // Biases we have no weights for would silently change the model: refuse them.
-  if (a != "qwen2") {
-    ASTR_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
-    if (attention_bias)
-      return UnimplementedError(r.path() + ": key 'attention_bias' true is not supported");
-  }
-  // The MLP's activation: a config naming one we do not compute is refused, not run as SiLU.
-  ASTR_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
-  if (act == "silu" || act == "swish") {
-    c->mlp_activation = MlpActivation::kSilu;
-  } else if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
-    c->mlp_activation = MlpActivation::kGeluTanh;
-  } else {
-    return UnimplementedError(r.path() + ": key 'hidden_act' '" + act +
-                              "' is not supported (silu, gelu_pytorch_tanh, gelu_new)");
-  }
-  ASTR_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
-  if (mlp_bias) return UnimplementedError(r.path() + ": key 'mlp_bias' true is not supported");
-  return OkStatus();
-}
-
 }  // namespace
 
 StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
-  JsonReader r(j, path);
+  ConfigJson r(j, path);
   ModelConfig c;
-  ASTR_ASSIGN_OR_RETURN(c.architecture, r.String("model_type", ""));
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2" &&
-      c.architecture != "qwen3" && c.architecture != "autoregressive_lm") {
-    return UnimplementedError(
-        path + ": model_type '" + c.architecture +
-        "' is not supported (llama, mistral, qwen2, qwen3, autoregressive_lm)");
+  ASTR_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type", ""));
+  const Architecture* arch = ArchitectureOfHfModelType(model_type);
+  if (arch == nullptr) {
+    return UnimplementedError(path + ": model_type '" + model_type + "' is not supported (" +
+                              SupportedHfModelTypes() + ")");
   }
+  c.architecture = arch->name;
   ASTR_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
   ASTR_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
   ASTR_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("intermediate_size"));
@@ -312,14 +263,14 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(c.bos_token_id, r.Int("bos_token_id", -1));
   ASTR_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
   ASTR_RETURN_IF_ERROR(ReadHfRopeScaling(r, &c));
-  ASTR_RETURN_IF_ERROR(ReadHfArchitecture(r, &c));
+  ASTR_RETURN_IF_ERROR(arch->read_hf(r, &c));
 
   // generation_config.json holds the ids generation actually stops on (e.g. Llama 3 instruct's
   // <|eot_id|>), so its eos list is merged in.
   const auto gen_path = std::filesystem::path(path).parent_path() / "generation_config.json";
   if (std::filesystem::exists(gen_path)) {
     ASTR_ASSIGN_OR_RETURN(json g, ParseJsonFile(gen_path.string()));
-    JsonReader gr(g, gen_path.string());
+    ConfigJson gr(g, gen_path.string());
     std::vector<int64_t> eos;
     ASTR_RETURN_IF_ERROR(gr.IntList("eos_token_id", &eos));
     MergeTokenIds(&c.eos_token_ids, eos);
@@ -333,46 +284,29 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
 }
 
 StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
-  const bool interleaved = c.architecture == "autoregressive_lm";
-  if (!interleaved && !IsHalfLayoutArch(c.architecture)) {
+  const Architecture* arch = FindArchitecture(c.architecture);
+  if (arch == nullptr || arch->write_hf == nullptr || arch->hf_model_types.empty()) {
     return InvalidArgumentError("no HF model_type for architecture '" + c.architecture + "'");
   }
-  if ((c.rope_layout == RopeLayout::kInterleaved) != interleaved) {
-    return InvalidArgumentError("HF " + c.architecture + " folders use " +
-                                (interleaved ? "interleaved" : "half") +
-                                " RoPE order; permute q/k rows first");
-  }
-  json j = {
-      {"model_type", c.architecture},
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.intermediate_size},
-      {"num_hidden_layers", c.num_layers},
-      {"num_attention_heads", c.num_heads},
-      {"num_key_value_heads", c.num_kv_heads},
-      {"head_dim", c.head_dim},
-      {"max_position_embeddings", c.max_context_tokens},
-      {"rms_norm_eps", c.rms_norm_eps},
-      {"rope_theta", c.rope_theta},
-      {"tie_word_embeddings", c.tie_word_embeddings},
-      {"hidden_act", c.mlp_activation == MlpActivation::kGeluTanh ? "gelu_pytorch_tanh" : "silu"},
-      {"torch_dtype", "bfloat16"}};
+  json j = {{"model_type", arch->hf_model_types[0]},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads},
+            {"num_key_value_heads", c.num_kv_heads},
+            {"head_dim", c.head_dim},
+            {"max_position_embeddings", c.max_context_tokens},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"torch_dtype", "bfloat16"}};
   if (c.rope_dim != c.head_dim) {
     j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / static_cast<double>(c.head_dim);
   }
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
-  if (c.architecture == "qwen2") j["use_sliding_window"] = false;
-  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
-  if (interleaved) {
-    j["qk_norm"] = c.qk_norm != QkNorm::kNone;
-    j["gated_attention"] = c.gated_attention;
-  } else if (c.qk_norm == QkNorm::kAfterRope || c.gated_attention ||
-             (c.qk_norm == QkNorm::kBeforeRope) != (c.architecture == "qwen3") ||
-             c.qkv_bias != (c.architecture == "qwen2")) {
-    return InvalidArgumentError("config features do not match HF model_type " + c.architecture);
-  }
   if (c.rope_scaling.type == RopeScaling::Type::kLinear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
   } else if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
@@ -383,6 +317,7 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
         {"high_freq_factor", c.rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   }
+  ASTR_RETURN_IF_ERROR(arch->write_hf(c, &j));
   return j.dump(2) + "\n";
 }
 
@@ -441,24 +376,6 @@ Status ReadGgufRopeFreqs(const GgufFile& g, const GgufTensor& t, ModelConfig* c)
   return OkStatus();
 }
 
-// Reads "{arch}.rest", falling back to "llama.rest" for architectures that reuse the llama keys.
-class GgufKeys {
- public:
-  GgufKeys(const GgufFile& g, std::string arch) : g_(g), arch_(std::move(arch)) {}
-  std::string Key(const std::string& rest) const { return GgufConfigKey(g_, arch_, rest); }
-  StatusOr<int64_t> Int(const std::string& rest) const { return g_.GetInt(Key(rest)); }
-  StatusOr<int64_t> Int(const std::string& rest, int64_t d) const {
-    return g_.GetInt(Key(rest), d);
-  }
-  StatusOr<double> Float(const std::string& rest, double d) const {
-    return g_.GetFloat(Key(rest), d);
-  }
-
- private:
-  const GgufFile& g_;
-  std::string arch_;
-};
-
 Status ReadGgufRopeScaling(const GgufFile& g, const GgufKeys& k, ModelConfig* c) {
   ASTR_ASSIGN_OR_RETURN(std::string type, g.GetString(k.Key("rope.scaling.type"), "none"));
   if (type == "linear") {
@@ -479,6 +396,8 @@ Status ReadGgufRopeScaling(const GgufFile& g, const GgufKeys& k, ModelConfig* c)
 
 }  // namespace
 
+std::string GgufKeys::Key(const std::string& rest) const { return GgufConfigKey(g_, arch_, rest); }
+
 std::string GgufConfigKey(const GgufFile& g, const std::string& arch, const std::string& rest) {
   const std::string k = arch + "." + rest;
   return g.Find(k) == nullptr && g.Find("llama." + rest) != nullptr ? "llama." + rest : k;
@@ -487,18 +406,12 @@ std::string GgufConfigKey(const GgufFile& g, const std::string& arch, const std:
 StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ASTR_ASSIGN_OR_RETURN(std::string arch, g.GetString("general.architecture"));
   ModelConfig c;
-  if (arch == "llama" || arch == "mistral") {
-    c.architecture = arch;
-    c.rope_layout = RopeLayout::kInterleaved;
-  } else if (arch == "qwen2" || arch == "qwen3") {
-    c.architecture = arch;
-    c.rope_layout = RopeLayout::kHalf;
-    c.qkv_bias = arch == "qwen2";
-    if (arch == "qwen3") c.qk_norm = QkNorm::kBeforeRope;
-  } else {
+  const Architecture* description = ArchitectureOfGguf(arch);
+  if (description == nullptr) {
     return UnimplementedError(g.path() + ": general.architecture '" + arch +
-                              "' is not supported (llama, mistral, qwen2, qwen3)");
+                              "' is not supported (" + SupportedGgufArchitectures() + ")");
   }
+  c.architecture = description->name;
   GgufKeys k(g, arch);
   ASTR_ASSIGN_OR_RETURN(c.hidden_size, k.Int("embedding_length"));
   ASTR_ASSIGN_OR_RETURN(c.num_layers, k.Int("block_count"));
@@ -533,25 +446,22 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& g) {
   ASTR_ASSIGN_OR_RETURN(int64_t eos, g.GetInt("tokenizer.ggml.eos_token_id", -1));
   if (eos >= 0 && eos != 0xFFFFFFFF) c.eos_token_ids.push_back(eos);
   if (c.bos_token_id == 0xFFFFFFFF) c.bos_token_id = -1;  // llama.cpp's "unset"
+  ASTR_RETURN_IF_ERROR(description->read_gguf(k, &c));
   Status valid = c.Validate();
   if (!valid.ok()) return valid.WithContext(g.path());
   return c;
 }
 
 Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
-  const std::string& a = c.architecture;
-  const bool want_interleaved = a == "llama";
-  if (a != "llama" && a != "qwen2" && a != "qwen3") {
-    return InvalidArgumentError("GGUF output supports architectures llama, qwen2, qwen3, not '" +
-                                a + "'");
-  }
-  if ((c.rope_layout == RopeLayout::kInterleaved) != want_interleaved) {
-    return InvalidArgumentError("GGUF " + a + " stores q/k rows in " +
-                                (want_interleaved ? "interleaved" : "half") + " RoPE order");
+  const Architecture* arch = FindArchitecture(c.architecture);
+  if (arch == nullptr || arch->write_gguf == nullptr || arch->gguf_names.empty()) {
+    return InvalidArgumentError("GGUF output does not support architecture '" + c.architecture +
+                                "'");
   }
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
     return UnimplementedError("writing llama3 rope scaling to GGUF is not supported");
   }
+  const std::string& a = arch->gguf_names[0];
   auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
   w->AddMetadata("general.architecture", GgufValue::String(a));
   w->AddMetadata("general.name", GgufValue::String(a));
@@ -573,7 +483,7 @@ Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
     w->AddMetadata(a + ".rope.scaling.factor",
                    GgufValue::F32(static_cast<float>(c.rope_scaling.factor)));
   }
-  return OkStatus();
+  return arch->write_gguf(c, w);
 }
 
 }  // namespace astr::model

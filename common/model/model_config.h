@@ -1,6 +1,20 @@
-// One internal description of a LLaMA-family decoder, whatever file it came from
-// (HF config.json of llama / mistral / qwen2 / qwen3 / AstrAI `autoregressive_lm`, or GGUF
-// metadata).
+// One internal description of a pre-norm decoder, whatever file it came from (HF config.json or
+// GGUF metadata of an architecture in common/model/architecture.h): its dims and the
+// hyper-parameters of the layer every backend runs,
+//
+//   x  = embed[ids] * embed_scale
+//   per layer l:
+//     h  = RmsNorm(x, attn_norm)
+//     q, k, v = h . q/k/v_proj (+ biases); q, k = HeadRmsNorm (qk_norm); RoPE with layer l's base
+//     a  = softmax(q k^T * attn_scale, causal, layer l's window) v  (* sigmoid(gate):
+//     gated_attention) a  = a . o_proj;            a = RmsNorm(a, post_attn_norm) (sandwich_norms)
+//     x += a
+//     h  = RmsNorm(x, mlp_norm)
+//     m  = (act(h . gate_proj) * (h . up_proj)) . down_proj;  m = RmsNorm(m, post_mlp_norm)
+//     (sandwich) x += m
+//   logits = RmsNorm(x, final_norm) . lm_head
+//
+// where RmsNorm(v, w) = v / rms(v) * (w + norm_weight_offset).
 #pragma once
 
 #include <cstdint>
@@ -73,6 +87,22 @@ struct ModelConfig {
   MlpActivation mlp_activation = MlpActivation::kSilu;
   // Mistral-style sliding window: a query at position i sees keys j with i - W < j <= i; 0 = none.
   int64_t sliding_window = 0;
+  // Which layers use sliding_window: 0 = all of them; P > 0 = all but every P-th (layer l is global
+  // when (l + 1) % P == 0: Gemma 3's 5 local : 1 global is P = 6, Gemma 2's alternation P = 2).
+  int64_t sliding_window_pattern = 0;
+  // RoPE base of the sliding-window layers when > 0 (Gemma 3's rope_local_base_freq); those layers
+  // then use no rope scaling. 0 = every layer uses rope_theta and rope_scaling.
+  double rope_local_theta = 0.0;
+  // Softmax scale of attention scores; 0 = 1 / sqrt(head_dim). Gemma: query_pre_attn_scalar^-1/2.
+  double attn_scale = 0.0;
+  // The embedding rows are multiplied by this (Gemma: sqrt(hidden_size)).
+  double embed_scale = 1.0;
+  // Gemma 2/3: attention and MLP outputs are RmsNorm'ed (post_attn_norm, post_mlp_norm) before
+  // they join the residual stream.
+  bool sandwich_norms = false;
+  // Added to every RmsNorm weight (norms, q/k norms) when it is applied: Gemma's HF checkpoints
+  // store w for a scale of (1 + w), so 1 for them; llama.cpp's converter stores 1 + w, so 0.
+  double norm_weight_offset = 0.0;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -80,6 +110,11 @@ struct ModelConfig {
   // max_context_tokens / sliding_window at most kMaxContextTokens; names the bad key. Whether the
   // dims agree with the weights is ModelFile's check (CheckConfig).
   Status Validate() const;
+  // Layer l's sliding window (0 = global attention) and whether it uses rope_local_theta.
+  int64_t LayerWindow(int64_t l) const;
+  bool LayerUsesLocalRope(int64_t l) const;
+  // The softmax scale attention uses (attn_scale, or 1 / sqrt(head_dim)).
+  float AttnScale() const;
   // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config
   // whose dims the weights confirm (ModelFile::Open checks them), never on one straight from a
   // file.
@@ -96,10 +131,12 @@ struct ModelConfig {
 //   layers.{i}.k_proj    [kv_heads*head_dim, hidden]  k_bias [kv_heads*head_dim]   (qkv_bias)
 //   layers.{i}.v_proj    [kv_heads*head_dim, hidden]  v_bias [kv_heads*head_dim]   (qkv_bias)
 //   layers.{i}.attn_gate [heads*head_dim, hidden]     (gated_attention)
-//   layers.{i}.q_norm    [head_dim]   layers.{i}.k_norm [head_dim]                 (qk_norm !=
-//   kNone) layers.{i}.o_proj    [hidden, heads*head_dim] layers.{i}.mlp_norm  [hidden]
+//   layers.{i}.q_norm    [head_dim]   k_norm [head_dim]                            (qk_norm)
+//   layers.{i}.o_proj    [hidden, heads*head_dim]
+//   layers.{i}.mlp_norm  [hidden]
 //   layers.{i}.gate_proj [intermediate, hidden]  up_proj [intermediate, hidden]
 //   layers.{i}.down_proj [hidden, intermediate]
+//   layers.{i}.post_attn_norm [hidden]  post_mlp_norm [hidden]               (sandwich_norms)
 // q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
 // num_layers: as ParameterCount, build it only for a config the weights confirm.
 struct WeightSpec {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/base/mapped_file.h"
+#include "common/model/architecture.h"
 #include "common/model/gguf.h"
 #include "common/model/safetensors.h"
 
@@ -11,76 +12,6 @@ namespace astr::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Per-layer names: canonical suffix, GGUF suffix (after "blk.N."), HF suffix (after
-// "model.layers.N.").
-struct LayerName {
-  const char* canonical;
-  const char* gguf;
-  const char* hf;
-};
-constexpr LayerName kLayerNames[] = {
-    {"attn_norm", "attn_norm.weight", "input_layernorm.weight"},
-    {"q_proj", "attn_q.weight", "self_attn.q_proj.weight"},
-    {"k_proj", "attn_k.weight", "self_attn.k_proj.weight"},
-    {"v_proj", "attn_v.weight", "self_attn.v_proj.weight"},
-    {"q_bias", "attn_q.bias", "self_attn.q_proj.bias"},
-    {"k_bias", "attn_k.bias", "self_attn.k_proj.bias"},
-    {"v_bias", "attn_v.bias", "self_attn.v_proj.bias"},
-    {"o_proj", "attn_output.weight", "self_attn.o_proj.weight"},
-    {"q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"attn_gate", "attn_gate.weight", "self_attn.gate_proj.weight"},
-    {"mlp_norm", "ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"gate_proj", "ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
-    {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
-};
-struct GlobalName {
-  const char* canonical;
-  const char* gguf;
-  const char* hf;
-};
-constexpr GlobalName kGlobalNames[] = {
-    {"embed", "token_embd.weight", "model.embed_tokens.weight"},
-    {"final_norm", "output_norm.weight", "model.norm.weight"},
-    {"lm_head", "output.weight", "lm_head.weight"},
-};
-
-// Splits "<prefix><digits>.<rest>"; returns false if `name` does not have that form.
-bool SplitLayer(const std::string& name, const std::string& prefix, std::string* layer,
-                std::string* rest) {
-  if (name.compare(0, prefix.size(), prefix) != 0) return false;
-  const size_t dot = name.find('.', prefix.size());
-  if (dot == std::string::npos || dot == prefix.size()) return false;
-  *layer = name.substr(prefix.size(), dot - prefix.size());
-  if (layer->find_first_not_of("0123456789") != std::string::npos) return false;
-  *rest = name.substr(dot + 1);
-  return true;
-}
-
-enum class Side { kCanonical, kGguf, kHf };
-const char* Pick(const LayerName& n, Side s) {
-  return s == Side::kCanonical ? n.canonical : s == Side::kGguf ? n.gguf : n.hf;
-}
-const char* Pick(const GlobalName& n, Side s) {
-  return s == Side::kCanonical ? n.canonical : s == Side::kGguf ? n.gguf : n.hf;
-}
-const char* LayerPrefix(Side s) {
-  return s == Side::kCanonical ? "layers." : s == Side::kGguf ? "blk." : "model.layers.";
-}
-
-std::string MapName(const std::string& name, Side from, Side to) {
-  for (const GlobalName& g : kGlobalNames) {
-    if (name == Pick(g, from)) return Pick(g, to);
-  }
-  std::string layer, rest;
-  if (!SplitLayer(name, LayerPrefix(from), &layer, &rest)) return "";
-  for (const LayerName& l : kLayerNames) {
-    if (rest == Pick(l, from)) return LayerPrefix(to) + layer + "." + Pick(l, to);
-  }
-  return "";
-}
 
 std::vector<float> PermuteRows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                int64_t head_dim, bool to_half) {
@@ -98,19 +29,6 @@ std::vector<float> PermuteRows(const std::vector<float>& w, int64_t rows, int64_
 }
 
 }  // namespace
-
-std::string CanonicalFromGgufName(const std::string& n) {
-  return MapName(n, Side::kGguf, Side::kCanonical);
-}
-std::string CanonicalFromHfName(const std::string& n) {
-  return MapName(n, Side::kHf, Side::kCanonical);
-}
-std::string GgufNameFromCanonical(const std::string& n) {
-  return MapName(n, Side::kCanonical, Side::kGguf);
-}
-std::string HfNameFromCanonical(const std::string& n) {
-  return MapName(n, Side::kCanonical, Side::kHf);
-}
 
 std::vector<float> InterleavedToHalfRows(const std::vector<float>& w, int64_t rows, int64_t cols,
                                          int64_t head_dim) {
@@ -164,7 +82,7 @@ void ModelFile::AddTensor(TensorView view) {
 
 void ModelFile::NoteLayer(const std::string& canonical) {
   std::string layer, rest;
-  if (!SplitLayer(canonical, LayerPrefix(Side::kCanonical), &layer, &rest)) return;
+  if (!SplitLayerName(canonical, "layers.", &layer, &rest)) return;
   // "blk.07.*" maps to "layers.07.*", which no loader asks for: only the plain spelling counts.
   if (layer.size() > 18 || (layer.size() > 1 && layer[0] == '0')) return;
   layers_.insert(std::stoll(layer));
@@ -174,7 +92,7 @@ Status ModelFile::OpenGguf() {
   ASTR_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path_));
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
   for (const GgufTensor& t : gguf_->tensors()) {
-    std::string canonical = CanonicalFromGgufName(t.name);
+    std::string canonical = CanonicalFromGgufName(config_.architecture, t.name);
     NoteLayer(canonical);
     AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, t.shape, t.data,
                          t.bytes});
@@ -189,7 +107,7 @@ Status ModelFile::OpenHf() {
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromHfJson(config_path));
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
   for (const auto& [name, t] : safetensors_->tensors()) {
-    std::string canonical = CanonicalFromHfName(name);
+    std::string canonical = CanonicalFromHfName(config_.architecture, name);
     NoteLayer(canonical);
     const std::string key = canonical.empty() ? name : canonical;
     auto dtype = safetensors_->ReadableDType(t);
@@ -215,8 +133,9 @@ StatusOr<TensorView> ModelFile::Raw(const std::string& canonical) const {
   if (auto it = unreadable_.find(canonical); it != unreadable_.end()) return it->second;
   auto it = tensors_.find(canonical);
   if (it == tensors_.end()) {
-    const std::string file_name = format_ == Format::kGguf ? GgufNameFromCanonical(canonical)
-                                                           : HfNameFromCanonical(canonical);
+    const std::string file_name = format_ == Format::kGguf
+                                      ? GgufNameFromCanonical(config_.architecture, canonical)
+                                      : HfNameFromCanonical(config_.architecture, canonical);
     return NotFoundError(path_ + ": missing tensor '" + canonical + "'" +
                          (file_name.empty() ? "" : " (" + file_name + ")"));
   }
@@ -250,7 +169,7 @@ std::string ModelFile::ConfigSource() const {
 
 Status ModelFile::CheckLayerCount() const {
   const bool gguf = format_ == Format::kGguf;
-  const std::string prefix = LayerPrefix(gguf ? Side::kGguf : Side::kHf);
+  const std::string prefix = gguf ? "blk." : "model.layers.";
   const int64_t n = config_.num_layers;
   const std::string what =
       ConfigSource() + ": " +

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/model/architecture.h"
 #include "common/model/model_config.h"
 #include "common/model/tensor_dtype.h"
 #include "common/model/vocab.h"
@@ -30,12 +31,6 @@ struct TensorView {
   uint64_t bytes = 0;
   int64_t num_elements() const;
 };
-
-// Name mapping between the canonical names and the file formats; "" when a name has no counterpart.
-std::string CanonicalFromGgufName(const std::string& gguf_name);
-std::string CanonicalFromHfName(const std::string& hf_name);
-std::string GgufNameFromCanonical(const std::string& canonical);
-std::string HfNameFromCanonical(const std::string& canonical);
 
 // Undoes llama.cpp's q/k permutation: within each head of `head_dim` rows, row 2i goes to i and row
 // 2i+1 to i + head_dim/2 (interleaved RoPE order -> HF rotate_half order). `w` is [rows, cols].

@@ -55,9 +55,10 @@ __device__ float InvRms(float sum_squares, int dim, float eps) {
 // Embedding gather: grid (T), one CTA per token.
 
 template <bool kVec>
-__global__ void EmbeddingGatherKernel(const bf16* __restrict__ table,         // [vocab, hidden]
-                                      const int32_t* __restrict__ ids,        // [T]
-                                      int hidden, float* __restrict__ out) {  // [T, hidden]
+__global__ void EmbeddingGatherKernel(const bf16* __restrict__ table,   // [vocab, hidden]
+                                      const int32_t* __restrict__ ids,  // [T]
+                                      int hidden, float scale,
+                                      float* __restrict__ out) {  // [T, hidden]
   const int64_t t = blockIdx.x;
   const bf16* src = table + static_cast<int64_t>(ids[t]) * hidden;
   float* dst = out + t * hidden;
@@ -67,11 +68,12 @@ __global__ void EmbeddingGatherKernel(const bf16* __restrict__ table,         //
       float4* d = reinterpret_cast<float4*>(dst) + 2 * c;
       const float2 a = __bfloat1622float2(v.h[0]), b = __bfloat1622float2(v.h[1]);
       const float2 e = __bfloat1622float2(v.h[2]), f = __bfloat1622float2(v.h[3]);
-      d[0] = make_float4(a.x, a.y, b.x, b.y);
-      d[1] = make_float4(e.x, e.y, f.x, f.y);
+      d[0] = make_float4(a.x * scale, a.y * scale, b.x * scale, b.y * scale);
+      d[1] = make_float4(e.x * scale, e.y * scale, f.x * scale, f.y * scale);
     }
   } else {
-    for (int c = threadIdx.x; c < hidden; c += blockDim.x) dst[c] = __bfloat162float(src[c]);
+    for (int c = threadIdx.x; c < hidden; c += blockDim.x)
+      dst[c] = __bfloat162float(src[c]) * scale;
   }
 }
 
@@ -125,6 +127,18 @@ __global__ void __launch_bounds__(kRowThreads)
       yr[c] = __float2bfloat16_rn(xr[c] * inv * weight[c]);
     }
   }
+}
+
+// RMSNorm of f32 rows in place: grid (T), one CTA of kRowThreads per row.
+__global__ void __launch_bounds__(kRowThreads)
+    RmsNormRowsKernel(float* __restrict__ rows,          // [T, hidden], in place
+                      const float* __restrict__ weight,  // [hidden]
+                      float eps, int hidden) {
+  float* xr = rows + static_cast<int64_t>(blockIdx.x) * hidden;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < hidden; c += kRowThreads) ss += xr[c] * xr[c];
+  const float inv = InvRms(BlockSum(ss), hidden, eps);
+  for (int c = threadIdx.x; c < hidden; c += kRowThreads) xr[c] = xr[c] * inv * weight[c];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,17 +312,26 @@ dim3 EltGrid(int units, int num_tokens) {
 }  // namespace
 
 cudaError_t LaunchEmbeddingGather(const bf16* table, const int32_t* ids, int num_tokens, int hidden,
-                                  float* out, cudaStream_t stream) {
+                                  float scale, float* out, cudaStream_t stream) {
   if (num_tokens < 0 || hidden <= 0) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   const bool vec = hidden % 8 == 0 && Aligned(table, 16) && Aligned(out, 16);
   if (vec) {
     ASTR_LAUNCH_KERNEL(EmbeddingGatherKernel<true>, num_tokens, 128, 0, stream)
-    (table, ids, hidden, out);
+    (table, ids, hidden, scale, out);
   } else {
     ASTR_LAUNCH_KERNEL(EmbeddingGatherKernel<false>, num_tokens, 128, 0, stream)
-    (table, ids, hidden, out);
+    (table, ids, hidden, scale, out);
   }
+  return LaunchError();
+}
+
+cudaError_t LaunchRmsNormRows(float* rows, const float* weight, float eps, int num_tokens,
+                              int hidden, cudaStream_t stream) {
+  if (num_tokens < 0 || hidden <= 0) return cudaErrorInvalidValue;
+  if (num_tokens == 0) return cudaSuccess;
+  ASTR_LAUNCH_KERNEL(RmsNormRowsKernel, num_tokens, kRowThreads, 0, stream)
+  (rows, weight, eps, hidden);
   return LaunchError();
 }
 

@@ -1,6 +1,6 @@
-// Elementwise and row-wise ops of the LLaMA-family forward pass on the GPU. The residual stream is
-// f32; GEMM inputs and attention operands are bf16; every reduction accumulates in f32.
-// Each function enqueues on `stream`, allocates nothing and returns the launch error
+// Elementwise and row-wise ops of the decoder forward pass (model_config.h) on the GPU. The
+// residual stream is f32; GEMM inputs and attention operands are bf16; every reduction accumulates
+// in f32. Each function enqueues on `stream`, allocates nothing and returns the launch error
 // (cudaErrorInvalidValue for arguments it cannot handle; num_tokens == 0 launches nothing).
 // Rows are moved in 16-byte pieces where the pointers, the row lengths and the strides allow it,
 // element by element otherwise: any shape works, aligned ones are faster.
@@ -14,9 +14,10 @@
 
 namespace astr::cuda {
 
-// out[t, :] = table[ids[t], :] as f32. table: [vocab, hidden] bf16; out: [T, hidden] f32.
+// out[t, :] = table[ids[t], :] as f32, times `scale` (Gemma's sqrt(hidden); 1 for most models).
+// table: [vocab, hidden] bf16; out: [T, hidden] f32. The f32 product, as the CPU backend's.
 cudaError_t LaunchEmbeddingGather(const bf16* table, const int32_t* ids, int num_tokens, int hidden,
-                                  float* out, cudaStream_t stream);
+                                  float scale, float* out, cudaStream_t stream);
 
 // Fused residual add + RMSNorm, row by row:
 //   if delta: x[t] += delta[t]        (x: [T, hidden] f32 residual stream, updated in place)
@@ -26,6 +27,12 @@ cudaError_t LaunchEmbeddingGather(const bf16* table, const int32_t* ids, int num
 // CPU does, then out = bf16(x * inv * weight). delta == nullptr: plain RMSNorm (x unchanged).
 cudaError_t LaunchAddRmsNorm(float* x, const float* delta, const float* weight, float eps,
                              int num_tokens, int hidden, bf16* out, cudaStream_t stream);
+
+// RMSNorm of f32 rows in place (Gemma's sandwich norms on the attention / MLP outputs):
+// rows[t] = rows[t] / sqrt(mean(rows[t]^2) + eps) * weight, rows [T, hidden] f32, weight [hidden]
+// f32; the same arithmetic as LaunchAddRmsNorm and cpu::RmsNorm, kept in f32.
+cudaError_t LaunchRmsNormRows(float* rows, const float* weight, float eps, int num_tokens,
+                              int hidden, cudaStream_t stream);
 
 // RMSNorm of each head_dim slice in place (Qwen3 / AstrAI q/k norm): rows [T] with row stride
 // `stride` elements, `heads` slices of head_dim per row, weight [head_dim] f32. f32 math, same

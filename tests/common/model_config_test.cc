@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
+#include "common/model/architecture.h"
 #include "common/model/gguf.h"
 #include "tests/support/test_util.h"
 
@@ -126,6 +128,141 @@ TEST(ModelConfigTest, HfHiddenAct) {
   auto text = model::ConfigToHfJson(c);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_TRUE(Contains(*text, "gelu_pytorch_tanh")) << *text;
+}
+
+// Gemma 3 270M's config.json as published (transformers 4.5x keys), layer_types left out so that
+// the pattern default applies.
+constexpr const char* kGemma3_270m = R"({"model_type":"gemma3_text","vocab_size":262144,
+  "hidden_size":640,"intermediate_size":2048,"num_hidden_layers":18,"num_attention_heads":4,
+  "num_key_value_heads":1,"head_dim":256,"query_pre_attn_scalar":256,"rms_norm_eps":1e-6,
+  "rope_theta":1000000.0,"rope_local_base_freq":10000.0,"rope_scaling":null,"sliding_window":512,
+  "_sliding_window_pattern":6,"hidden_activation":"gelu_pytorch_tanh","max_position_embeddings":32768,
+  "attn_logit_softcapping":null,"final_logit_softcapping":null,"use_bidirectional_attention":false,
+  "bos_token_id":2,"eos_token_id":1})";
+
+TEST(ModelConfigTest, HfGemma3) {
+  auto c = model::ConfigFromHfJson(WriteConfig(kGemma3_270m));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_TRUE(c->tie_word_embeddings);  // Gemma3TextConfig's default
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->qk_norm, model::QkNorm::kBeforeRope);
+  EXPECT_EQ(c->mlp_activation, model::MlpActivation::kGeluTanh);
+  EXPECT_EQ(c->norm_weight_offset, 1.0);
+  EXPECT_FLOAT_EQ(static_cast<float>(c->embed_scale), std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(c->AttnScale(), 1.0f / 16.0f);
+  EXPECT_EQ(c->sliding_window, 512);
+  // Layers 5, 11 and 17 are global with the main base; the others slide with the local one.
+  for (int64_t l = 0; l < 18; ++l) {
+    const bool global = l % 6 == 5;
+    EXPECT_EQ(c->LayerWindow(l), global ? 0 : 512) << l;
+    EXPECT_EQ(c->LayerUsesLocalRope(l), !global) << l;
+  }
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_local_theta, 1e4);
+  // Google's published count for gemma-3-270m.
+  EXPECT_EQ(c->ParameterCount(), 268098176);
+  // The HF names of its norms.
+  bool post_ffw = false;
+  for (const model::WeightSpec& w : model::ExpectedWeights(*c)) {
+    post_ffw = post_ffw || model::HfNameFromCanonical("gemma3", w.name) ==
+                               "model.layers.17.post_feedforward_layernorm.weight";
+  }
+  EXPECT_TRUE(post_ffw);
+
+  // Written and read back: the same layer.
+  auto text = model::ConfigToHfJson(*c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_TRUE(Contains(*text, "\"gemma3_text\"") && Contains(*text, "full_attention")) << *text;
+  auto back = model::ConfigFromHfJson(WriteConfig(*text));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->sliding_window_pattern, 6);
+  EXPECT_EQ(back->rope_local_theta, 1e4);
+  EXPECT_EQ(back->AttnScale(), c->AttnScale());
+  EXPECT_EQ(back->ParameterCount(), c->ParameterCount());
+}
+
+TEST(ModelConfigTest, HfGemma3Transformers5Keys) {
+  // As transformers 5 writes it: rope_parameters per layer type and an explicit layer_types.
+  auto c = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"gemma3_text","vocab_size":300,"hidden_size":64,"intermediate_size":96,
+      "num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+      "query_pre_attn_scalar":24,"sliding_window":8,"tie_word_embeddings":false,
+      "layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"],
+      "rope_parameters":{"full_attention":{"rope_theta":500000.0,"rope_type":"linear","factor":8.0},
+      "sliding_attention":{"rope_theta":20000.0,"rope_type":"default"}}})"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->sliding_window_pattern, 2);
+  EXPECT_EQ(c->LayerWindow(0), 8);
+  EXPECT_EQ(c->LayerWindow(3), 0);
+  EXPECT_EQ(c->rope_theta, 5e5);
+  EXPECT_EQ(c->rope_local_theta, 2e4);
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_FLOAT_EQ(c->AttnScale(), 1.0f / std::sqrt(24.0f));
+}
+
+TEST(ModelConfigTest, HfGemma3Refusals) {
+  auto with = [](const std::string& extra) {
+    std::string j = kGemma3_270m;
+    j.insert(j.size() - 1, "," + extra);
+    return model::ConfigFromHfJson(WriteConfig(j));
+  };
+  auto irregular = with(R"("num_hidden_layers":3,"layer_types":["full_attention",
+      "sliding_attention","full_attention"])");
+  // The duplicate key: nlohmann keeps the last, 3 layers.
+  EXPECT_EQ(irregular.status().code(), StatusCode::kUnimplemented) << irregular.status().ToString();
+  EXPECT_TRUE(Contains(irregular.status().message(), "layer_types"));
+  auto softcap = with(R"("final_logit_softcapping":30.0)");
+  EXPECT_EQ(softcap.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(softcap.status().message(), "final_logit_softcapping"));
+  auto bidirectional = with(R"("use_bidirectional_attention":true)");
+  EXPECT_EQ(bidirectional.status().code(), StatusCode::kUnimplemented);
+  auto scalar = with(R"("query_pre_attn_scalar":0)");
+  EXPECT_EQ(scalar.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(scalar.status().message(), "query_pre_attn_scalar"));
+  auto count = with(R"("layer_types":["sliding_attention"])");
+  EXPECT_TRUE(Contains(count.status().message(), "layer_types")) << count.status().ToString();
+  // The multimodal wrapper's model_type is not the text model's.
+  auto vlm = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"gemma3"})"));
+  EXPECT_EQ(vlm.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(vlm.status().message(), "gemma3_text")) << vlm.status().message();
+}
+
+TEST(ModelConfigTest, GgufGemma3RoundTrip) {
+  model::ModelConfig m;
+  m.architecture = "gemma3";
+  m.vocab_size = 64, m.hidden_size = 32, m.intermediate_size = 48, m.num_layers = 6;
+  m.num_heads = 2, m.num_kv_heads = 1, m.head_dim = 16, m.rope_dim = 16, m.max_context_tokens = 128;
+  m.qk_norm = model::QkNorm::kBeforeRope, m.rope_theta = 1e6, m.tie_word_embeddings = true;
+  m.mlp_activation = model::MlpActivation::kGeluTanh, m.sandwich_norms = true;
+  m.embed_scale = std::sqrt(32.0), m.attn_scale = 0.25, m.sliding_window = 7;
+  m.sliding_window_pattern = 6, m.rope_local_theta = 1e4;
+  const std::string dir = testing::TempDir("cfg_gguf_gemma3");
+  model::GgufWriter w;
+  ASSERT_TRUE(model::AddGgufMetadata(m, &w).ok());
+  w.AddTensor("token_embd.weight", {64, 32}, model::DType::kF32);
+  ASSERT_TRUE(w.Open(dir + "/g3.gguf").ok());
+  std::vector<float> zeros(64 * 32);
+  ASSERT_TRUE(w.WriteTensorData(zeros.data(), zeros.size() * 4).ok());
+  ASSERT_TRUE(w.Close().ok());
+  auto g = model::GgufFile::Open(dir + "/g3.gguf");
+  ASSERT_TRUE(g.ok());
+  auto c = model::ConfigFromGguf(**g);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_EQ(c->norm_weight_offset, 0.0);  // llama.cpp's converter stores 1 + w
+  EXPECT_EQ(c->sliding_window, 7);
+  EXPECT_EQ(c->LayerWindow(5), 0);
+  EXPECT_EQ(c->rope_local_theta, 1e4);
+  EXPECT_EQ(c->AttnScale(), 0.25f);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->ParameterCount(), m.ParameterCount());
+  // A config llama.cpp could not read the same way is not written.
+  m.sliding_window_pattern = 2;
+  model::GgufWriter w2;
+  EXPECT_FALSE(model::AddGgufMetadata(m, &w2).ok());
 }
 
 TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {

@@ -162,8 +162,8 @@ class HfCheckTest : public ::testing::Test {
       if (w.name == skip_) continue;
       int64_t n = 1;
       for (int64_t d : w.shape) n *= d;
-      tensors.push_back({model::HfNameFromCanonical(w.name), w.shape, model::DType::kBF16,
-                         std::vector<uint8_t>(static_cast<size_t>(n) * 2, 0)});
+      tensors.push_back({model::HfNameFromCanonical(c.architecture, w.name), w.shape,
+                         model::DType::kBF16, std::vector<uint8_t>(static_cast<size_t>(n) * 2, 0)});
     }
     ASSERT_TRUE(model::WriteSafetensorsFile(dir_ + "/model.safetensors", tensors).ok());
   }

@@ -104,18 +104,37 @@ TEST(ModelFileTest, TinyRandomF16) {
 }
 
 TEST(ModelFileTest, NameMapping) {
-  EXPECT_EQ(model::CanonicalFromGgufName("blk.12.ffn_down.weight"), "layers.12.down_proj");
-  EXPECT_EQ(model::CanonicalFromGgufName("blk.0.attn_q.bias"), "layers.0.q_bias");
-  EXPECT_EQ(model::CanonicalFromGgufName("output.weight"), "lm_head");
-  EXPECT_EQ(model::CanonicalFromGgufName("blk.x.attn_q.weight"), "");
-  EXPECT_EQ(model::CanonicalFromGgufName("rope_freqs.weight"), "");
-  EXPECT_EQ(model::CanonicalFromHfName("model.layers.3.self_attn.gate_proj.weight"),
-            "layers.3.attn_gate");
-  EXPECT_EQ(model::CanonicalFromHfName("model.layers.3.post_attention_layernorm.weight"),
+  EXPECT_EQ(model::CanonicalFromGgufName("llama", "blk.12.ffn_down.weight"), "layers.12.down_proj");
+  EXPECT_EQ(model::CanonicalFromGgufName("qwen2", "blk.0.attn_q.bias"), "layers.0.q_bias");
+  EXPECT_EQ(model::CanonicalFromGgufName("llama", "output.weight"), "lm_head");
+  EXPECT_EQ(model::CanonicalFromGgufName("llama", "blk.x.attn_q.weight"), "");
+  EXPECT_EQ(model::CanonicalFromGgufName("llama", "rope_freqs.weight"), "");
+  EXPECT_EQ(
+      model::CanonicalFromHfName("autoregressive_lm", "model.layers.3.self_attn.gate_proj.weight"),
+      "layers.3.attn_gate");
+  EXPECT_EQ(model::CanonicalFromHfName("llama", "model.layers.3.post_attention_layernorm.weight"),
             "layers.3.mlp_norm");
-  EXPECT_EQ(model::HfNameFromCanonical("layers.1.k_norm"),
+  EXPECT_EQ(model::HfNameFromCanonical("qwen3", "layers.1.k_norm"),
             "model.layers.1.self_attn.k_norm.weight");
-  EXPECT_EQ(model::GgufNameFromCanonical("embed"), "token_embd.weight");
+  EXPECT_EQ(model::GgufNameFromCanonical("llama", "embed"), "token_embd.weight");
+  // Gemma 3 names its four norms otherwise: HF's post_attention_layernorm is the norm after
+  // attention there (llama.cpp's post_attention_norm), not the MLP's input norm.
+  EXPECT_EQ(model::CanonicalFromHfName("gemma3", "model.layers.2.post_attention_layernorm.weight"),
+            "layers.2.post_attn_norm");
+  EXPECT_EQ(model::CanonicalFromHfName("gemma3", "model.layers.2.pre_feedforward_layernorm.weight"),
+            "layers.2.mlp_norm");
+  EXPECT_EQ(
+      model::CanonicalFromHfName("gemma3", "model.layers.2.post_feedforward_layernorm.weight"),
+      "layers.2.post_mlp_norm");
+  EXPECT_EQ(model::CanonicalFromGgufName("gemma3", "blk.5.post_ffw_norm.weight"),
+            "layers.5.post_mlp_norm");
+  EXPECT_EQ(model::CanonicalFromGgufName("gemma3", "blk.5.ffn_norm.weight"), "layers.5.mlp_norm");
+  EXPECT_EQ(model::CanonicalFromGgufName("gemma3", "blk.5.post_attention_norm.weight"),
+            "layers.5.post_attn_norm");
+  EXPECT_EQ(model::HfNameFromCanonical("gemma3", "layers.0.q_proj"),
+            "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(model::CanonicalFromHfName("llama", "model.layers.2.pre_feedforward_layernorm.weight"),
+            "");
   // Interleaved -> half for one head of 4 rows: rows [0,1,2,3] -> [0,2,1,3].
   std::vector<float> w = {0, 0, 1, 1, 2, 2, 3, 3};
   EXPECT_EQ(model::InterleavedToHalfRows(w, 4, 2, 4), (std::vector<float>{0, 0, 2, 2, 1, 1, 3, 3}));
@@ -146,7 +165,8 @@ class HfFolderTest : public ::testing::Test {
       for (int64_t i = 0; i < n; ++i) v[i] = 0.001f * static_cast<float>(i % 97);
       std::vector<uint8_t> bytes(n * 2);
       model::QuantizeFromF32(model::DType::kBF16, v.data(), n, bytes.data());
-      tensors.push_back({model::HfNameFromCanonical(w.name), shape, model::DType::kBF16, bytes});
+      tensors.push_back(
+          {model::HfNameFromCanonical(c->architecture, w.name), shape, model::DType::kBF16, bytes});
     }
     if (!int_tensor.empty()) {
       std::ofstream(dir_ + "/config.json") << config_;
@@ -231,7 +251,7 @@ TEST(ModelFileGgufTest, QuantizedGgufAndUnsupportedArchitecture) {
   ASSERT_TRUE(model::AddGgufMetadata(c, &w).ok());
   auto specs = model::ExpectedWeights(c);
   for (const auto& s : specs) {
-    w.AddTensor(model::GgufNameFromCanonical(s.name), s.shape,
+    w.AddTensor(model::GgufNameFromCanonical(c.architecture, s.name), s.shape,
                 s.shape.size() == 1 ? model::DType::kF32 : model::DType::kQ8_0);
   }
   ASSERT_TRUE(w.Open(dir + "/q8.gguf").ok());

@@ -30,7 +30,8 @@ std::vector<model::SafetensorsTensorData> TinyWeights() {
     int64_t n = 1;
     for (int64_t d : w.shape) n *= d;
     std::vector<float> values(static_cast<size_t>(n), 0.5f);
-    model::SafetensorsTensorData t{model::HfNameFromCanonical(w.name), w.shape, model::DType::kF32,
+    model::SafetensorsTensorData t{model::HfNameFromCanonical(c.architecture, w.name), w.shape,
+                                   model::DType::kF32,
                                    std::vector<uint8_t>(values.size() * sizeof(float))};
     std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
     out.push_back(std::move(t));

@@ -40,6 +40,12 @@ const std::vector<ModelSpec>& Models() {
        "--arch llama --hidden 256 --layers 2 --heads 32 --kv-heads 1 --head-dim 64 --ffn 512 "
        "--vocab 1000 --seed 14",
        ""},
+      // Gemma 3 from GGUF: sandwich norms, scaled embeddings, five sliding-window layers (window
+      // 5, local RoPE base) and one global.
+      {"random-gemma3-d64",
+       "--arch gemma3 --hidden 128 --layers 6 --heads 2 --kv-heads 1 --head-dim 64 --ffn 256 "
+       "--vocab 1000 --seed 15 --tie --rope-theta 1000000 --sliding-window 5",
+       ""},
   };
   return models;
 }

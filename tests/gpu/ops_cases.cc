@@ -273,10 +273,29 @@ CaseResult RunSigmoidGate(int t, int cols) {
   return Bounded(FromBf16(bits), want, kBf16Rel + 1e-6, abs);
 }
 
+// RMSNorm of f32 rows in place (sandwich norms) against cpu::RmsNorm: the same formula, the sum of
+// squares reduced in another order.
+CaseResult RunRmsNormRows(int t, int hidden) {
+  const int64_t n = int64_t{t} * hidden;
+  const std::vector<float> x = RandomVector(n, 21 + hidden, -3.0f, 3.0f);
+  const std::vector<float> w = RandomVector(hidden, 22 + hidden, 0.5f, 1.5f);
+  std::vector<float> want(n);
+  cpu::RmsNorm(x.data(), hidden, w.data(), kEps, t, hidden, want.data(), hidden);
+  DeviceBuffer<float> dx, dw;
+  ASTR_GPU_CHECK(dx.Upload(x));
+  ASTR_GPU_CHECK(dw.Upload(w));
+  ASTR_GPU_CHECK(cuda::LaunchRmsNormRows(dx.get(), dw.get(), kEps, t, hidden, nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got;
+  ASTR_GPU_CHECK(dx.Download(&got));
+  return Bounded(got, want, 1e-5, std::vector<double>(n, 1e-6));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gathers: bit-exact.
 
-CaseResult RunEmbeddingGather(int t, int hidden) {
+// The scale is applied to the f32 value as the CPU backend does (x[i] *= scale after the gather).
+CaseResult RunEmbeddingGather(int t, int hidden, float scale) {
   const int vocab = 1000;
   const std::vector<float> table = RoundBf16(RandomVector(int64_t{vocab} * hidden, 71, -1, 1));
   std::vector<int32_t> ids(t);
@@ -287,12 +306,14 @@ CaseResult RunEmbeddingGather(int t, int hidden) {
     std::memcpy(&want[int64_t{i} * hidden], &table[int64_t{ids[i]} * hidden],
                 hidden * sizeof(float));
   }
+  for (float& v : want) v *= scale;
   DeviceBuffer<uint16_t> dt;
   DeviceBuffer<int32_t> di;
   DeviceBuffer<float> dout(want.size());
   ASTR_GPU_CHECK(UploadBf16(table, &dt));
   ASTR_GPU_CHECK(di.Upload(ids));
-  ASTR_GPU_CHECK(cuda::LaunchEmbeddingGather(Ptr(dt), di.get(), t, hidden, dout.get(), nullptr));
+  ASTR_GPU_CHECK(
+      cuda::LaunchEmbeddingGather(Ptr(dt), di.get(), t, hidden, scale, dout.get(), nullptr));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<float> got;
   ASTR_GPU_CHECK(dout.Download(&got));
@@ -418,7 +439,13 @@ void RegisterOpsCases() {
     Add("sigmoid_gate", Fmt("T=%lld cols=37", t), [=] { return RunSigmoidGate(t, 37); });
     for (int hidden : {576, 4096, 13}) {
       Add("embedding_gather", Fmt("T=%lld hidden=%lld", t, hidden),
-          [=] { return RunEmbeddingGather(t, hidden); });
+          [=] { return RunEmbeddingGather(t, hidden, 1.0f); });
+    }
+    Add("embedding_gather", Fmt("T=%lld hidden=640 scale=sqrt(640)", t),
+        [=] { return RunEmbeddingGather(t, 640, std::sqrt(640.0f)); });
+    for (int hidden : {640, 1152, 30}) {
+      Add("rms_norm_rows", Fmt("T=%lld hidden=%lld", t, hidden),
+          [=] { return RunRmsNormRows(t, hidden); });
     }
     Add("gather_rows", Fmt("T=%lld cols=4096", t), [=] { return RunGatherRowsAligned(t, 4096); });
     Add("gather_rows", Fmt("T=%lld cols=576 strides=579/584", t),

@@ -7,7 +7,7 @@ weights' hashes against the goldens, and compares astr's greedy run with transfo
 
 Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
-biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP). `--init-std 0.25` makes the random models' distributions sharp enough that
+biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 3 (gemma3_text). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -54,6 +54,19 @@ CASES: dict[str, tuple[list[str], dict]] = {
     "qwen3_gqa4_hd32": (["--arch", "qwen3", "--hidden", "64", "--heads", "8", "--kv-heads", "2",
                          "--head-dim", "32", "--ffn", "112", "--vocab", "300", "--seed", "12",
                          "--rope-theta", "1000000"], {}),
+    # Gemma 3: sandwich norms scaled by 1 + w, q/k norms, GeGLU, scaled embeddings, sliding and
+    # global layers with their own RoPE bases (pattern 2: layer 0 slides, layer 1 is global).
+    "gemma3_gqa2_hd32_sw8": (["--arch", "gemma3", "--hidden", "64", "--heads", "4",
+                              "--kv-heads", "2", "--head-dim", "32", "--ffn", "96", "--vocab",
+                              "300", "--seed", "21", "--tie", "--rope-theta", "1000000",
+                              "--sliding-window", "8", "--sliding-window-pattern", "2"], {}),
+    # Three layers, two sliding (window 5) then one global; MQA, head_dim 16 != 48 / 4, untied,
+    # and query_pre_attn_scalar other than head_dim.
+    "gemma3_mqa_hd16_untied": (["--arch", "gemma3", "--layers", "3", "--hidden", "48", "--heads",
+                                "4", "--kv-heads", "1", "--head-dim", "16", "--ffn", "80",
+                                "--vocab", "300", "--seed", "22", "--rope-theta", "1000000",
+                                "--sliding-window", "5", "--sliding-window-pattern", "3"],
+                               {"query_pre_attn_scalar": 24}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/model/content_hash.h"
+#include "common/model/gguf.h"
 #include "common/model/model_file.h"
 #include "common/model/safetensors.h"
 #include "tests/support/test_util.h"
@@ -72,10 +74,15 @@ class WeightUpdatesTest : public ::testing::Test {
     const model::ModelConfig& c = file_->config();
     for (const model::WeightSpec& w : model::ExpectedWeights(c)) {
       if (!want(w.name)) continue;
-      HfTensor t{model::HfNameFromCanonical(w.name), w.shape, {}};
+      HfTensor t{model::HfNameFromCanonical(c.architecture, w.name), w.shape, {}};
       ASSERT_TRUE(file_->LoadF32(w.name, w.shape, &t.values).ok());
       const bool qk = w.name.ends_with(".q_proj") || w.name.ends_with(".k_proj");
-      if (qk) t.values = model::InterleavedToHalfRows(t.values, w.shape[0], w.shape[1], c.head_dim);
+      if (qk && c.rope_layout == model::RopeLayout::kInterleaved) {
+        t.values = model::InterleavedToHalfRows(t.values, w.shape[0], w.shape[1], c.head_dim);
+      }
+      // Gemma's HF norms hold w of a 1 + w scale; GGUF holds 1 + w.
+      const float shift = HfNormShift(c, w.name);
+      for (float& v : t.values) v -= shift;
       hf_.push_back(std::move(t));
     }
   }
@@ -184,6 +191,7 @@ class WeightUpdatesTest : public ::testing::Test {
     const std::string dir = testing::TempDir(tag);
     model::ModelConfig c = file_->config();
     c.rope_layout = model::RopeLayout::kHalf;
+    c.norm_weight_offset = model::FindArchitecture(c.architecture)->hf_norm_weight_offset;
     auto json = model::ConfigToHfJson(c);
     EXPECT_TRUE(json.ok()) << json.status().ToString();
     std::ofstream(dir + "/config.json") << *json;
@@ -363,6 +371,73 @@ TEST_F(WeightUpdatesTest, HuggingFaceCheckpointUpdatesAGgufServedModel) {
   EXPECT_EQ(mixed_got.token, mixed_want.token);
   EXPECT_EQ(mixed_got.logprob, mixed_want.logprob);
   EXPECT_NE(mixed_want.logprob, want.logprob);
+}
+
+// A small Gemma 3 GGUF (sandwich norms held as 1 + w, six layers, window 3 under a 5-token
+// prompt), its values exact in f32 once shifted by 1.
+std::string WriteGemma3Gguf() {
+  model::ModelConfig c;
+  c.architecture = "gemma3";
+  c.vocab_size = 512, c.hidden_size = 32, c.intermediate_size = 48, c.num_layers = 6;
+  c.num_heads = 2, c.num_kv_heads = 1, c.head_dim = 16, c.rope_dim = 16, c.max_context_tokens = 64;
+  c.qk_norm = model::QkNorm::kBeforeRope, c.rope_theta = 1e6, c.tie_word_embeddings = true;
+  c.mlp_activation = model::MlpActivation::kGeluTanh, c.sandwich_norms = true;
+  c.embed_scale = std::sqrt(32.0), c.attn_scale = 0.25, c.sliding_window = 3;
+  c.sliding_window_pattern = 6, c.rope_local_theta = 1e4;
+  const std::string path = testing::TempDir("gemma3_gguf") + "/g3.gguf";
+  model::GgufWriter w;
+  EXPECT_TRUE(model::AddGgufMetadata(c, &w).ok());
+  const std::vector<model::WeightSpec> specs = model::ExpectedWeights(c);
+  for (const model::WeightSpec& s : specs) {
+    w.AddTensor(model::GgufNameFromCanonical("gemma3", s.name), s.shape, model::DType::kF32);
+  }
+  EXPECT_TRUE(w.Open(path).ok());
+  uint32_t state = 7;
+  for (const model::WeightSpec& s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) {
+      state = state * 1664525u + 1013904223u;
+      const float u = static_cast<float>(state >> 24) / 256.0f;  // [0, 1), 8 bits
+      x = s.name.ends_with("norm") ? 0.875f + u / 4.0f : (u - 0.5f) * 0.5f;
+    }
+    EXPECT_TRUE(w.WriteTensorData(v.data(), v.size() * sizeof(float)).ok());
+  }
+  EXPECT_TRUE(w.Close().ok());
+  return path;
+}
+
+// Gemma's HF checkpoints hold each norm as w of a 1 + w scale, llama.cpp's GGUF as 1 + w: a push or
+// a checkpoint in HF form serves what the GGUF serves, and a perturbed one the same by either path.
+TEST_F(WeightUpdatesTest, GemmaHfNormsUpdateAGgufServedModel) {
+  hf_.clear();
+  Load(WriteGemma3Gguf(), "f32", [](const std::string&) { return true; });
+  float file_norm = 0.0f;
+  const HfTensor* hf_norm = nullptr;
+  for (const HfTensor& t : hf_) {
+    if (t.name == "model.layers.0.post_feedforward_layernorm.weight") hf_norm = &t;
+  }
+  ASSERT_NE(hf_norm, nullptr);
+  std::vector<float> file_values;
+  ASSERT_TRUE(file_->LoadF32("layers.0.post_mlp_norm", {32}, &file_values).ok());
+  file_norm = file_values[0];
+  EXPECT_EQ(hf_norm->values[0], file_norm - 1.0f);
+
+  const First before = FirstToken();
+  const First pushed = Serve(Stage(hf_), 1);
+  EXPECT_EQ(pushed.token, before.token);
+  EXPECT_EQ(pushed.logprob, before.logprob);
+  const First disk = Serve(StageDisk(WriteHfFolder(hf_, "g3_same")), 2);
+  EXPECT_EQ(disk.token, before.token);
+  EXPECT_EQ(disk.logprob, before.logprob);
+
+  const std::vector<HfTensor> noisy = Perturbed(hf_, 7);
+  const First want = Serve(Stage(noisy), 3);
+  EXPECT_NE(want.logprob, before.logprob);
+  const First got = Serve(StageDisk(WriteHfFolder(noisy, "g3_noisy")), 4);
+  EXPECT_EQ(got.token, want.token);
+  EXPECT_EQ(got.logprob, want.logprob);
 }
 
 TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {

@@ -71,7 +71,7 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   std::map<std::string, int> seen;
   for (int i = 0; i < manifest.tensors_size(); ++i) {
     const v1::TensorSpec& spec = manifest.tensors(i);
-    const std::string canonical = model::CanonicalFromHfName(spec.name());
+    const std::string canonical = model::CanonicalFromHfName(config_.architecture, spec.name());
     auto it = canonical.empty() ? expected.end() : expected.find(canonical);
     if (it == expected.end()) {
       std::string why = "not a tensor of this " + config_.architecture + " model (" +
@@ -104,6 +104,7 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     for (int64_t d : shape) n *= d;
     ASTR_ASSIGN_OR_RETURN(t.bytes, model::DTypeByteSize(*dtype, n));
     t.half_to_interleaved = NeedsHalfToInterleaved(config_, canonical);
+    t.norm_shift = HfNormShift(config_, canonical);
     p.has_checksum = spec.has_xxh64();
     p.checksum = spec.xxh64();
   }
@@ -173,6 +174,7 @@ Status WeightStager::Complete(Pending& p) {
   kept->bytes = t.bytes;
   kept->xxh64 = t.xxh64;
   kept->half_to_interleaved = t.half_to_interleaved;
+  kept->norm_shift = t.norm_shift;
   std::shared_ptr<UpdateTensor> full = std::move(p.tensor);
   p.tensor = std::move(kept);
   return builder_->Add(std::move(full));
@@ -207,31 +209,38 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
     why << field << " " << x << " vs " << y;
     return true;
   };
-  const bool d = differ("architecture", a.architecture, b.architecture) ||
-                 differ("vocab_size", a.vocab_size, b.vocab_size) ||
-                 differ("hidden_size", a.hidden_size, b.hidden_size) ||
-                 differ("intermediate_size", a.intermediate_size, b.intermediate_size) ||
-                 differ("num_layers", a.num_layers, b.num_layers) ||
-                 differ("num_heads", a.num_heads, b.num_heads) ||
-                 differ("num_kv_heads", a.num_kv_heads, b.num_kv_heads) ||
-                 differ("head_dim", a.head_dim, b.head_dim) ||
-                 differ("rope_dim", a.rope_dim, b.rope_dim) ||
-                 differ("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps) ||
-                 differ("rope_theta", a.rope_theta, b.rope_theta) ||
-                 differ("rope_scaling.type", static_cast<int>(a.rope_scaling.type),
-                        static_cast<int>(b.rope_scaling.type)) ||
-                 differ("rope_scaling.factor", a.rope_scaling.factor, b.rope_scaling.factor) ||
-                 differ("rope_scaling.low_freq_factor", a.rope_scaling.low_freq_factor,
-                        b.rope_scaling.low_freq_factor) ||
-                 differ("rope_scaling.high_freq_factor", a.rope_scaling.high_freq_factor,
-                        b.rope_scaling.high_freq_factor) ||
-                 differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
-                        b.rope_scaling.original_max_position) ||
-                 differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
-                 differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
-                 differ("gated_attention", a.gated_attention, b.gated_attention) ||
-                 differ("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings) ||
-                 differ("sliding_window", a.sliding_window, b.sliding_window);
+  const bool d =
+      differ("architecture", a.architecture, b.architecture) ||
+      differ("vocab_size", a.vocab_size, b.vocab_size) ||
+      differ("hidden_size", a.hidden_size, b.hidden_size) ||
+      differ("intermediate_size", a.intermediate_size, b.intermediate_size) ||
+      differ("num_layers", a.num_layers, b.num_layers) ||
+      differ("num_heads", a.num_heads, b.num_heads) ||
+      differ("num_kv_heads", a.num_kv_heads, b.num_kv_heads) ||
+      differ("head_dim", a.head_dim, b.head_dim) || differ("rope_dim", a.rope_dim, b.rope_dim) ||
+      differ("rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps) ||
+      differ("rope_theta", a.rope_theta, b.rope_theta) ||
+      differ("rope_scaling.type", static_cast<int>(a.rope_scaling.type),
+             static_cast<int>(b.rope_scaling.type)) ||
+      differ("rope_scaling.factor", a.rope_scaling.factor, b.rope_scaling.factor) ||
+      differ("rope_scaling.low_freq_factor", a.rope_scaling.low_freq_factor,
+             b.rope_scaling.low_freq_factor) ||
+      differ("rope_scaling.high_freq_factor", a.rope_scaling.high_freq_factor,
+             b.rope_scaling.high_freq_factor) ||
+      differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
+             b.rope_scaling.original_max_position) ||
+      differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
+      differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
+      differ("gated_attention", a.gated_attention, b.gated_attention) ||
+      differ("tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings) ||
+      differ("sliding_window", a.sliding_window, b.sliding_window) ||
+      differ("sliding_window_pattern", a.sliding_window_pattern, b.sliding_window_pattern) ||
+      differ("rope_local_theta", a.rope_local_theta, b.rope_local_theta) ||
+      differ("attn_scale", a.AttnScale(), b.AttnScale()) ||
+      differ("embed_scale", a.embed_scale, b.embed_scale) ||
+      differ("sandwich_norms", a.sandwich_norms, b.sandwich_norms) ||
+      differ("mlp_activation", static_cast<int>(a.mlp_activation),
+             static_cast<int>(b.mlp_activation));
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");
@@ -326,7 +335,7 @@ StatusOr<std::unique_ptr<WeightSet>> WeightUpdates::BuildFromSource(const Source
     auto file = model::ModelFile::Open(source.base_path);
     if (!file.ok()) {
       return FailedPreconditionError("the update leaves tensor '" +
-                                     model::HfNameFromCanonical(w.name) +
+                                     model::HfNameFromCanonical(config_.architecture, w.name) +
                                      "' as it was, but its checkpoint cannot be read again: " +
                                      std::string(file.status().message()));
     }
@@ -445,7 +454,8 @@ Status WeightUpdates::Checksums(const v1::GetWeightsChecksumRequest& request,
     std::set<std::string> expected;
     for (const model::WeightSpec& w : specs) expected.insert(w.name);
     for (int i = 0; i < request.names_size(); ++i) {
-      const std::string canonical = model::CanonicalFromHfName(request.names(i));
+      const std::string canonical =
+          model::CanonicalFromHfName(config_.architecture, request.names(i));
       if (expected.count(canonical) == 0) {
         return InvalidArgumentError("names[" + std::to_string(i) + "] '" + request.names(i) +
                                     "': not a tensor of this model");
@@ -464,7 +474,7 @@ Status WeightUpdates::Checksums(const v1::GetWeightsChecksumRequest& request,
   std::unique_ptr<model::ModelFile> base;
   for (const std::string& canonical : names) {
     v1::TensorChecksum* c = response->add_tensors();
-    c->set_name(model::HfNameFromCanonical(canonical));
+    c->set_name(model::HfNameFromCanonical(config_.architecture, canonical));
     c->set_consistent(true);
     auto it = served.tensors.find(canonical);
     if (it != served.tensors.end()) {

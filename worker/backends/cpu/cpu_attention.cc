@@ -41,7 +41,7 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
                  const AttentionShape& s, float* scratch, float* out, int64_t ldo) {
   const int64_t group = s.num_heads / s.num_kv_heads;
   const int64_t hd = s.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   float* acc = scratch;                // [group, hd]
   float* scores = acc + group * hd;    // [group, kBlock]
   float* m = scores + group * kBlock;  // [group]

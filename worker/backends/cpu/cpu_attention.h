@@ -15,12 +15,13 @@ struct AttentionShape {
   int64_t head_dim;
   int64_t page_size;
   int64_t sliding_window;  // 0 = full causal attention
+  float scale = 0.0f;      // softmax scale of the scores; 0 = 1 / sqrt(head_dim)
 };
 
 // Scratch floats attention needs per thread.
 int64_t AttentionScratchFloats(const AttentionShape& shape);
 
-// out[t, h*hd..] = softmax(q_t,h · K_{lo..pos_t}ᵀ / sqrt(hd)) · V for every row t and head h, where
+// out[t, h*hd..] = softmax(q_t,h · K_{lo..pos_t}ᵀ · scale) · V for every row t and head h, where
 // lo = 0, or pos_t - sliding_window + 1 with a sliding window.
 // q: [T, num_heads, head_dim] with row stride ldq; k_pool/v_pool: [pages, page_size, kv_heads, hd];
 // row_entry[t]: the batch entry of row t; out: [T, num_heads * head_dim] (row stride ldo).

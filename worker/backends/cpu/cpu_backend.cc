@@ -1,4 +1,5 @@
-// The CPU backend: LLaMA-family forward pass over a ragged step batch with a paged KV pool.
+// The CPU backend: the decoder layer of ModelConfig (model_config.h) over a ragged step batch with
+// a paged KV pool.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -64,7 +65,8 @@ class CpuBackend final : public Backend {
         pool_(threads),
         max_tokens_(options.max_batch_tokens),
         max_samples_(options.max_sample_rows),
-        inv_freq_(RopeInvFreq(config_)) {
+        inv_freq_(RopeInvFreq(config_)),
+        inv_freq_local_(RopeInvFreq(config_, /*local=*/true)) {
     const model::ModelConfig& c = config_;
     const int64_t t = max_tokens_;
     qkv_rows_ = weights_->layers.empty() ? 0 : weights_->layers[0].qkv.n();
@@ -76,7 +78,8 @@ class CpuBackend final : public Backend {
     ws_.gate_up.resize(t * 2 * c.intermediate_size);
     ws_.act.resize(t * c.intermediate_size);
     ws_.sampled.resize(max_samples_ * c.hidden_size);
-    shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_->page_size(), c.sliding_window};
+    shape_ = {c.num_heads,      c.num_kv_heads,   c.head_dim,
+              kv_->page_size(), c.sliding_window, c.AttnScale()};
     ws_.attn_scratch.resize(pool_.size() * AttentionScratchFloats(shape_));
     ws_.row_entry.resize(t);
   }
@@ -102,6 +105,8 @@ class CpuBackend final : public Backend {
 
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
+  // proj = RmsNorm(proj) * norm, for rows [0, t) (sandwich norms).
+  void NormProjRows(const std::vector<float>& norm, int64_t t);
   // x += proj, then xn = RmsNorm(x) * norm, for rows [0, t), the rows on the pool.
   void AddRmsNormRows(const float* norm, int64_t t);
 
@@ -119,7 +124,8 @@ class CpuBackend final : public Backend {
   int64_t max_samples_;
   int64_t qkv_rows_ = 0;
   std::vector<float> inv_freq_;
-  AttentionShape shape_{};
+  std::vector<float> inv_freq_local_;  // the sliding-window layers' (LayerUsesLocalRope)
+  AttentionShape shape_{};             // sliding_window set per layer
   Workspace ws_;
 };
 
@@ -206,10 +212,11 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
   }
-  cpu::Rope(q, qkv_rows_, t, c.num_heads, hd, c.rope_dim, batch.positions.data(), inv_freq_.data(),
+  const float* inv_freq = c.LayerUsesLocalRope(l) ? inv_freq_local_.data() : inv_freq_.data();
+  cpu::Rope(q, qkv_rows_, t, c.num_heads, hd, c.rope_dim, batch.positions.data(), inv_freq,
             interleaved);
-  cpu::Rope(k, qkv_rows_, t, c.num_kv_heads, hd, c.rope_dim, batch.positions.data(),
-            inv_freq_.data(), interleaved);
+  cpu::Rope(k, qkv_rows_, t, c.num_kv_heads, hd, c.rope_dim, batch.positions.data(), inv_freq,
+            interleaved);
   if (c.qk_norm == model::QkNorm::kAfterRope) {
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
@@ -222,7 +229,9 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     std::memcpy(k_pool + slot * kv_cols, k + r * qkv_rows_, kv_cols * sizeof(float));
     std::memcpy(v_pool + slot * kv_cols, v + r * qkv_rows_, kv_cols * sizeof(float));
   }
-  PagedAttention(q, qkv_rows_, k_pool, v_pool, batch, ws_.row_entry.data(), shape_,
+  AttentionShape shape = shape_;
+  shape.sliding_window = c.LayerWindow(l);
+  PagedAttention(q, qkv_rows_, k_pool, v_pool, batch, ws_.row_entry.data(), shape,
                  ws_.attn_scratch.data(), ws_.attn.data(), q_cols, &pool_);
   if (c.gated_attention) {
     const float* gate = v + kv_cols;
@@ -233,6 +242,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     }
   }
   w.o.Apply(ws_.attn.data(), q_cols, t, ws_.proj.data(), c.hidden_size, &pool_);
+  if (c.sandwich_norms) NormProjRows(w.post_attn_norm, t);
   AddRmsNormRows(w.mlp_norm.data(), t);
   const int64_t f = c.intermediate_size;
   w.gate_up.Apply(ws_.xn.data(), c.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
@@ -248,7 +258,17 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     }
   });
   w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), c.hidden_size, &pool_);
+  if (c.sandwich_norms) NormProjRows(w.post_mlp_norm, t);
   AddRmsNormRows(next_norm, t);
+}
+
+void CpuBackend::NormProjRows(const std::vector<float>& norm, int64_t t) {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+    float* rows = ws_.proj.data() + r0 * h;
+    cpu::RmsNorm(rows, h, norm.data(), eps, r1 - r0, h, rows, h);
+  });
 }
 
 void CpuBackend::AddRmsNormRows(const float* norm, int64_t t) {
@@ -276,6 +296,11 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
       ws_.row_entry.data()[r] = e;
   }
   weights_->GatherEmbeddings(batch.token_ids.data(), t, c.hidden_size, ws_.x.data());
+  if (c.embed_scale != 1.0) {
+    const float scale = static_cast<float>(c.embed_scale);
+    float* x = ws_.x.data();
+    for (int64_t i = 0; i < t * c.hidden_size; ++i) x[i] *= scale;
+  }
   const float eps = static_cast<float>(c.rms_norm_eps);
   cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_->layers[0].attn_norm.data(), eps, t,
                c.hidden_size, ws_.xn.data(), c.hidden_size);

@@ -119,7 +119,7 @@ class CpuWeightBuilder final : public WeightBuilder {
           continue;
         }
         auto t = std::make_shared<UpdateTensor>();
-        t->hf_name = model::HfNameFromCanonical(name);
+        t->hf_name = model::HfNameFromCanonical(config_.architecture, name);
         t->canonical = name;
         t->dtype = model::DType::kF32;
         t->shape = shapes_.at(name);

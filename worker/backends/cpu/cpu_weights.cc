@@ -264,6 +264,10 @@ auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
       return &w->layers[g.layer].attn_norm;
     case Kind::kMlpNorm:
       return &w->layers[g.layer].mlp_norm;
+    case Kind::kPostAttnNorm:
+      return &w->layers[g.layer].post_attn_norm;
+    case Kind::kPostMlpNorm:
+      return &w->layers[g.layer].post_mlp_norm;
     case Kind::kQNorm:
       return &w->layers[g.layer].q_norm;
     case Kind::kKNorm:
@@ -273,6 +277,12 @@ auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
     default:
       return nullptr;
   }
+}
+
+bool IsNorm(Kind k) {
+  return k == Kind::kFinalNorm || k == Kind::kAttnNorm || k == Kind::kMlpNorm ||
+         k == Kind::kPostAttnNorm || k == Kind::kPostMlpNorm || k == Kind::kQNorm ||
+         k == Kind::kKNorm;
 }
 
 // Rows of each tensor of a linear group, and the columns they share.
@@ -411,8 +421,8 @@ size_t CpuWeights::bytes() const {
   size_t total = embed_f32.size() * 4 + embed_bf16.size() * 2 + embed_quant.size() +
                  final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
-    total += (l.attn_norm.size() + l.mlp_norm.size() + l.q_norm.size() + l.k_norm.size() +
-              l.qkv_bias.size()) *
+    total += (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() +
+              l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size()) *
              4;
     total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
@@ -438,7 +448,9 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
       groups.push_back({Kind::kKNorm, i, {p + "k_norm"}});
     }
     groups.push_back({Kind::kO, i, {p + "o_proj"}});
+    if (c.sandwich_norms) groups.push_back({Kind::kPostAttnNorm, i, {p + "post_attn_norm"}});
     groups.push_back({Kind::kGateUp, i, {p + "gate_proj", p + "up_proj"}});
+    if (c.sandwich_norms) groups.push_back({Kind::kPostMlpNorm, i, {p + "post_mlp_norm"}});
     groups.push_back({Kind::kDown, i, {p + "down_proj"}});
   }
   return groups;
@@ -466,7 +478,11 @@ Status LoadGroupWith(WeightLoader& loader, const model::TensorSource& source,
   }
   std::vector<float>* out = VectorOf(g, w);
   if (g.tensors.size() == 1) {
-    return loader.Vector(g.tensors[0], VectorElements(c, g, g.tensors[0]), out);
+    ASTR_RETURN_IF_ERROR(loader.Vector(g.tensors[0], VectorElements(c, g, g.tensors[0]), out));
+    if (IsNorm(g.kind) && c.norm_weight_offset != 0.0) {
+      for (float& x : *out) x += static_cast<float>(c.norm_weight_offset);
+    }
+    return OkStatus();
   }
   // The qkv biases, zero over the gate rows (gated attention).
   const int64_t rows =
@@ -572,6 +588,9 @@ bool UnpackCpuTensor(const model::ModelConfig& c, const CpuWeights& w, const Cpu
     const int64_t n = VectorElements(c, g, name);
     if (name == canonical) {
       out->assign(v.begin() + off, v.begin() + off + n);
+      if (IsNorm(g.kind) && c.norm_weight_offset != 0.0) {
+        for (float& x : *out) x -= static_cast<float>(c.norm_weight_offset);
+      }
       return true;
     }
     off += n;

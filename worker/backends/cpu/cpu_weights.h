@@ -33,6 +33,8 @@ struct CpuLinear {
 struct CpuLayerWeights {
   std::vector<float> attn_norm;  // [hidden]
   std::vector<float> mlp_norm;   // [hidden]
+  std::vector<float> post_attn_norm;  // [hidden] (sandwich_norms only)
+  std::vector<float> post_mlp_norm;   // [hidden] (sandwich_norms only)
   std::vector<float> q_norm;     // [head_dim] (qk_norm only)
   std::vector<float> k_norm;     // [head_dim] (qk_norm only)
   std::vector<float> qkv_bias;   // [qkv_rows] (qkv_bias only; zero over the gate rows)
@@ -79,6 +81,8 @@ struct CpuWeightGroup {
     kFinalNorm,
     kAttnNorm,
     kMlpNorm,
+    kPostAttnNorm,
+    kPostMlpNorm,
     kQNorm,
     kKNorm,
     kQkvBias,
@@ -104,6 +108,7 @@ Status LoadCpuWeightGroup(const model::TensorSource& source, const CpuWeightGrou
 // Copies group `g` from `from` into `w` (storage from `reuse`, may be null): the same bytes.
 void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeights* w,
                         CpuWeights* reuse);
+// Norm weights are held with the config's norm_weight_offset added (the scale they apply).
 // Tensor `canonical` (one of group `g`'s) as `w` holds it, in f32, when it is held as floats
 // (packed kF32 / kBF16 values are exact); false when it is kept block-quantized (read it from its
 // file).

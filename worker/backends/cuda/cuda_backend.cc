@@ -30,8 +30,8 @@ AttentionDims DimsOf(const model::ModelConfig& c) {
   d.num_heads = static_cast<int>(c.num_heads);
   d.num_kv_heads = static_cast<int>(c.num_kv_heads);
   d.head_dim = static_cast<int>(c.head_dim);
-  d.sliding_window = static_cast<int>(c.sliding_window);
-  d.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  d.sliding_window = static_cast<int>(c.sliding_window);  // EnqueueLayer sets each layer's
+  d.sm_scale = c.AttnScale();
   return d;
 }
 
@@ -484,7 +484,8 @@ Status CudaBackend::EnqueueForward(int rows, int entries, int samples, bool deco
   const Activations& a = ws_->act();
   const int hidden = static_cast<int>(c.hidden_size);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  ASTR_LAUNCH(LaunchEmbeddingGather(weights_.embed.as<bf16>(), m.token_ids, rows, hidden, a.x, s),
+  ASTR_LAUNCH(LaunchEmbeddingGather(weights_.embed.as<bf16>(), m.token_ids, rows, hidden,
+                                    static_cast<float>(c.embed_scale), a.x, s),
               "embedding gather");
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, nullptr, weights_.layers[0].attn_norm.as<float>(), eps, rows,
                                hidden, a.xn, s),
@@ -537,12 +538,16 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   if (c.qk_norm == model::QkNorm::kBeforeRope) ASTR_RETURN_IF_ERROR(qk_norm());
   const bool interleaved = c.rope_layout == model::RopeLayout::kInterleaved;
   const int rope_dim = static_cast<int>(c.rope_dim);
-  ASTR_LAUNCH(LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions,
-                         weights_.inv_freq.as<float>(), interleaved, s),
-              "rope q");
-  ASTR_LAUNCH(LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions,
-                         weights_.inv_freq.as<float>(), interleaved, s),
-              "rope k");
+  const float* inv_freq =
+      c.LayerUsesLocalRope(l) ? weights_.inv_freq_local.as<float>() : weights_.inv_freq.as<float>();
+  ASTR_LAUNCH(
+      LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions, inv_freq, interleaved, s),
+      "rope q");
+  ASTR_LAUNCH(
+      LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions, inv_freq, interleaved, s),
+      "rope k");
+  AttentionDims dims = dims_;
+  dims.sliding_window = static_cast<int>(c.LayerWindow(l));
   if (c.qk_norm == model::QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
 
   PagedKv kv;
@@ -555,7 +560,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
                 "kv append");
     GenericAttentionArgs g;
-    g.dims = dims_;
+    g.dims = dims;
     g.kv = kv;
     g.index = index;
     g.qo_indptr = m.qo_indptr;
@@ -568,7 +573,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchGenericPagedAttention(g, s), "generic paged attention");
   } else if (decode) {
     PagedDecodeArgs d;
-    d.dims = dims_;
+    d.dims = dims;
     d.kv = kv;
     d.index = index;
     d.batch = rows;
@@ -589,7 +594,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
                 "kv append");
     PagedPrefillArgs p;
-    p.dims = dims_;
+    p.dims = dims;
     p.kv = kv;
     p.index = index;
     p.qo_indptr = m.qo_indptr;
@@ -610,6 +615,10 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   }
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.attn, q_cols, w.o.as<bf16>(), a.proj, hidden, CUDA_R_32F,
                                      rows, hidden, q_cols, s));
+  if (c.sandwich_norms) {
+    ASTR_LAUNCH(LaunchRmsNormRows(a.proj, w.post_attn_norm.as<float>(), eps, rows, hidden, s),
+                "post-attention norm");
+  }
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, w.mlp_norm.as<float>(), eps, rows, hidden, a.xn, s),
               "add + rms norm");
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
@@ -622,6 +631,10 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   }
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
                                      rows, hidden, ffn, s));
+  if (c.sandwich_norms) {
+    ASTR_LAUNCH(LaunchRmsNormRows(a.proj, w.post_mlp_norm.as<float>(), eps, rows, hidden, s),
+                "post-MLP norm");
+  }
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, next_norm, eps, rows, hidden, a.xn, s),
               "add + rms norm");
   return OkStatus();

@@ -41,12 +41,15 @@ std::span<const uint8_t> AsBytes(const std::vector<T>& v) {
 // hands the buffer on. The scratch vectors are reused from tensor to tensor.
 class Converter {
  public:
-  Converter(const model::TensorSource& source, const ConvertedBuffer& put)
-      : source_(source), put_(put) {}
+  Converter(const model::TensorSource& source, const ConvertedBuffer& put, double norm_offset)
+      : source_(source), put_(put), norm_offset_(static_cast<float>(norm_offset)) {}
 
-  // f32 vector as is.
-  Status Vector(const WeightSlot& slot, const std::string& name, int64_t n) {
+  // A norm's f32 weight, plus the config's norm_weight_offset: the scale it applies.
+  Status Norm(const WeightSlot& slot, const std::string& name, int64_t n) {
     ASTR_RETURN_IF_ERROR(Load(name, {n}));
+    if (norm_offset_ != 0.0f) {
+      for (float& x : one_) x += norm_offset_;
+    }
     return put_(slot, name, AsBytes(one_));
   }
 
@@ -94,6 +97,7 @@ class Converter {
 
   const model::TensorSource& source_;
   const ConvertedBuffer& put_;
+  const float norm_offset_;
   std::vector<float> one_;
   std::vector<float> f32_;
   std::vector<uint16_t> bf16_;
@@ -103,8 +107,8 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
   using L = CudaLayerWeights;
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
-  ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::attn_norm), p + "attn_norm", c.hidden_size));
-  ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::mlp_norm), p + "mlp_norm", c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Norm(LayerSlot(i, &L::attn_norm), p + "attn_norm", c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Norm(LayerSlot(i, &L::mlp_norm), p + "mlp_norm", c.hidden_size));
   std::vector<std::pair<std::string, int64_t>> qkv = {
       {p + "q_proj", q_rows}, {p + "k_proj", kv_rows}, {p + "v_proj", kv_rows}};
   if (c.gated_attention) qkv.push_back({p + "attn_gate", q_rows});
@@ -117,10 +121,16 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
         {{p + "q_bias", q_rows}, {p + "k_bias", kv_rows}, {p + "v_bias", kv_rows}}, total));
   }
   if (c.qk_norm != model::QkNorm::kNone) {
-    ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::q_norm), p + "q_norm", c.head_dim));
-    ASTR_RETURN_IF_ERROR(cv.Vector(LayerSlot(i, &L::k_norm), p + "k_norm", c.head_dim));
+    ASTR_RETURN_IF_ERROR(cv.Norm(LayerSlot(i, &L::q_norm), p + "q_norm", c.head_dim));
+    ASTR_RETURN_IF_ERROR(cv.Norm(LayerSlot(i, &L::k_norm), p + "k_norm", c.head_dim));
   }
   ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::o), {{p + "o_proj", c.hidden_size}}, q_rows));
+  if (c.sandwich_norms) {
+    ASTR_RETURN_IF_ERROR(
+        cv.Norm(LayerSlot(i, &L::post_attn_norm), p + "post_attn_norm", c.hidden_size));
+    ASTR_RETURN_IF_ERROR(
+        cv.Norm(LayerSlot(i, &L::post_mlp_norm), p + "post_mlp_norm", c.hidden_size));
+  }
   ASTR_RETURN_IF_ERROR(
       cv.Stacked(LayerSlot(i, &L::gate_up),
                  {{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
@@ -132,10 +142,12 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
 }  // namespace
 
 size_t CudaWeights::bytes() const {
-  size_t total = embed.bytes() + lm_head.bytes() + final_norm.bytes() + inv_freq.bytes();
+  size_t total = embed.bytes() + lm_head.bytes() + final_norm.bytes() + inv_freq.bytes() +
+                 inv_freq_local.bytes();
   for (const auto& l : layers) {
-    total += l.attn_norm.bytes() + l.mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() +
-             l.qkv_bias.bytes() + l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
+    total += l.attn_norm.bytes() + l.mlp_norm.bytes() + l.post_attn_norm.bytes() +
+             l.post_mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.qkv_bias.bytes() +
+             l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
   return total;
 }
@@ -149,7 +161,7 @@ const DeviceMemory& CudaWeights::at(const WeightSlot& slot) const {
 
 Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelConfig& c,
                           const std::string& progress, const ConvertedBuffer& put) {
-  Converter cv(source, put);
+  Converter cv(source, put, c.norm_weight_offset);
   const auto start = std::chrono::steady_clock::now();
   ASTR_RETURN_IF_ERROR(
       cv.Stacked(ModelSlot(&CudaWeights::embed), {{"embed", c.vocab_size}}, c.hidden_size));
@@ -157,7 +169,7 @@ Status ConvertCudaWeights(const model::TensorSource& source, const model::ModelC
     ASTR_RETURN_IF_ERROR(
         cv.Stacked(ModelSlot(&CudaWeights::lm_head), {{"lm_head", c.vocab_size}}, c.hidden_size));
   }
-  ASTR_RETURN_IF_ERROR(cv.Vector(ModelSlot(&CudaWeights::final_norm), "final_norm", c.hidden_size));
+  ASTR_RETURN_IF_ERROR(cv.Norm(ModelSlot(&CudaWeights::final_norm), "final_norm", c.hidden_size));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     ASTR_RETURN_IF_ERROR(ConvertLayer(cv, c, i));
     if (!progress.empty()) {
@@ -187,6 +199,11 @@ StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool prog
   // Derived from the config, not a weight: no update brings it back, so never released.
   ASTR_ASSIGN_OR_RETURN(w.inv_freq, UploadBytes(inv_freq.data(), inv_freq.size() * sizeof(float),
                                                 "rope inv_freq", nullptr));
+  if (c.rope_local_theta > 0.0) {
+    const std::vector<float> local = RopeInvFreq(c, /*local=*/true);
+    ASTR_ASSIGN_OR_RETURN(w.inv_freq_local, UploadBytes(local.data(), local.size() * sizeof(float),
+                                                        "local rope inv_freq", nullptr));
+  }
   return w;
 }
 

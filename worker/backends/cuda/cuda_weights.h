@@ -25,6 +25,8 @@ namespace astr::cuda {
 struct CudaLayerWeights {
   DeviceMemory attn_norm;  // [hidden] f32
   DeviceMemory mlp_norm;   // [hidden] f32
+  DeviceMemory post_attn_norm;  // [hidden] f32 (sandwich_norms only)
+  DeviceMemory post_mlp_norm;   // [hidden] f32 (sandwich_norms only)
   DeviceMemory q_norm;     // [head_dim] f32 (qk_norm only)
   DeviceMemory k_norm;     // [head_dim] f32 (qk_norm only)
   DeviceMemory qkv_bias;   // [qkv_rows] f32 (qkv_bias only; zero over the gate rows)
@@ -49,6 +51,7 @@ struct CudaWeights {
   DeviceMemory lm_head;     // [vocab, hidden] bf16 (empty when tied: use embed)
   DeviceMemory final_norm;  // [hidden] f32
   DeviceMemory inv_freq;    // [rope_dim / 2] f32 RoPE inverse frequencies (from the config)
+  DeviceMemory inv_freq_local;  // the sliding-window layers' (LayerUsesLocalRope), or empty
   std::vector<CudaLayerWeights> layers;
   int64_t qkv_rows = 0;
 

@@ -1,0 +1,149 @@
+// The LLaMA family: Llama 1-3, Mistral (sliding window), AstrAI autoregressive_lm (interleaved
+// RoPE rows, optional q/k norms after RoPE and gated attention). The layer is ModelConfig's with no
+// extras: pre-norm, SwiGLU (or GeGLU by hidden_act), full or sliding-window attention.
+#include "common/model/arch/llama_family.h"
+#include "common/model/architecture.h"
+#include "common/model/config_reader.h"
+#include "common/model/gguf.h"
+
+namespace astr::model {
+namespace arch {
+
+Status ReadHfActivation(const ConfigJson& r, const std::string& key, const std::string& dflt,
+                        ModelConfig* c) {
+  ASTR_ASSIGN_OR_RETURN(std::string act, r.String(key, dflt));
+  if (act == "silu" || act == "swish") {
+    c->mlp_activation = MlpActivation::kSilu;
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
+    c->mlp_activation = MlpActivation::kGeluTanh;
+  } else {
+    return r.Unsupported(key, "'" + act + "' is not supported (silu, gelu_pytorch_tanh, gelu_new)");
+  }
+  return OkStatus();
+}
+
+Status ReadLlamaFamilyHf(const ConfigJson& r, bool use_sliding_window_key, ModelConfig* c) {
+  // Mistral's sliding_window (null = none). Qwen2/3 use theirs only with use_sliding_window, and
+  // then only from layer max_window_layers on, which we do not implement.
+  if (r.Has("sliding_window")) {
+    bool use = true;
+    if (use_sliding_window_key) {
+      ASTR_ASSIGN_OR_RETURN(use, r.Bool("use_sliding_window", false));
+      if (use) return r.Unsupported("use_sliding_window", "true is not supported");
+    }
+    if (use) {
+      ASTR_ASSIGN_OR_RETURN(c->sliding_window, r.Int("sliding_window", 0));
+      if (c->sliding_window < 0) return r.Error("sliding_window", "must be >= 0 or null");
+      ASTR_RETURN_IF_ERROR(CheckContextTokens(c->sliding_window, [&](const std::string& why) {
+        return r.Error("sliding_window", why);
+      }));
+    }
+  }
+  // Biases we have no weights for would silently change the model: refuse them.
+  if (!c->qkv_bias) {
+    ASTR_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
+    if (attention_bias) return r.Unsupported("attention_bias", "true is not supported");
+  }
+  // The MLP's activation: a config naming one we do not compute is refused, not run as SiLU.
+  ASTR_RETURN_IF_ERROR(ReadHfActivation(r, "hidden_act", "silu", c));
+  ASTR_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
+  if (mlp_bias) return r.Unsupported("mlp_bias", "true is not supported");
+  return OkStatus();
+}
+
+Status CheckPlainLlamaFeatures(const ModelConfig& c, const std::string& model_type, bool qkv_bias,
+                               QkNorm qk_norm) {
+  if (c.rope_layout != RopeLayout::kHalf) {
+    return InvalidArgumentError("HF " + model_type +
+                                " folders use half RoPE order; permute q/k rows first");
+  }
+  if (c.qkv_bias != qkv_bias || c.qk_norm != qk_norm || c.gated_attention ||
+      c.sliding_window_pattern != 0 || c.rope_local_theta != 0.0 || c.attn_scale != 0.0 ||
+      c.embed_scale != 1.0 || c.sandwich_norms || c.norm_weight_offset != 0.0) {
+    return InvalidArgumentError("config features do not match HF model_type " + model_type);
+  }
+  return OkStatus();
+}
+
+void WriteLlamaFamilyHf(const ModelConfig& c, nlohmann::json* j) {
+  (*j)["hidden_act"] = c.mlp_activation == MlpActivation::kGeluTanh ? "gelu_pytorch_tanh" : "silu";
+  if (c.sliding_window > 0) (*j)["sliding_window"] = c.sliding_window;
+}
+
+}  // namespace arch
+
+namespace {
+
+Status ReadLlamaHf(const ConfigJson& r, ModelConfig* c) {
+  return arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/false, c);
+}
+
+// GGUF llama stores q/k rows permuted for interleaved RoPE (llama.cpp's converter).
+Status ReadLlamaGguf(const GgufKeys& k, ModelConfig* c) {
+  c->rope_layout = RopeLayout::kInterleaved;
+  return OkStatus();
+}
+
+Status WriteLlamaHf(const ModelConfig& c, nlohmann::json* j) {
+  ASTR_RETURN_IF_ERROR(arch::CheckPlainLlamaFeatures(c, (*j)["model_type"].get<std::string>(),
+                                                     false, QkNorm::kNone));
+  arch::WriteLlamaFamilyHf(c, j);
+  return OkStatus();
+}
+
+Status WriteLlamaGguf(const ModelConfig& c, GgufWriter* w) {
+  if (c.rope_layout != RopeLayout::kInterleaved) {
+    return InvalidArgumentError("GGUF llama stores q/k rows in interleaved RoPE order");
+  }
+  if (c.qkv_bias || c.qk_norm != QkNorm::kNone || c.gated_attention || c.sandwich_norms ||
+      c.sliding_window_pattern != 0 || c.embed_scale != 1.0) {
+    return InvalidArgumentError("config features do not match GGUF llama");
+  }
+  return OkStatus();
+}
+
+// AstrAI's own checkpoints: interleaved q/k rows, and two optional features.
+Status ReadAutoregressiveLmHf(const ConfigJson& r, ModelConfig* c) {
+  c->rope_layout = RopeLayout::kInterleaved;
+  ASTR_ASSIGN_OR_RETURN(bool qk_norm, r.Bool("qk_norm", false));
+  if (qk_norm) c->qk_norm = QkNorm::kAfterRope;
+  ASTR_ASSIGN_OR_RETURN(c->gated_attention, r.Bool("gated_attention", false));
+  return arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/false, c);
+}
+
+Status WriteAutoregressiveLmHf(const ModelConfig& c, nlohmann::json* j) {
+  if (c.rope_layout != RopeLayout::kInterleaved) {
+    return InvalidArgumentError(
+        "HF autoregressive_lm folders use interleaved RoPE order; permute q/k rows first");
+  }
+  if (c.qk_norm == QkNorm::kBeforeRope || c.qkv_bias || c.sliding_window_pattern != 0 ||
+      c.rope_local_theta != 0.0 || c.attn_scale != 0.0 || c.embed_scale != 1.0 ||
+      c.sandwich_norms || c.norm_weight_offset != 0.0) {
+    return InvalidArgumentError("config features do not match HF model_type autoregressive_lm");
+  }
+  (*j)["qk_norm"] = c.qk_norm != QkNorm::kNone;
+  (*j)["gated_attention"] = c.gated_attention;
+  arch::WriteLlamaFamilyHf(c, j);
+  return OkStatus();
+}
+
+}  // namespace
+
+extern const Architecture kLlamaArchitecture{
+    "llama",       {"llama"},    {"llama"},     {}, 0.0, ReadLlamaHf,
+    ReadLlamaGguf, WriteLlamaHf, WriteLlamaGguf};
+// GGUF files of Mistral models say "llama" (llama.cpp's converter); a few say "mistral".
+extern const Architecture kMistralArchitecture{"mistral", {"mistral"}, {"mistral"},   {},
+                                               0.0,       ReadLlamaHf, ReadLlamaGguf, WriteLlamaHf,
+                                               nullptr};
+extern const Architecture kAutoregressiveLmArchitecture{"autoregressive_lm",
+                                                        {"autoregressive_lm"},
+                                                        {},
+                                                        {},
+                                                        0.0,
+                                                        ReadAutoregressiveLmHf,
+                                                        nullptr,
+                                                        WriteAutoregressiveLmHf,
+                                                        nullptr};
+
+}  // namespace astr::model

@@ -1,0 +1,148 @@
+#include "common/model/architecture.h"
+
+namespace astr::model {
+
+// The descriptions (common/model/arch/*.cc).
+extern const Architecture kLlamaArchitecture;
+extern const Architecture kMistralArchitecture;
+extern const Architecture kQwen2Architecture;
+extern const Architecture kQwen3Architecture;
+extern const Architecture kAutoregressiveLmArchitecture;
+extern const Architecture kGemma3Architecture;
+
+namespace {
+
+// The LLaMA family's tensor names; an architecture's layer_names replace entries of the same
+// canonical name.
+constexpr TensorNames kLayerNames[] = {
+    {"attn_norm", "attn_norm.weight", "input_layernorm.weight"},
+    {"q_proj", "attn_q.weight", "self_attn.q_proj.weight"},
+    {"k_proj", "attn_k.weight", "self_attn.k_proj.weight"},
+    {"v_proj", "attn_v.weight", "self_attn.v_proj.weight"},
+    {"q_bias", "attn_q.bias", "self_attn.q_proj.bias"},
+    {"k_bias", "attn_k.bias", "self_attn.k_proj.bias"},
+    {"v_bias", "attn_v.bias", "self_attn.v_proj.bias"},
+    {"o_proj", "attn_output.weight", "self_attn.o_proj.weight"},
+    {"q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_gate", "attn_gate.weight", "self_attn.gate_proj.weight"},
+    {"mlp_norm", "ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"gate_proj", "ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
+    {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
+};
+constexpr TensorNames kGlobalNames[] = {
+    {"embed", "token_embd.weight", "model.embed_tokens.weight"},
+    {"final_norm", "output_norm.weight", "model.norm.weight"},
+    {"lm_head", "output.weight", "lm_head.weight"},
+};
+
+enum class Side { kCanonical, kGguf, kHf };
+const char* Pick(const TensorNames& n, Side s) {
+  return s == Side::kCanonical ? n.canonical : s == Side::kGguf ? n.gguf : n.hf;
+}
+const char* LayerPrefix(Side s) {
+  return s == Side::kCanonical ? "layers." : s == Side::kGguf ? "blk." : "model.layers.";
+}
+
+// The suffix of a layer tensor on side `to`, from its suffix on side `from`; null when unmapped.
+const char* MapLayerSuffix(const Architecture* arch, const std::string& rest, Side from, Side to) {
+  if (arch != nullptr) {
+    for (const TensorNames& n : arch->layer_names) {
+      if (rest == Pick(n, from)) return Pick(n, to);
+    }
+  }
+  for (const TensorNames& n : kLayerNames) {
+    if (rest != Pick(n, from)) continue;
+    if (arch != nullptr) {  // renamed by the architecture: this spelling means nothing there
+      for (const TensorNames& o : arch->layer_names) {
+        if (std::string(o.canonical) == n.canonical) return nullptr;
+      }
+    }
+    return Pick(n, to);
+  }
+  return nullptr;
+}
+
+std::string MapName(const std::string& arch_name, const std::string& name, Side from, Side to) {
+  for (const TensorNames& g : kGlobalNames) {
+    if (name == Pick(g, from)) return Pick(g, to);
+  }
+  std::string layer, rest;
+  if (!SplitLayerName(name, LayerPrefix(from), &layer, &rest)) return "";
+  const char* mapped = MapLayerSuffix(FindArchitecture(arch_name), rest, from, to);
+  return mapped == nullptr ? "" : LayerPrefix(to) + layer + "." + mapped;
+}
+
+std::string JoinAll(bool hf) {
+  std::string out;
+  for (const Architecture* a : Architectures()) {
+    for (const std::string& n : hf ? a->hf_model_types : a->gguf_names) {
+      out += (out.empty() ? "" : ", ") + n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool SplitLayerName(const std::string& name, const std::string& prefix, std::string* layer,
+                    std::string* rest) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size()) return false;
+  *layer = name.substr(prefix.size(), dot - prefix.size());
+  if (layer->find_first_not_of("0123456789") != std::string::npos) return false;
+  *rest = name.substr(dot + 1);
+  return true;
+}
+
+const std::vector<const Architecture*>& Architectures() {
+  static const std::vector<const Architecture*> all = {
+      &kLlamaArchitecture, &kMistralArchitecture,          &kQwen2Architecture,
+      &kQwen3Architecture, &kAutoregressiveLmArchitecture, &kGemma3Architecture};
+  return all;
+}
+
+const Architecture* FindArchitecture(const std::string& name) {
+  for (const Architecture* a : Architectures()) {
+    if (name == a->name) return a;
+  }
+  return nullptr;
+}
+
+const Architecture* ArchitectureOfHfModelType(const std::string& model_type) {
+  for (const Architecture* a : Architectures()) {
+    for (const std::string& t : a->hf_model_types) {
+      if (t == model_type) return a;
+    }
+  }
+  return nullptr;
+}
+
+const Architecture* ArchitectureOfGguf(const std::string& general_architecture) {
+  for (const Architecture* a : Architectures()) {
+    for (const std::string& t : a->gguf_names) {
+      if (t == general_architecture) return a;
+    }
+  }
+  return nullptr;
+}
+
+std::string SupportedHfModelTypes() { return JoinAll(true); }
+std::string SupportedGgufArchitectures() { return JoinAll(false); }
+
+std::string CanonicalFromGgufName(const std::string& arch, const std::string& n) {
+  return MapName(arch, n, Side::kGguf, Side::kCanonical);
+}
+std::string CanonicalFromHfName(const std::string& arch, const std::string& n) {
+  return MapName(arch, n, Side::kHf, Side::kCanonical);
+}
+std::string GgufNameFromCanonical(const std::string& arch, const std::string& n) {
+  return MapName(arch, n, Side::kCanonical, Side::kGguf);
+}
+std::string HfNameFromCanonical(const std::string& arch, const std::string& n) {
+  return MapName(arch, n, Side::kCanonical, Side::kHf);
+}
+
+}  // namespace astr::model

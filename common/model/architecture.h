@@ -1,0 +1,74 @@
+// Each architecture astr runs, described once: the files that name it (HF config.json model_type,
+// GGUF general.architecture), how its config keys become the hyper-parameters of the decoder layer
+// every backend runs (ModelConfig, model_config.h), and the names its tensors have in HF
+// safetensors and in GGUF (as llama.cpp's converter writes them). The descriptions live in
+// common/model/arch/, one file per family; adding an architecture is one description there plus
+// whatever op no backend has yet (docs/engine.md, "Adding an architecture").
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/model/model_config.h"
+
+namespace astr::model {
+
+class ConfigJson;
+class GgufKeys;
+class GgufWriter;
+
+// A tensor's canonical name (ExpectedWeights) and its names in GGUF and in HF safetensors. Layer
+// tensors give the part after "layers.N." / "blk.N." / "model.layers.N.".
+struct TensorNames {
+  const char* canonical;
+  const char* gguf;
+  const char* hf;
+};
+
+struct Architecture {
+  const char* name;  // ModelConfig::architecture
+  // config.json model_type values read as this architecture; the first is written.
+  std::vector<std::string> hf_model_types;
+  // general.architecture values read as this architecture (none: no GGUF form); the first is
+  // written.
+  std::vector<std::string> gguf_names;
+  // Layer tensors named otherwise than in the LLaMA family (e.g. Gemma's four norms).
+  std::vector<TensorNames> layer_names;
+  // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
+  // scale by 1 + w); converting to HF subtracts the difference from every norm.
+  double hf_norm_weight_offset = 0.0;
+  // The architecture's own config keys, read after the dims every architecture shares (vocab,
+  // hidden, layers, heads, head_dim, context, eps, rope_theta, rope_scaling, tying, bos / eos).
+  Status (*read_hf)(const ConfigJson& r, ModelConfig* c) = nullptr;
+  Status (*read_gguf)(const GgufKeys& k, ModelConfig* c) = nullptr;
+  // Writes them (make-model, convert): an error when the config has a feature the format cannot
+  // say. Null: that format is not written.
+  Status (*write_hf)(const ModelConfig& c, nlohmann::json* j) = nullptr;
+  Status (*write_gguf)(const ModelConfig& c, GgufWriter* w) = nullptr;
+};
+
+// All described architectures, in the order docs/engine.md lists them.
+const std::vector<const Architecture*>& Architectures();
+// Null when none matches.
+const Architecture* FindArchitecture(const std::string& name);
+const Architecture* ArchitectureOfHfModelType(const std::string& model_type);
+const Architecture* ArchitectureOfGguf(const std::string& general_architecture);
+// "llama, mistral, ..." for errors.
+std::string SupportedHfModelTypes();
+std::string SupportedGgufArchitectures();
+
+// Tensor name mapping of architecture `arch` (ModelConfig::architecture) between the canonical
+// names and the file formats; "" when a name has no counterpart.
+std::string CanonicalFromGgufName(const std::string& arch, const std::string& gguf_name);
+std::string CanonicalFromHfName(const std::string& arch, const std::string& hf_name);
+std::string GgufNameFromCanonical(const std::string& arch, const std::string& canonical);
+std::string HfNameFromCanonical(const std::string& arch, const std::string& canonical);
+
+// Splits "<prefix><digits>.<rest>" (e.g. "layers.3.q_proj" with prefix "layers."); false when
+// `name` does not have that form.
+bool SplitLayerName(const std::string& name, const std::string& prefix, std::string* layer,
+                    std::string* rest);
+
+}  // namespace astr::model
