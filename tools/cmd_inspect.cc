@@ -57,6 +57,8 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
             {"rope_local_theta", c.rope_local_theta},
             {"attn_scale", c.AttnScale()},
             {"embed_scale", c.embed_scale},
+            {"attn_softcap", c.attn_softcap},
+            {"final_softcap", c.final_softcap},
             {"sandwich_norms", c.sandwich_norms},
             {"norm_weight_offset", c.norm_weight_offset},
             {"tie_word_embeddings", c.tie_word_embeddings},

@@ -118,8 +118,9 @@ float RandomBlockScale(model::DType dtype, double init_std) {
 struct Options {
   std::string arch = "llama", out, format = "gguf", dtype, dtype_of, hidden_act = "silu";
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
-  int64_t seed = 0, max_context_tokens = 2048, sliding_window = 0, sliding_window_pattern = 6;
-  double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02;
+  int64_t seed = 0, max_context_tokens = 2048, sliding_window = 0, sliding_window_pattern = 0;
+  double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02, attn_softcap = 50.0,
+         final_softcap = 30.0;
   bool tie = false, qk_norm = false, gated = false;
 };
 
@@ -158,21 +159,28 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.rope_layout = model::RopeLayout::kInterleaved;
     c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
     c.gated_attention = o.gated;
-  } else if (o.arch == "gemma3") {
-    // Gemma 3's layer (common/model/arch/gemma.cc), with query_pre_attn_scalar = head_dim and the
-    // local RoPE base llama.cpp assumes.
-    c.qk_norm = model::QkNorm::kBeforeRope;
+  } else if (o.arch == "gemma2" || o.arch == "gemma3") {
+    // Gemma's layer (common/model/arch/gemma.cc), with query_pre_attn_scalar = head_dim; Gemma 3
+    // with the local RoPE base llama.cpp assumes, Gemma 2 soft-capped.
+    const bool gemma3 = o.arch == "gemma3";
+    if (gemma3) c.qk_norm = model::QkNorm::kBeforeRope;
     c.sandwich_norms = true;
     c.embed_scale = std::sqrt(static_cast<double>(c.hidden_size));
     c.attn_scale = c.head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 0.0;
     c.mlp_activation = model::MlpActivation::kGeluTanh;
     if (c.sliding_window == 0) c.sliding_window = 512;
-    c.sliding_window_pattern = o.sliding_window_pattern;
-    c.rope_local_theta = 10000.0;
+    c.sliding_window_pattern =
+        o.sliding_window_pattern > 0 ? o.sliding_window_pattern : (gemma3 ? 6 : 2);
+    if (gemma3) {
+      c.rope_local_theta = 10000.0;
+    } else {
+      c.attn_softcap = o.attn_softcap;
+      c.final_softcap = o.final_softcap;
+    }
     c.norm_weight_offset = o.format == "hf" ? 1.0 : 0.0;  // llama.cpp's converter stores 1 + w
   } else {
     return InvalidArgumentError(
-        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm or gemma3");
+        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm, gemma2 or gemma3");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -269,9 +277,11 @@ Status MakeModel(const Options& o) {
     return InvalidArgumentError(
         "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
   }
-  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "gemma3") {
-    return InvalidArgumentError("--format gguf supports --arch llama, qwen2, qwen3, gemma3 (not " +
-                                o.arch + "); use --format hf");
+  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "gemma2" &&
+      o.arch != "gemma3") {
+    return InvalidArgumentError(
+        "--format gguf supports --arch llama, qwen2, qwen3, gemma2, gemma3 (not " + o.arch +
+        "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
                         model::ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
@@ -341,9 +351,10 @@ Status MakeModel(const Options& o) {
 int RunMakeModel(int argc, const char* const* argv) {
   Options o;
   FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
-  fs.String("arch", &o.arch, "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma3.");
+  fs.String("arch", &o.arch,
+            "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma2 | gemma3.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
-  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3, gemma3) or hf (every arch).");
+  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3, gemma2, gemma3) or hf (every arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
@@ -371,10 +382,14 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
   fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
   fs.Int("sliding-window", &o.sliding_window,
-         "Sliding attention window in tokens (0: none; gemma3: 0 means 512).");
+         "Sliding attention window in tokens (0: none; gemma2/3: 0 means 512).");
   fs.Int("sliding-window-pattern", &o.sliding_window_pattern,
-         "gemma3: every N-th layer attends globally, the others slide (hf only; GGUF gemma3 "
-         "is 6).");
+         "gemma2/3: every N-th layer attends globally, the others slide (0: the model's own, 2 "
+         "for gemma2 and 6 for gemma3, the only values GGUF can hold).");
+  fs.Double("attn-softcap", &o.attn_softcap,
+            "gemma2: attention scores soft-capped as c * tanh(s / c) (0: off).");
+  fs.Double("final-softcap", &o.final_softcap,
+            "gemma2: final logits soft-capped likewise (0: off).");
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");

@@ -8,6 +8,7 @@ extern const Architecture kMistralArchitecture;
 extern const Architecture kQwen2Architecture;
 extern const Architecture kQwen3Architecture;
 extern const Architecture kAutoregressiveLmArchitecture;
+extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
 
 namespace {
@@ -100,7 +101,8 @@ bool SplitLayerName(const std::string& name, const std::string& prefix, std::str
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
       &kLlamaArchitecture, &kMistralArchitecture,          &kQwen2Architecture,
-      &kQwen3Architecture, &kAutoregressiveLmArchitecture, &kGemma3Architecture};
+      &kQwen3Architecture, &kAutoregressiveLmArchitecture, &kGemma2Architecture,
+      &kGemma3Architecture};
   return all;
 }
 

@@ -51,6 +51,8 @@ Status ModelConfig::Validate() const {
   }
   const std::pair<const char*, double> nonneg[] = {{"rope_local_theta", rope_local_theta},
                                                    {"attn_scale", attn_scale},
+                                                   {"attn_softcap", attn_softcap},
+                                                   {"final_softcap", final_softcap},
                                                    {"norm_weight_offset", norm_weight_offset}};
   for (const auto& [key, value] : nonneg) {
     if (!(value >= 0.0) || !std::isfinite(value)) return Bad(key, "must be >= 0 and finite");

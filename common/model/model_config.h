@@ -12,9 +12,10 @@
 //     h  = RmsNorm(x, mlp_norm)
 //     m  = (act(h . gate_proj) * (h . up_proj)) . down_proj;  m = RmsNorm(m, post_mlp_norm)
 //     (sandwich) x += m
-//   logits = RmsNorm(x, final_norm) . lm_head
+//   logits = final_cap(RmsNorm(x, final_norm) . lm_head)
 //
-// where RmsNorm(v, w) = v / rms(v) * (w + norm_weight_offset).
+// where RmsNorm(v, w) = v / rms(v) * (w + norm_weight_offset) and cap(s) = c * tanh(s / c) for the
+// soft-capping values c = attn_softcap / final_softcap (Gemma 2; 0 = none).
 #pragma once
 
 #include <cstdint>
@@ -97,6 +98,9 @@ struct ModelConfig {
   double attn_scale = 0.0;
   // The embedding rows are multiplied by this (Gemma: sqrt(hidden_size)).
   double embed_scale = 1.0;
+  // Gemma 2: attention scores and final logits soft-capped to (-c, c) as c * tanh(s / c); 0 = off.
+  double attn_softcap = 0.0;
+  double final_softcap = 0.0;
   // Gemma 2/3: attention and MLP outputs are RmsNorm'ed (post_attn_norm, post_mlp_norm) before
   // they join the residual stream.
   bool sandwich_norms = false;

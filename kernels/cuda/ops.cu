@@ -141,6 +141,14 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int c = threadIdx.x; c < hidden; c += kRowThreads) xr[c] = xr[c] * inv * weight[c];
 }
 
+__global__ void __launch_bounds__(kRowThreads)
+    SoftcapKernel(float* __restrict__ x, int64_t n, float cap) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Per-head RMSNorm: grid (T, ceil(heads / 4)), 4 warps per CTA, one warp per (token, head).
 
@@ -323,6 +331,15 @@ cudaError_t LaunchEmbeddingGather(const bf16* table, const int32_t* ids, int num
     ASTR_LAUNCH_KERNEL(EmbeddingGatherKernel<false>, num_tokens, 128, 0, stream)
     (table, ids, hidden, scale, out);
   }
+  return LaunchError();
+}
+
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n < 0 || !(cap > 0.0f)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((n + kRowThreads - 1) / kRowThreads, 4096);
+  ASTR_LAUNCH_KERNEL(SoftcapKernel, static_cast<int>(blocks), kRowThreads, 0, stream)
+  (x, n, cap);
   return LaunchError();
 }
 

@@ -34,6 +34,10 @@ cudaError_t LaunchAddRmsNorm(float* x, const float* delta, const float* weight, 
 cudaError_t LaunchRmsNormRows(float* rows, const float* weight, float eps, int num_tokens,
                               int hidden, cudaStream_t stream);
 
+// x[i] = cap * tanh(x[i] / cap) for i < n, f32 in place (Gemma 2's final logit soft-capping), with
+// CUDA's accurate tanhf, as the CPU backend's std::tanh on float.
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
 // RMSNorm of each head_dim slice in place (Qwen3 / AstrAI q/k norm): rows [T] with row stride
 // `stride` elements, `heads` slices of head_dim per row, weight [head_dim] f32. f32 math, same
 // formula as cpu::RmsNorm on each slice.

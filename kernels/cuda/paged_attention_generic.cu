@@ -57,6 +57,7 @@ __global__ void GenericPagedAttentionKernel(GenericAttentionArgs a) {
       if (dim < d.head_dim) s += qr[i] * __bfloat162float(k[dim]);
     }
     s = WarpSum(s);
+    if (d.softcap > 0.0f) s = d.softcap * tanhf(s / d.softcap);
     const float m_new = fmaxf(m, s);
     const float scale = expf(m - m_new), p = expf(s - m_new);
     l = l * scale + p;

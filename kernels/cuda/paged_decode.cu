@@ -355,6 +355,8 @@ bool SupportsPagedDecode(const AttentionDims& dims, const char** why) {
     reason = "paged decode: num_kv_heads must be at most 65535 (grid z)";
   } else if (dims.sliding_window < 0) {
     reason = "paged decode: sliding_window must be >= 0";
+  } else if (dims.softcap != 0.0f) {
+    reason = "paged decode: attention logit soft-capping is not implemented";
   }
   if (reason != nullptr && why != nullptr) *why = reason;
   return reason == nullptr;

@@ -409,6 +409,8 @@ bool SupportsPagedPrefill(const AttentionDims& d, const char** why) {
     reason = "paged prefill: num_heads must be a positive multiple of num_kv_heads";
   } else if (d.sliding_window < 0) {
     reason = "paged prefill: sliding_window must be >= 0";
+  } else if (d.softcap != 0.0f) {
+    reason = "paged prefill: attention logit soft-capping is not implemented";
   }
   if (reason != nullptr && why != nullptr) *why = reason;
   return reason == nullptr;

@@ -263,6 +263,69 @@ TEST(ModelConfigTest, GgufGemma3RoundTrip) {
   m.sliding_window_pattern = 2;
   model::GgufWriter w2;
   EXPECT_FALSE(model::AddGgufMetadata(m, &w2).ok());
+
+  // Gemma 2: the caps travel in GGUF keys; the pattern is llama.cpp's alternation.
+  m.architecture = "gemma2";
+  m.qk_norm = model::QkNorm::kNone, m.rope_local_theta = 0.0;
+  m.attn_softcap = 50.0, m.final_softcap = 30.0;
+  model::GgufWriter w3;
+  ASSERT_TRUE(model::AddGgufMetadata(m, &w3).ok());
+  w3.AddTensor("token_embd.weight", {64, 32}, model::DType::kF32);
+  ASSERT_TRUE(w3.Open(dir + "/g2.gguf").ok());
+  ASSERT_TRUE(w3.WriteTensorData(zeros.data(), zeros.size() * 4).ok());
+  ASSERT_TRUE(w3.Close().ok());
+  auto g2 = model::GgufFile::Open(dir + "/g2.gguf");
+  ASSERT_TRUE(g2.ok());
+  auto c2 = model::ConfigFromGguf(**g2);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_EQ(c2->architecture, "gemma2");
+  EXPECT_EQ(c2->attn_softcap, 50.0);
+  EXPECT_EQ(c2->final_softcap, 30.0);
+  EXPECT_EQ(c2->LayerWindow(0), 7);
+  EXPECT_EQ(c2->LayerWindow(1), 0);
+  EXPECT_EQ(c2->ParameterCount(), m.ParameterCount());
+}
+
+TEST(ModelConfigTest, HfGemma2) {
+  // gemma-2-2b's config.json (layer_types left out: Gemma 2 alternates, layer 0 sliding).
+  const std::string gemma2 = R"({"model_type":"gemma2","vocab_size":256000,"hidden_size":2304,
+      "intermediate_size":9216,"num_hidden_layers":26,"num_attention_heads":8,
+      "num_key_value_heads":4,"head_dim":256,"query_pre_attn_scalar":256,"sliding_window":4096,
+      "final_logit_softcapping":30.0,"attn_logit_softcapping":50.0,"rope_theta":10000.0,
+      "hidden_activation":"gelu_pytorch_tanh","max_position_embeddings":8192,"rms_norm_eps":1e-6,
+      "bos_token_id":2,"eos_token_id":1})";
+  auto c = model::ConfigFromHfJson(WriteConfig(gemma2));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "gemma2");
+  EXPECT_EQ(c->attn_softcap, 50.0);
+  EXPECT_EQ(c->final_softcap, 30.0);
+  EXPECT_EQ(c->qk_norm, model::QkNorm::kNone);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->norm_weight_offset, 1.0);
+  EXPECT_EQ(c->LayerWindow(0), 4096);
+  EXPECT_EQ(c->LayerWindow(1), 0);
+  EXPECT_FALSE(c->LayerUsesLocalRope(0));  // one RoPE base
+  EXPECT_TRUE(c->tie_word_embeddings);
+  // Google's published count for gemma-2-2b.
+  EXPECT_EQ(c->ParameterCount(), 2614341888);
+  auto text = model::ConfigToHfJson(*c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto back = model::ConfigFromHfJson(WriteConfig(*text));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->attn_softcap, 50.0);
+  EXPECT_EQ(back->final_softcap, 30.0);
+  EXPECT_EQ(back->sliding_window_pattern, 2);
+  // null turns a cap off; an absent key takes Gemma2Config's default.
+  std::string uncapped = gemma2;
+  uncapped.replace(uncapped.find("30.0"), 4, "null");
+  auto off = model::ConfigFromHfJson(WriteConfig(uncapped));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->final_softcap, 0.0);
+  EXPECT_EQ(off->attn_softcap, 50.0);
+  std::string negative = gemma2;
+  negative.replace(negative.find("50.0"), 4, "-1.0");
+  auto bad = model::ConfigFromHfJson(WriteConfig(negative));
+  EXPECT_TRUE(Contains(bad.status().message(), "attn_logit_softcapping")) << bad.status().message();
 }
 
 TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {

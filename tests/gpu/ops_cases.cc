@@ -291,6 +291,20 @@ CaseResult RunRmsNormRows(int t, int hidden) {
   return Bounded(got, want, 1e-5, std::vector<double>(n, 1e-6));
 }
 
+// Final logit soft-capping in place against cap * std::tanh(x / cap) on float (the CPU backend's).
+CaseResult RunSoftcap(int64_t n, float cap) {
+  std::vector<float> x = RandomVector(n, 31 + n, -200.0f, 200.0f);
+  std::vector<float> want = x;
+  for (float& v : want) v = cap * std::tanh(v / cap);
+  DeviceBuffer<float> dx;
+  ASTR_GPU_CHECK(dx.Upload(x));
+  ASTR_GPU_CHECK(cuda::LaunchSoftcap(dx.get(), n, cap, nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got;
+  ASTR_GPU_CHECK(dx.Download(&got));
+  return Bounded(got, want, 1e-6, std::vector<double>(n, 1e-5));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gathers: bit-exact.
 
@@ -443,6 +457,7 @@ void RegisterOpsCases() {
     }
     Add("embedding_gather", Fmt("T=%lld hidden=640 scale=sqrt(640)", t),
         [=] { return RunEmbeddingGather(t, 640, std::sqrt(640.0f)); });
+    Add("softcap", Fmt("n=%lld cap=30", t * 1000), [=] { return RunSoftcap(t * 1000, 30.0f); });
     for (int hidden : {640, 1152, 30}) {
       Add("rms_norm_rows", Fmt("T=%lld hidden=%lld", t, hidden),
           [=] { return RunRmsNormRows(t, hidden); });

@@ -20,6 +20,8 @@
 
 #include "common/model/tensor_dtype.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/paged_attention_generic.h"
+#include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
 #include "tests/gpu/op_test.h"
 #include "worker/backends/cpu/cpu_attention.h"
@@ -54,6 +56,8 @@ struct PrefillCase {
   int num_kv_heads;
   int head_dim;
   int window;  // 0 = full causal
+  float softcap = 0.0f;  // > 0: scores soft-capped (the generic kernel only)
+  bool generic = false;  // run the generic kernel instead of the tensor-core prefill
 
   std::string Shape() const {
     std::string s = "e=";
@@ -63,7 +67,8 @@ struct PrefillCase {
     }
     return s + " ps=" + std::to_string(page_size) + " h=" + std::to_string(num_heads) + "/" +
            std::to_string(num_kv_heads) + " d=" + std::to_string(head_dim) +
-           " w=" + std::to_string(window);
+           " w=" + std::to_string(window) +
+           (softcap > 0.0f ? " softcap=" + std::to_string(static_cast<int>(softcap)) : "");
   }
 };
 
@@ -161,7 +166,8 @@ std::vector<float> Reference(const PrefillCase& c, const PrefillFixture& f) {
   for (int64_t e = 0; e < b.batch_size(); ++e) {
     for (int t = b.qo_indptr[e]; t < b.qo_indptr[e + 1]; ++t) row_entry[t] = e;
   }
-  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size, c.window};
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
+                             c.window,    0.0f,           c.softcap};
   cpu::ThreadPool* pool = ReferencePool();
   std::vector<float> scratch(AttentionScratchFloats(shape) * pool->size());
   const int64_t ldo = int64_t{c.num_heads} * c.head_dim;
@@ -189,10 +195,14 @@ CaseResult CompareOutput(const PrefillCase& c, const StepBatch& b, const std::ve
 }
 
 CaseResult RunPrefillCase(const PrefillCase& c) {
-  const AttentionDims dims{c.num_heads, c.num_kv_heads, c.head_dim, c.window,
-                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const AttentionDims dims{c.num_heads,
+                           c.num_kv_heads,
+                           c.head_dim,
+                           c.window,
+                           1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                           c.softcap};
   const char* why = "";
-  if (!cuda::SupportsPagedPrefill(dims, &why)) return Unsupported(why);
+  if (!c.generic && !cuda::SupportsPagedPrefill(dims, &why)) return Unsupported(why);
   const PrefillFixture f = MakeFixture(c, Fnv1a(c.Shape()));
   const StepBatch& b = f.batch;
   const int t_rows = static_cast<int>(b.num_tokens());
@@ -229,6 +239,24 @@ CaseResult RunPrefillCase(const PrefillCase& c) {
     if (!diff.empty()) return Fail(diff);
   }
 
+  if (c.generic) {
+    cuda::GenericAttentionArgs g;
+    g.dims = dims;
+    g.kv = kv;
+    g.index = {kv_indptr.get(), kv_pages.get(), kv_last.get()};
+    g.qo_indptr = qo_indptr.get();
+    g.batch = batch;
+    g.num_rows = t_rows;
+    g.q = q;
+    g.q_stride = f.qkv_stride;
+    g.out = reinterpret_cast<bf16*>(out.get());
+    g.out_stride = out_stride;
+    ASTR_GPU_CHECK(cuda::LaunchGenericPagedAttention(g, nullptr));
+    ASTR_GPU_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out_bits;
+    ASTR_GPU_CHECK(out.Download(&out_bits));
+    return CompareOutput(c, b, FromBf16(out_bits), Reference(c, f));
+  }
   const PrefillPlan plan = cuda::BuildPrefillPlan(b.qo_indptr.data(), batch, c.head_dim);
   if (plan.num_tiles() > cuda::MaxPrefillTiles(t_rows, batch, c.head_dim)) {
     return Fail("plan has more tiles than MaxPrefillTiles");
@@ -256,7 +284,8 @@ CaseResult RunPrefillCase(const PrefillCase& c) {
 }
 
 void AddPrefill(PrefillCase c) {
-  RegisterCase({"paged_prefill", c.Shape(), [c] { return RunPrefillCase(c); }});
+  RegisterCase({c.generic ? "generic_attention" : "paged_prefill", c.Shape(),
+                [c] { return RunPrefillCase(c); }});
 }
 
 constexpr int kPageSizes[] = {1, 7, 16, 32};
@@ -295,6 +324,21 @@ void RegisterPrefillCases() {
       }
     }
   }
+  // The generic kernel (head_dims the tensor-core kernels do not take, Gemma 2's soft-capped
+  // scores): plain, windowed and capped, against the CPU backend's attention.
+  for (float cap : {0.0f, 50.0f, 1.0f}) {
+    PrefillCase c{{{31, 65}, {300, 1}}, 16, 0, 0, 256, cap == 1.0f ? 17 : 0, cap, true};
+    AddPrefill(Heads(c, 2));
+  }
+  // The tensor-core kernels refuse soft-capped scores (the backend then takes the generic one).
+  RegisterCase({"paged_prefill", "softcap refused by prefill and decode", [] {
+                  const AttentionDims d{8, 2, 64, 0, 0.125f, 50.0f};
+                  if (cuda::SupportsPagedPrefill(d, nullptr) ||
+                      cuda::SupportsPagedDecode(d, nullptr)) {
+                    return Fail("a tensor-core kernel accepts soft-capped scores");
+                  }
+                  return Pass(0, 0);
+                }});
   // Sliding windows narrower than, equal to and wider than a KV tile, over long contexts.
   const Entry windowed[] = {{300, 200}, {0, 513}, {31, 65}};
   const int windows[] = {1, 17, 64, 100};

@@ -7,7 +7,7 @@ weights' hashes against the goldens, and compares astr's greedy run with transfo
 
 Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
-biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 3 (gemma3_text). `--init-std 0.25` makes the random models' distributions sharp enough that
+biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping) and Gemma 3 (gemma3_text). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -66,6 +66,19 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                 "4", "--kv-heads", "1", "--head-dim", "16", "--ffn", "80",
                                 "--vocab", "300", "--seed", "22", "--rope-theta", "1000000",
                                 "--sliding-window", "5", "--sliding-window-pattern", "3"],
+                               {"query_pre_attn_scalar": 24}),
+    # Gemma 2: attention scores and final logits soft-capped (small caps so that they bite on
+    # these random models), alternating sliding (window 6) and global layers, sandwich norms.
+    "gemma2_gqa2_hd32_softcap": (["--arch", "gemma2", "--hidden", "64", "--heads", "4",
+                                  "--kv-heads", "2", "--head-dim", "32", "--ffn", "96",
+                                  "--vocab", "300", "--seed", "31", "--tie",
+                                  "--sliding-window", "6", "--attn-softcap", "3",
+                                  "--final-softcap", "8"], {}),
+    # Four layers, MQA, untied, head_dim 16 != 48 / 4, query_pre_attn_scalar other than head_dim
+    # and Gemma 2's released caps (50 / 30).
+    "gemma2_mqa_hd16_untied": (["--arch", "gemma2", "--layers", "4", "--hidden", "48",
+                                "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--ffn",
+                                "80", "--vocab", "300", "--seed", "32", "--sliding-window", "5"],
                                {"query_pre_attn_scalar": 24}),
 }
 

@@ -1,10 +1,13 @@
-// Gemma 3 text models (Gemma3ForCausalLM: 270M, 1B; the text stack of the larger ones).
+// Gemma 2 and Gemma 3 text models (Gemma2ForCausalLM; Gemma3ForCausalLM: 270M, 1B, and the text
+// stack of the larger ones).
 //
-// The layer: q/k per-head RMSNorm before RoPE; the "sandwich" norms (attention and MLP outputs
-// RMSNorm'ed before they join the residual stream, four norms a layer); every norm scales by
-// (1 + w); GeGLU (tanh); embeddings scaled by sqrt(hidden); attention scaled by
-// query_pre_attn_scalar^-1/2; five sliding-window layers to one global layer, the local ones with
-// their own RoPE base (10000) and no RoPE scaling.
+// The layer both share: the "sandwich" norms (attention and MLP outputs RMSNorm'ed before they
+// join the residual stream, four norms a layer), every norm scaling by (1 + w); GeGLU (tanh);
+// embeddings scaled by sqrt(hidden); attention scaled by query_pre_attn_scalar^-1/2; sliding-window
+// layers interleaved with global ones. Gemma 2 alternates them (layer 0 slides) and soft-caps the
+// attention scores (50) and the final logits (30). Gemma 3 has five sliding layers to one global,
+// per-head q/k RMSNorm before RoPE, and a RoPE base of its own (10000, unscaled) on the sliding
+// layers.
 #include <cmath>
 
 #include "common/model/arch/llama_family.h"
@@ -15,13 +18,16 @@
 namespace astr::model {
 namespace {
 
-constexpr int64_t kGemma3Pattern = 6;      // sliding_window_pattern: 5 local, 1 global
+constexpr int64_t kGemma2Pattern = 2;      // layer 0 slides, layer 1 is global, ...
+constexpr int64_t kGemma3Pattern = 6;      // 5 local, 1 global
 constexpr double kGemma3LocalTheta = 1e4;  // rope_local_base_freq
+constexpr double kGemma2AttnSoftcap = 50.0;
+constexpr double kGemma2FinalSoftcap = 30.0;
 
-void SetGemma3Layer(ModelConfig* c) {
+void SetGemmaLayer(ModelConfig* c) {
   c->rope_layout = RopeLayout::kHalf;
-  c->qk_norm = QkNorm::kBeforeRope;
   c->sandwich_norms = true;
+  c->mlp_activation = MlpActivation::kGeluTanh;
   c->embed_scale = std::sqrt(static_cast<double>(c->hidden_size));
 }
 
@@ -79,22 +85,31 @@ Status ReadRopeParameters(const ConfigJson& r, ModelConfig* c) {
   return OkStatus();
 }
 
-Status ReadGemma3Hf(const ConfigJson& r, ModelConfig* c) {
-  SetGemma3Layer(c);
+// A soft-capping key: its value, `dflt` when absent, 0 when null (off).
+StatusOr<double> ReadSoftcap(const ConfigJson& r, const char* key, double dflt) {
+  if (r.raw().contains(key) && r.raw()[key].is_null()) return 0.0;
+  ASTR_ASSIGN_OR_RETURN(double v, r.Number(key, dflt));
+  if (!(v >= 0.0) || !std::isfinite(v)) return r.Error(key, "must be >= 0 or null");
+  return v;
+}
+
+// The keys Gemma 2 and 3 share; `pattern` is the sliding_window_pattern when the file says none.
+Status ReadGemmaHf(const ConfigJson& r, int64_t pattern, ModelConfig* c) {
+  SetGemmaLayer(c);
   c->norm_weight_offset = 1.0;  // HF stores w of (1 + w)
-  // Gemma3TextConfig's defaults where they differ from the shared ones.
+  // The Gemma configs' defaults where they differ from the shared ones.
   ASTR_ASSIGN_OR_RETURN(c->tie_word_embeddings, r.Bool("tie_word_embeddings", true));
-  if (!r.Has("max_position_embeddings")) c->max_context_tokens = 131072;
-  ASTR_RETURN_IF_ERROR(arch::ReadHfActivation(
-      r, r.Has("hidden_activation") ? "hidden_activation" : "hidden_act", "gelu_pytorch_tanh", c));
+  if (!r.Has("max_position_embeddings")) c->max_context_tokens = 8192;
+  const char* act = r.Has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  ASTR_RETURN_IF_ERROR(arch::ReadHfActivation(r, act, "gelu_pytorch_tanh", c));
+  if (c->mlp_activation != MlpActivation::kGeluTanh) {
+    return r.Unsupported(act, "must be gelu_pytorch_tanh for Gemma");
+  }
   ASTR_ASSIGN_OR_RETURN(double scalar, r.Number("query_pre_attn_scalar", 256.0));
   if (!(scalar > 0.0) || !std::isfinite(scalar)) {
     return r.Error("query_pre_attn_scalar", "must be > 0");
   }
   c->attn_scale = 1.0 / std::sqrt(scalar);
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    if (r.Has(key)) return r.Unsupported(key, "is not supported for gemma3 (null)");
-  }
   ASTR_ASSIGN_OR_RETURN(bool bidirectional, r.Bool("use_bidirectional_attention", false));
   if (bidirectional) return r.Unsupported("use_bidirectional_attention", "true is not supported");
   ASTR_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
@@ -103,13 +118,32 @@ Status ReadGemma3Hf(const ConfigJson& r, ModelConfig* c) {
   if (c->sliding_window <= 0) return r.Error("sliding_window", "must be positive");
   ASTR_RETURN_IF_ERROR(CheckContextTokens(
       c->sliding_window, [&](const std::string& why) { return r.Error("sliding_window", why); }));
-  if (r.Has("layer_types")) {
-    ASTR_RETURN_IF_ERROR(ReadLayerTypes(r, c->num_layers, &c->sliding_window_pattern));
-  } else {
-    const char* key =
-        r.Has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
-    ASTR_ASSIGN_OR_RETURN(c->sliding_window_pattern, r.Int(key, kGemma3Pattern));
-    if (c->sliding_window_pattern < 1) return r.Error(key, "must be positive");
+  if (r.Has("layer_types")) return ReadLayerTypes(r, c->num_layers, &c->sliding_window_pattern);
+  const char* key =
+      r.Has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+  ASTR_ASSIGN_OR_RETURN(c->sliding_window_pattern, r.Int(key, pattern));
+  if (c->sliding_window_pattern < 1) return r.Error(key, "must be positive");
+  return OkStatus();
+}
+
+Status ReadGemma2Hf(const ConfigJson& r, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(ReadGemmaHf(r, kGemma2Pattern, c));
+  ASTR_ASSIGN_OR_RETURN(c->attn_softcap,
+                        ReadSoftcap(r, "attn_logit_softcapping", kGemma2AttnSoftcap));
+  ASTR_ASSIGN_OR_RETURN(c->final_softcap,
+                        ReadSoftcap(r, "final_logit_softcapping", kGemma2FinalSoftcap));
+  if (r.Has("rope_parameters")) {
+    return r.Unsupported("rope_parameters", "is not read for gemma2 (use rope_theta)");
+  }
+  return OkStatus();
+}
+
+Status ReadGemma3Hf(const ConfigJson& r, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(ReadGemmaHf(r, kGemma3Pattern, c));
+  c->qk_norm = QkNorm::kBeforeRope;
+  if (!r.Has("max_position_embeddings")) c->max_context_tokens = 131072;
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (r.Has(key)) return r.Unsupported(key, "is not supported for gemma3 (null)");
   }
   if (r.Has("rope_parameters")) return ReadRopeParameters(r, c);
   ASTR_ASSIGN_OR_RETURN(c->rope_theta, r.Number("rope_theta", 1e6));
@@ -117,44 +151,49 @@ Status ReadGemma3Hf(const ConfigJson& r, ModelConfig* c) {
   return OkStatus();
 }
 
-// llama.cpp's converter stores each norm as 1 + w; the local RoPE base and the 5:1 pattern are
-// not in the metadata (llama.cpp fixes them for gemma3, as here), nor is the attention scale:
-// 1/sqrt(head_dim), but 1/sqrt(hidden/heads) for the 62-layer 27B, as llama.cpp decides.
-Status ReadGemma3Gguf(const GgufKeys& k, ModelConfig* c) {
-  SetGemma3Layer(c);
-  c->mlp_activation = MlpActivation::kGeluTanh;
-  c->sliding_window_pattern = kGemma3Pattern;
-  c->rope_local_theta = kGemma3LocalTheta;
+// What llama.cpp fixes for both and GGUF does not say: norms stored as 1 + w (its converter), the
+// layer pattern, and the attention scale: 1/sqrt(head_dim), but 1/sqrt(hidden/heads) for the 27B
+// models (46 layers for Gemma 2, 62 for Gemma 3), as llama.cpp decides.
+Status ReadGemmaGguf(const GgufKeys& k, int64_t pattern, int64_t layers_27b, ModelConfig* c) {
+  SetGemmaLayer(c);
+  c->sliding_window_pattern = pattern;
   ASTR_ASSIGN_OR_RETURN(c->sliding_window, k.Int("attention.sliding_window"));
   if (c->sliding_window <= 0 || c->sliding_window > kMaxContextTokens) {
     return k.Error("attention.sliding_window",
                    "must be in [1, " + std::to_string(kMaxContextTokens) + "]");
   }
   const int64_t scale_dim =
-      c->num_layers == 62 && c->num_heads > 0 ? c->hidden_size / c->num_heads : c->head_dim;
+      c->num_layers == layers_27b && c->num_heads > 0 ? c->hidden_size / c->num_heads : c->head_dim;
   if (scale_dim > 0) c->attn_scale = 1.0 / std::sqrt(static_cast<double>(scale_dim));
   return OkStatus();
 }
 
-Status CheckGemma3(const ModelConfig& c, const char* format) {
-  if (c.rope_layout != RopeLayout::kHalf || c.qk_norm != QkNorm::kBeforeRope || c.qkv_bias ||
+Status ReadGemma2Gguf(const GgufKeys& k, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(ReadGemmaGguf(k, kGemma2Pattern, 46, c));
+  ASTR_ASSIGN_OR_RETURN(c->attn_softcap, k.Float("attn_logit_softcapping", kGemma2AttnSoftcap));
+  ASTR_ASSIGN_OR_RETURN(c->final_softcap, k.Float("final_logit_softcapping", kGemma2FinalSoftcap));
+  return OkStatus();
+}
+
+Status ReadGemma3Gguf(const GgufKeys& k, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(ReadGemmaGguf(k, kGemma3Pattern, 62, c));
+  c->qk_norm = QkNorm::kBeforeRope;
+  c->rope_local_theta = kGemma3LocalTheta;
+  return OkStatus();
+}
+
+Status CheckGemma(const ModelConfig& c, const std::string& what, QkNorm qk_norm) {
+  if (c.rope_layout != RopeLayout::kHalf || c.qk_norm != qk_norm || c.qkv_bias ||
       c.gated_attention || !c.sandwich_norms || c.mlp_activation != MlpActivation::kGeluTanh ||
       c.sliding_window <= 0 ||
       std::fabs(c.embed_scale - std::sqrt(static_cast<double>(c.hidden_size))) > 1e-9 ||
       !(c.attn_scale > 0.0)) {
-    return InvalidArgumentError(std::string("config features do not match ") + format + " gemma3");
+    return InvalidArgumentError("config features do not match " + what);
   }
   return OkStatus();
 }
 
-Status WriteGemma3Hf(const ModelConfig& c, nlohmann::json* j) {
-  ASTR_RETURN_IF_ERROR(CheckGemma3(c, "HF"));
-  if (c.norm_weight_offset != 1.0) {
-    return InvalidArgumentError("HF gemma3 norms scale by 1 + w (norm_weight_offset 1)");
-  }
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
-    return InvalidArgumentError("HF gemma3 takes linear rope scaling only");
-  }
+void WriteGemmaHf(const ModelConfig& c, nlohmann::json* j) {
   (*j)["hidden_activation"] = "gelu_pytorch_tanh";
   const double scalar = 1.0 / (c.attn_scale * c.attn_scale);
   if (std::fabs(scalar - std::round(scalar)) < 1e-6 * scalar) {
@@ -163,44 +202,109 @@ Status WriteGemma3Hf(const ModelConfig& c, nlohmann::json* j) {
     (*j)["query_pre_attn_scalar"] = scalar;
   }
   (*j)["sliding_window"] = c.sliding_window;
-  (*j)["rope_local_base_freq"] = c.rope_local_theta > 0.0 ? c.rope_local_theta : c.rope_theta;
-  (*j)["attn_logit_softcapping"] = nullptr;
-  (*j)["final_logit_softcapping"] = nullptr;
   nlohmann::json types = nlohmann::json::array();
   for (int64_t l = 0; l < c.num_layers; ++l) {
     types.push_back(c.LayerWindow(l) > 0 ? "sliding_attention" : "full_attention");
   }
   (*j)["layer_types"] = types;
+  const auto cap = [](double v) { return v > 0.0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  (*j)["attn_logit_softcapping"] = cap(c.attn_softcap);
+  (*j)["final_logit_softcapping"] = cap(c.final_softcap);
+}
+
+Status CheckHfNorms(const ModelConfig& c, const std::string& model_type) {
+  if (c.norm_weight_offset != 1.0) {
+    return InvalidArgumentError("HF " + model_type +
+                                " norms scale by 1 + w (norm_weight_offset 1)");
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    return InvalidArgumentError("HF " + model_type + " takes linear rope scaling only");
+  }
+  return OkStatus();
+}
+
+Status WriteGemma2Hf(const ModelConfig& c, nlohmann::json* j) {
+  ASTR_RETURN_IF_ERROR(CheckGemma(c, "HF gemma2", QkNorm::kNone));
+  ASTR_RETURN_IF_ERROR(CheckHfNorms(c, "gemma2"));
+  if (c.rope_local_theta != 0.0) return InvalidArgumentError("HF gemma2 has one RoPE base");
+  WriteGemmaHf(c, j);
+  return OkStatus();
+}
+
+Status WriteGemma3Hf(const ModelConfig& c, nlohmann::json* j) {
+  ASTR_RETURN_IF_ERROR(CheckGemma(c, "HF gemma3", QkNorm::kBeforeRope));
+  ASTR_RETURN_IF_ERROR(CheckHfNorms(c, "gemma3"));
+  if (c.attn_softcap != 0.0 || c.final_softcap != 0.0) {
+    return InvalidArgumentError("HF gemma3 has no logit soft-capping");
+  }
+  WriteGemmaHf(c, j);
+  (*j)["rope_local_base_freq"] = c.rope_local_theta > 0.0 ? c.rope_local_theta : c.rope_theta;
+  return OkStatus();
+}
+
+// The GGUF form llama.cpp reads back the same: norms as 1 + w, its fixed pattern and scale.
+Status CheckGemmaGguf(const ModelConfig& c, const std::string& arch, int64_t pattern) {
+  if (c.norm_weight_offset != 0.0 || c.sliding_window_pattern != pattern ||
+      std::fabs(c.AttnScale() - 1.0f / std::sqrt(static_cast<float>(c.head_dim))) > 1e-7f) {
+    return InvalidArgumentError("GGUF " + arch +
+                                " holds norms as 1 + w and llama.cpp fixes the layer pattern (" +
+                                std::to_string(pattern) +
+                                ") and the 1/sqrt(head_dim) attention scale; this config differs");
+  }
+  return OkStatus();
+}
+
+Status WriteGemma2Gguf(const ModelConfig& c, GgufWriter* w) {
+  ASTR_RETURN_IF_ERROR(CheckGemma(c, "GGUF gemma2", QkNorm::kNone));
+  ASTR_RETURN_IF_ERROR(CheckGemmaGguf(c, "gemma2", kGemma2Pattern));
+  if (c.rope_local_theta != 0.0) return InvalidArgumentError("GGUF gemma2 has one RoPE base");
+  w->AddMetadata("gemma2.attention.sliding_window",
+                 GgufValue::U32(static_cast<uint32_t>(c.sliding_window)));
+  w->AddMetadata("gemma2.attn_logit_softcapping",
+                 GgufValue::F32(static_cast<float>(c.attn_softcap)));
+  w->AddMetadata("gemma2.final_logit_softcapping",
+                 GgufValue::F32(static_cast<float>(c.final_softcap)));
   return OkStatus();
 }
 
 Status WriteGemma3Gguf(const ModelConfig& c, GgufWriter* w) {
-  ASTR_RETURN_IF_ERROR(CheckGemma3(c, "GGUF"));
-  if (c.norm_weight_offset != 0.0 || c.sliding_window_pattern != kGemma3Pattern ||
-      c.rope_local_theta != kGemma3LocalTheta ||
-      std::fabs(c.AttnScale() - 1.0f / std::sqrt(static_cast<float>(c.head_dim))) > 1e-7f) {
+  ASTR_RETURN_IF_ERROR(CheckGemma(c, "GGUF gemma3", QkNorm::kBeforeRope));
+  ASTR_RETURN_IF_ERROR(CheckGemmaGguf(c, "gemma3", kGemma3Pattern));
+  if (c.rope_local_theta != kGemma3LocalTheta || c.attn_softcap != 0.0 || c.final_softcap != 0.0) {
     return InvalidArgumentError(
-        "GGUF gemma3 holds norms as 1 + w and llama.cpp fixes the 5:1 layer pattern, the local "
-        "RoPE base 10000 and the 1/sqrt(head_dim) attention scale; this config differs");
+        "GGUF gemma3: llama.cpp fixes the local RoPE base 10000 and has no soft-capping");
   }
   w->AddMetadata("gemma3.attention.sliding_window",
                  GgufValue::U32(static_cast<uint32_t>(c.sliding_window)));
   return OkStatus();
 }
 
+// HF's post_attention_layernorm is the norm *after* attention here (llama.cpp's
+// post_attention_norm), pre_feedforward_layernorm the MLP's input norm.
+const std::vector<TensorNames> kGemmaNames = {
+    {"mlp_norm", "ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+    {"post_attn_norm", "post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"post_mlp_norm", "post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
+
 }  // namespace
 
-extern const Architecture kGemma3Architecture{
-    "gemma3",
-    {"gemma3_text"},
-    {"gemma3"},
-    {{"mlp_norm", "ffn_norm.weight", "pre_feedforward_layernorm.weight"},
-     {"post_attn_norm", "post_attention_norm.weight", "post_attention_layernorm.weight"},
-     {"post_mlp_norm", "post_ffw_norm.weight", "post_feedforward_layernorm.weight"}},
-    1.0,
-    ReadGemma3Hf,
-    ReadGemma3Gguf,
-    WriteGemma3Hf,
-    WriteGemma3Gguf};
+extern const Architecture kGemma2Architecture{.name = "gemma2",
+                                              .hf_model_types = {"gemma2"},
+                                              .gguf_names = {"gemma2"},
+                                              .layer_names = kGemmaNames,
+                                              .hf_norm_weight_offset = 1.0,
+                                              .read_hf = ReadGemma2Hf,
+                                              .read_gguf = ReadGemma2Gguf,
+                                              .write_hf = WriteGemma2Hf,
+                                              .write_gguf = WriteGemma2Gguf};
+extern const Architecture kGemma3Architecture{.name = "gemma3",
+                                              .hf_model_types = {"gemma3_text"},
+                                              .gguf_names = {"gemma3"},
+                                              .layer_names = kGemmaNames,
+                                              .hf_norm_weight_offset = 1.0,
+                                              .read_hf = ReadGemma3Hf,
+                                              .read_gguf = ReadGemma3Gguf,
+                                              .write_hf = WriteGemma3Hf,
+                                              .write_gguf = WriteGemma3Gguf};
 
 }  // namespace astr::model

@@ -129,21 +129,23 @@ Status WriteAutoregressiveLmHf(const ModelConfig& c, nlohmann::json* j) {
 
 }  // namespace
 
-extern const Architecture kLlamaArchitecture{
-    "llama",       {"llama"},    {"llama"},     {}, 0.0, ReadLlamaHf,
-    ReadLlamaGguf, WriteLlamaHf, WriteLlamaGguf};
+extern const Architecture kLlamaArchitecture{.name = "llama",
+                                             .hf_model_types = {"llama"},
+                                             .gguf_names = {"llama"},
+                                             .read_hf = ReadLlamaHf,
+                                             .read_gguf = ReadLlamaGguf,
+                                             .write_hf = WriteLlamaHf,
+                                             .write_gguf = WriteLlamaGguf};
 // GGUF files of Mistral models say "llama" (llama.cpp's converter); a few say "mistral".
-extern const Architecture kMistralArchitecture{"mistral", {"mistral"}, {"mistral"},   {},
-                                               0.0,       ReadLlamaHf, ReadLlamaGguf, WriteLlamaHf,
-                                               nullptr};
-extern const Architecture kAutoregressiveLmArchitecture{"autoregressive_lm",
-                                                        {"autoregressive_lm"},
-                                                        {},
-                                                        {},
-                                                        0.0,
-                                                        ReadAutoregressiveLmHf,
-                                                        nullptr,
-                                                        WriteAutoregressiveLmHf,
-                                                        nullptr};
+extern const Architecture kMistralArchitecture{.name = "mistral",
+                                               .hf_model_types = {"mistral"},
+                                               .gguf_names = {"mistral"},
+                                               .read_hf = ReadLlamaHf,
+                                               .read_gguf = ReadLlamaGguf,
+                                               .write_hf = WriteLlamaHf};
+extern const Architecture kAutoregressiveLmArchitecture{.name = "autoregressive_lm",
+                                                        .hf_model_types = {"autoregressive_lm"},
+                                                        .read_hf = ReadAutoregressiveLmHf,
+                                                        .write_hf = WriteAutoregressiveLmHf};
 
 }  // namespace astr::model

@@ -50,11 +50,19 @@ Status WriteQwenGguf(const ModelConfig& c, GgufWriter*) {
 
 }  // namespace
 
-extern const Architecture kQwen2Architecture{"qwen2",      {"qwen2"},   {"qwen2"},     {},
-                                             0.0,          ReadQwen2Hf, ReadQwen2Gguf, WriteQwen2Hf,
-                                             WriteQwenGguf};
-extern const Architecture kQwen3Architecture{"qwen3",      {"qwen3"},   {"qwen3"},     {},
-                                             0.0,          ReadQwen3Hf, ReadQwen3Gguf, WriteQwen3Hf,
-                                             WriteQwenGguf};
+extern const Architecture kQwen2Architecture{.name = "qwen2",
+                                             .hf_model_types = {"qwen2"},
+                                             .gguf_names = {"qwen2"},
+                                             .read_hf = ReadQwen2Hf,
+                                             .read_gguf = ReadQwen2Gguf,
+                                             .write_hf = WriteQwen2Hf,
+                                             .write_gguf = WriteQwenGguf};
+extern const Architecture kQwen3Architecture{.name = "qwen3",
+                                             .hf_model_types = {"qwen3"},
+                                             .gguf_names = {"qwen3"},
+                                             .read_hf = ReadQwen3Hf,
+                                             .read_gguf = ReadQwen3Gguf,
+                                             .write_hf = WriteQwen3Hf,
+                                             .write_gguf = WriteQwenGguf};
 
 }  // namespace astr::model

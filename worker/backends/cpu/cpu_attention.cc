@@ -66,6 +66,12 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
     PrefetchRows(v_pool, pages, j0, j1, g, s);
     PrefetchRows(k_pool, pages, j1, BlockEnd(j1, n_kv), g, s);
     kern.scores(q_row, group, hd, k_rows, n, scale, scores, kBlock);
+    if (s.softcap > 0.0f) {
+      for (int64_t h = 0; h < group; ++h) {
+        float* row = scores + h * kBlock;
+        for (int64_t j = 0; j < n; ++j) row[j] = s.softcap * std::tanh(row[j] / s.softcap);
+      }
+    }
     kern.softmax(scores, kBlock, group, n, m, l, corr);
     kern.accumulate(scores, kBlock, group, hd, v_rows, n, corr, acc);
   }

@@ -16,6 +16,7 @@ struct AttentionShape {
   int64_t page_size;
   int64_t sliding_window;  // 0 = full causal attention
   float scale = 0.0f;      // softmax scale of the scores; 0 = 1 / sqrt(head_dim)
+  float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
 };
 
 // Scratch floats attention needs per thread.

@@ -78,8 +78,13 @@ class CpuBackend final : public Backend {
     ws_.gate_up.resize(t * 2 * c.intermediate_size);
     ws_.act.resize(t * c.intermediate_size);
     ws_.sampled.resize(max_samples_ * c.hidden_size);
-    shape_ = {c.num_heads,      c.num_kv_heads,   c.head_dim,
-              kv_->page_size(), c.sliding_window, c.AttnScale()};
+    shape_ = {c.num_heads,
+              c.num_kv_heads,
+              c.head_dim,
+              kv_->page_size(),
+              c.sliding_window,
+              c.AttnScale(),
+              static_cast<float>(c.attn_softcap)};
     ws_.attn_scratch.resize(pool_.size() * AttentionScratchFloats(shape_));
     ws_.row_entry.resize(t);
   }
@@ -316,6 +321,10 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
                 c.hidden_size * sizeof(float));
   }
   weights_->lm_head.Apply(ws_.sampled.data(), c.hidden_size, s, logits, c.vocab_size, &pool_);
+  if (c.final_softcap > 0.0) {
+    const float cap = static_cast<float>(c.final_softcap);
+    for (int64_t i = 0; i < s * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
   return OkStatus();
 }
 

@@ -32,6 +32,7 @@ AttentionDims DimsOf(const model::ModelConfig& c) {
   d.head_dim = static_cast<int>(c.head_dim);
   d.sliding_window = static_cast<int>(c.sliding_window);  // EnqueueLayer sets each layer's
   d.sm_scale = c.AttnScale();
+  d.softcap = static_cast<float>(c.attn_softcap);
   return d;
 }
 
@@ -502,8 +503,14 @@ Status CudaBackend::EnqueueForward(int rows, int entries, int samples, bool deco
         "gathering sample rows");
     head_in = a.sampled;
   }
-  return gemm_->Matmul(head_in, hidden, weights_.lm_head_ptr(), a.logits, c.vocab_size, CUDA_R_32F,
-                       samples, c.vocab_size, hidden, s);
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(head_in, hidden, weights_.lm_head_ptr(), a.logits,
+                                     c.vocab_size, CUDA_R_32F, samples, c.vocab_size, hidden, s));
+  if (c.final_softcap > 0.0) {
+    ASTR_LAUNCH(LaunchSoftcap(a.logits, int64_t{samples} * c.vocab_size,
+                              static_cast<float>(c.final_softcap), s),
+                "final logit soft-capping");
+  }
+  return OkStatus();
 }
 
 Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, int num_tiles,
