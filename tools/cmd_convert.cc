@@ -50,6 +50,11 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
     return InvalidArgumentError("--dtype must be f32, f16 or bf16");
   }
   model::ModelConfig config = model->config();
+  if (const model::Architecture* a = model::FindArchitecture(config.architecture);
+      a != nullptr && !a->fused_names.empty()) {
+    return UnimplementedError("converting " + config.architecture +
+                              " (fused tensors in HF form) is not supported");
+  }
   const bool unpermute = config.rope_layout == model::RopeLayout::kInterleaved;
   config.rope_layout = model::RopeLayout::kHalf;
   // Norm weights as HF holds them: the same scale, HF's offset (Gemma: GGUF 1 + w -> HF w).

@@ -159,6 +159,8 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.rope_layout = model::RopeLayout::kInterleaved;
     c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
     c.gated_attention = o.gated;
+  } else if (o.arch == "phi3") {
+    // The LLaMA layer with fused qkv_proj / gate_up_proj tensors (FileTensors).
   } else if (o.arch == "gemma2" || o.arch == "gemma3") {
     // Gemma's layer (common/model/arch/gemma.cc), with query_pre_attn_scalar = head_dim; Gemma 3
     // with the local RoPE base llama.cpp assumes, Gemma 2 soft-capped.
@@ -180,7 +182,7 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.norm_weight_offset = o.format == "hf" ? 1.0 : 0.0;  // llama.cpp's converter stores 1 + w
   } else {
     return InvalidArgumentError(
-        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm, gemma2 or gemma3");
+        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm, gemma2, gemma3 or phi3");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -269,6 +271,58 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return OkStatus();
 }
 
+// A tensor as the file declares it.
+struct FileTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  model::DType dtype;
+};
+
+// The file's tensors: one per spec, but the parts an architecture fuses (Phi-3's q/k/v, gate/up:
+// consecutive specs) declared as one tensor. StreamWeights writes the parts one after the other,
+// which is the fused tensor's row order.
+StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
+                                              const std::vector<model::WeightSpec>& specs,
+                                              const std::vector<model::DType>& dtypes, bool gguf) {
+  const model::Architecture* arch = model::FindArchitecture(c.architecture);
+  std::vector<FileTensor> out;
+  for (size_t i = 0; i < specs.size();) {
+    std::string layer, rest;
+    const model::FusedTensorNames* fused = nullptr;
+    if (arch != nullptr && model::SplitLayerName(specs[i].name, "layers.", &layer, &rest)) {
+      for (const model::FusedTensorNames& f : arch->fused_names) {
+        if (f.parts[0] == rest) fused = &f;
+      }
+    }
+    if (fused == nullptr) {
+      const std::string name = gguf ? model::GgufNameFromCanonical(c.architecture, specs[i].name)
+                                    : model::HfNameFromCanonical(c.architecture, specs[i].name);
+      out.push_back({name, specs[i].shape, dtypes[i]});
+      ++i;
+      continue;
+    }
+    int64_t rows = 0;
+    for (size_t p = 0; p < fused->parts.size(); ++p) {
+      const size_t k = i + p;
+      if (k >= specs.size() || specs[k].name != "layers." + layer + "." + fused->parts[p]) {
+        return InternalError("fused tensor parts of layer " + layer + " are not consecutive");
+      }
+      if (dtypes[k] != dtypes[i]) {
+        return InvalidArgumentError("--dtype-of: " + specs[k].name + " is stored fused with " +
+                                    specs[i].name + " in " + c.architecture +
+                                    " files and takes its type");
+      }
+      rows += specs[k].shape[0];
+    }
+    out.push_back(
+        {(gguf ? "blk." : "model.layers.") + layer + "." + (gguf ? fused->gguf : fused->hf),
+         {rows, specs[i].shape[1]},
+         dtypes[i]});
+    i += fused->parts.size();
+  }
+  return out;
+}
+
 Status MakeModel(const Options& o) {
   if (o.format != "gguf" && o.format != "hf")
     return InvalidArgumentError("--format must be gguf or hf");
@@ -278,9 +332,9 @@ Status MakeModel(const Options& o) {
         "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
   }
   if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "gemma2" &&
-      o.arch != "gemma3") {
+      o.arch != "gemma3" && o.arch != "phi3") {
     return InvalidArgumentError(
-        "--format gguf supports --arch llama, qwen2, qwen3, gemma2, gemma3 (not " + o.arch +
+        "--format gguf supports --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 (not " + o.arch +
         "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
@@ -324,10 +378,9 @@ Status MakeModel(const Options& o) {
     model::GgufWriter w;
     ASTR_RETURN_IF_ERROR(model::AddGgufMetadata(config, &w));
     AddGgufVocab(config.vocab_size, &w);
-    for (size_t t = 0; t < specs.size(); ++t) {
-      w.AddTensor(model::GgufNameFromCanonical(config.architecture, specs[t].name), specs[t].shape,
-                  dtypes[t]);
-    }
+    ASTR_ASSIGN_OR_RETURN(std::vector<FileTensor> file_tensors,
+                          FileTensors(config, specs, dtypes, /*gguf=*/true));
+    for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
     return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
   }
@@ -340,10 +393,9 @@ Status MakeModel(const Options& o) {
       WriteTextFile(o.out + "/generation_config.json", model::GenerationConfigJson(config)));
   model::SafetensorsWriter w;
   w.SetMetadata("format", "pt");
-  for (size_t t = 0; t < specs.size(); ++t) {
-    w.AddTensor(model::HfNameFromCanonical(config.architecture, specs[t].name), specs[t].shape,
-                dtypes[t]);
-  }
+  ASTR_ASSIGN_OR_RETURN(std::vector<FileTensor> file_tensors,
+                        FileTensors(config, specs, dtypes, /*gguf=*/false));
+  for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
   return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
 }
@@ -352,9 +404,10 @@ int RunMakeModel(int argc, const char* const* argv) {
   Options o;
   FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
   fs.String("arch", &o.arch,
-            "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma2 | gemma3.");
+            "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma2 | gemma3 | phi3.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
-  fs.String("format", &o.format, "gguf (llama, qwen2, qwen3, gemma2, gemma3) or hf (every arch).");
+  fs.String("format", &o.format,
+            "gguf (llama, qwen2, qwen3, gemma2, gemma3, phi3) or hf (every arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "

@@ -10,6 +10,7 @@ extern const Architecture kQwen3Architecture;
 extern const Architecture kAutoregressiveLmArchitecture;
 extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
+extern const Architecture kPhi3Architecture;
 
 namespace {
 
@@ -87,6 +88,31 @@ std::string JoinAll(bool hf) {
 
 }  // namespace
 
+int64_t CanonicalRows(const ModelConfig& c, const std::string& part) {
+  if (part == "q_proj" || part == "attn_gate") return c.num_heads * c.head_dim;
+  if (part == "k_proj" || part == "v_proj") return c.num_kv_heads * c.head_dim;
+  if (part == "gate_proj" || part == "up_proj") return c.intermediate_size;
+  if (part == "o_proj" || part == "down_proj") return c.hidden_size;
+  return 0;
+}
+
+bool MatchFusedTensor(const std::string& arch, const std::string& file_name, bool gguf,
+                      std::string* layer, const FusedTensorNames** fused) {
+  const Architecture* a = FindArchitecture(arch);
+  if (a == nullptr || a->fused_names.empty()) return false;
+  std::string rest;
+  if (!SplitLayerName(file_name, LayerPrefix(gguf ? Side::kGguf : Side::kHf), layer, &rest)) {
+    return false;
+  }
+  for (const FusedTensorNames& f : a->fused_names) {
+    if (rest == (gguf ? f.gguf : f.hf)) {
+      *fused = &f;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool SplitLayerName(const std::string& name, const std::string& prefix, std::string* layer,
                     std::string* rest) {
   if (name.compare(0, prefix.size(), prefix) != 0) return false;
@@ -99,10 +125,14 @@ bool SplitLayerName(const std::string& name, const std::string& prefix, std::str
 }
 
 const std::vector<const Architecture*>& Architectures() {
-  static const std::vector<const Architecture*> all = {
-      &kLlamaArchitecture, &kMistralArchitecture,          &kQwen2Architecture,
-      &kQwen3Architecture, &kAutoregressiveLmArchitecture, &kGemma2Architecture,
-      &kGemma3Architecture};
+  static const std::vector<const Architecture*> all = {&kLlamaArchitecture,
+                                                       &kMistralArchitecture,
+                                                       &kQwen2Architecture,
+                                                       &kQwen3Architecture,
+                                                       &kAutoregressiveLmArchitecture,
+                                                       &kGemma2Architecture,
+                                                       &kGemma3Architecture,
+                                                       &kPhi3Architecture};
   return all;
 }
 

@@ -27,6 +27,14 @@ struct TensorNames {
   const char* hf;
 };
 
+// A file tensor that holds several canonical layer tensors stacked along its rows (Phi-3's
+// qkv_proj, gate_up_proj): the model file exposes each part as its own tensor, a view of its rows.
+struct FusedTensorNames {
+  const char* gguf;                // layer suffix in GGUF
+  const char* hf;                  // layer suffix in HF
+  std::vector<std::string> parts;  // canonical suffixes, in row order (CanonicalRows each)
+};
+
 struct Architecture {
   const char* name;  // ModelConfig::architecture
   // config.json model_type values read as this architecture; the first is written.
@@ -36,6 +44,8 @@ struct Architecture {
   std::vector<std::string> gguf_names;
   // Layer tensors named otherwise than in the LLaMA family (e.g. Gemma's four norms).
   std::vector<TensorNames> layer_names;
+  // Layer tensors the files hold fused.
+  std::vector<FusedTensorNames> fused_names;
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;
@@ -65,6 +75,14 @@ std::string CanonicalFromGgufName(const std::string& arch, const std::string& gg
 std::string CanonicalFromHfName(const std::string& arch, const std::string& hf_name);
 std::string GgufNameFromCanonical(const std::string& arch, const std::string& canonical);
 std::string HfNameFromCanonical(const std::string& arch, const std::string& canonical);
+
+// Rows of canonical layer tensor `part` ("q_proj", "k_proj", "gate_proj", ...) in `config`; 0 for a
+// name that is no projection.
+int64_t CanonicalRows(const ModelConfig& config, const std::string& part);
+// Whether file tensor `file_name` (a GGUF name when `gguf`, else HF) is one of the fused tensors of
+// architecture `arch`: then its layer ("3") and description.
+bool MatchFusedTensor(const std::string& arch, const std::string& file_name, bool gguf,
+                      std::string* layer, const FusedTensorNames** fused);
 
 // Splits "<prefix><digits>.<rest>" (e.g. "layers.3.q_proj" with prefix "layers."); false when
 // `name` does not have that form.

@@ -261,6 +261,13 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   }));
   ASTR_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps", 1e-6));
   ASTR_ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta", 10000.0));
+  // transformers 5 writes the base inside rope_parameters (one set; per-layer-type sets are the
+  // architecture's to read).
+  if (!r.Has("rope_theta") && r.Has("rope_parameters") && r.raw()["rope_parameters"].is_object() &&
+      !r.raw()["rope_parameters"].contains("full_attention")) {
+    ConfigJson p(r.raw()["rope_parameters"], path + ": rope_parameters");
+    ASTR_ASSIGN_OR_RETURN(c.rope_theta, p.Number("rope_theta", 10000.0));
+  }
   ASTR_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   ASTR_ASSIGN_OR_RETURN(c.bos_token_id, r.Int("bos_token_id", -1));
   ASTR_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));

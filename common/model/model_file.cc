@@ -80,6 +80,42 @@ void ModelFile::AddTensor(TensorView view) {
   tensors_[view.name] = std::move(view);
 }
 
+void ModelFile::AddFused(const TensorView& view, const std::string& layer,
+                         const FusedTensorNames& fused) {
+  const std::string prefix = "layers." + layer + ".";
+  int64_t total = 0;
+  std::string names;
+  for (const std::string& part : fused.parts) {
+    total += CanonicalRows(config_, part);
+    names += (names.empty() ? "" : " + ") + part;
+  }
+  const bool fits = view.shape.size() == 2 && view.shape[0] == total;
+  int64_t row = 0;
+  for (const std::string& part : fused.parts) {
+    const std::string canonical = prefix + part;
+    NoteLayer(canonical);
+    const int64_t rows = CanonicalRows(config_, part);
+    auto begin = DTypeByteSize(view.dtype, fits ? row * view.shape[1] : 0);
+    auto bytes = DTypeByteSize(view.dtype, fits ? rows * view.shape[1] : 0);
+    if (!fits || !begin.ok() || !bytes.ok()) {
+      unreadable_[canonical] =
+          InvalidArgumentError(path_ + ": tensor '" + view.source_name + "' has shape " +
+                               ShapeToString(view.shape) + ", expected [" + names + " = " +
+                               std::to_string(total) + ", cols] (it holds " + canonical + ")");
+      continue;
+    }
+    TensorView part_view = view;
+    part_view.name = canonical;
+    part_view.source_name =
+        view.source_name + "[" + std::to_string(row) + ":" + std::to_string(row + rows) + "]";
+    part_view.shape = {rows, view.shape[1]};
+    part_view.data = static_cast<const uint8_t*>(view.data) + *begin;
+    part_view.bytes = *bytes;
+    AddTensor(std::move(part_view));
+    row += rows;
+  }
+}
+
 void ModelFile::NoteLayer(const std::string& canonical) {
   std::string layer, rest;
   if (!SplitLayerName(canonical, "layers.", &layer, &rest)) return;
@@ -92,6 +128,12 @@ Status ModelFile::OpenGguf() {
   ASTR_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path_));
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
   for (const GgufTensor& t : gguf_->tensors()) {
+    std::string layer;
+    const FusedTensorNames* fused = nullptr;
+    if (MatchFusedTensor(config_.architecture, t.name, /*gguf=*/true, &layer, &fused)) {
+      AddFused(TensorView{t.name, t.name, t.dtype, t.shape, t.data, t.bytes}, layer, *fused);
+      continue;
+    }
     std::string canonical = CanonicalFromGgufName(config_.architecture, t.name);
     NoteLayer(canonical);
     AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, t.shape, t.data,
@@ -107,6 +149,20 @@ Status ModelFile::OpenHf() {
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromHfJson(config_path));
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
   for (const auto& [name, t] : safetensors_->tensors()) {
+    std::string layer;
+    const FusedTensorNames* fused = nullptr;
+    if (MatchFusedTensor(config_.architecture, name, /*gguf=*/false, &layer, &fused)) {
+      auto fused_dtype = safetensors_->ReadableDType(t);
+      if (fused_dtype.ok()) {
+        AddFused(TensorView{name, name, *fused_dtype, t.shape, t.data, t.bytes}, layer, *fused);
+      } else {
+        for (const std::string& part : fused->parts) {
+          NoteLayer("layers." + layer + "." + part);
+          unreadable_["layers." + layer + "." + part] = fused_dtype.status();
+        }
+      }
+      continue;
+    }
     std::string canonical = CanonicalFromHfName(config_.architecture, name);
     NoteLayer(canonical);
     const std::string key = canonical.empty() ? name : canonical;

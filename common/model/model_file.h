@@ -110,6 +110,9 @@ class ModelFile final : public TensorSource {
   Status OpenHf();
   Status ReadGgufVocab();
   void AddTensor(TensorView view);
+  // Adds the parts of fused file tensor `view` (architecture().fused_names) as views of its rows,
+  // or, when its shape is not the parts' rows stacked, an error for each part.
+  void AddFused(const TensorView& view, const std::string& layer, const FusedTensorNames& fused);
   // Records the layer index of a mapped tensor's canonical name ("layers.N.*").
   void NoteLayer(const std::string& canonical);
   Status CheckLayerCount() const;

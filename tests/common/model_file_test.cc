@@ -286,3 +286,59 @@ TEST(ModelFileGgufTest, QuantizedGgufAndUnsupportedArchitecture) {
 
 }  // namespace
 }  // namespace astr
+
+namespace astr {
+namespace {
+
+// Phi-3's fused qkv_proj / gate_up_proj: the parts are views of the fused tensor's rows, and a
+// fused tensor of the wrong height is an error naming it and what it should hold.
+TEST(ModelFileFusedTest, Phi3PartsAreRowViews) {
+  const std::string dir = testing::TempDir("phi3");
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":6,
+      "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1})";
+  auto make = [](const std::string& name, std::vector<int64_t> shape) {
+    model::SafetensorsTensorData t{name, shape, model::DType::kF32, {}};
+    const int64_t n = shape[0] * (shape.size() > 1 ? shape[1] : 1);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+    t.bytes.assign(b, b + v.size() * sizeof(float));
+    return t;
+  };
+  auto write = [&](int64_t qkv_rows) {
+    std::vector<model::SafetensorsTensorData> t = {
+        make("model.embed_tokens.weight", {16, 8}),
+        make("model.norm.weight", {8}),
+        make("lm_head.weight", {16, 8}),
+        make("model.layers.0.input_layernorm.weight", {8}),
+        make("model.layers.0.self_attn.qkv_proj.weight", {qkv_rows, 8}),
+        make("model.layers.0.self_attn.o_proj.weight", {8, 8}),
+        make("model.layers.0.post_attention_layernorm.weight", {8}),
+        make("model.layers.0.mlp.gate_up_proj.weight", {12, 8}),
+        make("model.layers.0.mlp.down_proj.weight", {8, 6})};
+    ASSERT_TRUE(model::WriteSafetensorsFile(dir + "/model.safetensors", t).ok());
+  };
+  write(16);  // q 8 + k 4 + v 4
+  auto f = model::ModelFile::Open(dir);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE((*f)->ValidateWeights().ok());
+  std::vector<float> k, up;
+  ASSERT_TRUE((*f)->LoadF32("layers.0.k_proj", {4, 8}, &k).ok());
+  EXPECT_EQ(k[0], 64.0f);  // row 8 of the fused tensor
+  ASSERT_TRUE((*f)->LoadF32("layers.0.up_proj", {6, 8}, &up).ok());
+  EXPECT_EQ(up[0], 48.0f);  // row 6
+  EXPECT_EQ((*f)->Raw("layers.0.v_proj")->source_name,
+            "model.layers.0.self_attn.qkv_proj.weight[12:16]");
+
+  write(15);
+  auto bad = model::ModelFile::Open(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("qkv_proj.weight' has shape [15, 8], expected [q_proj + "
+                                        "k_proj + v_proj = 16"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+}  // namespace
+}  // namespace astr

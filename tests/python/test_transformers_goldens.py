@@ -165,3 +165,25 @@ def test_cuda_emulated_follows_transformers(name: str, models) -> None:
         pytest.skip(f"no emulated CUDA plugin at {CUDA_EMU} (built without the CUDA toolkit)")
     check_bf16(name, models(name), ["--backend", "cuda"], {"ASTR_CUDA_PLUGIN": str(CUDA_EMU)},
                "emulated cuda")
+
+
+# Cases whose model GGUF can hold as it is (no config overrides, a layer pattern llama.cpp fixes the
+# same, q/k rows in rotate-half order): `make-model --format gguf` writes the same values under
+# llama.cpp's names (Phi-3's fused attn_qkv / ffn_up, Gemma's norms as 1 + w), so astr's reading of
+# the GGUF form must give transformers' greedy ids too.
+GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32"]
+
+
+@pytest.mark.parametrize("name", GGUF_FORM_CASES)
+def test_cpu_f32_gguf_form_equals_transformers(name: str, tmp_path: Path) -> None:
+    assert not cases.CASES[name][1], f"{name} has config overrides GGUF cannot hold"
+    args = cases.make_model_args(name, str(tmp_path / "model.gguf"))
+    args[args.index("--format") + 1] = "gguf"
+    subprocess.run([str(ASTR), *args], check=True, stdout=subprocess.DEVNULL)
+    for p in GOLD["cases"][name]["prompts"]:
+        out = run_astr(tmp_path / "model.gguf", p["ids"], ["--dtype", "f32", "--threads", "1"])
+        assert out["token_ids"] == p["greedy"], (
+            f"{name} prompt of {len(p['ids'])} (GGUF): astr {out['token_ids']} vs transformers "
+            f"{p['greedy']}")
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+            assert abs(lp - gold) <= TOL_F32, f"{name} GGUF step {step}: logprob {lp} vs {gold}"

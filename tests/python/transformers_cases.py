@@ -7,7 +7,8 @@ weights' hashes against the goldens, and compares astr's greedy run with transfo
 
 Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
-biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping) and Gemma 3 (gemma3_text). `--init-std 0.25` makes the random models' distributions sharp enough that
+biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping), Gemma 3 (gemma3_text) and Phi-3 (fused
+qkv / gate_up, partial rotary). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -80,6 +81,15 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                 "--heads", "4", "--kv-heads", "1", "--head-dim", "16", "--ffn",
                                 "80", "--vocab", "300", "--seed", "32", "--sliding-window", "5"],
                                {"query_pre_attn_scalar": 24}),
+    # Phi-3: fused qkv_proj and gate_up_proj (split by the model file), GQA 2, untied.
+    "phi3_gqa2_hd16": (["--arch", "phi3", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                        "--ffn", "96", "--vocab", "300", "--seed", "41"], {}),
+    # Phi-4-mini's shape of attention: partial rotary (half the head), MQA, tied, and a sliding
+    # window of 8 under the 40-token prompt.
+    "phi3_partial_rotary_sw8": (["--arch", "phi3", "--hidden", "96", "--heads", "4",
+                                 "--kv-heads", "1", "--ffn", "128", "--vocab", "300", "--seed",
+                                 "42", "--tie"],
+                                {"partial_rotary_factor": 0.5, "sliding_window": 8}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

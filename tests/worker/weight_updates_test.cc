@@ -440,6 +440,25 @@ TEST_F(WeightUpdatesTest, GemmaHfNormsUpdateAGgufServedModel) {
   EXPECT_EQ(got.logprob, want.logprob);
 }
 
+// Pushes name HF tensors one to one; Phi-3's fused ones are refused with a clear status (not yet
+// split on receipt), and nothing is staged.
+TEST(WeightStagerFusedTest, Phi3PushesAreRefused) {
+  model::ModelConfig c;
+  c.architecture = "phi3";
+  c.vocab_size = 16, c.hidden_size = 8, c.intermediate_size = 6, c.num_layers = 1;
+  c.num_heads = 2, c.num_kv_heads = 1, c.head_dim = 4, c.rope_dim = 4, c.max_context_tokens = 64;
+  WeightStager stager(c);
+  v1::WeightManifest m;
+  v1::TensorSpec* s = m.add_tensors();
+  s->set_name("model.layers.0.self_attn.qkv_proj.weight");
+  s->set_dtype("f32");
+  s->add_shape(16);
+  s->add_shape(8);
+  const Status st = stager.Begin(m);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
+  EXPECT_NE(st.message().find("qkv_proj"), std::string::npos) << st.message();
+}
+
 TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {
   // Nothing staged.
   EXPECT_EQ(Control(v1::ControlWeightsRequest::APPLY, 1, 1).status().code(),

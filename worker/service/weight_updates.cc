@@ -64,6 +64,12 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   begun_ = true;
   label_ = manifest.label();
   if (manifest.tensors().empty()) return InvalidArgumentError("manifest: no tensors");
+  if (const model::Architecture* a = model::FindArchitecture(config_.architecture);
+      a != nullptr && !a->fused_names.empty()) {
+    return UnimplementedError("weight pushes to " + config_.architecture +
+                              " (fused tensors such as " + a->fused_names[0].hf +
+                              ") are not supported yet; update from disk instead");
+  }
   std::map<std::string, std::vector<int64_t>> expected;
   for (model::WeightSpec& w : model::ExpectedWeights(config_)) {
     expected.emplace(std::move(w.name), std::move(w.shape));
