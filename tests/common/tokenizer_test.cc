@@ -171,6 +171,17 @@ TEST(TokenizerTest, DefaultModelGgufMatchesTheHfTokenizer) {
             (std::vector<int32_t>{1, 4093, 198, 26843, 2}));
 }
 
+// Generation stops where llama.cpp's does: the file's eos, and turn-end pieces it recognizes by
+// text (the Gemma 3 GGUF names no eot id; its chat turns end with <end_of_turn>, id 106).
+TEST(TokenizerTest, GgufTurnEndTokensEndGeneration) {
+  const std::string gemma =
+      std::string(ASTR_SOURCE_DIR) + "/.cache/models/gemma3-270m/gemma-3-270m-q4_k_m.gguf";
+  if (!std::ifstream(gemma)) GTEST_SKIP() << "Gemma 3 GGUF not installed: " << gemma;
+  auto tok = MustLoad(gemma);
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->eos_ids(), (std::vector<int32_t>{1, 106}));
+}
+
 TEST(TokenizerTest, LlamaConfigDecidesBosAndEos) {
   ASTR_REQUIRE_SHARED_FILE(src, "tokenizers/hf/tinyllama-1.1b-chat-v1.0/tokenizer.json");
   // As transformers' LlamaTokenizerFast: add_bos_token / add_eos_token rebuild the post-processor.

@@ -199,6 +199,20 @@ StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGgufVocab(const model:
   for (int64_t id : {vocab.eos_id, vocab.eot_id, vocab.eom_id}) {
     if (id >= 0) AddTokenId(&eos, id);
   }
+  // Generation also ends on the turn-end tokens llama.cpp recognizes by their text
+  // (llama-vocab.cpp), as control or user-defined pieces: files that name no eot id (Google's
+  // Gemma 3 GGUFs have none) still stop on Gemma's <end_of_turn>, ChatML's <|im_end|>, ...
+  static constexpr std::string_view kEndOfGeneration[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",  "<|endoftext|>",
+      "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>"};
+  for (size_t id = 0; id < vocab.tokens.size(); ++id) {
+    const model::TokenType type =
+        id < vocab.types.size() ? vocab.types[id] : model::TokenType::kControl;
+    if (type != model::TokenType::kControl && type != model::TokenType::kUserDefined) continue;
+    for (std::string_view text : kEndOfGeneration) {
+      if (vocab.tokens[id] == text) AddTokenId(&eos, static_cast<int64_t>(id));
+    }
+  }
   b.set_eos_ids(std::move(eos));
   return b.Build(source);
 }
