@@ -50,18 +50,15 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
     return InvalidArgumentError("--dtype must be f32, f16 or bf16");
   }
   model::ModelConfig config = model->config();
-  if (const model::Architecture* a = model::FindArchitecture(config.architecture);
-      a != nullptr && !a->fused_names.empty()) {
+  const model::Architecture* arch = model::FindArchitecture(config.architecture);
+  if (arch != nullptr && !arch->fused_names.empty()) {
     return UnimplementedError("converting " + config.architecture +
                               " (fused tensors in HF form) is not supported");
   }
   const bool unpermute = config.rope_layout == model::RopeLayout::kInterleaved;
   config.rope_layout = model::RopeLayout::kHalf;
   // Norm weights as HF holds them: the same scale, HF's offset (Gemma: GGUF 1 + w -> HF w).
-  const model::Architecture* arch = model::FindArchitecture(config.architecture);
-  const float norm_shift =
-      arch == nullptr ? 0.0f
-                      : static_cast<float>(arch->hf_norm_weight_offset - config.norm_weight_offset);
+  const model::ModelConfig source_config = model->config();
   if (arch != nullptr) config.norm_weight_offset = arch->hf_norm_weight_offset;
   ASTR_ASSIGN_OR_RETURN(std::string config_json, model::ConfigToHfJson(config));
 
@@ -85,8 +82,8 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
     if (unpermute && IsQkProj(s.name)) {
       f32 = model::InterleavedToHalfRows(f32, s.shape[0], s.shape[1], config.head_dim);
     }
-    if (norm_shift != 0.0f && s.name.ends_with("norm")) {
-      for (float& x : f32) x -= norm_shift;
+    if (const float shift = model::HfNormShift(source_config, s.name); shift != 0.0f) {
+      for (float& x : f32) x -= shift;
     }
     ASTR_ASSIGN_OR_RETURN(uint64_t n,
                           model::DTypeByteSize(dtype, static_cast<int64_t>(f32.size())));

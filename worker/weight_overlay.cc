@@ -140,16 +140,6 @@ bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string&
   return IsQkProjection(canonical);
 }
 
-namespace {
-bool IsNorm(const std::string& canonical) { return canonical.ends_with("norm"); }
-}  // namespace
-
-float HfNormShift(const model::ModelConfig& config, const std::string& canonical) {
-  const model::Architecture* arch = model::FindArchitecture(config.architecture);
-  if (arch == nullptr || !IsNorm(canonical)) return 0.0f;
-  return static_cast<float>(arch->hf_norm_weight_offset - config.norm_weight_offset);
-}
-
 WeightOverlay::WeightOverlay(const model::ModelConfig& config,
                              std::shared_ptr<const model::ModelFile> base, UpdateTensors tensors)
     : config_(config), base_(std::move(base)), tensors_(std::move(tensors)) {
@@ -179,7 +169,7 @@ Status WeightOverlay::LoadF32(const std::string& canonical,
                  ? model::HalfToInterleavedRows(*out, rows, cols, config_.head_dim)
                  : model::InterleavedToHalfRows(*out, rows, cols, config_.head_dim);
     }
-    if (base_norm_shift_ != 0.0f && IsNorm(canonical)) {
+    if (base_norm_shift_ != 0.0f && model::IsNormTensor(canonical)) {
       for (float& x : *out) x += base_norm_shift_;
     }
     return OkStatus();
@@ -220,7 +210,7 @@ StatusOr<model::TensorView> WeightOverlay::Raw(const std::string& canonical) con
       return FailedPreconditionError("checkpoint tensor '" + canonical +
                                      "' needs its rows permuted for the served RoPE layout");
     }
-    if (base_norm_shift_ != 0.0f && IsNorm(canonical)) {
+    if (base_norm_shift_ != 0.0f && model::IsNormTensor(canonical)) {
       return FailedPreconditionError("checkpoint norm '" + canonical +
                                      "' needs the served norm offset");
     }

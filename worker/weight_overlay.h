@@ -63,7 +63,7 @@ struct UpdateTensor {
   // (llama from GGUF) takes them permuted (HalfToInterleavedRows).
   bool half_to_interleaved = false;
   // Added to a norm's values: Hugging Face Gemma norms hold w of a 1 + w scale, a model served
-  // from GGUF (llama.cpp's converter) holds 1 + w (HfNormShift).
+  // from GGUF (llama.cpp's converter) holds 1 + w (model::HfNormShift).
   float norm_shift = 0.0f;
 };
 
@@ -106,9 +106,6 @@ using UpdateTensors = std::map<std::string, std::shared_ptr<const UpdateTensor>>
 
 // Whether a Hugging Face tensor `canonical` must be permuted for a model with `config`.
 bool NeedsHalfToInterleaved(const model::ModelConfig& config, const std::string& canonical);
-// What to add to Hugging Face tensor `canonical` for a model with `config` when it is a norm whose
-// HF form has another offset than the served one (ModelConfig::norm_weight_offset); else 0.
-float HfNormShift(const model::ModelConfig& config, const std::string& canonical);
 
 class WeightOverlay final : public model::TensorSource {
  public:

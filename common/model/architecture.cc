@@ -88,6 +88,14 @@ std::string JoinAll(bool hf) {
 
 }  // namespace
 
+bool IsNormTensor(const std::string& canonical) { return canonical.ends_with("norm"); }
+
+float HfNormShift(const ModelConfig& config, const std::string& canonical) {
+  const Architecture* arch = FindArchitecture(config.architecture);
+  if (arch == nullptr || !IsNormTensor(canonical)) return 0.0f;
+  return static_cast<float>(arch->hf_norm_weight_offset - config.norm_weight_offset);
+}
+
 int64_t CanonicalRows(const ModelConfig& c, const std::string& part) {
   if (part == "q_proj" || part == "attn_gate") return c.num_heads * c.head_dim;
   if (part == "k_proj" || part == "v_proj") return c.num_kv_heads * c.head_dim;

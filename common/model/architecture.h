@@ -76,6 +76,13 @@ std::string CanonicalFromHfName(const std::string& arch, const std::string& hf_n
 std::string GgufNameFromCanonical(const std::string& arch, const std::string& canonical);
 std::string HfNameFromCanonical(const std::string& arch, const std::string& canonical);
 
+// Whether canonical tensor `canonical` is an RMSNorm weight (attn_norm, q_norm, final_norm, ...).
+bool IsNormTensor(const std::string& canonical);
+// What to add to the Hugging Face form of tensor `canonical` to get the form a model with `config`
+// holds: for a norm whose architecture's HF offset differs from config.norm_weight_offset (Gemma
+// served from GGUF: HF w, GGUF 1 + w), that difference; else 0.
+float HfNormShift(const ModelConfig& config, const std::string& canonical);
+
 // Rows of canonical layer tensor `part` ("q_proj", "k_proj", "gate_proj", ...) in `config`; 0 for a
 // name that is no projection.
 int64_t CanonicalRows(const ModelConfig& config, const std::string& part);

@@ -68,6 +68,35 @@ TEST(ConvertTest, Stories260KToHfFolder) {
   }
 }
 
+// A Gemma GGUF holds each norm as 1 + w (llama.cpp's converter); the HF folder holds w of a 1 + w
+// scale, and every other tensor as it was. A fused architecture (Phi-3) is refused.
+TEST(ConvertTest, GemmaNormsShiftAndFusedArchitecturesAreRefused) {
+  const std::string dir = testing::TempDir("convert_gemma");
+  ASSERT_EQ(Astr("make-model --arch gemma2 --dtype f32 --out " + dir + "/g2.gguf"), 0);
+  ASSERT_EQ(Astr("convert " + dir + "/g2.gguf " + dir + "/hf"), 0);
+  auto src = model::ModelFile::Open(dir + "/g2.gguf");
+  auto dst = model::ModelFile::Open(dir + "/hf");
+  ASSERT_TRUE(src.ok() && dst.ok()) << dst.status().ToString();
+  EXPECT_EQ((*src)->config().norm_weight_offset, 0.0);
+  EXPECT_EQ((*dst)->config().norm_weight_offset, 1.0);
+  EXPECT_EQ((*dst)->config().attn_softcap, (*src)->config().attn_softcap);
+  int norms = 0;
+  for (const model::WeightSpec& w : model::ExpectedWeights((*src)->config())) {
+    std::vector<float> x, y;
+    ASSERT_TRUE((*src)->LoadF32(w.name, w.shape, &x).ok());
+    ASSERT_TRUE((*dst)->LoadF32(w.name, w.shape, &y).ok());
+    if (w.name.ends_with("norm")) {
+      ++norms;
+      for (float& v : y) v += 1.0f;
+    }
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-6f) << w.name;
+  }
+  EXPECT_EQ(norms, 1 + 4 * 2);  // final + four a layer, two layers
+  ASSERT_EQ(Astr("make-model --arch phi3 --dtype f32 --out " + dir + "/p3.gguf"), 0);
+  EXPECT_EQ(Astr("convert " + dir + "/p3.gguf " + dir + "/p3"), 1);
+}
+
 TEST(ConvertTest, F16SourceDefaultsToBf16AndUsageErrors) {
   ASTR_REQUIRE_SHARED_FILE(path, "models/llama-2-tiny-random.gguf");
   const std::string out = testing::TempDir("convert") + "/hf";

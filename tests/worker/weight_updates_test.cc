@@ -81,7 +81,7 @@ class WeightUpdatesTest : public ::testing::Test {
         t.values = model::InterleavedToHalfRows(t.values, w.shape[0], w.shape[1], c.head_dim);
       }
       // Gemma's HF norms hold w of a 1 + w scale; GGUF holds 1 + w.
-      const float shift = HfNormShift(c, w.name);
+      const float shift = model::HfNormShift(c, w.name);
       for (float& v : t.values) v -= shift;
       hf_.push_back(std::move(t));
     }

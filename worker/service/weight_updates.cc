@@ -110,7 +110,7 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     for (int64_t d : shape) n *= d;
     ASTR_ASSIGN_OR_RETURN(t.bytes, model::DTypeByteSize(*dtype, n));
     t.half_to_interleaved = NeedsHalfToInterleaved(config_, canonical);
-    t.norm_shift = HfNormShift(config_, canonical);
+    t.norm_shift = model::HfNormShift(config_, canonical);
     p.has_checksum = spec.has_xxh64();
     p.checksum = spec.xxh64();
   }

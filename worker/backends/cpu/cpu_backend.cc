@@ -321,9 +321,12 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
                 c.hidden_size * sizeof(float));
   }
   weights_->lm_head.Apply(ws_.sampled.data(), c.hidden_size, s, logits, c.vocab_size, &pool_);
-  if (c.final_softcap > 0.0) {
+  if (c.final_softcap > 0.0) {  // rows on the pool: s x vocab tanh is not free
     const float cap = static_cast<float>(c.final_softcap);
-    for (int64_t i = 0; i < s * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    const int64_t v = c.vocab_size;
+    cpu::ParallelFor(&pool_, s, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * v; i < r1 * v; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    });
   }
   return OkStatus();
 }
