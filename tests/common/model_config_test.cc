@@ -328,6 +328,28 @@ TEST(ModelConfigTest, HfGemma2) {
   EXPECT_TRUE(Contains(bad.status().message(), "attn_logit_softcapping")) << bad.status().message();
 }
 
+TEST(ModelConfigTest, HfPhi3AndItsRefusedLongRope) {
+  const std::string phi3 = R"({"model_type":"phi3","vocab_size":32064,"hidden_size":3072,
+      "intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,
+      "num_key_value_heads":32,"max_position_embeddings":4096,"rope_theta":10000.0,
+      "sliding_window":2047,"hidden_act":"silu","rms_norm_eps":1e-5)";
+  auto c = model::ConfigFromHfJson(WriteConfig(phi3 + "}"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "phi3");
+  EXPECT_EQ(c->sliding_window, 2047);
+  // Phi-3-mini-4k: 3,821,079,552 parameters (q/k/v and gate/up fused in the file, same count).
+  EXPECT_EQ(c->ParameterCount(), 3821079552);
+  // LongRoPE (Phi-3-128k, Phi-4-mini) is refused, by either spelling.
+  auto longrope = model::ConfigFromHfJson(WriteConfig(
+      phi3 + R"(,"rope_scaling":{"type":"longrope","short_factor":[1.0],"long_factor":[2.0]}})"));
+  EXPECT_EQ(longrope.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(longrope.status().message(), "rope_scaling")) << longrope.status().message();
+  auto v5 = model::ConfigFromHfJson(
+      WriteConfig(phi3 + R"(,"rope_parameters":{"rope_type":"longrope","rope_theta":10000.0}})"));
+  EXPECT_EQ(v5.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(v5.status().message(), "LongRoPE")) << v5.status().message();
+}
+
 TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {
   model::ModelConfig c;
   c.architecture = "qwen2";
