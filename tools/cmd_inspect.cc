@@ -26,7 +26,18 @@ const char* QkNormName(model::QkNorm q) {
 const char* ScalingName(model::RopeScaling::Type t) {
   return t == model::RopeScaling::Type::kNone     ? "none"
          : t == model::RopeScaling::Type::kLinear ? "linear"
-                                                  : "llama3";
+         : t == model::RopeScaling::Type::kLlama3 ? "llama3"
+                                                  : "longrope";
+}
+
+json RopeScalingJson(const model::RopeScaling& s) {
+  json j = {{"type", ScalingName(s.type)}, {"factor", s.factor}};
+  if (s.type == model::RopeScaling::Type::kLlama3 ||
+      s.type == model::RopeScaling::Type::kLongRope) {
+    j["original_max_position"] = s.original_max_position;
+  }
+  if (s.type == model::RopeScaling::Type::kLongRope) j["attention_factor"] = s.attention_factor;
+  return j;
 }
 
 // `checked`: the weights confirm the config's dims (ModelFile::CheckConfig), so that the parameter
@@ -45,8 +56,7 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
             {"rms_norm_eps", c.rms_norm_eps},
             {"rope_theta", c.rope_theta},
             {"rope_layout", LayoutName(c.rope_layout)},
-            {"rope_scaling",
-             {{"type", ScalingName(c.rope_scaling.type)}, {"factor", c.rope_scaling.factor}}},
+            {"rope_scaling", RopeScalingJson(c.rope_scaling)},
             {"qkv_bias", c.qkv_bias},
             {"qk_norm", QkNormName(c.qk_norm)},
             {"gated_attention", c.gated_attention},

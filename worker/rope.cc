@@ -4,11 +4,19 @@
 
 namespace astr {
 
-std::vector<float> RopeInvFreq(const model::ModelConfig& c, bool local) {
+namespace {
+
+const model::RopeScaling kNoScaling{};
+
+bool OwnLocalBase(const model::ModelConfig& c, bool local) {
+  return local && c.rope_local_theta > 0.0;
+}
+
+std::vector<float> InvFreq(const model::ModelConfig& c, bool local, bool long_factors) {
   const int64_t half = c.rope_dim / 2;
   std::vector<float> inv(half);
-  const bool own_base = local && c.rope_local_theta > 0.0;
-  const model::RopeScaling s = own_base ? model::RopeScaling{} : c.rope_scaling;
+  const bool own_base = OwnLocalBase(c, local);
+  const model::RopeScaling& s = own_base ? kNoScaling : c.rope_scaling;
   const double theta = own_base ? c.rope_local_theta : c.rope_theta;
   for (int64_t i = 0; i < half; ++i) {
     double f = 1.0 / std::pow(theta, static_cast<double>(2 * i) / c.rope_dim);
@@ -28,10 +36,32 @@ std::vector<float> RopeInvFreq(const model::ModelConfig& c, bool local) {
             (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1.0 - smooth) * f / s.factor + smooth * f;
       }
+    } else if (s.type == model::RopeScaling::Type::kLongRope) {
+      f /= (long_factors ? s.long_factor : s.short_factor)[i];
     }
     inv[i] = static_cast<float>(f);
   }
   return inv;
+}
+
+}  // namespace
+
+std::vector<float> RopeInvFreq(const model::ModelConfig& c, bool local) {
+  return InvFreq(c, local, /*long_factors=*/false);
+}
+
+bool RopeUsesLongFactors(const model::ModelConfig& c) {
+  return c.rope_scaling.type == model::RopeScaling::Type::kLongRope;
+}
+
+std::vector<float> RopeInvFreqLong(const model::ModelConfig& c, bool local) {
+  if (!RopeUsesLongFactors(c) || OwnLocalBase(c, local)) return {};
+  return InvFreq(c, local, /*long_factors=*/true);
+}
+
+float RopeCosSinScale(const model::ModelConfig& c, bool local) {
+  if (!RopeUsesLongFactors(c) || OwnLocalBase(c, local)) return 1.0f;
+  return static_cast<float>(c.rope_scaling.attention_factor);
 }
 
 }  // namespace astr

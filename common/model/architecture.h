@@ -49,6 +49,9 @@ struct Architecture {
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;
+  // transformers' class default of original_max_position_embeddings (Phi3Config: 4096), which a
+  // config.json's top-level key overrides and which wins over the rope block's own; 0 = none.
+  int64_t hf_original_max_position = 0;
   // The architecture's own config keys, read after the dims every architecture shares (vocab,
   // hidden, layers, heads, head_dim, context, eps, rope_theta, rope_scaling, tying, bos / eos).
   Status (*read_hf)(const ConfigJson& r, ModelConfig* c) = nullptr;

@@ -82,6 +82,26 @@ Status ModelConfig::Validate() const {
                "llama3 needs high_freq_factor > low_freq_factor and "
                "original_max_position_embeddings > 0");
   }
+  if (rope_scaling.type == RopeScaling::Type::kLongRope) {
+    const size_t half = static_cast<size_t>(rope_dim / 2);
+    for (const auto* f : {&rope_scaling.short_factor, &rope_scaling.long_factor}) {
+      const char* key = f == &rope_scaling.short_factor ? "rope_scaling.short_factor"
+                                                        : "rope_scaling.long_factor";
+      if (f->size() != half) {
+        return Bad(key, "must hold rope_dim / 2 = " + std::to_string(half) + " numbers, got " +
+                            std::to_string(f->size()));
+      }
+      for (double v : *f) {
+        if (!(v > 0.0) || !std::isfinite(v)) return Bad(key, "must be > 0 and finite");
+      }
+    }
+    if (!(rope_scaling.attention_factor > 0.0) || !std::isfinite(rope_scaling.attention_factor)) {
+      return Bad("rope_scaling.attention_factor", "must be > 0 and finite");
+    }
+    if (rope_scaling.original_max_position <= 0) {
+      return Bad("original_max_position_embeddings", "must be > 0 for LongRoPE");
+    }
+  }
   if (bos_token_id >= vocab_size) {
     return Bad("bos_token_id", std::to_string(bos_token_id) + " is outside the vocabulary");
   }
@@ -203,16 +223,69 @@ StatusOr<json> ParseJsonFile(const std::string& path) {
   return j;
 }
 
-Status ReadHfRopeScaling(const ConfigJson& r, ModelConfig* c) {
-  if (!r.Has("rope_scaling")) return OkStatus();
-  const json& rs = r.raw()["rope_scaling"];
-  if (!rs.is_object()) return r.Error("rope_scaling", "must be an object or null");
-  ConfigJson s(rs, r.path() + ": rope_scaling");
+// LongRoPE's keys as transformers reads them (_compute_longrope_parameters): the pre-training
+// context is the config's top-level original_max_position_embeddings (or the model class's
+// default, `arch_default_original`), else the rope block's own, else max_position_embeddings; the
+// cos / sin factor is attention_factor, else derived from `factor` (default: the context's growth,
+// max_position_embeddings / original) as sqrt(1 + ln(factor) / ln(original)).
+Status ReadHfLongRope(const ConfigJson& r, const ConfigJson& s, int64_t arch_default_original,
+                      ModelConfig* c) {
+  RopeScaling& rs = c->rope_scaling;
+  rs.type = RopeScaling::Type::kLongRope;
+  for (auto [key, out] :
+       {std::pair{"short_factor", &rs.short_factor}, std::pair{"long_factor", &rs.long_factor}}) {
+    if (!s.Has(key) || !s.raw()[key].is_array()) return s.Error(key, "must be a list of numbers");
+    for (const json& v : s.raw()[key]) {
+      if (!v.is_number()) return s.Error(key, "must be a list of numbers");
+      out->push_back(v.get<double>());
+    }
+  }
+  if (r.Has("original_max_position_embeddings")) {
+    ASTR_ASSIGN_OR_RETURN(rs.original_max_position, r.Int("original_max_position_embeddings"));
+  } else if (arch_default_original > 0) {
+    rs.original_max_position = arch_default_original;
+  } else {
+    ASTR_ASSIGN_OR_RETURN(rs.original_max_position,
+                          s.Int("original_max_position_embeddings", c->max_context_tokens));
+  }
+  if (rs.original_max_position <= 0) {
+    return r.Error("original_max_position_embeddings", "must be positive");
+  }
+  ASTR_ASSIGN_OR_RETURN(rs.factor,
+                        s.Number("factor", static_cast<double>(c->max_context_tokens) /
+                                               static_cast<double>(rs.original_max_position)));
+  const double derived =
+      rs.factor <= 1.0
+          ? 1.0
+          : std::sqrt(1.0 + std::log(rs.factor) /
+                                std::log(static_cast<double>(rs.original_max_position)));
+  ASTR_ASSIGN_OR_RETURN(rs.attention_factor, s.Number("attention_factor", derived));
+  return OkStatus();
+}
+
+// rope_scaling, or transformers 5's rope_parameters when it is one set (per-layer-type sets are the
+// architecture's to read).
+Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelConfig* c) {
+  std::string key = "rope_scaling";
+  if (!r.Has(key)) {
+    key = "rope_parameters";
+    if (!r.Has(key)) return OkStatus();
+    const json& p = r.raw()[key];
+    if (p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"))) {
+      return OkStatus();
+    }
+  }
+  const json& rs = r.raw()[key];
+  if (!rs.is_object()) return r.Error(key, "must be an object or null");
+  ConfigJson s(rs, r.path() + ": " + key);
   ASTR_ASSIGN_OR_RETURN(std::string type, s.String("rope_type", ""));
   if (type.empty()) {
     ASTR_ASSIGN_OR_RETURN(type, s.String("type", "default"));
   }
   if (type == "default") return OkStatus();
+  if (type == "longrope" || type == "su") {
+    return ReadHfLongRope(r, s, arch.hf_original_max_position, c);
+  }
   ASTR_ASSIGN_OR_RETURN(c->rope_scaling.factor, s.Number("factor", 1.0));
   if (type == "linear") {
     c->rope_scaling.type = RopeScaling::Type::kLinear;
@@ -223,8 +296,8 @@ Status ReadHfRopeScaling(const ConfigJson& r, ModelConfig* c) {
     ASTR_ASSIGN_OR_RETURN(c->rope_scaling.original_max_position,
                           s.Int("original_max_position_embeddings", 8192));
   } else {
-    return UnimplementedError(r.path() + ": key 'rope_scaling' type '" + type +
-                              "' is not supported (supported: linear, llama3)");
+    return UnimplementedError(r.path() + ": key '" + key + "' type '" + type +
+                              "' is not supported (supported: linear, llama3, longrope)");
   }
   return OkStatus();
 }
@@ -271,7 +344,7 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   ASTR_ASSIGN_OR_RETURN(c.bos_token_id, r.Int("bos_token_id", -1));
   ASTR_RETURN_IF_ERROR(r.IntList("eos_token_id", &c.eos_token_ids));
-  ASTR_RETURN_IF_ERROR(ReadHfRopeScaling(r, &c));
+  ASTR_RETURN_IF_ERROR(ReadHfRopeScaling(r, *arch, &c));
   ASTR_RETURN_IF_ERROR(arch->read_hf(r, &c));
 
   // generation_config.json holds the ids generation actually stops on (e.g. Llama 3 instruct's
@@ -325,6 +398,13 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
         {"low_freq_factor", c.rope_scaling.low_freq_factor},
         {"high_freq_factor", c.rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+  } else if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    j["rope_scaling"] = {{"rope_type", "longrope"},
+                         {"short_factor", c.rope_scaling.short_factor},
+                         {"long_factor", c.rope_scaling.long_factor},
+                         {"factor", c.rope_scaling.factor},
+                         {"attention_factor", c.rope_scaling.attention_factor}};
+    j["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
   }
   ASTR_RETURN_IF_ERROR(arch->write_hf(c, &j));
   return j.dump(2) + "\n";
@@ -467,8 +547,12 @@ Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
     return InvalidArgumentError("GGUF output does not support architecture '" + c.architecture +
                                 "'");
   }
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
-    return UnimplementedError("writing llama3 rope scaling to GGUF is not supported");
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 ||
+      c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    return UnimplementedError(
+        std::string("writing ") +
+        (c.rope_scaling.type == RopeScaling::Type::kLlama3 ? "llama3" : "LongRoPE") +
+        " rope scaling to GGUF is not supported");
   }
   const std::string& a = arch->gguf_names[0];
   auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };

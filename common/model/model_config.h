@@ -55,13 +55,21 @@ enum class MlpActivation {
 };
 
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  enum class Type { kNone, kLinear, kLlama3, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  // llama3 and LongRoPE: the pre-training context.
   int64_t original_max_position = 8192;
+  // LongRoPE (Phi-3 128k, Phi-4-mini; HF rope_type "longrope" / "su"): frequency i is divided by
+  // short_factor[i], or by long_factor[i] for a sequence's tokens in a step that reaches position
+  // original_max_position (transformers' choice, made per sequence and step), and cos / sin are
+  // multiplied by attention_factor. [rope_dim / 2] each.
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
+  double attention_factor = 1.0;
 };
 
 struct ModelConfig {

@@ -52,7 +52,8 @@ void AddRmsNormIsa(Isa isa, float* x, int64_t ldx, const float* d, int64_t ldd, 
 }
 
 void RopeIsa(Isa isa, float* x, int64_t ldx, int64_t tokens, int64_t heads, int64_t head_dim,
-             int64_t rot_dim, const int32_t* positions, const float* inv_freq, bool interleaved) {
+             int64_t rot_dim, const int32_t* positions, const float* inv_freq_short,
+             bool interleaved, const RopeMore& more) {
   const OpsTable& t = Table(isa);
   const int64_t half = rot_dim / 2;
   // Interleaved tables hold two entries per pair.
@@ -60,13 +61,16 @@ void RopeIsa(Isa isa, float* x, int64_t ldx, int64_t tokens, int64_t heads, int6
   alignas(64) float s[2 * kRopeChunk];
   for (int64_t tok = 0; tok < tokens; ++tok) {
     const double pos = positions[tok];
+    const float* inv_freq =
+        more.use_long != nullptr && more.use_long[tok] != 0 ? more.inv_freq_long : inv_freq_short;
     for (int64_t i0 = 0; i0 < half; i0 += kRopeChunk) {
       const int64_t count = std::min(kRopeChunk, half - i0);
       for (int64_t j = 0; j < count; ++j) {
         // Double angle and trig: a float angle at pos ~1e5 would already be off by ~1e-2 rad.
         const double angle = pos * static_cast<double>(inv_freq[i0 + j]);
-        const auto cj = static_cast<float>(std::cos(angle));
-        const auto sj = static_cast<float>(std::sin(angle));
+        auto cj = static_cast<float>(std::cos(angle));
+        auto sj = static_cast<float>(std::sin(angle));
+        if (more.scale != 1.0f) cj *= more.scale, sj *= more.scale;
         if (interleaved) {
           c[2 * j] = cj, c[2 * j + 1] = cj;
           s[2 * j] = -sj, s[2 * j + 1] = sj;
@@ -123,8 +127,9 @@ void AddRmsNorm(float* x, int64_t ldx, const float* d, int64_t ldd, const float*
   AddRmsNormIsa(ActiveIsa(), x, ldx, d, ldd, w, eps, rows, dim, y, ldy);
 }
 void Rope(float* x, int64_t ldx, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
-          const int32_t* positions, const float* inv_freq, bool interleaved) {
-  RopeIsa(ActiveIsa(), x, ldx, tokens, heads, head_dim, rot_dim, positions, inv_freq, interleaved);
+          const int32_t* positions, const float* inv_freq, bool interleaved, const RopeMore& more) {
+  RopeIsa(ActiveIsa(), x, ldx, tokens, heads, head_dim, rot_dim, positions, inv_freq, interleaved,
+          more);
 }
 void SiluMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo) {
   SiluMulIsa(ActiveIsa(), gate_up, tokens, f, out, ldo);

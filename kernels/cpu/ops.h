@@ -21,10 +21,16 @@ void AddRmsNorm(float* x /*[rows, ldx]*/, int64_t ldx, const float* d /*[rows, l
 // inv_freq[i] (inv_freq already includes any scaling); cos/sin are computed in double, so results
 // match a double reference to ~1e-6 relative even for positions ~1e5. interleaved=false rotates
 // pairs (i, i + rot_dim/2) (HF rotate_half); true rotates (2i, 2i + 1) (GGUF / GPT-J). rot_dim
-// even.
+// even. `more` (LongRoPE): cos and sin are multiplied by more.scale, and tokens t with
+// more.use_long[t] != 0 take more.inv_freq_long instead of inv_freq.
+struct RopeMore {
+  float scale = 1.0f;
+  const float* inv_freq_long = nullptr;  // [rot_dim / 2]
+  const uint8_t* use_long = nullptr;     // [tokens]; null: no token does
+};
 void Rope(float* x /*[tokens, ldx] holding [heads, head_dim]*/, int64_t ldx, int64_t tokens,
           int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions /*[tokens]*/,
-          const float* inv_freq /*[rot_dim / 2]*/, bool interleaved);
+          const float* inv_freq /*[rot_dim / 2]*/, bool interleaved, const RopeMore& more = {});
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, f + i]; silu(g) = g / (1 + exp(-g)).
 void SiluMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
              float* out /*[tokens, ldo]*/, int64_t ldo);
@@ -47,7 +53,8 @@ void RmsNormIsa(Isa isa, const float* x, int64_t ldx, const float* w, float eps,
 void AddRmsNormIsa(Isa isa, float* x, int64_t ldx, const float* d, int64_t ldd, const float* w,
                    float eps, int64_t rows, int64_t dim, float* y, int64_t ldy);
 void RopeIsa(Isa isa, float* x, int64_t ldx, int64_t tokens, int64_t heads, int64_t head_dim,
-             int64_t rot_dim, const int32_t* positions, const float* inv_freq, bool interleaved);
+             int64_t rot_dim, const int32_t* positions, const float* inv_freq, bool interleaved,
+             const RopeMore& more = {});
 void SiluMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo);
 void GeluTanhMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, float* out,
                     int64_t ldo);

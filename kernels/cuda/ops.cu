@@ -187,17 +187,19 @@ __global__ void __launch_bounds__(kRopeThreads)
                int64_t stride, int heads, int head_dim, int rope_dim,
                const int32_t* __restrict__ positions,  // [T]
                const float* __restrict__ inv_freq,     // [rope_dim / 2]
-               bool interleaved) {
+               bool interleaved, RopeMore more) {
   __shared__ float cos_table[kMaxRopePairs];
   __shared__ float sin_table[kMaxRopePairs];
   const int half = rope_dim / 2;
   const int64_t t = blockIdx.x;
   const double pos = positions[t];
+  const float* freq =
+      more.use_long != nullptr && more.use_long[t] != 0 ? more.inv_freq_long : inv_freq;
   for (int i = threadIdx.x; i < half; i += kRopeThreads) {
     double s, c;
-    sincos(pos * static_cast<double>(inv_freq[i]), &s, &c);
-    cos_table[i] = static_cast<float>(c);
-    sin_table[i] = static_cast<float>(s);
+    sincos(pos * static_cast<double>(freq[i]), &s, &c);
+    cos_table[i] = __fmul_rn(static_cast<float>(c), more.scale);
+    sin_table[i] = __fmul_rn(static_cast<float>(s), more.scale);
   }
   __syncthreads();
   bf16* row = rows + t * stride;
@@ -385,15 +387,16 @@ cudaError_t LaunchHeadRmsNorm(bf16* rows, int64_t stride, int num_tokens, int he
 
 cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, int head_dim,
                        int rope_dim, const int32_t* positions, const float* inv_freq,
-                       bool interleaved, cudaStream_t stream) {
+                       bool interleaved, cudaStream_t stream, const RopeMore& more) {
   if (num_tokens < 0 || heads <= 0 || head_dim <= 0 || rope_dim <= 0 || rope_dim % 2 != 0 ||
       rope_dim > head_dim || rope_dim / 2 > kMaxRopePairs ||
-      stride < static_cast<int64_t>(heads) * head_dim) {
+      stride < static_cast<int64_t>(heads) * head_dim ||
+      (more.use_long != nullptr && more.inv_freq_long == nullptr)) {
     return cudaErrorInvalidValue;
   }
   if (num_tokens == 0) return cudaSuccess;
   ASTR_LAUNCH_KERNEL(RopeKernel, num_tokens, kRopeThreads, 0, stream)
-  (rows, stride, heads, head_dim, rope_dim, positions, inv_freq, interleaved);
+  (rows, stride, heads, head_dim, rope_dim, positions, inv_freq, interleaved, more);
   return LaunchError();
 }
 

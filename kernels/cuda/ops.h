@@ -50,10 +50,17 @@ cudaError_t LaunchHeadRmsNorm(bf16* rows, int64_t stride, int num_tokens, int he
 // HF). As cpu::Rope: angle = double(pos) * double(inv_freq[i]) and cos/sin in double, rounded to
 // f32 (an f32 angle at pos ~1e5 would be off by ~1e-2 rad); the rotation in f32 without FMA
 // contraction. Needs rope_dim even, 0 < rope_dim <= head_dim, rope_dim <= 2 * kMaxRopePairs.
+// `more` (LongRoPE), as cpu::RopeMore: cos / sin times more.scale (in f32), and tokens with
+// more.use_long[t] != 0 (device [num_tokens]) take more.inv_freq_long (device [rope_dim/2]).
 inline constexpr int kMaxRopePairs = 256;
+struct RopeMore {
+  float scale = 1.0f;
+  const float* inv_freq_long = nullptr;
+  const int32_t* use_long = nullptr;
+};
 cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, int head_dim,
                        int rope_dim, const int32_t* positions, const float* inv_freq,
-                       bool interleaved, cudaStream_t stream);
+                       bool interleaved, cudaStream_t stream, const RopeMore& more = {});
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, ffn + i]; gate_up [T, 2*ffn] bf16, out [T, ffn]
 // bf16. f32 math as cpu::SiluMul: g / (1 + expf(-g)) * up (CUDA's accurate expf, not __expf).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "common/model/architecture.h"
@@ -328,26 +329,126 @@ TEST(ModelConfigTest, HfGemma2) {
   EXPECT_TRUE(Contains(bad.status().message(), "attn_logit_softcapping")) << bad.status().message();
 }
 
-TEST(ModelConfigTest, HfPhi3AndItsRefusedLongRope) {
+TEST(ModelConfigTest, HfPhi3) {
   const std::string phi3 = R"({"model_type":"phi3","vocab_size":32064,"hidden_size":3072,
       "intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":32,
       "num_key_value_heads":32,"max_position_embeddings":4096,"rope_theta":10000.0,
-      "sliding_window":2047,"hidden_act":"silu","rms_norm_eps":1e-5)";
-  auto c = model::ConfigFromHfJson(WriteConfig(phi3 + "}"));
+      "sliding_window":2047,"hidden_act":"silu","rms_norm_eps":1e-5})";
+  auto c = model::ConfigFromHfJson(WriteConfig(phi3));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->architecture, "phi3");
   EXPECT_EQ(c->sliding_window, 2047);
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kNone);
   // Phi-3-mini-4k: 3,821,079,552 parameters (q/k/v and gate/up fused in the file, same count).
   EXPECT_EQ(c->ParameterCount(), 3821079552);
-  // LongRoPE (Phi-3-128k, Phi-4-mini) is refused, by either spelling.
-  auto longrope = model::ConfigFromHfJson(WriteConfig(
-      phi3 + R"(,"rope_scaling":{"type":"longrope","short_factor":[1.0],"long_factor":[2.0]}})"));
-  EXPECT_EQ(longrope.status().code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(longrope.status().message(), "rope_scaling")) << longrope.status().message();
-  auto v5 = model::ConfigFromHfJson(
-      WriteConfig(phi3 + R"(,"rope_parameters":{"rope_type":"longrope","rope_theta":10000.0}})"));
-  EXPECT_EQ(v5.status().code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(v5.status().message(), "LongRoPE")) << v5.status().message();
+}
+
+// "[a, a + step, ...]" with n numbers.
+std::string Factors(int n, double a, double step) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(a + step * i);
+  return s + "]";
+}
+
+// Phi-4-mini's shape: partial rotary 0.75 of head 128 = 96 rotated dims, so 48 factors each.
+TEST(ModelConfigTest, HfPhi3LongRope) {
+  const std::string phi4 = R"({"model_type":"phi3","vocab_size":200064,"hidden_size":3072,
+      "intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":24,
+      "num_key_value_heads":8,"max_position_embeddings":131072,"rope_theta":10000.0,
+      "partial_rotary_factor":0.75,"tie_word_embeddings":true,"hidden_act":"silu",
+      "rms_norm_eps":1e-5,)";
+  const std::string scaling = R"("rope_scaling":{"type":"longrope","short_factor":)" +
+                              Factors(48, 1.0, 0.01) + R"(,"long_factor":)" +
+                              Factors(48, 1.0, 0.5) + "}";
+  // No original_max_position_embeddings in the file: Phi3Config's default, 4096.
+  auto c = model::ConfigFromHfJson(WriteConfig(phi4 + scaling + "}"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_dim, 96);
+  const model::RopeScaling& s = c->rope_scaling;
+  EXPECT_EQ(s.type, model::RopeScaling::Type::kLongRope);
+  EXPECT_EQ(s.original_max_position, 4096);
+  ASSERT_EQ(s.short_factor.size(), 48u);
+  EXPECT_DOUBLE_EQ(s.short_factor[47], 1.47);
+  EXPECT_DOUBLE_EQ(s.long_factor[2], 2.0);
+  // factor = 131072 / 4096 = 2^5, so ln(factor) / ln(4096) = 5 / 12.
+  EXPECT_NEAR(s.attention_factor, std::sqrt(17.0 / 12.0), 1e-12);
+
+  // The top-level key wins over rope_scaling's own; an explicit attention_factor is kept.
+  std::string own = phi4 + R"("original_max_position_embeddings":8192,)" + scaling;
+  own.insert(own.size() - 1, R"(,"original_max_position_embeddings":2048,"attention_factor":1.5)");
+  auto o = model::ConfigFromHfJson(WriteConfig(own + "}"));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->rope_scaling.original_max_position, 8192);
+  EXPECT_EQ(o->rope_scaling.attention_factor, 1.5);
+
+  // transformers 5's spelling (rope_parameters, rope_type) reads the same.
+  std::string v5 = phi4 + scaling;
+  v5.replace(v5.find(R"("rope_scaling":{"type")"), 22, R"("rope_parameters":{"rope_type")");
+  auto p = model::ConfigFromHfJson(WriteConfig(v5 + "}"));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->rope_scaling.type, model::RopeScaling::Type::kLongRope);
+  EXPECT_EQ(p->rope_scaling.long_factor, s.long_factor);
+
+  // Round trip through config.json.
+  auto text = model::ConfigToHfJson(*c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto back = model::ConfigFromHfJson(WriteConfig(*text));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rope_scaling.short_factor, s.short_factor);
+  EXPECT_EQ(back->rope_scaling.original_max_position, 4096);
+  EXPECT_NEAR(back->rope_scaling.attention_factor, s.attention_factor, 1e-12);
+
+  // Factors of the wrong length, or not numbers, are refused naming the key.
+  auto short_list = model::ConfigFromHfJson(WriteConfig(
+      phi4 + R"("rope_scaling":{"type":"su","short_factor":[1.0],"long_factor":[2.0]}})"));
+  EXPECT_TRUE(Contains(short_list.status().message(), "short_factor"))
+      << short_list.status().message();
+  auto text_list = model::ConfigFromHfJson(WriteConfig(
+      phi4 + R"("rope_scaling":{"type":"longrope","short_factor":"x","long_factor":[2.0]}})"));
+  EXPECT_TRUE(Contains(text_list.status().message(), "short_factor"))
+      << text_list.status().message();
+}
+
+// llama.cpp's converter: the factors as tensors, the cos / sin factor as a key.
+TEST(ModelConfigTest, GgufPhi3LongRope) {
+  const std::string dir = testing::TempDir("cfg_phi3_longrope");
+  auto f32 = [](const std::string& name, std::vector<float> v) {
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    return model::GgufTensorData{name, {static_cast<int64_t>(v.size())}, model::DType::kF32, bytes};
+  };
+  const std::vector<std::pair<std::string, model::GgufValue>> meta = {
+      {"general.architecture", model::GgufValue::String("phi3")},
+      {"phi3.context_length", model::GgufValue::U32(131072)},
+      {"phi3.embedding_length", model::GgufValue::U32(64)},
+      {"phi3.block_count", model::GgufValue::U32(1)},
+      {"phi3.feed_forward_length", model::GgufValue::U32(96)},
+      {"phi3.attention.head_count", model::GgufValue::U32(4)},
+      {"phi3.rope.dimension_count", model::GgufValue::U32(8)},
+      {"phi3.rope.scaling.original_context_length", model::GgufValue::U32(4096)},
+      {"phi3.rope.scaling.attn_factor", model::GgufValue::F32(1.25f)}};
+  std::vector<model::GgufTensorData> tensors = {
+      {"token_embd.weight", {32, 64}, model::DType::kF32, std::vector<uint8_t>(32 * 64 * 4)},
+      f32("rope_factors_long.weight", {1, 2, 3, 4}),
+      f32("rope_factors_short.weight", {1, 1.5, 1.5, 2})};
+  ASSERT_TRUE(model::WriteGgufFile(dir + "/phi3.gguf", meta, tensors).ok());
+  auto g = model::GgufFile::Open(dir + "/phi3.gguf");
+  ASSERT_TRUE(g.ok());
+  auto c = model::ConfigFromGguf(**g);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kLongRope);
+  EXPECT_EQ(c->rope_scaling.long_factor, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(c->rope_scaling.short_factor, (std::vector<double>{1, 1.5, 1.5, 2}));
+  EXPECT_EQ(c->rope_scaling.attention_factor, 1.25);
+  EXPECT_EQ(c->rope_scaling.original_max_position, 4096);
+
+  // One set without the other is refused.
+  tensors.pop_back();
+  ASSERT_TRUE(model::WriteGgufFile(dir + "/half.gguf", meta, tensors).ok());
+  auto h = model::GgufFile::Open(dir + "/half.gguf");
+  ASSERT_TRUE(h.ok());
+  auto bad = model::ConfigFromGguf(**h);
+  EXPECT_TRUE(Contains(bad.status().message(), "rope_factors_short")) << bad.status().message();
 }
 
 TEST(ModelConfigTest, ExpectedWeightsAndHfJsonRoundTrip) {

@@ -163,24 +163,41 @@ std::vector<float> InvFreq(int rope_dim, double theta) {
   return f;
 }
 
-CaseResult RunRope(int t, int heads, int head_dim, int rope_dim, bool interleaved, int max_pos) {
+// With `longrope`: LongRoPE's cos / sin factor, and every third token on a second (long) table.
+CaseResult RunRope(int t, int heads, int head_dim, int rope_dim, bool interleaved, int max_pos,
+                   bool longrope = false) {
   const int64_t stride = int64_t{heads + 2} * head_dim;
   const std::vector<float> rows = RoundBf16(RandomVector(t * stride, 31 + t, -2.0f, 2.0f));
   const std::vector<float> inv_freq = InvFreq(rope_dim, 1e6);
+  const std::vector<float> inv_freq_long = InvFreq(rope_dim, 3e7);
   std::vector<int32_t> pos(t);
   const std::vector<float> u = RandomVector(t, 32, 0.0f, 1.0f);
   for (int i = 0; i < t; ++i) pos[i] = i == 0 ? max_pos : i == 1 ? 0 : int(u[i] * max_pos);
+  std::vector<uint8_t> use_long(t);
+  std::vector<int32_t> use_long32(t);
+  for (int i = 0; i < t; ++i) use_long[i] = use_long32[i] = i % 3 == 2;
+  const float scale = longrope ? 1.1902f : 1.0f;
   std::vector<float> want = rows;
+  cpu::RopeMore more;
+  more.scale = scale;
+  if (longrope) more.inv_freq_long = inv_freq_long.data(), more.use_long = use_long.data();
   cpu::Rope(want.data(), stride, t, heads, head_dim, rope_dim, pos.data(), inv_freq.data(),
-            interleaved);
+            interleaved, more);
   DeviceBuffer<uint16_t> d;
-  DeviceBuffer<int32_t> dpos;
-  DeviceBuffer<float> dfreq;
+  DeviceBuffer<int32_t> dpos, dlong;
+  DeviceBuffer<float> dfreq, dfreq_long;
   ASTR_GPU_CHECK(UploadBf16(rows, &d));
   ASTR_GPU_CHECK(dpos.Upload(pos));
   ASTR_GPU_CHECK(dfreq.Upload(inv_freq));
+  cuda::RopeMore dmore;
+  dmore.scale = scale;
+  if (longrope) {
+    ASTR_GPU_CHECK(dlong.Upload(use_long32));
+    ASTR_GPU_CHECK(dfreq_long.Upload(inv_freq_long));
+    dmore.inv_freq_long = dfreq_long.get(), dmore.use_long = dlong.get();
+  }
   ASTR_GPU_CHECK(cuda::LaunchRope(Ptr(d), stride, t, heads, head_dim, rope_dim, dpos.get(),
-                                  dfreq.get(), interleaved, nullptr));
+                                  dfreq.get(), interleaved, nullptr, dmore));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> bits;
   ASTR_GPU_CHECK(d.Download(&bits));
@@ -397,6 +414,9 @@ CaseResult RunInvalidArguments() {
        cuda::LaunchRope(nullptr, 64, 1, 1, 64, 128, nullptr, nullptr, false, nullptr)},
       {"rope stride < heads * head_dim",
        cuda::LaunchRope(nullptr, 100, 1, 2, 64, 64, nullptr, nullptr, false, nullptr)},
+      {"rope use_long without inv_freq_long",
+       cuda::LaunchRope(nullptr, 64, 1, 1, 64, 64, nullptr, nullptr, false, nullptr,
+                        {1.0f, nullptr, reinterpret_cast<const int32_t*>(&kEps)})},
       {"rms hidden 0",
        cuda::LaunchAddRmsNorm(nullptr, nullptr, nullptr, kEps, 1, 0, nullptr, nullptr)},
       {"gather stride < cols",
@@ -439,6 +459,9 @@ void RegisterOpsCases() {
               Fmt("T=%lld heads=3 hd=%lld rope=%lld ", t, hd, rope_dim) + layout + " pos<=100000",
               [=] { return RunRope(t, 3, hd, rope_dim, inter, 100000); });
         }
+        Add("rope",
+            Fmt("T=%lld heads=3 hd=%lld rope=%lld neox longrope pos<=8192", t, hd, rope_dim),
+            [=] { return RunRope(t, 3, hd, rope_dim, false, 8192, /*longrope=*/true); });
       }
     }
     for (int ffn : {64, 576, 4096, 5120, 13}) {

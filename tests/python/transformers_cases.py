@@ -90,6 +90,21 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                  "--kv-heads", "1", "--ffn", "128", "--vocab", "300", "--seed",
                                  "42", "--tie"],
                                 {"partial_rotary_factor": 0.5, "sliding_window": 8}),
+    # LongRoPE (Phi-3 128k, Phi-4-mini) on 18 of 24 head dims: pre-training context 39, so the
+    # 1- and 7-token prompts (39 tokens at most with their continuations) use the short factors
+    # and the 40-token one the long factors throughout (transformers picks one set per forward
+    # pass by its length); cos / sin times sqrt(1 + ln(312 / 39) / ln(39)).
+    "phi3_longrope_partial": (["--arch", "phi3", "--hidden", "96", "--heads", "4",
+                               "--kv-heads", "2", "--ffn", "128", "--vocab", "300", "--seed",
+                               "43"],
+                              {"partial_rotary_factor": 0.75, "max_position_embeddings": 312,
+                               "original_max_position_embeddings": 39,
+                               "rope_scaling": {
+                                   "type": "longrope",
+                                   "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.8, 2.5,
+                                                    3.0],
+                                   "long_factor": [1.0, 1.5, 2.5, 4.0, 6.5, 10.0, 16.0, 25.0,
+                                                   40.0]}}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

@@ -235,6 +235,12 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
              b.rope_scaling.high_freq_factor) ||
       differ("rope_scaling.original_max_position", a.rope_scaling.original_max_position,
              b.rope_scaling.original_max_position) ||
+      differ("rope_scaling.attention_factor", a.rope_scaling.attention_factor,
+             b.rope_scaling.attention_factor) ||
+      differ("rope_scaling.short_factor",
+             a.rope_scaling.short_factor != b.rope_scaling.short_factor, false) ||
+      differ("rope_scaling.long_factor", a.rope_scaling.long_factor != b.rope_scaling.long_factor,
+             false) ||
       differ("qkv_bias", a.qkv_bias, b.qkv_bias) ||
       differ("qk_norm", static_cast<int>(a.qk_norm), static_cast<int>(b.qk_norm)) ||
       differ("gated_attention", a.gated_attention, b.gated_attention) ||

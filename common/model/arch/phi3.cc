@@ -2,7 +2,8 @@
 // rotary where partial_rotary_factor says so, Mistral-style sliding window where sliding_window
 // says so) with q, k, v fused into one qkv_proj and gate, up into one gate_up_proj, in HF and in
 // GGUF (attn_qkv, and ffn_up holding gate then up). The model file splits them into views of their
-// rows (FusedTensorNames), so nothing downstream sees the fusion.
+// rows (FusedTensorNames), so nothing downstream sees the fusion. LongRoPE (Phi-3 128k,
+// Phi-4-mini) is RopeScaling::kLongRope.
 #include "common/model/arch/llama_family.h"
 #include "common/model/architecture.h"
 #include "common/model/config_reader.h"
@@ -12,40 +13,45 @@ namespace astr::model {
 namespace {
 
 Status ReadPhi3Hf(const ConfigJson& r, ModelConfig* c) {
-  // LongRoPE ("longrope" / "su", Phi-3 128k and Phi-4-mini) switches between two sets of
-  // per-frequency factors by sequence length and scales cos / sin; not computed yet.
-  if (r.Has("rope_scaling")) {
-    return r.Unsupported("rope_scaling", "is not supported for phi3 (LongRoPE is not implemented)");
-  }
-  if (r.Has("rope_parameters")) {
-    const nlohmann::json& p = r.raw()["rope_parameters"];
-    const std::string type = p.is_object() && p.contains("rope_type") && p["rope_type"].is_string()
-                                 ? p["rope_type"].get<std::string>()
-                                 : "default";
-    if (type != "default") {
-      return r.Unsupported("rope_parameters", "rope_type '" + type +
-                                                  "' is not supported for phi3 (LongRoPE is not "
-                                                  "implemented)");
-    }
-  }
+  // rope_scaling / rope_parameters (LongRoPE included) are read by ConfigFromHfJson.
   return arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/false, c);
 }
 
+// llama.cpp's converter writes LongRoPE as two f32 tensors of rope_dim / 2 divisors and the
+// cos / sin factor as rope.scaling.attn_factor (rope.scaling.original_context_length is read for
+// every architecture).
 Status ReadPhi3Gguf(const GgufKeys& k, ModelConfig* c) {
-  for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
-    if (k.file().FindTensor(t) != nullptr) {
-      return UnimplementedError(k.file().path() + ": tensor '" + t +
-                                "': LongRoPE is not implemented");
-    }
-  }
   c->rope_layout = RopeLayout::kHalf;
+  const GgufFile& g = k.file();
+  const GgufTensor* lng = g.FindTensor("rope_factors_long.weight");
+  const GgufTensor* shrt = g.FindTensor("rope_factors_short.weight");
+  if (lng == nullptr && shrt == nullptr) return OkStatus();
+  if (lng == nullptr || shrt == nullptr) {
+    return InvalidArgumentError(g.path() +
+                                ": LongRoPE needs both rope_factors_long.weight and "
+                                "rope_factors_short.weight");
+  }
+  if (c->rope_scaling.type != RopeScaling::Type::kNone) {
+    return UnimplementedError(g.path() + ": both rope scaling keys and LongRoPE factors");
+  }
+  RopeScaling& rs = c->rope_scaling;
+  rs.type = RopeScaling::Type::kLongRope;
+  for (auto [t, out] : {std::pair{lng, &rs.long_factor}, std::pair{shrt, &rs.short_factor}}) {
+    std::vector<float> f;
+    ASTR_RETURN_IF_ERROR(g.ReadF32(*t, &f));
+    out->assign(f.begin(), f.end());
+  }
+  ASTR_ASSIGN_OR_RETURN(rs.attention_factor, k.Float("rope.scaling.attn_factor", 1.0));
+  rs.factor = static_cast<double>(c->max_context_tokens) /
+              static_cast<double>(std::max<int64_t>(1, rs.original_max_position));
   return OkStatus();
 }
 
 Status WritePhi3Hf(const ModelConfig& c, nlohmann::json* j) {
   ASTR_RETURN_IF_ERROR(arch::CheckPlainLlamaFeatures(c, "phi3", false, QkNorm::kNone));
-  if (c.rope_scaling.type != RopeScaling::Type::kNone) {
-    return InvalidArgumentError("HF phi3 takes no rope scaling here (LongRoPE is not implemented)");
+  if (c.rope_scaling.type != RopeScaling::Type::kNone &&
+      c.rope_scaling.type != RopeScaling::Type::kLongRope) {
+    return InvalidArgumentError("HF phi3 takes no rope scaling but LongRoPE");
   }
   arch::WriteLlamaFamilyHf(c, j);
   // Phi3Config's default pad id (32000) lies outside a small vocabulary; astr reads none.
@@ -72,6 +78,7 @@ extern const Architecture kPhi3Architecture{
                      "self_attn.qkv_proj.weight",
                      {"q_proj", "k_proj", "v_proj"}},
                     {"ffn_up.weight", "mlp.gate_up_proj.weight", {"gate_proj", "up_proj"}}},
+    .hf_original_max_position = 4096,
     .read_hf = ReadPhi3Hf,
     .read_gguf = ReadPhi3Gguf,
     .write_hf = WritePhi3Hf,

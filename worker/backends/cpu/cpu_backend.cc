@@ -66,7 +66,8 @@ class CpuBackend final : public Backend {
         max_tokens_(options.max_batch_tokens),
         max_samples_(options.max_sample_rows),
         inv_freq_(RopeInvFreq(config_)),
-        inv_freq_local_(RopeInvFreq(config_, /*local=*/true)) {
+        inv_freq_local_(RopeInvFreq(config_, /*local=*/true)),
+        inv_freq_long_(RopeInvFreqLong(config_)) {
     const model::ModelConfig& c = config_;
     const int64_t t = max_tokens_;
     qkv_rows_ = weights_->layers.empty() ? 0 : weights_->layers[0].qkv.n();
@@ -130,6 +131,9 @@ class CpuBackend final : public Backend {
   int64_t qkv_rows_ = 0;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // the sliding-window layers' (LayerUsesLocalRope)
+  std::vector<float> inv_freq_long_;   // LongRoPE's long factors (empty without)
+  std::vector<uint8_t> rope_long_;     // [T] this step's rows that take them (RopeLongRows)
+  bool any_rope_long_ = false;
   AttentionShape shape_{};             // sliding_window set per layer
   Workspace ws_;
 };
@@ -217,11 +221,18 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
   }
-  const float* inv_freq = c.LayerUsesLocalRope(l) ? inv_freq_local_.data() : inv_freq_.data();
+  const bool local = c.LayerUsesLocalRope(l);
+  const float* inv_freq = local ? inv_freq_local_.data() : inv_freq_.data();
+  cpu::RopeMore more;
+  more.scale = RopeCosSinScale(c, local);
+  if (any_rope_long_ && !local) {
+    more.inv_freq_long = inv_freq_long_.data();
+    more.use_long = rope_long_.data();
+  }
   cpu::Rope(q, qkv_rows_, t, c.num_heads, hd, c.rope_dim, batch.positions.data(), inv_freq,
-            interleaved);
+            interleaved, more);
   cpu::Rope(k, qkv_rows_, t, c.num_kv_heads, hd, c.rope_dim, batch.positions.data(), inv_freq,
-            interleaved);
+            interleaved, more);
   if (c.qk_norm == model::QkNorm::kAfterRope) {
     QkNormRows(q, t, c.num_heads, w.q_norm);
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
@@ -305,6 +316,10 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
     const float scale = static_cast<float>(c.embed_scale);
     float* x = ws_.x.data();
     for (int64_t i = 0; i < t * c.hidden_size; ++i) x[i] *= scale;
+  }
+  if (!inv_freq_long_.empty()) {
+    rope_long_.resize(t);
+    any_rope_long_ = RopeLongRows(c, batch.positions, batch.qo_indptr, rope_long_.data());
   }
   const float eps = static_cast<float>(c.rms_norm_eps);
   cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_->layers[0].attn_norm.data(), eps, t,

@@ -16,6 +16,7 @@
 #include "worker/backends/cuda/cuda_ipc.h"
 #include "worker/backends/cuda/cuda_weight_set.h"
 #include "worker/backends/cuda/nccl_group.h"
+#include "worker/rope.h"
 
 namespace astr::cuda {
 namespace {
@@ -323,6 +324,8 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
   const int64_t t = batch.num_tokens(), b = batch.batch_size();
   std::copy(batch.token_ids.begin(), batch.token_ids.end(), m.token_ids);
   std::copy(batch.positions.begin(), batch.positions.end(), m.positions);
+  if (RopeUsesLongFactors(config_))
+    RopeLongRows(config_, batch.positions, batch.qo_indptr, m.rope_long);
   std::copy(batch.out_slots.begin(), batch.out_slots.end(), m.out_slots);
   std::copy(batch.qo_indptr.begin(), batch.qo_indptr.end(), m.qo_indptr);
   std::copy(batch.kv_indptr.begin(), batch.kv_indptr.end(), m.kv_indptr);
@@ -334,6 +337,7 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
     for (int64_t r = t; r < rows; ++r) {
       m.token_ids[r] = 0;
       m.positions[r] = 0;
+      m.rope_long[r] = 0;
       m.out_slots[r] = -1;
       m.qo_indptr[r + 1] = static_cast<int32_t>(r + 1);
       m.kv_indptr[r + 1] = m.kv_indptr[b];
@@ -545,14 +549,21 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   if (c.qk_norm == model::QkNorm::kBeforeRope) ASTR_RETURN_IF_ERROR(qk_norm());
   const bool interleaved = c.rope_layout == model::RopeLayout::kInterleaved;
   const int rope_dim = static_cast<int>(c.rope_dim);
+  const bool local = c.LayerUsesLocalRope(l);
   const float* inv_freq =
-      c.LayerUsesLocalRope(l) ? weights_.inv_freq_local.as<float>() : weights_.inv_freq.as<float>();
-  ASTR_LAUNCH(
-      LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions, inv_freq, interleaved, s),
-      "rope q");
-  ASTR_LAUNCH(
-      LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions, inv_freq, interleaved, s),
-      "rope k");
+      local ? weights_.inv_freq_local.as<float>() : weights_.inv_freq.as<float>();
+  RopeMore more;
+  more.scale = RopeCosSinScale(c, local);
+  if (!local && weights_.inv_freq_long.bytes() > 0) {
+    more.inv_freq_long = weights_.inv_freq_long.as<float>();
+    more.use_long = m.rope_long;
+  }
+  ASTR_LAUNCH(LaunchRope(q, qkv_rows, rows, heads, hd, rope_dim, m.positions, inv_freq, interleaved,
+                         s, more),
+              "rope q");
+  ASTR_LAUNCH(LaunchRope(k, qkv_rows, rows, kv_heads, hd, rope_dim, m.positions, inv_freq,
+                         interleaved, s, more),
+              "rope k");
   AttentionDims dims = dims_;
   dims.sliding_window = static_cast<int>(c.LayerWindow(l));
   if (c.qk_norm == model::QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());

@@ -143,7 +143,7 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
 
 size_t CudaWeights::bytes() const {
   size_t total = embed.bytes() + lm_head.bytes() + final_norm.bytes() + inv_freq.bytes() +
-                 inv_freq_local.bytes();
+                 inv_freq_local.bytes() + inv_freq_long.bytes();
   for (const auto& l : layers) {
     total += l.attn_norm.bytes() + l.mlp_norm.bytes() + l.post_attn_norm.bytes() +
              l.post_mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.qkv_bias.bytes() +
@@ -203,6 +203,10 @@ StatusOr<CudaWeights> LoadCudaWeights(const model::TensorSource& file, bool prog
     const std::vector<float> local = RopeInvFreq(c, /*local=*/true);
     ASTR_ASSIGN_OR_RETURN(w.inv_freq_local, UploadBytes(local.data(), local.size() * sizeof(float),
                                                         "local rope inv_freq", nullptr));
+  }
+  if (const std::vector<float> lng = RopeInvFreqLong(c); !lng.empty()) {
+    ASTR_ASSIGN_OR_RETURN(w.inv_freq_long, UploadBytes(lng.data(), lng.size() * sizeof(float),
+                                                       "long rope inv_freq", nullptr));
   }
   return w;
 }

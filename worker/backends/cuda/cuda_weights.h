@@ -52,6 +52,7 @@ struct CudaWeights {
   DeviceMemory final_norm;  // [hidden] f32
   DeviceMemory inv_freq;    // [rope_dim / 2] f32 RoPE inverse frequencies (from the config)
   DeviceMemory inv_freq_local;  // the sliding-window layers' (LayerUsesLocalRope), or empty
+  DeviceMemory inv_freq_long;   // LongRoPE's long factors (RopeInvFreqLong), or empty
   std::vector<CudaLayerWeights> layers;
   int64_t qkv_rows = 0;
 

@@ -16,6 +16,7 @@ StepMetadata CarveMetadata(BumpAllocator& a, const WorkspaceDims& d) {
   StepMetadata m{};
   m.token_ids = a.Take<int32_t>(d.max_tokens, "token_ids");
   m.positions = a.Take<int32_t>(d.max_tokens, "positions");
+  m.rope_long = a.Take<int32_t>(d.max_tokens, "rope_long");
   m.qo_indptr = a.Take<int32_t>(d.max_batch + 1, "qo_indptr");
   m.kv_indptr = a.Take<int32_t>(d.max_batch + 1, "kv_indptr");
   m.kv_last_page_len = a.Take<int32_t>(d.max_batch, "kv_last_page_len");

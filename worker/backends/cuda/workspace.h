@@ -71,6 +71,7 @@ struct WorkspaceDims {
 struct StepMetadata {
   int32_t* token_ids;                     // [max_tokens]
   int32_t* positions;                     // [max_tokens]
+  int32_t* rope_long;                     // [max_tokens] LongRoPE: rows taking the long factors
   int32_t* qo_indptr;                     // [max_batch + 1]
   int32_t* kv_indptr;                     // [max_batch + 1]
   int32_t* kv_last_page_len;              // [max_batch]
