@@ -440,23 +440,162 @@ TEST_F(WeightUpdatesTest, GemmaHfNormsUpdateAGgufServedModel) {
   EXPECT_EQ(got.logprob, want.logprob);
 }
 
-// Pushes name HF tensors one to one; Phi-3's fused ones are refused with a clear status (not yet
-// split on receipt), and nothing is staged.
-TEST(WeightStagerFusedTest, Phi3PushesAreRefused) {
+// A small Phi-3 GGUF as llama.cpp's converter writes it: q, k, v fused into attn_qkv and gate, up
+// into ffn_up (gate rows first).
+std::string WritePhi3Gguf() {
+  model::ModelConfig c;
+  c.architecture = "phi3";
+  c.vocab_size = 512, c.hidden_size = 32, c.intermediate_size = 48, c.num_layers = 2;
+  c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8, c.rope_dim = 8, c.max_context_tokens = 64;
+  const std::string path = testing::TempDir("phi3_gguf") + "/phi3.gguf";
+  std::map<std::string, std::vector<float>> values;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  uint32_t state = 11;
+  for (const model::WeightSpec& s : model::ExpectedWeights(c)) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    std::vector<float>& v = values[s.name];
+    v.resize(static_cast<size_t>(n));
+    for (float& x : v) {
+      state = state * 1664525u + 1013904223u;
+      const float u = static_cast<float>(state >> 24) / 256.0f;
+      x = s.name.ends_with("norm") ? 0.875f + u / 4.0f : (u - 0.5f) * 0.5f;
+    }
+    shapes[s.name] = s.shape;
+  }
+  // GGUF tensors: the fused ones first per layer, then every other one under its own name.
+  std::vector<std::pair<std::string, std::vector<std::string>>> file_tensors;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    file_tensors.push_back({"blk." + std::to_string(l) + ".attn_qkv.weight",
+                            {p + "q_proj", p + "k_proj", p + "v_proj"}});
+    file_tensors.push_back(
+        {"blk." + std::to_string(l) + ".ffn_up.weight", {p + "gate_proj", p + "up_proj"}});
+  }
+  for (const auto& [name, shape] : shapes) {
+    if (name.ends_with("q_proj") || name.ends_with("k_proj") || name.ends_with("v_proj") ||
+        name.ends_with("gate_proj") || name.ends_with("up_proj")) {
+      continue;
+    }
+    file_tensors.push_back({model::GgufNameFromCanonical("phi3", name), {name}});
+  }
+  model::GgufWriter w;
+  EXPECT_TRUE(model::AddGgufMetadata(c, &w).ok());
+  for (const auto& [name, parts] : file_tensors) {
+    std::vector<int64_t> shape = shapes[parts[0]];
+    for (size_t k = 1; k < parts.size(); ++k) shape[0] += shapes[parts[k]][0];
+    w.AddTensor(name, shape, model::DType::kF32);
+  }
+  EXPECT_TRUE(w.Open(path).ok());
+  for (const auto& [name, parts] : file_tensors) {
+    for (const std::string& part : parts) {
+      EXPECT_TRUE(w.WriteTensorData(values[part].data(), values[part].size() * 4).ok());
+    }
+  }
+  EXPECT_TRUE(w.Close().ok());
+  return path;
+}
+
+// `tensors` with each layer's q, k, v and gate, up stacked into Phi-3's qkv_proj and gate_up_proj.
+std::vector<HfTensor> FusePhi3(const std::vector<HfTensor>& tensors) {
+  std::vector<HfTensor> out;
+  std::map<std::string, HfTensor> fused;
+  for (const HfTensor& t : tensors) {
+    std::string target;
+    for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
+      const std::string suffix = std::string("self_attn.") + part + ".weight";
+      if (t.name.ends_with(suffix)) {
+        target = t.name.substr(0, t.name.size() - suffix.size()) + "self_attn.qkv_proj.weight";
+      }
+    }
+    for (const char* part : {"gate_proj", "up_proj"}) {
+      const std::string suffix = std::string("mlp.") + part + ".weight";
+      if (t.name.ends_with(suffix)) {
+        target = t.name.substr(0, t.name.size() - suffix.size()) + "mlp.gate_up_proj.weight";
+      }
+    }
+    if (target.empty()) {
+      out.push_back(t);
+      continue;
+    }
+    HfTensor& f = fused[target];  // parts arrive in row order (ExpectedWeights' order)
+    if (f.name.empty()) f = {target, {0, t.shape[1]}, {}};
+    f.shape[0] += t.shape[0];
+    f.values.insert(f.values.end(), t.values.begin(), t.values.end());
+  }
+  for (auto& [name, t] : fused) out.push_back(std::move(t));
+  return out;
+}
+
+// Phi-3's checkpoints hold q/k/v and gate/up fused: a push of the fused tensors is split into
+// their parts on receipt and serves what the same checkpoint from disk serves.
+TEST_F(WeightUpdatesTest, Phi3FusedPushesAreSplitOnReceipt) {
+  hf_.clear();
+  Load(WritePhi3Gguf(), "f32", [](const std::string&) { return true; });
+  const std::vector<HfTensor> fused = FusePhi3(hf_);
+  size_t qkv = 0;
+  for (const HfTensor& t : fused) qkv += t.name.ends_with("qkv_proj.weight");
+  ASSERT_EQ(qkv, 2u);
+
+  const First before = FirstToken();
+  const First same = Serve(Stage(fused), 1);
+  EXPECT_EQ(same.token, before.token);
+  EXPECT_EQ(same.logprob, before.logprob);
+  const First same_batch = Serve(Stage(fused, /*streamed=*/false), 2);
+  EXPECT_EQ(same_batch.logprob, before.logprob);
+
+  const std::vector<HfTensor> noisy = Perturbed(fused, 9);
+  const First want = Serve(StageDisk(WriteHfFolder(noisy, "phi3_noisy")), 3);
+  EXPECT_NE(want.logprob, before.logprob);
+  const First pushed = Serve(Stage(noisy), 4);
+  EXPECT_EQ(pushed.token, want.token);
+  EXPECT_EQ(pushed.logprob, want.logprob);
+}
+
+// A fused tensor and one of its parts in one manifest, or a fused tensor of the wrong height, are
+// refused naming the entry.
+TEST(WeightStagerFusedTest, Phi3FusedManifestErrors) {
   model::ModelConfig c;
   c.architecture = "phi3";
   c.vocab_size = 16, c.hidden_size = 8, c.intermediate_size = 6, c.num_layers = 1;
   c.num_heads = 2, c.num_kv_heads = 1, c.head_dim = 4, c.rope_dim = 4, c.max_context_tokens = 64;
-  WeightStager stager(c);
-  v1::WeightManifest m;
-  v1::TensorSpec* s = m.add_tensors();
-  s->set_name("model.layers.0.self_attn.qkv_proj.weight");
-  s->set_dtype("f32");
-  s->add_shape(16);
-  s->add_shape(8);
-  const Status st = stager.Begin(m);
-  EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
-  EXPECT_NE(st.message().find("qkv_proj"), std::string::npos) << st.message();
+  auto spec = [](v1::WeightManifest* m, const std::string& name, int64_t rows, int64_t cols) {
+    v1::TensorSpec* s = m->add_tensors();
+    s->set_name(name);
+    s->set_dtype("f32");
+    s->add_shape(rows);
+    s->add_shape(cols);
+  };
+  {
+    WeightStager stager(c);
+    v1::WeightManifest m;
+    spec(&m, "model.layers.0.self_attn.qkv_proj.weight", 16, 8);  // 8 + 4 + 4 rows
+    spec(&m, "model.layers.0.mlp.gate_up_proj.weight", 12, 8);
+    EXPECT_TRUE(stager.Begin(m).ok());
+  }
+  {
+    WeightStager stager(c);
+    v1::WeightManifest m;
+    spec(&m, "model.layers.0.self_attn.qkv_proj.weight", 16, 8);
+    spec(&m, "model.layers.0.self_attn.k_proj.weight", 4, 8);
+    const Status st = stager.Begin(m);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("named twice"), std::string::npos) << st.message();
+  }
+  {
+    WeightStager stager(c);
+    v1::WeightManifest m;
+    spec(&m, "model.layers.0.mlp.gate_up_proj.weight", 6, 8);
+    const Status st = stager.Begin(m);
+    EXPECT_NE(st.message().find("gate_up_proj"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("[12, 8]"), std::string::npos) << st.message();
+  }
+  {
+    WeightStager stager(c);
+    v1::WeightManifest m;
+    spec(&m, "model.layers.1.self_attn.qkv_proj.weight", 16, 8);  // no layer 1
+    EXPECT_EQ(stager.Begin(m).code(), StatusCode::kInvalidArgument);
+  }
 }
 
 TEST_F(WeightUpdatesTest, ControlVerbsKeepTheirOrder) {

@@ -56,6 +56,11 @@ WeightStager::~WeightStager() {
     if (p.tensor != nullptr && p.tensor.use_count() == 1) {
       ReceiveBuffers::Global().Put(std::move(p.tensor->data));
     }
+    for (std::shared_ptr<UpdateTensor>& part : p.split) {
+      if (part != nullptr && part.use_count() == 1) {
+        ReceiveBuffers::Global().Put(std::move(part->data));
+      }
+    }
   }
 }
 
@@ -64,12 +69,6 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   begun_ = true;
   label_ = manifest.label();
   if (manifest.tensors().empty()) return InvalidArgumentError("manifest: no tensors");
-  if (const model::Architecture* a = model::FindArchitecture(config_.architecture);
-      a != nullptr && !a->fused_names.empty()) {
-    return UnimplementedError("weight pushes to " + config_.architecture +
-                              " (fused tensors such as " + a->fused_names[0].hf +
-                              ") are not supported yet; update from disk instead");
-  }
   std::map<std::string, std::vector<int64_t>> expected;
   for (model::WeightSpec& w : model::ExpectedWeights(config_)) {
     expected.emplace(std::move(w.name), std::move(w.shape));
@@ -77,7 +76,25 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   std::map<std::string, int> seen;
   for (int i = 0; i < manifest.tensors_size(); ++i) {
     const v1::TensorSpec& spec = manifest.tensors(i);
-    const std::string canonical = model::CanonicalFromHfName(config_.architecture, spec.name());
+    std::string canonical = model::CanonicalFromHfName(config_.architecture, spec.name());
+    // A fused tensor (Phi-3's qkv_proj, gate_up_proj) stands for its parts, their rows stacked.
+    std::vector<std::string> parts;
+    std::vector<int64_t> part_rows, fused_shape;
+    std::string layer;
+    const model::FusedTensorNames* fused = nullptr;
+    if (model::MatchFusedTensor(config_.architecture, spec.name(), /*gguf=*/false, &layer,
+                                &fused)) {
+      canonical = "layers." + layer + "." + fused->hf;
+      for (const std::string& part : fused->parts) {
+        auto pt = expected.find("layers." + layer + "." + part);
+        if (pt == expected.end() || pt->second.size() != 2) break;
+        if (fused_shape.empty()) fused_shape = {0, pt->second[1]};
+        fused_shape[0] += pt->second[0];
+        parts.push_back(pt->first);
+        part_rows.push_back(pt->second[0]);
+      }
+      if (parts.size() == fused->parts.size()) expected[canonical] = fused_shape;
+    }
     auto it = canonical.empty() ? expected.end() : expected.find(canonical);
     if (it == expected.end()) {
       std::string why = "not a tensor of this " + config_.architecture + " model (" +
@@ -87,9 +104,11 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
       }
       return InvalidArgumentError(Entry(i, spec.name()) + ": " + why);
     }
-    if (auto [prev, inserted] = seen.emplace(canonical, i); !inserted) {
-      return InvalidArgumentError(Entry(i, spec.name()) + ": named twice (also tensors[" +
-                                  std::to_string(prev->second) + "])");
+    for (const std::string& name : parts.empty() ? std::vector<std::string>{canonical} : parts) {
+      if (auto [prev, inserted] = seen.emplace(name, i); !inserted) {
+        return InvalidArgumentError(Entry(i, spec.name()) + ": named twice (also tensors[" +
+                                    std::to_string(prev->second) + "])");
+      }
     }
     auto dtype = ParseUpdateDType(spec.dtype());
     if (!dtype.ok()) return InvalidArgumentError(Entry(i, spec.name()) + ": " +
@@ -100,6 +119,8 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
                                   ", the served model's is " + model::ShapeToString(it->second));
     }
     Pending& p = pending_.emplace_back();
+    p.parts = std::move(parts);
+    p.part_rows = std::move(part_rows);
     p.tensor = std::make_shared<UpdateTensor>();
     UpdateTensor& t = *p.tensor;
     t.hf_name = spec.name();
@@ -170,19 +191,51 @@ Status WeightStager::Complete(Pending& p) {
     return DataLossError("tensor '" + t.hf_name + "': xxh64 of the bytes received is " +
                          Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
   }
+  if (p.parts.empty()) return Deliver(p.tensor);
+  // Fused: each part's rows copied into a tensor of its own, which goes on as if pushed alone.
+  const int64_t cols = t.shape[1];
+  const size_t row_bytes = t.bytes / static_cast<size_t>(t.shape[0]);
+  size_t offset = 0;
+  for (size_t k = 0; k < p.parts.size(); ++k) {
+    auto part = std::make_shared<UpdateTensor>();
+    part->hf_name = t.hf_name + " (" + p.parts[k] + " rows)";
+    part->canonical = p.parts[k];
+    part->dtype = t.dtype;
+    part->shape = {p.part_rows[k], cols};
+    part->bytes = row_bytes * static_cast<size_t>(p.part_rows[k]);
+    part->half_to_interleaved = NeedsHalfToInterleaved(config_, part->canonical);
+    part->norm_shift = model::HfNormShift(config_, part->canonical);
+    part->data = ReceiveBuffers::Global().Take(part->bytes);
+    if (!part->data) {
+      return ResourceExhaustedError("tensor '" + part->hf_name + "': cannot allocate " +
+                                    std::to_string(part->bytes) + " bytes");
+    }
+    std::memcpy(part->data.get(), t.data.get() + offset, part->bytes);
+    offset += part->bytes;
+    model::ContentHasher64 h;
+    h.Update(part->data.get(), part->bytes);
+    part->xxh64 = h.Digest();
+    ASTR_RETURN_IF_ERROR(Deliver(part));
+    p.split.push_back(std::move(part));
+  }
+  ReceiveBuffers::Global().Put(std::move(t.data));
+  return OkStatus();
+}
+
+Status WeightStager::Deliver(std::shared_ptr<UpdateTensor>& t) {
   if (builder_ == nullptr) return OkStatus();
   // The builder takes the bytes; what they were stays here.
   auto kept = std::make_shared<UpdateTensor>();
-  kept->hf_name = t.hf_name;
-  kept->canonical = t.canonical;
-  kept->dtype = t.dtype;
-  kept->shape = t.shape;
-  kept->bytes = t.bytes;
-  kept->xxh64 = t.xxh64;
-  kept->half_to_interleaved = t.half_to_interleaved;
-  kept->norm_shift = t.norm_shift;
-  std::shared_ptr<UpdateTensor> full = std::move(p.tensor);
-  p.tensor = std::move(kept);
+  kept->hf_name = t->hf_name;
+  kept->canonical = t->canonical;
+  kept->dtype = t->dtype;
+  kept->shape = t->shape;
+  kept->bytes = t->bytes;
+  kept->xxh64 = t->xxh64;
+  kept->half_to_interleaved = t->half_to_interleaved;
+  kept->norm_shift = t->norm_shift;
+  std::shared_ptr<UpdateTensor> full = std::move(t);
+  t = std::move(kept);
   return builder_->Add(std::move(full));
 }
 
@@ -200,6 +253,13 @@ StatusOr<UpdateTensors> WeightStager::Finish() {
     }
   }
   for (Pending& p : pending_) {
+    if (!p.parts.empty()) {
+      for (std::shared_ptr<UpdateTensor>& part : p.split) {
+        const std::string canonical = part->canonical;
+        out.emplace(canonical, std::shared_ptr<const UpdateTensor>(std::move(part)));
+      }
+      continue;
+    }
     const std::string canonical = p.tensor->canonical;
     out.emplace(canonical, std::shared_ptr<const UpdateTensor>(std::move(p.tensor)));
   }

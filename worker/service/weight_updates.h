@@ -61,14 +61,21 @@ class WeightStager {
  private:
   struct Pending {
     std::shared_ptr<UpdateTensor> tensor;
+    // A fused tensor (Phi-3's qkv_proj, gate_up_proj): its parts' canonical names and rows, and,
+    // once complete, the parts it was split into (tensor then holds no bytes).
+    std::vector<std::string> parts;
+    std::vector<int64_t> part_rows;
+    std::vector<std::shared_ptr<UpdateTensor>> split;
     uint64_t received = 0;
     bool has_checksum = false;
     uint64_t checksum = 0;
     model::ContentHasher64 hasher;
   };
 
-  // Tensor `p` is complete: its checksum, then the builder.
+  // Tensor `p` is complete: its checksum, then (split into its parts when fused) the builder.
   Status Complete(Pending& p);
+  // Hands `t` to the builder (keeping what it was) or keeps it whole.
+  Status Deliver(std::shared_ptr<UpdateTensor>& t);
 
   const model::ModelConfig& config_;
   WeightBuilder* const builder_;
