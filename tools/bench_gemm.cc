@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   double min_seconds = 0.3;
   bool f32 = false;
   std::string quant_text;
+  std::string shapes_text = "5632x2048,2048x5632,32000x2048";
   fs.Int("threads", &threads, "Threads (including the caller).");
   fs.String("m", &ms_text, "Comma-separated row counts (tokens per call).");
   fs.Int("rotate-mb", &cache_mb,
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
   fs.String("quant", &quant_text,
             "Comma-separated GGUF block types to benchmark as quantized weights (random quants), "
             "e.g. q4_k,q6_k,q8_0; empty: none.");
+  fs.String("shapes", &shapes_text,
+            "Comma-separated weight shapes NxK (outputs x inputs); the default is the 0.85B "
+            "llama's MLP and output projection.");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
   (void)astr::InitLogging(argv[0], astr::LogOptions());
   auto ms = astr::ParseIntList(ms_text, "m");
@@ -61,7 +65,19 @@ int main(int argc, char** argv) {
   }
 
   astr::cpu::ThreadPool pool(static_cast<int>(threads));
-  const std::vector<Shape> shapes = {{5632, 2048}, {2048, 5632}, {32000, 2048}};
+  std::vector<Shape> shapes;
+  for (size_t b = 0, e; b < shapes_text.size(); b = e + 1) {
+    e = shapes_text.find(',', b);
+    if (e == std::string::npos) e = shapes_text.size();
+    const std::string item = shapes_text.substr(b, e - b);
+    long long n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lld%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0) {
+      std::fprintf(stderr, "--shapes: '%s' is not NxK with positive N and K\n", item.c_str());
+      return 2;
+    }
+    shapes.push_back({n, k});
+  }
   // "bf16", "f32", then the block types.
   std::vector<std::string> types = {"bf16"};
   if (f32) types.push_back("f32");

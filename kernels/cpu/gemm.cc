@@ -114,13 +114,14 @@ PackedMatrix PackedMatrix::Clone(PackedMatrix* reuse) const {
 }
 
 void PackedMatrix::UnpackRows(int64_t row, int64_t rows, float* out) const {
-  CHECK(type_ != WeightType::kQuant) << "UnpackRows of a block-quantized matrix";
   CHECK(row >= 0 && rows >= 0 && row + rows <= n_)
       << "rows [" << row << ", " << row + rows << ") of " << n_;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t r = row + i, p = r / kPanel, pr = r % kPanel;
     float* dst = out + i * k_;
-    if (type_ == WeightType::kF32) {
+    if (type_ == WeightType::kQuant) {
+      UnpackQuantRow(r, dst);
+    } else if (type_ == WeightType::kF32) {
       const float* src = f32_panel(p);
       for (int64_t kk = 0; kk < k_; ++kk) dst[kk] = src[kk * kPanel + pr];
     } else {

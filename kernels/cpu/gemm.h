@@ -115,8 +115,10 @@ class PackedMatrix {
   // A copy, into the storage of `reuse` when it has the same layout (SameLayout); `reuse` is left
   // empty then.
   PackedMatrix Clone(PackedMatrix* reuse = nullptr) const;
-  // Rows [row, row + rows) as f32 into out [rows, k]: exactly the packed values (kF32 or kBF16
-  // only; a kQuant matrix is a CHECK failure).
+  // Rows [row, row + rows) as f32 into out [rows, k]: exactly the packed values; for kQuant each
+  // value as QuantFormat defines it (scale * (q - offset), or scale * q + min), computed in f32 as
+  // ggml dequantizes its blocks, so a table packed from a GGUF file unpacks to the file's values
+  // (a tied embedding gathers its rows from the packed output projection).
   void UnpackRows(int64_t row, int64_t rows, float* out) const;
   // Same n, k, type and quant format: the storage of one fits the other exactly.
   bool SameLayout(const PackedMatrix& other) const;
@@ -160,6 +162,8 @@ class PackedMatrix {
   };
   PackedMatrix(int64_t n, int64_t k, WeightType type, QuantFormat quant = {},
                PackedMatrix* reuse = nullptr);
+  // UnpackRows of one kQuant row (qgemm.cc).
+  void UnpackQuantRow(int64_t row, float* out) const;
 
   int64_t n_ = 0, k_ = 0;
   WeightType type_ = WeightType::kF32;

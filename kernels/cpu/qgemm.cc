@@ -238,6 +238,57 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
   return pm;
 }
 
+void PackedMatrix::UnpackQuantRow(int64_t row, float* out) const {
+  const QuantFormat& f = quant_;
+  const int64_t pr = row % kPanel;
+  const uint8_t* panel = static_cast<const uint8_t*>(data_.get()) + (row / kPanel) * panel_stride();
+  const int64_t nh = f.sub == 16 ? 2 : 1;
+  const int64_t qbytes = internal::QuantBlockQuantBytes(f.bits);
+  const int64_t scale_bytes = f.super ? 1 : 2;
+  auto f16_at = [](const uint8_t* at) {
+    uint16_t h;
+    std::memcpy(&h, at, 2);
+    return F16ToF32(h);
+  };
+  float d = 0.0f, dmin = 0.0f;
+  for (int64_t b = 0; b < k_blocks(); ++b) {
+    const internal::QuantBlockAt at = internal::LocateQuantBlock(panel, b, block_bytes(), f);
+    const uint8_t* blk = at.block;
+    if (f.super && b % 8 == 0) {
+      d = f16_at(at.header + pr * 2);
+      if (f.has_min) dmin = f16_at(at.header + (kPanel + pr) * 2);
+    }
+    const uint8_t* scales = blk + qbytes;
+    for (int64_t h = 0; h < nh; ++h) {
+      const uint8_t* s_at = scales + (h * kPanel + pr) * scale_bytes;
+      const uint8_t* m_at = scales + ((nh + h) * kPanel + pr) * scale_bytes;
+      float scale, min = 0.0f;
+      if (f.super) {
+        scale = d * static_cast<float>(static_cast<int8_t>(*s_at));
+        if (f.has_min) min = dmin * static_cast<float>(static_cast<int8_t>(*m_at));
+      } else {
+        scale = f16_at(s_at);
+        if (f.has_min) min = f16_at(m_at);
+      }
+      for (int64_t j = h * f.sub; j < (h + 1) * f.sub && j < 32; ++j) {
+        const int64_t kk = b * 32 + j;
+        if (kk >= k_) break;
+        const int g = static_cast<int>(j / 4), t = static_cast<int>(j % 4);
+        int q;
+        if (f.bits == 8) {
+          q = blk[g * 64 + pr * 4 + t] ^ 0x80;
+        } else {
+          const uint8_t lo = blk[(g % 4) * 64 + pr * 4 + t];
+          q = g < 4 ? lo & 15 : lo >> 4;
+          if (f.bits == 6) q |= ((blk[256 + (g / 4) * 64 + pr * 4 + t] >> (2 * (g % 4))) & 3) << 4;
+        }
+        out[kk] = f.has_min ? scale * static_cast<float>(q) + min
+                            : scale * static_cast<float>(q - f.offset);
+      }
+    }
+  }
+}
+
 namespace internal {
 
 void QuantGemmIsa(Isa isa, const float* x, int64_t ldx, int64_t m, const PackedMatrix& w, float* y,

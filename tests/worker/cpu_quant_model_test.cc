@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/model/model_file.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/support/model_driver.h"
 #include "tests/support/test_util.h"
@@ -26,11 +27,13 @@ using testing::DrivenSequence;
 constexpr int64_t kVocab = 512;
 
 // hidden 256 and ffn 512 are whole K-quant super-blocks.
-std::string MakeModel(const std::string& dtype, const std::string& dtype_of = "") {
+std::string MakeModel(const std::string& dtype, const std::string& dtype_of = "",
+                      bool tie = false) {
   const std::string dir = testing::TempDir("quant_model");
-  const std::string out = dir + "/model-" + dtype + ".gguf";
+  const std::string out = dir + "/model-" + dtype + (tie ? "-tied" : "") + ".gguf";
   const std::string cmd = testing::BinDir() + "/astr make-model --format gguf --dtype " + dtype +
-                          (dtype_of.empty() ? "" : " --dtype-of " + dtype_of) + " --out " + out +
+                          (dtype_of.empty() ? "" : " --dtype-of " + dtype_of) +
+                          (tie ? " --tie" : "") + " --out " + out +
                           " --hidden 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab " +
                           std::to_string(kVocab) + " --seed 7 --init-std 0.05 2>&1";
   const testing::CommandResult r = testing::RunCommand(cmd);
@@ -136,12 +139,70 @@ TEST_P(CpuQuantModelTest, StaysQuantizedAndNearTheF32Reference) {
   ExpectNearReference(path);
 }
 
+// A tied table is held once, as the output projection: every embedding row gathered from it is the
+// file's row exactly (the dequantization of its blocks), and no second copy of the table is kept.
+TEST_P(CpuQuantModelTest, TiedEmbeddingIsGatheredFromTheOutputProjection) {
+  const std::string path = MakeModel(GetParam(), "", /*tie=*/true);
+  auto file = model::ModelFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const int64_t hidden = (*file)->config().hidden_size;
+  std::vector<float> want;
+  ASSERT_TRUE((*file)->LoadF32("embed", {kVocab, hidden}, &want).ok());
+  cpu::ThreadPool pool(2);
+  auto w = LoadCpuWeights(**file, cpu::WeightType::kBF16, &pool, false);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE(w->embed_from_head);
+  EXPECT_TRUE(w->embed_quant.empty());
+  EXPECT_TRUE(w->embed_bf16.empty());
+  std::vector<int32_t> ids(kVocab);
+  for (int32_t i = 0; i < kVocab; ++i) ids[i] = i;
+  std::vector<float> got(want.size());
+  w->GatherEmbeddings(ids.data(), kVocab, hidden, got.data());
+  int64_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+  EXPECT_EQ(differ, 0) << "of " << want.size() << " values; first row " << got[0] << " vs "
+                       << want[0];
+  // The untied model of the same type keeps the file's blocks for the gather.
+  auto untied = model::ModelFile::Open(MakeModel(GetParam()));
+  ASSERT_TRUE(untied.ok());
+  auto u = LoadCpuWeights(**untied, cpu::WeightType::kBF16, &pool, false);
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->embed_from_head);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryBlockType, CpuQuantModelTest,
                          ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k",
                                            "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            return std::string(i.param);
                          });
+
+// A float table (F16 here) tied: held once as the bf16 output projection, gathered as the file's
+// values rounded to bf16, as the separate bf16 table held them.
+TEST(CpuQuantModelMixTest, TiedFloatEmbeddingIsGatheredFromTheOutputProjection) {
+  auto file = model::ModelFile::Open(MakeModel("f16", "", /*tie=*/true));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const int64_t hidden = (*file)->config().hidden_size;
+  std::vector<float> want;
+  ASSERT_TRUE((*file)->LoadF32("embed", {kVocab, hidden}, &want).ok());
+  cpu::ThreadPool pool(2);
+  auto w = LoadCpuWeights(**file, cpu::WeightType::kBF16, &pool, false);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE(w->embed_from_head);
+  EXPECT_TRUE(w->embed_bf16.empty());
+  std::vector<int32_t> ids = {0, 1, 17, kVocab - 1};
+  std::vector<float> got(ids.size() * hidden);
+  w->GatherEmbeddings(ids.data(), static_cast<int64_t>(ids.size()), hidden, got.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<uint16_t> bits(hidden);
+    std::vector<float> rounded(hidden);
+    cpu::F32ToBf16(want.data() + ids[i] * hidden, bits.data(), hidden);
+    cpu::Bf16ToF32(bits.data(), rounded.data(), hidden);
+    for (int64_t j = 0; j < hidden; ++j) {
+      ASSERT_EQ(got[i * hidden + j], rounded[j]) << "row " << ids[i] << " col " << j;
+    }
+  }
+}
 
 // llama-quantize's Q4_K_M keeps v_proj, down_proj and the output in Q6_K: the stacked q/k/v
 // projection then holds two matrices (Q4_K q and k, Q6_K v).

@@ -322,33 +322,48 @@ int64_t VectorElements(const model::ModelConfig& c, const CpuWeightGroup& g,
 Status LoadEmbed(WeightLoader& loader, const model::TensorSource& file, const model::ModelConfig& c,
                  cpu::WeightType type, cpu::ThreadPool* pool, CpuWeights* w, CpuWeights* reuse) {
   CpuLinear* reuse_head = reuse != nullptr ? &reuse->lm_head : nullptr;
+  w->embed_from_head = false;
+  w->embed_quant.clear();
+  w->embed_bf16.clear();
+  // A tied table packed as one matrix serves the gather too (PackedMatrix::UnpackRows).
+  auto head_holds_table = [&] {
+    return w->lm_head.parts.size() == 1 && w->lm_head.parts[0].n() == c.vocab_size &&
+           w->lm_head.parts[0].k() == c.hidden_size;
+  };
   if (auto quant = loader.QuantView("embed", c.vocab_size, c.hidden_size)) {
-    // Gathered a row at a time from the file's own blocks.
-    const auto* bytes = static_cast<const uint8_t*>(quant->data);
-    w->embed_quant.assign(bytes, bytes + quant->bytes);
-    w->embed_quant_dtype = quant->dtype;
     if (c.tie_word_embeddings) {
       ASTR_RETURN_IF_ERROR(
           loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w->lm_head, reuse_head));
+      w->embed_from_head = head_holds_table();
+    }
+    if (!w->embed_from_head) {
+      // Gathered a row at a time from the file's own blocks.
+      const auto* bytes = static_cast<const uint8_t*>(quant->data);
+      w->embed_quant.assign(bytes, bytes + quant->bytes);
+      w->embed_quant_dtype = quant->dtype;
     }
     file.ReleaseResident(*quant);
   } else if (auto fv = loader.FloatView("embed", c.vocab_size, c.hidden_size);
              fv && type == cpu::WeightType::kBF16) {
-    // Converted a chunk of rows at a time: no f32 copy of the whole table.
-    const size_t n = static_cast<size_t>(c.vocab_size * c.hidden_size);
-    if (reuse != nullptr && reuse->embed_bf16.size() == n)
-      w->embed_bf16 = std::move(reuse->embed_bf16);
-    w->embed_bf16.resize(n);
-    cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(c.hidden_size);
-      for (int64_t r = r0; r < r1; ++r) {
-        WeightLoader::ConvertElements(*fv, r * c.hidden_size, c.hidden_size, row.data());
-        cpu::F32ToBf16(row.data(), w->embed_bf16.data() + r * c.hidden_size, c.hidden_size);
-      }
-    });
     if (c.tie_word_embeddings) {
       ASTR_RETURN_IF_ERROR(
           loader.Stacked({{"embed", c.vocab_size}}, c.hidden_size, &w->lm_head, reuse_head));
+      w->embed_from_head =
+          head_holds_table() && w->lm_head.parts[0].type() == cpu::WeightType::kBF16;
+    }
+    if (!w->embed_from_head) {
+      // Converted a chunk of rows at a time: no f32 copy of the whole table.
+      const size_t n = static_cast<size_t>(c.vocab_size * c.hidden_size);
+      if (reuse != nullptr && reuse->embed_bf16.size() == n)
+        w->embed_bf16 = std::move(reuse->embed_bf16);
+      w->embed_bf16.resize(n);
+      cpu::ParallelFor(pool, c.vocab_size, 64, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(c.hidden_size);
+        for (int64_t r = r0; r < r1; ++r) {
+          WeightLoader::ConvertElements(*fv, r * c.hidden_size, c.hidden_size, row.data());
+          cpu::F32ToBf16(row.data(), w->embed_bf16.data() + r * c.hidden_size, c.hidden_size);
+        }
+      });
     }
     file.ReleaseResident(*fv);
   } else {
@@ -406,7 +421,9 @@ void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden,
       embed_quant.empty() ? 0 : *model::DTypeByteSize(embed_quant_dtype, hidden);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = ids[i];
-    if (!embed_quant.empty()) {
+    if (embed_from_head) {
+      lm_head.parts[0].UnpackRows(row, 1, out + i * hidden);
+    } else if (!embed_quant.empty()) {
       model::DequantizeToF32(embed_quant_dtype, embed_quant.data() + row * quant_row_bytes, hidden,
                              out + i * hidden);
     } else if (type == cpu::WeightType::kF32) {
@@ -518,6 +535,7 @@ void CopyCpuWeightGroup(const CpuWeightGroup& g, const CpuWeights& from, CpuWeig
     w->embed_f32 = from.embed_f32;
     w->embed_quant = from.embed_quant;
     w->embed_quant_dtype = from.embed_quant_dtype;
+    w->embed_from_head = from.embed_from_head;
     if (g.tied_head) {  // the output projection is the table's
       CpuWeightGroup head{Kind::kLmHead, -1, {}};
       CopyCpuWeightGroup(head, from, w, reuse);
@@ -551,6 +569,9 @@ bool UnpackCpuTensor(const model::ModelConfig& c, const CpuWeights& w, const Cpu
     const int64_t n = c.vocab_size * c.hidden_size;
     if (!w.embed_f32.empty()) {
       *out = w.embed_f32;
+    } else if (w.embed_from_head && w.lm_head.parts.at(0).type() != cpu::WeightType::kQuant) {
+      out->resize(static_cast<size_t>(n));
+      w.lm_head.parts[0].UnpackRows(0, c.vocab_size, out->data());
     } else if (!w.embed_bf16.empty()) {
       out->resize(static_cast<size_t>(n));
       cpu::Bf16ToF32(w.embed_bf16.data(), out->data(), n);

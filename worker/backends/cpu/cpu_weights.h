@@ -1,6 +1,6 @@
 // The CPU backend's weights: projections packed for the GEMM kernels (bf16 or f32, or kept in
 // their block-quantized form), norms and biases in f32, the embedding table row-major for
-// gathers.
+// gathers (or, tied, the output projection's rows unpacked).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,9 @@ struct CpuWeights {
   std::vector<uint16_t> embed_bf16;  // [vocab, hidden] when kBF16 and the file's table is float
   std::vector<uint8_t> embed_quant;  // the file's block-quantized rows, when it has them (kBF16)
   model::DType embed_quant_dtype = model::DType::kF32;
+  // Tied embeddings held once: rows are gathered from lm_head's one packed matrix (which unpacks
+  // to the file's values, or to their bf16 rounding), and embed_bf16 / embed_quant stay empty.
+  bool embed_from_head = false;
   std::vector<float> final_norm;     // [hidden]
   CpuLinear lm_head;                 // [vocab, hidden]
   std::vector<CpuLayerWeights> layers;
