@@ -329,11 +329,29 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),
             [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+              const int64_t row_tiles = (r1 - r0 + ks.max_rows - 1) / ks.max_rows;
               for (int64_t p = p0; p < p1; p += np) {
                 const int64_t tile_np = std::min(np, p1 - p);
                 const int64_t col = p * kPanel;
                 const int64_t ncols = std::min(tile_np * kPanel, w.n() - col);
-                for (int64_t r = r0; r < r1; r += ks.max_rows) {
+                // With several row tiles, the first reads the panels from memory and the others
+                // from the cache: meanwhile, the next panels are prefetched a share per row tile,
+                // so that the next first pass finds them in L2 instead of waiting on each line.
+                const char* next = nullptr;
+                int64_t next_bytes = 0;
+                if (row_tiles > 1 && p + np < p1) {
+                  next = reinterpret_cast<const char*>(w.quant_panel(p + np));
+                  next_bytes = std::min(np, p1 - p - np) * w.panel_stride();
+                }
+                int64_t tile = 0;
+                for (int64_t r = r0; r < r1; r += ks.max_rows, ++tile) {
+                  if (next != nullptr) {
+                    const int64_t from = next_bytes * tile / row_tiles;
+                    const int64_t to = next_bytes * (tile + 1) / row_tiles;
+                    for (int64_t b = from & ~int64_t{63}; b < to; b += 64) {
+                      __builtin_prefetch(next + b, 0, 2);
+                    }
+                  }
                   const int64_t rows = std::min<int64_t>(ks.max_rows, r1 - r);
                   ks.kernels[bits][rows - 1][tile_np - 1](
                       xa, r, w.quant_panel(p), w.panel_stride(), w.block_bytes(), w.quant(),
