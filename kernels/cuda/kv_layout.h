@@ -27,8 +27,8 @@ struct AttentionDims {
   int head_dim = 0;
   int sliding_window = 0;  // 0 = full causal; else row at position p sees KV [p - w + 1, p]
   float sm_scale = 0.0f;   // usually 1 / sqrt(head_dim)
-  // > 0: each score s (after sm_scale) becomes softcap * tanh(s / softcap) (Gemma 2). Only the
-  // generic kernel computes it; the tensor-core kernels refuse it (Supports*).
+  // > 0: each score s (after sm_scale) becomes softcap * tanh(s / softcap) (Gemma 2), in every
+  // kernel (the tensor-core ones through ScoreToLog2, ptx.cuh).
   float softcap = 0.0f;
 };
 

@@ -188,7 +188,7 @@ __device__ __forceinline__ void MergeWarps(WarpState<kHeadDim>& st, float* merge
 
 template <int kHeadDim, int kStages>
 __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
-    PagedDecodeKernel(const PagedDecodeArgs a, float scale_log2) {
+    PagedDecodeKernel(const PagedDecodeArgs a, ScoreToLog2 score) {
   using C = Config<kHeadDim, kStages>;
   ASTR_DYNAMIC_SMEM(smem);
   bf16* sQ = reinterpret_cast<bf16*>(smem);    // [16, kRowStride]
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
     const int stage = tile % C::kStages;
     const int tile_valid = min(C::kTileTokens, sr.end - (sr.begin + tile * C::kTileTokens));
     AttendTile<kHeadDim>(st, sQ, sK + stage * C::kTileElems, sV + stage * C::kTileElems, warp, lane,
-                         tile_valid, scale_log2);
+                         tile_valid, score);
   }
   CpAsyncWait<0>();  // only empty groups remain; keeps the reuse below obviously safe
   __syncthreads();   // every warp is done with the K/V stages: the merge area may alias them
@@ -288,11 +288,11 @@ cudaError_t LaunchWithStages(const PagedDecodeArgs& a, cudaStream_t stream) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(C::kSmemBytes));
   if (err != cudaSuccess) return err;
-  const float scale_log2 = a.dims.sm_scale * 1.4426950408889634f;  // log2(e)
+  const ScoreToLog2 score = ScoreToLog2::Of(a.dims.sm_scale, a.dims.softcap);
   const dim3 grid(a.num_splits, a.batch, a.dims.num_kv_heads);
   constexpr auto PagedDecodeKernelStages = PagedDecodeKernel<kHeadDim, kStages>;  // one macro arg
   ASTR_LAUNCH_KERNEL(PagedDecodeKernelStages, grid, C::kThreads, C::kSmemBytes, stream)
-  (a, scale_log2);
+  (a, score);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   ASTR_LAUNCH_KERNEL(CombineKernel, dim3(a.dims.num_heads, a.batch), 128, 0, stream)
@@ -355,8 +355,8 @@ bool SupportsPagedDecode(const AttentionDims& dims, const char** why) {
     reason = "paged decode: num_kv_heads must be at most 65535 (grid z)";
   } else if (dims.sliding_window < 0) {
     reason = "paged decode: sliding_window must be >= 0";
-  } else if (dims.softcap != 0.0f) {
-    reason = "paged decode: attention logit soft-capping is not implemented";
+  } else if (!(dims.softcap >= 0.0f) || !std::isfinite(dims.softcap)) {
+    reason = "paged decode: softcap must be >= 0 and finite";
   }
   if (reason != nullptr && why != nullptr) *why = reason;
   return reason == nullptr;

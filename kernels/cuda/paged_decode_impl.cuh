@@ -97,7 +97,7 @@ struct WarpState {
 template <int kHeadDim>
 __device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* sQ, const bf16* sK,
                                            const bf16* sV, int warp, int lane, int tile_valid,
-                                           float scale_log2) {
+                                           ScoreToLog2 score) {
   using C = Config<kHeadDim>;
   const int n0 = warp * C::kWarpTokens;  // this warp's first position in the tile
   if (n0 >= tile_valid) return;          // all 16 masked: the state is unchanged
@@ -126,7 +126,7 @@ __device__ __forceinline__ void AttendTile(WarpState<kHeadDim>& st, const bf16* 
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int pos = n0 + nb * 8 + 2 * t + (i & 1);
-      s[nb][i] = pos < tile_valid ? s[nb][i] * scale_log2 : kNegInf;
+      s[nb][i] = pos < tile_valid ? score(s[nb][i]) : kNegInf;
       mx[i >> 1] = fmaxf(mx[i >> 1], s[nb][i]);
     }
   }

@@ -166,7 +166,7 @@ template <int D>
 __device__ __forceinline__ void ProcessKvTile(WarpState<D>& st, const uint32_t (&q_frag)[D / 16][4],
                                               const bf16* sQw, const bf16* sK, const bf16* sV,
                                               int j0, int warp_q_first, int window,
-                                              float scale_log2) {
+                                              ScoreToLog2 score) {
   using T = Traits<D>;
   constexpr int kN = T::kKvRows;
   const int lane = threadIdx.x % 32;
@@ -206,7 +206,7 @@ __device__ __forceinline__ void ProcessKvTile(WarpState<D>& st, const uint32_t (
       const int q_pos = warp_q_first + lane / 4 + 8 * (e / 2);
       const int j = j0 + nb * 8 + 2 * (lane % 4) + e % 2;
       const bool visible = j <= q_pos && (window <= 0 || j > q_pos - window);
-      s[nb][e] = visible ? s[nb][e] * scale_log2 : -INFINITY;
+      s[nb][e] = visible ? score(s[nb][e]) : -INFINITY;
       row_max[e / 2] = fmaxf(row_max[e / 2], s[nb][e]);
     }
   }
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kThreads) PagedPrefillKernel(const PagedPrefil
   const int warp_q_first = g.q_first + warp_row0;
   const int warp_q_last = g.q_first + min(warp_row0 + 16, g.num_rows) - 1;
   const int window = a.dims.sliding_window;
-  const float scale_log2 = a.dims.sm_scale * 1.4426950408889634f;  // log2(e)
+  const ScoreToLog2 score = ScoreToLog2::Of(a.dims.sm_scale, a.dims.softcap);
   const int num_kv_tiles =
       g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kKvRows - 1) / T::kKvRows : 0;
 
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) PagedPrefillKernel(const PagedPrefil
     if (warp_active && visible) {
       const int stage = it % 2;
       ProcessKvTile<D>(st, q_frag, sQw, sK + stage * kStageElems, sV + stage * kStageElems, j0,
-                       warp_q_first, window, scale_log2);
+                       warp_q_first, window, score);
     }
     __syncthreads();
   }
@@ -409,8 +409,8 @@ bool SupportsPagedPrefill(const AttentionDims& d, const char** why) {
     reason = "paged prefill: num_heads must be a positive multiple of num_kv_heads";
   } else if (d.sliding_window < 0) {
     reason = "paged prefill: sliding_window must be >= 0";
-  } else if (d.softcap != 0.0f) {
-    reason = "paged prefill: attention logit soft-capping is not implemented";
+  } else if (!(d.softcap >= 0.0f) || !std::isfinite(d.softcap)) {
+    reason = "paged prefill: softcap must be >= 0 and finite";
   }
   if (reason != nullptr && why != nullptr) *why = reason;
   return reason == nullptr;

@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(ASTR_CUDA_EMU)
@@ -75,3 +76,23 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 }
 
 }  // namespace astr::cuda::ptx
+
+namespace astr::cuda {
+
+// A raw score q.k into the base-2 domain of the tensor-core kernels' online softmax: times
+// sm_scale, then (softcap > 0: Gemma 2) capped to softcap * tanh(s / softcap) as the generic
+// kernel and the CPU backend cap it, then times log2(e).
+struct ScoreToLog2 {
+  float sm_scale = 0.0f;
+  float softcap = 0.0f;
+  float scale_log2 = 0.0f;  // sm_scale * log2(e)
+  __host__ __device__ static ScoreToLog2 Of(float sm_scale, float softcap) {
+    return {sm_scale, softcap, sm_scale * 1.4426950408889634f};
+  }
+  __device__ __forceinline__ float operator()(float qk) const {
+    if (softcap > 0.0f) return softcap * tanhf(qk * sm_scale / softcap) * 1.4426950408889634f;
+    return qk * scale_log2;
+  }
+};
+
+}  // namespace astr::cuda

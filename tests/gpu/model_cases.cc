@@ -46,7 +46,7 @@ const std::vector<ModelSpec>& Models() {
        "--arch gemma3 --hidden 128 --layers 6 --heads 2 --kv-heads 1 --head-dim 64 --ffn 256 "
        "--vocab 1000 --seed 15 --tie --rope-theta 1000000 --sliding-window 5",
        ""},
-      // Gemma 2 from GGUF: soft-capped scores (the generic attention kernel) and logits,
+      // Gemma 2 from GGUF: soft-capped scores (on the tensor-core kernels) and logits,
       // alternating windows of 5.
       {"random-gemma2-d64",
        "--arch gemma2 --hidden 128 --layers 4 --heads 2 --kv-heads 1 --head-dim 64 --ffn 256 "
@@ -57,14 +57,13 @@ const std::vector<ModelSpec>& Models() {
 }
 
 // The tensor-core kernels serve every model whose shape they cover, decode and prefill each on
-// their own: stories260K (head_dim 8) and the soft-capped Gemma 2 take the generic kernel for
-// both, the GQA-32 model for decode only (its prefill stays on tensor cores). Decode runs three
+// their own: stories260K (head_dim 8) takes the generic kernel for both, the GQA-32 model for
+// decode only (its prefill stays on tensor cores). Decode runs three
 // pipeline stages unless the device allows less than the 108,800 bytes they take at head_dim 128
 // (the 99 KB sm_86 / sm_89 parts: two; head_dim 64 takes 57,600 and fits them all). A wrong
 // Supports* answer or stage choice would otherwise go unnoticed.
 std::string WrongAttentionPath(const ModelSpec& spec, const cuda::CudaBackend& backend) {
-  // Soft-capped scores (Gemma 2) are the generic kernel's alone.
-  const bool generic_prefill = spec.name == "stories260K" || spec.name == "random-gemma2-d64";
+  const bool generic_prefill = spec.name == "stories260K";
   const bool generic_decode = generic_prefill || spec.name == "random-llama-gqa32";
   int optin = 0;
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);

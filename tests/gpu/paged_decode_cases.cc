@@ -60,6 +60,7 @@ struct DecodeCase {
   bool negative_scores = false;
   uint64_t seed = 1;
   int stages = 0;  // cp.async pipeline depth; 0: the deepest this device's shared memory allows
+  float softcap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
 
   int batch() const { return static_cast<int>(kv_lens.size()); }
   int num_splits() const {
@@ -86,7 +87,10 @@ std::string DecodeCase::shape() const {
                 batch(), lens_label.c_str(), page_size, num_heads, num_kv_heads, head_dim, window,
                 splits == kAutoSplits ? "auto:" : "", num_splits(), app, q_scale,
                 negative_scores ? " scores=neg" : "", static_cast<unsigned long long>(seed));
-  return stages != 0 ? std::string(buf) + " stages=" + std::to_string(stages) : std::string(buf);
+  std::string out(buf);
+  if (stages != 0) out += " stages=" + std::to_string(stages);
+  if (softcap > 0.0f) out += " softcap=" + std::to_string(static_cast<int>(softcap));
+  return out;
 }
 
 // Portable draws (the distributions' algorithms are implementation-defined; these are not).
@@ -202,7 +206,8 @@ std::vector<float> Reference(const DecodeCase& c, const Inputs& in) {
     q.insert(q.end(), q_row.begin(), q_row.end());
   }
   if (entry_of_row.empty()) return want;
-  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size, c.window};
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
+                             c.window,    0.0f,           c.softcap};
   std::vector<float> scratch(AttentionScratchFloats(shape));
   std::vector<int32_t> row_entry(entry_of_row.size());
   std::iota(row_entry.begin(), row_entry.end(), 0);
@@ -223,6 +228,7 @@ CaseResult RunDecodeCase(const DecodeCase& c) {
   dims.head_dim = c.head_dim;
   dims.sliding_window = c.window;
   dims.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));  // what the CPU backend uses
+  dims.softcap = c.softcap;
   const char* why = nullptr;
   if (!cuda::SupportsPagedDecode(dims, &why)) return Unsupported(why);
 
@@ -434,6 +440,17 @@ void RegisterDecodeCases() {
     DecodeCase c = Case({2, 65, 333}, 7, 8, 2, hd, kAutoSplits);
     c.negative_scores = true;
     Add(c);
+  }
+  // Soft-capped scores (Gemma 2's 50, and a cap of 1 that flattens sharp scores), with splits
+  // (their log-sum-exps merge capped scores) and a window, at Gemma 2's head_dim 256 too.
+  for (float cap : {50.0f, 1.0f}) {
+    for (int splits : {1, kMax}) {
+      DecodeCase c = Case({1, 100, 2000}, 16, 16, 8, cap == 1.0f ? 256 : 128, splits);
+      c.softcap = cap;
+      c.q_scale = 24.0f;
+      if (cap == 1.0f) c.window = 63;
+      Add(c);
+    }
   }
   DecodeCase neg_window = Case({1, 100, 2000}, 16, 32, 8, 128, kAutoSplits);
   neg_window.window = 65;

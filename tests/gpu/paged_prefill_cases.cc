@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -56,7 +57,7 @@ struct PrefillCase {
   int num_kv_heads;
   int head_dim;
   int window;  // 0 = full causal
-  float softcap = 0.0f;  // > 0: scores soft-capped (the generic kernel only)
+  float softcap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
   bool generic = false;  // run the generic kernel instead of the tensor-core prefill
 
   std::string Shape() const {
@@ -327,12 +328,21 @@ void RegisterPrefillCases() {
     PrefillCase c{{{31, 65}, {300, 1}}, 16, 0, 0, 256, cap == 1.0f ? 17 : 0, cap, true};
     AddPrefill(Heads(c, 2));
   }
-  // The tensor-core kernels refuse soft-capped scores (the backend then takes the generic one).
-  RegisterCase({"paged_prefill", "softcap refused by prefill and decode", [] {
-                  const AttentionDims d{8, 2, 64, 0, 0.125f, 50.0f};
-                  if (cuda::SupportsPagedPrefill(d, nullptr) ||
-                      cuda::SupportsPagedDecode(d, nullptr)) {
-                    return Fail("a tensor-core kernel accepts soft-capped scores");
+  // The tensor-core prefill with soft-capped scores: Gemma 2's cap of 50, a cap of 1 under a
+  // window, at head_dim 256 (Gemma 2's) and 128.
+  for (int d : {128, 256}) {
+    for (float cap : {50.0f, 1.0f}) {
+      PrefillCase c{{{31, 65}, {300, 1}, {0, 200}}, 16, 0, 0, d, cap == 1.0f ? 17 : 0, cap};
+      AddPrefill(Heads(c, 2));
+    }
+  }
+  RegisterCase({"paged_prefill", "a negative or non-finite softcap is refused", [] {
+                  for (float cap : {-1.0f, std::numeric_limits<float>::infinity()}) {
+                    const AttentionDims d{8, 2, 64, 0, 0.125f, cap};
+                    if (cuda::SupportsPagedPrefill(d, nullptr) ||
+                        cuda::SupportsPagedDecode(d, nullptr)) {
+                      return Fail("a tensor-core kernel accepts softcap " + std::to_string(cap));
+                    }
                   }
                   return Pass(0, 0);
                 }});
