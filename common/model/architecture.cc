@@ -82,6 +82,10 @@ std::string JoinAll(bool hf) {
     for (const std::string& n : hf ? a->hf_model_types : a->gguf_names) {
       out += (out.empty() ? "" : ", ") + n;
     }
+    if (!hf) continue;
+    for (const std::string& n : a->hf_wrapper_model_types) {
+      out += (out.empty() ? "" : ", ") + n + " (text only)";
+    }
   }
   return out;
 }
@@ -151,6 +155,15 @@ const Architecture* FindArchitecture(const std::string& name) {
   return nullptr;
 }
 
+const Architecture* ArchitectureOfHfWrapper(const std::string& model_type) {
+  for (const Architecture* a : Architectures()) {
+    for (const std::string& t : a->hf_wrapper_model_types) {
+      if (t == model_type) return a;
+    }
+  }
+  return nullptr;
+}
+
 const Architecture* ArchitectureOfHfModelType(const std::string& model_type) {
   for (const Architecture* a : Architectures()) {
     for (const std::string& t : a->hf_model_types) {
@@ -176,6 +189,16 @@ std::string CanonicalFromGgufName(const std::string& arch, const std::string& n)
   return MapName(arch, n, Side::kGguf, Side::kCanonical);
 }
 std::string CanonicalFromHfName(const std::string& arch, const std::string& n) {
+  // A wrapper's language model: transformers < 4.52 saved language_model.model.X (and
+  // language_model.lm_head.X), later ones model.language_model.X.
+  for (const auto& [wrapped, plain] :
+       {std::pair{"language_model.model.", "model."}, std::pair{"model.language_model.", "model."},
+        std::pair{"language_model.lm_head.", "lm_head."}}) {
+    const std::string prefix = wrapped;
+    if (n.compare(0, prefix.size(), prefix) == 0) {
+      return MapName(arch, plain + n.substr(prefix.size()), Side::kHf, Side::kCanonical);
+    }
+  }
   return MapName(arch, n, Side::kHf, Side::kCanonical);
 }
 std::string GgufNameFromCanonical(const std::string& arch, const std::string& n) {

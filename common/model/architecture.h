@@ -49,6 +49,13 @@ struct Architecture {
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;
+  // Multimodal wrappers whose language model is this architecture (Gemma 3's "gemma3",
+  // Gemma3ForConditionalGeneration): config.json holds the text model's keys under text_config,
+  // given over `hf_text_defaults` (the text config class's defaults, which the wrapper's file
+  // relies on), and the tensors sit under language_model. prefixes (CanonicalFromHfName strips
+  // them; the vision tower's tensors map to nothing). Only the text stack is served.
+  std::vector<std::string> hf_wrapper_model_types;
+  nlohmann::json (*hf_text_defaults)() = nullptr;
   // transformers' class default of original_max_position_embeddings (Phi3Config: 4096), which a
   // config.json's top-level key overrides and which wins over the rope block's own; 0 = none.
   int64_t hf_original_max_position = 0;
@@ -67,6 +74,8 @@ const std::vector<const Architecture*>& Architectures();
 // Null when none matches.
 const Architecture* FindArchitecture(const std::string& name);
 const Architecture* ArchitectureOfHfModelType(const std::string& model_type);
+// The architecture of a multimodal wrapper's language model (hf_wrapper_model_types), or null.
+const Architecture* ArchitectureOfHfWrapper(const std::string& model_type);
 const Architecture* ArchitectureOfGguf(const std::string& general_architecture);
 // "llama, mistral, ..." for errors.
 std::string SupportedHfModelTypes();
@@ -75,6 +84,8 @@ std::string SupportedGgufArchitectures();
 // Tensor name mapping of architecture `arch` (ModelConfig::architecture) between the canonical
 // names and the file formats; "" when a name has no counterpart.
 std::string CanonicalFromGgufName(const std::string& arch, const std::string& gguf_name);
+// (An HF name under a multimodal wrapper's language model, language_model.model.X,
+// model.language_model.X or language_model.lm_head.X, maps as model.X / lm_head.X.)
 std::string CanonicalFromHfName(const std::string& arch, const std::string& hf_name);
 std::string GgufNameFromCanonical(const std::string& arch, const std::string& canonical);
 std::string HfNameFromCanonical(const std::string& arch, const std::string& canonical);

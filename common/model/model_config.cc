@@ -304,9 +304,35 @@ Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelCon
 
 }  // namespace
 
+// A multimodal wrapper's config.json (Architecture::hf_wrapper_model_types) as its language
+// model's: the text config class's defaults, then text_config's keys, then the wrapper's own bos /
+// eos / tie_word_embeddings where text_config does not say them.
+StatusOr<json> TextConfigOfWrapper(const Architecture& arch, const json& j,
+                                   const std::string& path) {
+  if (!j.contains("text_config") || !j["text_config"].is_object()) {
+    return InvalidArgumentError(path + ": key 'text_config' must be an object (model_type '" +
+                                j["model_type"].get<std::string>() + "' wraps a language model)");
+  }
+  json text = arch.hf_text_defaults != nullptr ? arch.hf_text_defaults() : json::object();
+  const json& given = j["text_config"];
+  for (auto it = given.begin(); it != given.end(); ++it) text[it.key()] = it.value();
+  for (const char* key : {"bos_token_id", "eos_token_id", "tie_word_embeddings"}) {
+    if (!given.contains(key) && j.contains(key) && !j[key].is_null()) text[key] = j[key];
+  }
+  text["model_type"] = arch.hf_model_types[0];
+  return text;
+}
+
 StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
-  ConfigJson r(j, path);
+  std::string where = path;
+  if (j.contains("model_type") && j["model_type"].is_string()) {
+    if (const Architecture* w = ArchitectureOfHfWrapper(j["model_type"].get<std::string>())) {
+      ASTR_ASSIGN_OR_RETURN(j, TextConfigOfWrapper(*w, j, path));
+      where = path + ": text_config";
+    }
+  }
+  ConfigJson r(j, where);
   ModelConfig c;
   ASTR_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type", ""));
   const Architecture* arch = ArchitectureOfHfModelType(model_type);

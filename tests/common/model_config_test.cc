@@ -204,6 +204,57 @@ TEST(ModelConfigTest, HfGemma3Transformers5Keys) {
   EXPECT_FLOAT_EQ(c->AttnScale(), 1.0f / std::sqrt(24.0f));
 }
 
+// gemma-3-4b-it's config.json: the multimodal wrapper, whose text_config gives six keys and leaves
+// the rest to Gemma3TextConfig's defaults.
+TEST(ModelConfigTest, HfGemma3MultimodalWrapperReadsItsTextStack) {
+  auto c = model::ConfigFromHfJson(WriteConfig(R"({
+      "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+      "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+      "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+      "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                      "model_type": "gemma3_text", "num_hidden_layers": 34,
+                      "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                      "sliding_window": 1024},
+      "torch_dtype": "bfloat16",
+      "vision_config": {"hidden_size": 1152, "image_size": 896, "model_type": "siglip_vision_model",
+                        "num_hidden_layers": 27, "patch_size": 14}})"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_EQ(c->vocab_size, 262208);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->max_context_tokens, 131072);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-6);
+  EXPECT_FLOAT_EQ(c->AttnScale(), 1.0f / 16.0f);  // query_pre_attn_scalar 256
+  EXPECT_EQ(c->sliding_window, 1024);
+  EXPECT_EQ(c->sliding_window_pattern, 6);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_local_theta, 1e4);
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{1, 106}));  // the wrapper's
+  EXPECT_EQ(c->bos_token_id, 2);
+  // The text stack's parameters: embedding 262208 x 2560, 34 layers of q [2048, 2560],
+  // k / v [1024, 2560], o [2560, 2048], gate / up / down 2560 x 10240, four norms of 2560 and
+  // q / k norms of 256; the final norm.
+  const int64_t layer =
+      2048 * 2560 + 2 * 1024 * 2560 + 2560 * 2048 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
+  EXPECT_EQ(c->ParameterCount(), int64_t{262208} * 2560 + 34 * layer + 2560);
+  // Its tensors, under either prefix, are the text model's; the vision tower's are nothing.
+  EXPECT_EQ(
+      model::CanonicalFromHfName("gemma3", "language_model.model.layers.3.mlp.up_proj.weight"),
+      "layers.3.up_proj");
+  EXPECT_EQ(model::CanonicalFromHfName("gemma3", "model.language_model.embed_tokens.weight"),
+            "embed");
+  EXPECT_EQ(model::CanonicalFromHfName("gemma3", "vision_tower.vision_model.post_layernorm.weight"),
+            "");
+  // A wrapper without text_config is refused naming the key.
+  auto bare = model::ConfigFromHfJson(WriteConfig(R"({"model_type": "gemma3"})"));
+  EXPECT_TRUE(Contains(bare.status().message(), "text_config")) << bare.status().message();
+}
+
 TEST(ModelConfigTest, HfGemma3Refusals) {
   auto with = [](const std::string& extra) {
     std::string j = kGemma3_270m;
@@ -225,10 +276,10 @@ TEST(ModelConfigTest, HfGemma3Refusals) {
   EXPECT_TRUE(Contains(scalar.status().message(), "query_pre_attn_scalar"));
   auto count = with(R"("layer_types":["sliding_attention"])");
   EXPECT_TRUE(Contains(count.status().message(), "layer_types")) << count.status().ToString();
-  // The multimodal wrapper's model_type is not the text model's.
-  auto vlm = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"gemma3"})"));
-  EXPECT_EQ(vlm.status().code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(vlm.status().message(), "gemma3_text")) << vlm.status().message();
+  // An unknown model_type lists the ones read, the multimodal wrapper among them.
+  auto other = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"paligemma"})"));
+  EXPECT_EQ(other.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(other.status().message(), "gemma3 (text only)")) << other.status().message();
 }
 
 TEST(ModelConfigTest, GgufGemma3RoundTrip) {

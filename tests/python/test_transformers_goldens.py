@@ -187,3 +187,66 @@ def test_cpu_f32_gguf_form_equals_transformers(name: str, tmp_path: Path) -> Non
             f"{p['greedy']}")
         for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
             assert abs(lp - gold) <= TOL_F32, f"{name} GGUF step {step}: logprob {lp} vs {gold}"
+
+
+# Gemma 3's larger checkpoints (4B, 12B, 27B) are multimodal (Gemma3ForConditionalGeneration,
+# model_type gemma3): the text model's keys under text_config, leaving out what equals
+# Gemma3TextConfig's defaults, and its tensors under language_model.model. (transformers < 4.52)
+# or model.language_model. (later), beside the vision tower's. astr serves the text stack: the same
+# weights in that form must give transformers' greedy ids and logprobs.
+GEMMA3_TEXT_DEFAULTS = {"hidden_activation": "gelu_pytorch_tanh", "rope_theta": 1e6,
+                        "rope_local_base_freq": 1e4, "tie_word_embeddings": True}
+
+
+def write_multimodal_gemma3(text: Path, out: Path, prefix: str) -> None:
+    out.mkdir()
+    config = json.loads((text / "config.json").read_text())
+    text_config = {k: v for k, v in config.items()
+                   if k not in ("model_type", "torch_dtype", "bos_token_id", "eos_token_id")
+                   and v is not None and GEMMA3_TEXT_DEFAULTS.get(k, object()) != v}
+    text_config["model_type"] = "gemma3_text"
+    wrapper = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+               "text_config": text_config,
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8},
+               "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+               "mm_tokens_per_image": 256, "image_token_index": 262144}
+    (out / "config.json").write_text(json.dumps(wrapper, indent=2))
+    # The same tensor bytes under the wrapper's names, and two vision tensors after them.
+    blob = (text / "model.safetensors").read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    data = bytearray(blob[8 + n:])
+    renamed = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            renamed[name] = info
+            continue
+        assert name.startswith("model."), name
+        renamed[prefix + name[len("model."):]] = info
+    for name, shape in (("vision_tower.vision_model.post_layernorm.weight", [8]),
+                        ("multi_modal_projector.mm_input_projection_weight", [8, 64])):
+        begin = len(data)
+        data += bytes(2 * shape[0] * (shape[1] if len(shape) > 1 else 1))
+        renamed[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [begin, len(data)]}
+    head = json.dumps(renamed).encode()
+    head += b" " * (-len(head) % 8)
+    (out / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + bytes(data))
+
+
+@pytest.mark.parametrize("prefix", ["language_model.model.", "model.language_model."])
+def test_gemma3_multimodal_checkpoint_serves_its_text_stack(prefix: str, models,
+                                                            tmp_path: Path) -> None:
+    name = "gemma3_gqa2_hd32_sw8"
+    folder = tmp_path / "gemma3-mm"
+    write_multimodal_gemma3(models(name), folder, prefix)
+    inspect = subprocess.run([str(ASTR), "inspect", "--json", str(folder)], capture_output=True,
+                             text=True, check=True)
+    config = json.loads(inspect.stdout)["config"]
+    assert config["architecture"] == "gemma3" and config["rope_local_theta"] == 1e4
+    for p in GOLD["cases"][name]["prompts"]:
+        out = run_astr(folder, p["ids"], ["--dtype", "f32", "--threads", "1"])
+        assert out["token_ids"] == p["greedy"], (
+            f"{name} as gemma3 ({prefix}), prompt of {len(p['ids'])}: astr {out['token_ids']} "
+            f"vs transformers {p['greedy']}")
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+            assert abs(lp - gold) <= TOL_F32, f"{name} as gemma3 step {step}: {lp} vs {gold}"

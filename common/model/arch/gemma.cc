@@ -1,5 +1,6 @@
 // Gemma 2 and Gemma 3 text models (Gemma2ForCausalLM; Gemma3ForCausalLM: 270M, 1B, and the text
-// stack of the larger ones).
+// stack of the larger ones, read from their multimodal checkpoints, Gemma3ForConditionalGeneration,
+// model_type gemma3).
 //
 // The layer both share: the "sandwich" norms (attention and MLP outputs RMSNorm'ed before they
 // join the residual stream, four norms a layer), every norm scaling by (1 + w); GeGLU (tanh);
@@ -286,6 +287,27 @@ const std::vector<TensorNames> kGemmaNames = {
     {"post_attn_norm", "post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"post_mlp_norm", "post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
 
+// Gemma3TextConfig's defaults (transformers 5.25), which the multimodal checkpoints' text_config
+// leaves out (gemma-3-4b-it gives hidden_size, intermediate_size, num_hidden_layers,
+// rope_scaling and sliding_window only).
+nlohmann::json Gemma3TextDefaults() {
+  return {{"vocab_size", 262208},
+          {"hidden_size", 2304},
+          {"intermediate_size", 9216},
+          {"num_hidden_layers", 26},
+          {"num_attention_heads", 8},
+          {"num_key_value_heads", 4},
+          {"head_dim", 256},
+          {"hidden_activation", "gelu_pytorch_tanh"},
+          {"max_position_embeddings", 131072},
+          {"rms_norm_eps", 1e-6},
+          {"eos_token_id", 1},
+          {"bos_token_id", 2},
+          {"tie_word_embeddings", true},
+          {"query_pre_attn_scalar", 256},
+          {"sliding_window", 4096}};
+}
+
 }  // namespace
 
 extern const Architecture kGemma2Architecture{.name = "gemma2",
@@ -302,6 +324,8 @@ extern const Architecture kGemma3Architecture{.name = "gemma3",
                                               .gguf_names = {"gemma3"},
                                               .layer_names = kGemmaNames,
                                               .hf_norm_weight_offset = 1.0,
+                                              .hf_wrapper_model_types = {"gemma3"},
+                                              .hf_text_defaults = Gemma3TextDefaults,
                                               .read_hf = ReadGemma3Hf,
                                               .read_gguf = ReadGemma3Gguf,
                                               .write_hf = WriteGemma3Hf,
