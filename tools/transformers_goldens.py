@@ -15,9 +15,11 @@ For each case of tests/python/transformers_cases.py it writes the random-weight 
   * `min_gap`: the smallest logit gap between the best and the second-best id over the steps (a
     small one means a near-tie that float rounding could flip);
 the same again with every weight rounded to bf16 (computed in float32; keys suffixed `_bf16w`),
-which the bf16 backends are compared with; and per case the SHA-256 of every tensor
+which the bf16 backends are compared with; per case the SHA-256 of every tensor
 (`weights_sha256`), so that CI can tell a change of make-model's weights from a change of the
-forward pass.
+forward pass; and the config.json transformers itself writes for the model (`save_pretrained`,
+`transformers_config`: its own spelling, e.g. transformers 5's rope_parameters), which CI reads in
+place of make-model's.
 """
 
 from __future__ import annotations
@@ -106,8 +108,14 @@ def main() -> int:
                             param.copy_(param.to(torch.bfloat16).to(torch.float32))
                 for p in prompts:
                     p.update({k + suffix: v for k, v in greedy_run(torch, model, p["ids"]).items()})
+            with tempfile.TemporaryDirectory() as saved:
+                model.config.save_pretrained(saved)
+                with open(os.path.join(saved, "config.json")) as f:
+                    saved_config = json.load(f)
+            saved_config.pop("transformers_version", None)
             result["cases"][name] = {
                 "make_model": cases.make_model_args(name, "OUT")[1:-2],
+                "transformers_config": saved_config,
                 "config_overrides": overrides,
                 "architecture": model.config.architectures[0] if model.config.architectures
                 else type(model).__name__,

@@ -136,6 +136,24 @@ def test_cpu_f32_equals_transformers(name: str, models) -> None:
             assert all(gold_lp[i] - gold[-1][1] <= TOL_F32 for i in missing), (key, step, top)
 
 
+@pytest.mark.parametrize("name", sorted(cases.CASES))
+def test_cpu_f32_reads_the_config_transformers_writes(name: str, models, tmp_path: Path) -> None:
+    """The same weights with the config.json transformers' save_pretrained wrote for the model (its
+    own spelling: transformers 5's rope_parameters, layer_types, ...), as a model made with
+    transformers arrives: transformers' greedy ids and logprobs."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(models(name) / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(GOLD["cases"][name]["transformers_config"]))
+    for p in GOLD["cases"][name]["prompts"]:
+        out = run_astr(folder, p["ids"], ["--dtype", "f32", "--threads", "1"])
+        assert out["token_ids"] == p["greedy"], (
+            f"{name} (transformers' config.json), prompt of {len(p['ids'])}: astr "
+            f"{out['token_ids']} vs transformers {p['greedy']}")
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+            assert abs(lp - gold) <= TOL_F32, f"{name} step {step}: logprob {lp} vs {gold}"
+
+
 def check_bf16(name: str, model: Path, extra: list[str], env: dict | None, what: str) -> None:
     """Teacher-forced over transformers' continuation on the bf16-rounded weights."""
     for p in GOLD["cases"][name]["prompts"]:
