@@ -145,13 +145,19 @@ def test_cpu_f32_reads_the_config_transformers_writes(name: str, models, tmp_pat
     folder.mkdir()
     (folder / "model.safetensors").symlink_to(models(name) / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(GOLD["cases"][name]["transformers_config"]))
+    check_f32_greedy(name, folder, "transformers' config.json")
+
+
+def check_f32_greedy(name: str, folder: Path, what: str) -> None:
+    """astr's f32 CPU greedy run on `folder` (case `name`'s weights): transformers' ids, and each
+    chosen logprob within TOL_F32."""
     for p in GOLD["cases"][name]["prompts"]:
         out = run_astr(folder, p["ids"], ["--dtype", "f32", "--threads", "1"])
         assert out["token_ids"] == p["greedy"], (
-            f"{name} (transformers' config.json), prompt of {len(p['ids'])}: astr "
-            f"{out['token_ids']} vs transformers {p['greedy']}")
+            f"{name} ({what}), prompt of {len(p['ids'])}: astr {out['token_ids']} vs "
+            f"transformers {p['greedy']}")
         for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
-            assert abs(lp - gold) <= TOL_F32, f"{name} step {step}: logprob {lp} vs {gold}"
+            assert abs(lp - gold) <= TOL_F32, f"{name} ({what}) step {step}: {lp} vs {gold}"
 
 
 def check_bf16(name: str, model: Path, extra: list[str], env: dict | None, what: str) -> None:
@@ -261,10 +267,4 @@ def test_gemma3_multimodal_checkpoint_serves_its_text_stack(prefix: str, models,
                              text=True, check=True)
     config = json.loads(inspect.stdout)["config"]
     assert config["architecture"] == "gemma3" and config["rope_local_theta"] == 1e4
-    for p in GOLD["cases"][name]["prompts"]:
-        out = run_astr(folder, p["ids"], ["--dtype", "f32", "--threads", "1"])
-        assert out["token_ids"] == p["greedy"], (
-            f"{name} as gemma3 ({prefix}), prompt of {len(p['ids'])}: astr {out['token_ids']} "
-            f"vs transformers {p['greedy']}")
-        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
-            assert abs(lp - gold) <= TOL_F32, f"{name} as gemma3 step {step}: {lp} vs {gold}"
+    check_f32_greedy(name, folder, f"as gemma3 under {prefix}")

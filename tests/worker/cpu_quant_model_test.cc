@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -139,32 +140,47 @@ TEST_P(CpuQuantModelTest, StaysQuantizedAndNearTheF32Reference) {
   ExpectNearReference(path);
 }
 
-// A tied table is held once, as the output projection: every embedding row gathered from it is the
-// file's row exactly (the dequantization of its blocks), and no second copy of the table is kept.
-TEST_P(CpuQuantModelTest, TiedEmbeddingIsGatheredFromTheOutputProjection) {
-  const std::string path = MakeModel(GetParam(), "", /*tie=*/true);
-  auto file = model::ModelFile::Open(path);
+// A tied model of `dtype`, its weights loaded as bf16 (quantized types kept), and the file's
+// embedding table in f32.
+struct TiedModel {
+  std::unique_ptr<model::ModelFile> file;
+  CpuWeights weights;
+  std::vector<float> table;  // [kVocab, hidden]
+  int64_t hidden = 0;
+};
+void LoadTied(const std::string& dtype, TiedModel* t) {
+  auto file = model::ModelFile::Open(MakeModel(dtype, "", /*tie=*/true));
   ASSERT_TRUE(file.ok()) << file.status().ToString();
-  const int64_t hidden = (*file)->config().hidden_size;
-  std::vector<float> want;
-  ASSERT_TRUE((*file)->LoadF32("embed", {kVocab, hidden}, &want).ok());
+  t->file = std::move(*file);
+  t->hidden = t->file->config().hidden_size;
+  ASSERT_TRUE(t->file->LoadF32("embed", {kVocab, t->hidden}, &t->table).ok());
   cpu::ThreadPool pool(2);
-  auto w = LoadCpuWeights(**file, cpu::WeightType::kBF16, &pool, false);
+  auto w = LoadCpuWeights(*t->file, cpu::WeightType::kBF16, &pool, false);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
-  EXPECT_TRUE(w->embed_from_head);
-  EXPECT_TRUE(w->embed_quant.empty());
-  EXPECT_TRUE(w->embed_bf16.empty());
+  t->weights = std::move(*w);
+  // Held once: no copy of the table beside the output projection.
+  EXPECT_TRUE(t->weights.embed_from_head);
+  EXPECT_TRUE(t->weights.embed_quant.empty());
+  EXPECT_TRUE(t->weights.embed_bf16.empty());
+}
+
+// A tied table is held once, as the output projection: every embedding row gathered from it is the
+// file's row exactly (the dequantization of its blocks).
+TEST_P(CpuQuantModelTest, TiedEmbeddingIsGatheredFromTheOutputProjection) {
+  TiedModel t;
+  ASSERT_NO_FATAL_FAILURE(LoadTied(GetParam(), &t));
   std::vector<int32_t> ids(kVocab);
   for (int32_t i = 0; i < kVocab; ++i) ids[i] = i;
-  std::vector<float> got(want.size());
-  w->GatherEmbeddings(ids.data(), kVocab, hidden, got.data());
+  std::vector<float> got(t.table.size());
+  t.weights.GatherEmbeddings(ids.data(), kVocab, t.hidden, got.data());
   int64_t differ = 0;
-  for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
-  EXPECT_EQ(differ, 0) << "of " << want.size() << " values; first row " << got[0] << " vs "
-                       << want[0];
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != t.table[i];
+  EXPECT_EQ(differ, 0) << "of " << got.size() << " values; first " << got[0] << " vs "
+                       << t.table[0];
   // The untied model of the same type keeps the file's blocks for the gather.
   auto untied = model::ModelFile::Open(MakeModel(GetParam()));
   ASSERT_TRUE(untied.ok());
+  cpu::ThreadPool pool(2);
   auto u = LoadCpuWeights(**untied, cpu::WeightType::kBF16, &pool, false);
   ASSERT_TRUE(u.ok());
   EXPECT_FALSE(u->embed_from_head);
@@ -180,23 +196,16 @@ INSTANTIATE_TEST_SUITE_P(EveryBlockType, CpuQuantModelTest,
 // A float table (F16 here) tied: held once as the bf16 output projection, gathered as the file's
 // values rounded to bf16, as the separate bf16 table held them.
 TEST(CpuQuantModelMixTest, TiedFloatEmbeddingIsGatheredFromTheOutputProjection) {
-  auto file = model::ModelFile::Open(MakeModel("f16", "", /*tie=*/true));
-  ASSERT_TRUE(file.ok()) << file.status().ToString();
-  const int64_t hidden = (*file)->config().hidden_size;
-  std::vector<float> want;
-  ASSERT_TRUE((*file)->LoadF32("embed", {kVocab, hidden}, &want).ok());
-  cpu::ThreadPool pool(2);
-  auto w = LoadCpuWeights(**file, cpu::WeightType::kBF16, &pool, false);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
-  EXPECT_TRUE(w->embed_from_head);
-  EXPECT_TRUE(w->embed_bf16.empty());
+  TiedModel t;
+  ASSERT_NO_FATAL_FAILURE(LoadTied("f16", &t));
+  const int64_t hidden = t.hidden;
   std::vector<int32_t> ids = {0, 1, 17, kVocab - 1};
   std::vector<float> got(ids.size() * hidden);
-  w->GatherEmbeddings(ids.data(), static_cast<int64_t>(ids.size()), hidden, got.data());
+  t.weights.GatherEmbeddings(ids.data(), static_cast<int64_t>(ids.size()), hidden, got.data());
   for (size_t i = 0; i < ids.size(); ++i) {
     std::vector<uint16_t> bits(hidden);
     std::vector<float> rounded(hidden);
-    cpu::F32ToBf16(want.data() + ids[i] * hidden, bits.data(), hidden);
+    cpu::F32ToBf16(t.table.data() + ids[i] * hidden, bits.data(), hidden);
     cpu::Bf16ToF32(bits.data(), rounded.data(), hidden);
     for (int64_t j = 0; j < hidden; ++j) {
       ASSERT_EQ(got[i * hidden + j], rounded[j]) << "row " << ids[i] << " col " << j;
