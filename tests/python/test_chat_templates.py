@@ -34,6 +34,10 @@ BIN_DIR = Path(os.environ.get("ASTR_BIN_DIR") or REPO / "build" / "bin")
 ASTR = BIN_DIR / "astr"
 SHARED = Path(os.environ.get("ASTR_SHARED_DIR") or REPO.parent / "shared")
 TEMPLATES_DIR = SHARED / "templates"
+# Templates of models astr runs that the shared folder lacks, as their instruction-tuned checkpoints
+# ship them: Gemma 3's (a system turn folded into the first user turn, content parts with images,
+# roles that must alternate) and Phi-4-mini's (tools in the system turn).
+LOCAL_TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 HF_DIR = SHARED / "tokenizers" / "hf"
 
 NOW = 1721995200  # 2024-07-26 12:00:00 UTC: strftime_now's clock on both sides (astr runs with TZ=UTC)
@@ -133,7 +137,7 @@ class TemplateUnderTest:
 
 def collect_templates() -> list[TemplateUnderTest]:
     found = []
-    for path in sorted(TEMPLATES_DIR.glob("*.jinja")):
+    for path in sorted(TEMPLATES_DIR.glob("*.jinja")) + sorted(LOCAL_TEMPLATES_DIR.glob("*.jinja")):
         found.append(TemplateUnderTest(
             f"file:{path.stem}", path.read_text(encoding="utf-8"), ["--template", str(path)],
             {"bos_token": "", "eos_token": ""}))
