@@ -65,9 +65,10 @@ class TextCodec {
 
 // The model's chat template rendered for one user message (and an optional system message),
 // ending with the generation prompt.
-StatusOr<std::string> RenderChat(const std::string& model, const std::string& system,
-                                 const std::string& user) {
-  ASTR_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template, chat::ChatTemplate::Load(model));
+StatusOr<std::string> RenderChat(const std::string& model, const std::string& template_file,
+                                 const std::string& system, const std::string& user) {
+  ASTR_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template,
+                        chat::ChatTemplate::LoadOrOverride(model, template_file));
   chat::ChatInputs inputs;
   if (!system.empty()) inputs.messages.push_back({{"role", "system"}, {"content", system}});
   inputs.messages.push_back({{"role", "user"}, {"content", user}});
@@ -93,7 +94,7 @@ nlohmann::json TopJson(const std::vector<std::vector<TokenLogprob>>& top) {
 
 int RunCommand(int argc, const char* const* argv) {
   FlagSet fs("astr run", "Generate offline (in-process) from a model file on the CPU backend.");
-  std::string model, prompt, prompt_ids, chat, system;
+  std::string model, prompt, prompt_ids, chat, system, chat_template;
   bool json = false, no_bos = false, parse_special = false;
   int n = 1;
   int logprob_start = 0;
@@ -105,6 +106,9 @@ int RunCommand(int argc, const char* const* argv) {
             "A user message: the prompt is the model's chat template rendered for it (with "
             "--system if given) plus the generation prompt.");
   fs.String("system", &system, "System message for --chat.");
+  fs.String("chat-template", &chat_template,
+            "A Jinja chat template file that --chat renders instead of the model's (for a model "
+            "without one). Default: the model's.");
   fs.Bool("no-bos", &no_bos, "Do not add the tokenizer's special tokens (BOS) to a text prompt.");
   fs.Bool("parse-special", &parse_special,
           "Turn special tokens written in --prompt (e.g. <|im_start|>) into their ids.");
@@ -126,6 +130,10 @@ int RunCommand(int argc, const char* const* argv) {
   }
   if (!system.empty() && chat.empty()) {
     std::fprintf(stderr, "astr run: --system needs --chat\n");
+    return 2;
+  }
+  if (!chat_template.empty() && chat.empty()) {
+    std::fprintf(stderr, "astr run: --chat-template needs --chat\n");
     return 2;
   }
   if (n < 1) {
@@ -157,7 +165,7 @@ int RunCommand(int argc, const char* const* argv) {
       ids.push_back(static_cast<int32_t>(id));
     }
   } else if (!chat.empty()) {
-    auto text = RenderChat(model, system, chat);
+    auto text = RenderChat(model, chat_template, system, chat);
     if (!text.ok()) return Fail(text.status());
     // The template writes BOS and the turn markers itself (as transformers' apply_chat_template).
     ids = codec.Encode(*text, /*add_special=*/false, /*parse_special=*/true);

@@ -149,6 +149,18 @@ StatusOr<ChatTemplate> ChatTemplate::Load(const std::string& model_path, const s
   return FromSource(source, name);
 }
 
+StatusOr<ChatTemplate> ChatTemplate::LoadOrOverride(const std::string& model_path,
+                                                    const std::string& template_file) {
+  if (template_file.empty()) return Load(model_path);
+  StatusOr<std::string> text = ReadFileToString(template_file);
+  if (!text.ok()) return text.status().WithContext("--chat-template");
+  tok::ChatSpecialTokens tokens;
+  if (StatusOr<ChatTemplateSource> source = ReadChatTemplateSource(model_path); source.ok()) {
+    tokens = source->tokens;
+  }
+  return FromString(*text, std::move(tokens), template_file);
+}
+
 StatusOr<ChatTemplate> ChatTemplate::FromSource(const ChatTemplateSource& source,
                                                 const std::string& name) {
   if (source.templates.empty()) {

@@ -63,6 +63,12 @@ class ChatTemplate {
   static StatusOr<ChatTemplate> Load(const std::string& model_path, const std::string& name = "");
   static StatusOr<ChatTemplate> FromSource(const ChatTemplateSource& source,
                                            const std::string& name = "");
+  // The model's template, or with `template_file` non-empty that file's (--chat-template: a
+  // model without one, or another format), rendered with the model's special tokens (none when
+  // the model's files name none). A missing file is NotFound, a bad template InvalidArgument,
+  // both naming the file.
+  static StatusOr<ChatTemplate> LoadOrOverride(const std::string& model_path,
+                                               const std::string& template_file);
   // A template given as text (e.g. `--template FILE`), with the special tokens to expose.
   static StatusOr<ChatTemplate> FromString(std::string_view source, tok::ChatSpecialTokens tokens,
                                            std::string origin);

@@ -60,6 +60,7 @@ struct Flags {
   std::string workers;
   std::string listen = "127.0.0.1:50051";
   std::string tokenizer;
+  std::string chat_template;
   std::string generation_config = "auto";
   sched::SchedulerOptions sched;
   int64_t max_n = 16;
@@ -199,6 +200,10 @@ void Register(FlagSet* fs, Flags* f) {
   fs->String("tokenizer", &f->tokenizer,
              "Tokenizer and chat template: a model folder, tokenizer.json or .gguf file readable "
              "here. Default: the model path the first worker reports.");
+  fs->String("chat-template", &f->chat_template,
+             "A Jinja chat template file that chat completions render instead of the model's "
+             "(a model without one, or another format), with the model's special tokens. A file "
+             "that is missing or does not parse stops the start. Default: the model's.");
   fs->String("generation-config", &f->generation_config,
              "Sampling defaults of requests that leave temperature, top_k, top_p, min_p, "
              "repetition_penalty or max_tokens unset: 'auto' serves the model's own "
@@ -490,6 +495,7 @@ StatusOr<std::vector<std::unique_ptr<sched::WorkerConnection>>> ConnectInitial(
 
 // The tokenizer, chat template and limits of the served model.
 StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
+                                             const std::string& chat_template_file,
                                              const std::string& generation_config,
                                              const std::vector<v1::InfoResponse>& infos) {
   const std::string path = flag_path.empty() ? infos[0].model_path() : flag_path;
@@ -501,7 +507,8 @@ StatusOr<front::ServedModel> LoadServedModel(const std::string& flag_path,
                                           " (set --tokenizer to a copy readable here)");
   }
   model.tokenizer = *tokenizer;
-  auto chat = chat::ChatTemplate::Load(path);
+  auto chat = chat::ChatTemplate::LoadOrOverride(path, chat_template_file);
+  if (!chat.ok() && !chat_template_file.empty()) return chat.status();
   if (chat.ok()) {
     model.chat_template = std::make_shared<chat::ChatTemplate>(std::move(*chat));
   } else {
@@ -858,7 +865,7 @@ int Main(int argc, const char* const* argv) {
   }
   std::vector<v1::InfoResponse> infos;
   for (const auto& w : *workers) infos.push_back(w->info());
-  auto model = LoadServedModel(f.tokenizer, f.generation_config, infos);
+  auto model = LoadServedModel(f.tokenizer, f.chat_template, f.generation_config, infos);
   if (!model.ok()) {
     LOG(ERROR) << model.status().ToString();
     return 1;

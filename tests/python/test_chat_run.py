@@ -69,3 +69,36 @@ def test_chat_prompt_ids_and_answer(system):
     out = json.loads(proc.stdout)
     assert out["prompt_ids"] == want_ids
     assert (out["finish_reason"], out["text"]) == LLAMA_CPP[system]
+
+
+def test_chat_template_file_replaces_the_models(tmp_path):
+    """--chat-template renders another template (Gemma 3's here) with the model's special tokens:
+    the prompt ids are jinja2's rendering of that file, tokenized by `tokenizers`; a missing
+    file and a template that does not parse are errors naming the file."""
+    if not MODEL.exists() or not HF_TOKENIZER.exists():
+        pytest.skip("default model or SmolLM2 tokenizer.json missing")
+    template = Path(__file__).resolve().parent / "templates" / "google-gemma-3-it.jinja"
+    reader = gguf.GGUFReader(str(MODEL))
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    token_text = lambda i: bytes(tokens.parts[tokens.data[i]]).decode("utf-8")  # noqa: E731
+    bos = token_text(int(reader.fields["tokenizer.ggml.bos_token_id"].parts[-1][0]))
+    eos = token_text(int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]))
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    ok, text = reference_render(template.read_text(encoding="utf-8"), {
+        "messages": messages, "add_generation_prompt": True, "bos_token": bos, "eos_token": eos})
+    assert ok, text
+    assert text.startswith(bos + "<start_of_turn>user\nBe brief.\n\n")  # Gemma 3's, not SmolLM2's
+    want_ids = Tokenizer.from_file(str(HF_TOKENIZER)).encode(text, add_special_tokens=False).ids
+    run = [str(BIN / "astr"), "run", "--model", str(MODEL), "--max-tokens", "1", "--json"]
+    proc = subprocess.run(run + ["--chat", "What is the capital of France?", "--system",
+                                 "Be brief.", "--chat-template", str(template)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["prompt_ids"] == want_ids
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for message in messages %}{{ message['content'] }}")  # no endfor
+    for bad, why in ((tmp_path / "missing.jinja", "missing.jinja"), (broken, "broken.jinja")):
+        proc = subprocess.run(run + ["--chat", "hi", "--chat-template", str(bad)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 1 and why in proc.stderr, proc.stderr
