@@ -18,8 +18,10 @@ std::vector<float> RopeInvFreq(const model::ModelConfig& config, bool local = fa
 // local base): the long factors' frequencies, the cos / sin factor, and which rows of a step take
 // the long ones: every row of a batch entry whose last position reaches original_max_position
 // (transformers picks the set by the sequence length of each forward pass, so a prompt longer than
-// the pre-training context is rotated with the long factors throughout, and decode steps switch
-// at that position). Entry b owns rows [qo_indptr[b], qo_indptr[b+1]).
+// the pre-training context is rotated with the long factors throughout; a decode step that crosses
+// it takes the long set for its own token while the cached keys keep theirs, where transformers'
+// Phi-3 recomputes the whole sequence: docs/engine.md). Entry b owns rows
+// [qo_indptr[b], qo_indptr[b+1]).
 std::vector<float> RopeInvFreqLong(const model::ModelConfig& config, bool local = false);
 float RopeCosSinScale(const model::ModelConfig& config, bool local = false);
 bool RopeUsesLongFactors(const model::ModelConfig& config);
