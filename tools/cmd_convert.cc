@@ -58,7 +58,6 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
   const bool unpermute = config.rope_layout == model::RopeLayout::kInterleaved;
   config.rope_layout = model::RopeLayout::kHalf;
   // Norm weights as HF holds them: the same scale, HF's offset (Gemma: GGUF 1 + w -> HF w).
-  const model::ModelConfig source_config = model->config();
   if (arch != nullptr) config.norm_weight_offset = arch->hf_norm_weight_offset;
   ASTR_ASSIGN_OR_RETURN(std::string config_json, model::ConfigToHfJson(config));
 
@@ -82,7 +81,7 @@ Status Convert(const std::string& src, const std::string& out_dir, const std::st
     if (unpermute && IsQkProj(s.name)) {
       f32 = model::InterleavedToHalfRows(f32, s.shape[0], s.shape[1], config.head_dim);
     }
-    if (const float shift = model::HfNormShift(source_config, s.name); shift != 0.0f) {
+    if (const float shift = model::HfNormShift(model->config(), s.name); shift != 0.0f) {
       for (float& x : f32) x -= shift;
     }
     ASTR_ASSIGN_OR_RETURN(uint64_t n,

@@ -67,6 +67,14 @@ class GgufKeys {
   std::string arch_;
 };
 
+// Whether config.json's rope_parameters (transformers 5) holds one set per layer type,
+// {"full_attention": {...}, "sliding_attention": {...}} (Gemma 3's), rather than one set.
+inline bool RopeParametersPerLayerType(const ConfigJson& r) {
+  if (!r.Has("rope_parameters")) return false;
+  const nlohmann::json& p = r.raw()["rope_parameters"];
+  return p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"));
+}
+
 // The context length cap of ModelConfig::Validate, checked where the file's key is known so that
 // the error names it (`error` turns the reason into a Status naming file and key).
 template <typename ErrorFn>

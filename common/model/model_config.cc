@@ -269,11 +269,7 @@ Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelCon
   std::string key = "rope_scaling";
   if (!r.Has(key)) {
     key = "rope_parameters";
-    if (!r.Has(key)) return OkStatus();
-    const json& p = r.raw()[key];
-    if (p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"))) {
-      return OkStatus();
-    }
+    if (!r.Has(key) || RopeParametersPerLayerType(r)) return OkStatus();
   }
   const json& rs = r.raw()[key];
   if (!rs.is_object()) return r.Error(key, "must be an object or null");
@@ -363,7 +359,7 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   // transformers 5 writes the base inside rope_parameters (one set; per-layer-type sets are the
   // architecture's to read).
   if (!r.Has("rope_theta") && r.Has("rope_parameters") && r.raw()["rope_parameters"].is_object() &&
-      !r.raw()["rope_parameters"].contains("full_attention")) {
+      !RopeParametersPerLayerType(r)) {
     ConfigJson p(r.raw()["rope_parameters"], path + ": rope_parameters");
     ASTR_ASSIGN_OR_RETURN(c.rope_theta, p.Number("rope_theta", 10000.0));
   }

@@ -135,9 +135,7 @@ Status ReadGemma2Hf(const ConfigJson& r, ModelConfig* c) {
                         ReadSoftcap(r, "final_logit_softcapping", kGemma2FinalSoftcap));
   // transformers 5 writes one set, {"rope_theta", "rope_type"}, which ConfigFromHfJson reads; one
   // per layer type is Gemma 3's and not Gemma 2's.
-  if (r.Has("rope_parameters") && r.raw()["rope_parameters"].is_object() &&
-      (r.raw()["rope_parameters"].contains("full_attention") ||
-       r.raw()["rope_parameters"].contains("sliding_attention"))) {
+  if (RopeParametersPerLayerType(r)) {
     return r.Unsupported("rope_parameters", "per layer type is not read for gemma2");
   }
   return OkStatus();
