@@ -72,6 +72,7 @@ TEST(CliRunTest, UsageErrors) {
   EXPECT_EQ(RunCommand("run --help").exit_code, 0);
   EXPECT_EQ(RunCommand("run --model " + path + " --prompt x --chat y").exit_code, 2);
   EXPECT_EQ(RunCommand("run --model " + path + " --prompt x --system y").exit_code, 2);
+  EXPECT_EQ(RunCommand("run --model " + path + " --prompt x --chat-template t.jinja").exit_code, 2);
   // stories260K has no chat template: a clear error, not a crash.
   auto no_template =
       testing::RunCommand(testing::BinDir() + "/astr run --model " + path + " --chat hi 2>&1");
