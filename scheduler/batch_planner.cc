@@ -20,6 +20,8 @@ void InsertSorted(std::vector<Sequence*>* list, Sequence* seq) {
 void ResetPlacement(Sequence* seq) {
   seq->live_id = 0;
   seq->pages.Release();
+  seq->window_pages.Release();
+  seq->window_first = 0;
   seq->num_computed = 0;
   seq->num_start_tokens = 0;
   seq->score_from = 0;
@@ -54,6 +56,28 @@ int32_t FitLogitsRows(const Sequence& seq, int32_t tokens, int64_t rows) {
   return static_cast<int32_t>(fit);
 }
 
+// Gives back the window pages no later query of `seq` reads (PagePool::window).
+void DropBehindWindow(PagePool& pool, Sequence* seq) {
+  const int32_t tables = pool.window().tables;
+  if (tables == 0) return;
+  const int64_t first = pool.FirstWindowPage(seq->num_computed);
+  if (first <= seq->window_first) return;
+  seq->window_pages.DropFront((first - seq->window_first) * tables);
+  seq->window_first = first;
+}
+
+// Grows seq's page list (and window list) by `grow` token pages; the pool must have
+// pool.IdsFor(grow) free.
+void GrowPages(PagePool& pool, Sequence* seq, int64_t grow) {
+  if (grow <= 0) return;
+  bool ok = seq->pages.GrowTo(seq->pages.size() + grow);
+  if (pool.window().tables > 0) {
+    ok = ok && seq->window_pages.GrowTo(seq->window_pages.size() + grow * pool.window().tables);
+  }
+  assert(ok);
+  (void)ok;
+}
+
 }  // namespace
 
 WorkerQueues::~WorkerQueues() = default;
@@ -79,16 +103,18 @@ void WorkerQueues::CachePages(Sequence* seq, uint64_t ready_step) {
   const PrefixCache::Cursor& at = seq->cache_cursor;
   if (at.epoch == cache->epoch() && (at.blocked || full <= at.pages)) return;  // nothing new
   const std::span<const int32_t> tokens = TokensOf(seq, full * pool.page_size());
-  cache->Insert(seq->cache_ns, tokens, seq->pages.pages(), ready_step, &seq->cache_cursor);
+  cache->Insert(seq->cache_ns, tokens, seq->pages.pages(), seq->window_pages.pages(),
+                seq->window_first, ready_step, &seq->cache_cursor);
 }
 
 PrefixCache::MatchResult WorkerQueues::MatchCachedPrefix(const Sequence* seq, uint64_t ns,
                                                          int64_t reusable, uint64_t step,
-                                                         bool touch, std::vector<int32_t>* pages) {
+                                                         bool touch, std::vector<int32_t>* pages,
+                                                         std::vector<int32_t>* window) {
   const int64_t max_pages = reusable / pool.page_size();
   if (cache == nullptr || max_pages <= 0) return {};
   return cache->Match(ns, TokensOf(seq, max_pages * pool.page_size()), max_pages, step, touch,
-                      pages);
+                      pages, window);
 }
 
 int64_t WorkerQueues::FlushCache() { return cache == nullptr ? 0 : cache->Flush(); }
@@ -200,6 +226,7 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
   int64_t prefilling = 0;
   for (Sequence* seq : q->running) {
     seq->step_tokens = 0;
+    DropBehindWindow(q->pool, seq);
     if (wants_decode(seq)) ++decode_left;
     if (seq->prefilling()) ++prefilling;
   }
@@ -258,16 +285,16 @@ bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, Pla
   PagePool& pool = q->pool;
   seq->step_pages_before = seq->pages.size();
   int64_t grow = pool.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
-  if (grow > pool.num_free() && seq->prefilling()) {
+  if (pool.IdsFor(grow) > pool.num_free() && seq->prefilling()) {
     // A prefill chunk shrinks to the pages it can get before anyone is preempted for it.
-    const int64_t fit =
-        (seq->pages.size() + pool.num_free()) * pool.page_size() - seq->num_computed;
+    const int64_t fit = (seq->pages.size() + pool.num_free() / pool.IdsFor(1)) * pool.page_size() -
+                        seq->num_computed;
     if (fit >= 1) {
       *tokens = static_cast<int32_t>(std::min<int64_t>(*tokens, fit));
       grow = pool.PagesFor(seq->num_computed + *tokens) - seq->pages.size();
     }
   }
-  while (grow > pool.num_free()) {
+  while (pool.IdsFor(grow) > pool.num_free()) {
     std::span<Sequence* const> candidates(q->running.data() + i, q->running.size() - i);
     const size_t victim = i + preemption_.PickVictim(candidates, fair_);
     q->running[victim]->preempted_at_step = step_id;
@@ -275,11 +302,7 @@ bool BatchPlanner::GrowOrPreempt(WorkerQueues* q, size_t i, int32_t* tokens, Pla
     ++out->num_preempted;
     if (victim == i) return false;
   }
-  if (grow > 0) {
-    const bool ok = seq->pages.GrowTo(seq->pages.size() + grow);
-    assert(ok);
-    (void)ok;
-  }
+  GrowPages(pool, seq, grow);
   return true;
 }
 
@@ -297,6 +320,12 @@ void BatchPlanner::EmitEntry(Sequence* seq, PlannedStep* plan, PlanOutcome* out)
   }
   const std::vector<int32_t>& pages = seq->pages.pages();
   entry.new_pages.assign(pages.begin() + seq->step_pages_before, pages.end());
+  const PagePool* pool = seq->pages.pool();
+  if (const int32_t tables = pool->window().tables; tables > 0) {
+    const std::vector<int32_t>& window = seq->window_pages.pages();
+    entry.new_window_pages.assign(
+        window.begin() + (seq->step_pages_before - seq->window_first) * tables, window.end());
+  }
   if (fair_ != nullptr) {
     const int64_t start = seq->num_computed, end = start + seq->step_tokens;
     const int64_t input =
@@ -361,7 +390,10 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
     seq->num_start_tokens = known;
     seq->num_computed = 0;
     seq->score_from = seq->PromptScoreFrom();
-    if (seq->pages.pool() != &pool) seq->pages = pool.NewList();
+    if (seq->pages.pool() != &pool) {
+      seq->pages = pool.NewList();
+      seq->window_pages = pool.NewList();
+    }
     if (!ReuseCachedPrefix(q, seq, step_id, out)) continue;  // waits for a page being computed
     const int32_t cached = seq->num_computed;
     const int32_t tokens = FitLogitsRows(
@@ -370,15 +402,15 @@ void BatchPlanner::Admit(WorkerQueues* q, int64_t used, uint64_t step_id, Clock:
             {known - cached, limits_.prefill_chunk, step_budget_ - used})),
         limits_.max_logits_rows - logits_rows_);
     const int64_t grow = pool.PagesFor(cached + tokens) - seq->pages.size();
-    if (tokens == 0 || grow > pool.num_free()) {  // no logits row, or too few pages, this step
+    if (tokens == 0 || pool.IdsFor(grow) > pool.num_free()) {  // no logits row, or too few pages
       seq->pages.Release();
+      seq->window_pages.Release();
+      seq->window_first = 0;
       seq->num_computed = 0;
       break;
     }
     const int64_t rows = LogitsRowsOf(*seq, tokens);
-    const bool ok = seq->pages.GrowTo(seq->pages.size() + grow);
-    assert(ok);
-    (void)ok;
+    GrowPages(pool, seq, grow);
     seq->live_id = next_live_id_++;
     seq->state = Sequence::State::kRunning;
     Start(seq, tokens, plan);
@@ -417,13 +449,16 @@ bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t st
   int64_t reusable = seq->num_tokens() - 1;
   if (seq->score_from > 0) reusable = std::min<int64_t>(reusable, seq->score_from - 1);
   matched_.clear();
-  const PrefixCache::MatchResult m =
-      q->MatchCachedPrefix(seq, seq->cache_ns, reusable, step_id, /*touch=*/true, &matched_);
+  matched_window_.clear();
+  const PrefixCache::MatchResult m = q->MatchCachedPrefix(
+      seq, seq->cache_ns, reusable, step_id, /*touch=*/true, &matched_, &matched_window_);
   if (m.pending_next) {
     ++out->cache_deferred;
     return false;
   }
   for (int32_t page : matched_) seq->pages.AppendShared(page);
+  for (int32_t page : matched_window_) seq->window_pages.AppendShared(page);
+  seq->window_first = m.window_first;
   seq->num_computed = static_cast<int32_t>(m.pages * q->pool.page_size());
   out->cache_query_tokens += seq->num_tokens();  // counted once the sequence does not wait
   out->cache_hit_tokens += seq->num_computed;
@@ -442,6 +477,8 @@ void BatchPlanner::Start(Sequence* seq, int32_t tokens, PlannedStep* plan) {
   start.num_prompt_tokens = static_cast<int32_t>(req.prompt.size());
   start.num_cached_tokens = static_cast<int32_t>(seq->num_computed);  // the reused prefix
   start.pages.assign(seq->pages.pages().begin(), seq->pages.pages().end());
+  start.window_first = static_cast<int32_t>(seq->window_first);
+  start.window_pages.assign(seq->window_pages.pages().begin(), seq->window_pages.pages().end());
   start.score_from = seq->score_from;
 }
 

@@ -42,7 +42,8 @@ namespace astr::sched {
 
 // One worker's sequences as the planner sees them. Owned by the loop thread.
 struct WorkerQueues {
-  WorkerQueues(int64_t num_pages, int32_t page_size) : pool(num_pages, page_size) {}
+  WorkerQueues(int64_t num_pages, int32_t page_size, KvWindow window = {})
+      : pool(num_pages, page_size, window) {}
   ~WorkerQueues();
 
   PagePool pool;
@@ -57,10 +58,10 @@ struct WorkerQueues {
   // Prompt + generated tokens of `seq` (scratch, valid until the next call).
   std::span<const int32_t> TokensOf(const Sequence* seq, int64_t limit);
   // The cached pages (in namespace `ns`) that prefix seq's tokens, covering at most `reusable`
-  // tokens (PrefixCache::Match; nothing without a cache).
+  // tokens, and their window ids (PrefixCache::Match; nothing without a cache).
   PrefixCache::MatchResult MatchCachedPrefix(const Sequence* seq, uint64_t ns, int64_t reusable,
-                                             uint64_t step, bool touch,
-                                             std::vector<int32_t>* pages);
+                                             uint64_t step, bool touch, std::vector<int32_t>* pages,
+                                             std::vector<int32_t>* window = nullptr);
   std::vector<Sequence*> running;  // live on the worker, in QueueOrder
   std::vector<Sequence*> waiting;  // to be (re)started here, in QueueOrder
   std::vector<uint64_t> release;   // live ids to release with the next plan
@@ -170,7 +171,8 @@ class BatchPlanner {
   FairShare* fair_ = nullptr;
   std::vector<Sequence*> admit_order_;  // Admit's scratch: waiting in fair-share order
   int64_t step_budget_ = 0;  // token budget of the step being planned
-  std::vector<int32_t> matched_;  // ReuseCachedPrefix's scratch
+  std::vector<int32_t> matched_;         // ReuseCachedPrefix's scratch
+  std::vector<int32_t> matched_window_;  // ReuseCachedPrefix's scratch
   std::vector<uint32_t> mask_;    // EmitEntry's scratch: a constrained draw's token mask
 };
 

@@ -4,13 +4,25 @@
 
 namespace astr::sched {
 
-PagePool::PagePool(int64_t num_pages, int32_t page_size)
+PagePool::PagePool(int64_t num_pages, int32_t page_size, KvWindow window)
     : num_pages_(num_pages),
       page_size_(page_size),
+      window_(window),
       refcount_(num_pages, 0),
       cached_(num_pages, 0) {
   free_.reserve(num_pages);
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+int64_t PagePool::capacity_tokens() const {
+  if (window_.tables == 0) return num_pages_ * page_size_;
+  // A sequence alone holds every token page plus the window pages of at most `most` token pages:
+  // those a step's queries read, from the first one's window to the last one's page.
+  const int64_t most =
+      PagesFor(window_.tokens - 1 + std::max<int64_t>(1, window_.max_step_tokens)) + 1;
+  const int64_t short_pages = num_pages_ / (1 + window_.tables);
+  if (short_pages <= most) return short_pages * page_size_;
+  return (num_pages_ - window_.tables * most) * page_size_;
 }
 
 bool PagePool::Take(int64_t count, std::vector<int32_t>* out) {

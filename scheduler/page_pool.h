@@ -10,6 +10,7 @@
 // would not.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,9 +28,18 @@ class PageReclaimer {
   virtual int64_t Reclaim(int64_t pages) = 0;
 };
 
+// Sliding-window page groups (the worker's KvLayout): each token page of a sequence takes one page
+// id in its page list and `tables` more in its window list while a query may still read it; the
+// window list's leading pages go back once every later query's window has passed them.
+struct KvWindow {
+  int64_t tokens = 0;           // the sliding layers' window
+  int32_t tables = 0;           // window page ids per token page; 0 = no window list
+  int64_t max_step_tokens = 0;  // the most tokens one step feeds a sequence: the prefill chunk
+};
+
 class PagePool {
  public:
-  PagePool(int64_t num_pages, int32_t page_size);
+  PagePool(int64_t num_pages, int32_t page_size, KvWindow window = {});
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -41,10 +51,20 @@ class PagePool {
   int64_t num_unused() const { return static_cast<int64_t>(free_.size()); }
   // Cached pages nobody but the cache holds.
   int64_t num_evictable() const { return evictable_; }
-  // Tokens the whole pool holds.
-  int64_t capacity_tokens() const { return num_pages_ * page_size_; }
+  // Tokens of the longest sequence the whole pool holds (with a window list: as it decodes, its
+  // window pages passed give room to its later ones).
+  int64_t capacity_tokens() const;
   // Pages needed to hold `tokens` positions.
   int64_t PagesFor(int64_t tokens) const { return (tokens + page_size_ - 1) / page_size_; }
+  const KvWindow& window() const { return window_; }
+  void set_max_step_tokens(int64_t tokens) { window_.max_step_tokens = tokens; }
+  // Page ids `token_pages` more token pages of a sequence take (1 + window tables each).
+  int64_t IdsFor(int64_t token_pages) const { return token_pages * (1 + window_.tables); }
+  // The first token page a query at `position` reads through the window list (0 without one).
+  int64_t FirstWindowPage(int64_t position) const {
+    if (window_.tables == 0) return 0;
+    return std::max<int64_t>(0, position - window_.tokens + 1) / page_size_;
+  }
   // References on `page` (0 = free), the cache's included.
   int32_t refcount(int32_t page) const { return refcount_[page]; }
   bool cached(int32_t page) const { return cached_[page] != 0; }
@@ -69,6 +89,7 @@ class PagePool {
 
   int64_t num_pages_;
   int32_t page_size_;
+  KvWindow window_;
   std::vector<int32_t> refcount_;  // [num_pages]
   std::vector<uint8_t> cached_;    // [num_pages]: the cache holds a reference
   int64_t evictable_ = 0;          // cached pages whose only reference is the cache's

@@ -27,7 +27,9 @@ struct PrefixCache::Node {
   Node* parent = nullptr;  // nullptr for a root
   uint64_t key = 0;        // HashTokens(tokens); a root's: its namespace
   std::vector<int32_t> tokens;
-  int32_t page = -1;  // -1 for a root
+  int32_t page = -1;            // -1 for a root
+  std::vector<int32_t> window;  // its page's window ids while the cache keeps them
+  bool dead = false;            // erased during the current Reclaim (in graveyard_)
   uint64_t ready_step = 0;
   uint64_t last_used = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Node>> children;
@@ -70,14 +72,15 @@ PrefixCache::Node* PrefixCache::Child(Node* parent, std::span<const int32_t> key
 
 PrefixCache::MatchResult PrefixCache::Match(uint64_t ns, std::span<const int32_t> tokens,
                                             int64_t max_pages, uint64_t step, bool touch,
-                                            std::vector<int32_t>* pages) {
+                                            std::vector<int32_t>* pages,
+                                            std::vector<int32_t>* window) {
   MatchResult result;
   auto root = roots_.find(ns);
   if (root == roots_.end()) return result;
   Node* node = root->second.get();
   const int64_t limit = std::min<int64_t>(max_pages, static_cast<int64_t>(tokens.size()) /
                                                          page_size_);
-  const uint64_t now = touch ? ++clock_ : 0;
+  path_.clear();
   for (int64_t k = 0; k < limit; ++k) {
     Node* child = Child(node, tokens.subspan(k * page_size_, page_size_));
     if (child == nullptr) break;
@@ -85,16 +88,40 @@ PrefixCache::MatchResult PrefixCache::Match(uint64_t ns, std::span<const int32_t
       result.pending_next = true;
       break;
     }
-    if (touch) child->last_used = now;
-    pages->push_back(child->page);
+    path_.push_back(child);
     node = child;
-    ++result.pages;
   }
+  int64_t found = static_cast<int64_t>(path_.size());
+  if (pool_->window().tables > 0 && found > 0) {
+    // Cut back to the deepest end whose restart finds the window ids it reads: last_missing[k]
+    // is the last page before k without them.
+    last_missing_.assign(found + 1, -1);
+    for (int64_t k = 0; k < found; ++k) {
+      last_missing_[k + 1] = path_[k]->window.empty() ? k : last_missing_[k];
+    }
+    int64_t k = found;
+    while (k > 0 && last_missing_[k] >= pool_->FirstWindowPage(k * page_size_)) --k;
+    if (k < found) result.pending_next = false;
+    found = k;
+    result.window_first = pool_->FirstWindowPage(found * page_size_);
+  }
+  const uint64_t now = touch ? ++clock_ : 0;
+  for (int64_t k = 0; k < found; ++k) {
+    Node* n = path_[k];
+    if (touch) n->last_used = now;
+    pages->push_back(n->page);
+    if (window != nullptr && k >= result.window_first) {
+      window->insert(window->end(), n->window.begin(), n->window.end());
+    }
+  }
+  result.pages = found;
   return result;
 }
 
 int64_t PrefixCache::Insert(uint64_t ns, std::span<const int32_t> tokens,
-                            std::span<const int32_t> pages, uint64_t ready_step, Cursor* cursor) {
+                            std::span<const int32_t> pages, std::span<const int32_t> window,
+                            int64_t window_first, uint64_t ready_step, Cursor* cursor) {
+  const int64_t tables = pool_->window().tables;
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(pages.size()),
                                       static_cast<int64_t>(tokens.size()) / page_size_);
   if (cursor->epoch != epoch_) *cursor = Cursor{.epoch = epoch_};  // flushed: walk from the root
@@ -134,6 +161,15 @@ int64_t PrefixCache::Insert(uint64_t ns, std::span<const int32_t> tokens,
     child->ready_step = ready_step;
     child->last_used = now;
     pool_->AddCacheRef(pages[k]);
+    const int64_t w = (k - window_first) * tables;
+    if (tables > 0 && k >= window_first && w + tables <= static_cast<int64_t>(window.size())) {
+      const std::span<const int32_t> ids = window.subspan(w, tables);
+      if (std::none_of(ids.begin(), ids.end(), [this](int32_t id) { return pool_->cached(id); })) {
+        for (int32_t id : ids) pool_->AddCacheRef(id);
+        child->window.assign(ids.begin(), ids.end());
+        num_window_ids_ += tables;
+      }
+    }
     Node* raw = child.get();
     node->children.emplace(hash, std::move(child));
     node = raw;
@@ -145,13 +181,30 @@ int64_t PrefixCache::Insert(uint64_t ns, std::span<const int32_t> tokens,
   return added;
 }
 
-void PrefixCache::Erase(Node* leaf) {
+int64_t PrefixCache::DropWindow(Node* node) {
+  int64_t freed = 0;
+  for (int32_t id : node->window) {
+    if (pool_->refcount(id) == 1) ++freed;
+    pool_->DropCacheRef(id);
+  }
+  num_window_ids_ -= static_cast<int64_t>(node->window.size());
+  node->window.clear();
+  return freed;
+}
+
+int64_t PrefixCache::Erase(Node* leaf) {
   assert(leaf->children.empty() && leaf->parent != nullptr);
   Node* parent = leaf->parent;
+  int64_t freed = DropWindow(leaf);
+  if (pool_->refcount(leaf->page) == 1) ++freed;
   pool_->DropCacheRef(leaf->page);
   --num_nodes_;
-  parent->children.erase(leaf->key);  // destroys leaf
+  auto it = parent->children.find(leaf->key);
+  leaf->dead = true;
+  graveyard_.push_back(std::move(it->second));
+  parent->children.erase(it);
   if (parent->parent == nullptr && parent->children.empty()) roots_.erase(parent->key);
+  return freed;
 }
 
 int64_t PrefixCache::Flush() {
@@ -166,6 +219,7 @@ int64_t PrefixCache::Flush() {
       if (pool_->refcount(node->page) == 1) ++freed;
       pool_->DropCacheRef(node->page);
     }
+    freed += DropWindow(node);
   }
   roots_.clear();
   num_nodes_ = 0;
@@ -175,29 +229,51 @@ int64_t PrefixCache::Flush() {
 
 int64_t PrefixCache::Reclaim(int64_t pages) {
   if (pages <= 0) return 0;
-  auto evictable = [this](const Node* n) {
+  auto leaf_evictable = [this](const Node* n) {
     return n->parent != nullptr && n->children.empty() && pool_->refcount(n->page) == 1;
   };
-  auto later = [](const Node* a, const Node* b) { return a->last_used > b->last_used; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(later)> leaves(later);
+  auto window_evictable = [this](const Node* n) {
+    return !n->window.empty() &&
+           std::all_of(n->window.begin(), n->window.end(),
+                       [this](int32_t id) { return pool_->refcount(id) == 1; });
+  };
+  // Evictable leaves (a whole node) and window ids only the cache holds (the node stays), least
+  // recently used first. An entry may go stale (erased, or its window already dropped): skipped.
+  struct Item {
+    uint64_t last_used;
+    Node* node;
+    bool leaf;
+  };
+  auto later = [](const Item& a, const Item& b) { return a.last_used > b.last_used; };
+  std::priority_queue<Item, std::vector<Item>, decltype(later)> queue(later);
   scratch_.clear();
   for (auto& [ns, root] : roots_) scratch_.push_back(root.get());
   while (!scratch_.empty()) {
     Node* node = scratch_.back();
     scratch_.pop_back();
-    if (evictable(node)) leaves.push(node);
+    if (leaf_evictable(node)) {
+      queue.push({node->last_used, node, true});
+    } else if (window_evictable(node)) {
+      queue.push({node->last_used, node, false});
+    }
     for (auto& [key, child] : node->children) scratch_.push_back(child.get());
   }
   int64_t freed = 0;
-  while (freed < pages && !leaves.empty()) {
-    Node* leaf = leaves.top();
-    leaves.pop();
-    Node* parent = leaf->parent;
+  while (freed < pages && !queue.empty()) {
+    const Item item = queue.top();
+    queue.pop();
+    Node* node = item.node;
+    if (node->dead) continue;
+    if (!item.leaf) {
+      if (window_evictable(node)) freed += DropWindow(node);
+      continue;
+    }
+    Node* parent = node->parent;
     const bool parent_is_root = parent->parent == nullptr;
-    Erase(leaf);  // may erase an emptied root: parent is not used after that
-    ++freed;
-    if (!parent_is_root && evictable(parent)) leaves.push(parent);
+    freed += Erase(node);  // may erase an emptied root: parent is not used after that
+    if (!parent_is_root && leaf_evictable(parent)) queue.push({parent->last_used, parent, true});
   }
+  graveyard_.clear();
   return freed;
 }
 

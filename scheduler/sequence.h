@@ -39,6 +39,11 @@ struct Sequence {
   // (re)start, on the worker's step stream (SequenceStart.live_id), 0 = not live.
   uint64_t live_id = 0;
   PageList<PagePool> pages;
+  // With sliding-window page groups (PagePool::window): the window ids of its token pages
+  // [window_first, pages.size()), window().tables per page (page-major); those of earlier pages,
+  // behind every query's window, went back to the pool.
+  PageList<PagePool> window_pages;
+  int64_t window_first = 0;
   int32_t num_start_tokens = 0;  // prompt + generated at the (re)start: the prefill target
   int32_t num_computed = 0;      // positions whose K/V the worker holds (fed so far)
   // This start scores prompt tokens [score_from, prompt size) (SequenceStart.score_from); 0 =

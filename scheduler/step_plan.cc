@@ -20,6 +20,8 @@ PlannedStart& PlannedStep::AddStart() {
   s.num_prompt_tokens = 0;
   s.num_cached_tokens = 0;
   s.pages.clear();
+  s.window_first = 0;
+  s.window_pages.clear();
   s.score_from = 0;
   return s;
 }
@@ -31,6 +33,7 @@ PlannedEntry& PlannedStep::AddEntry() {
   e.start_position = 0;
   e.num_tokens = 0;
   e.new_pages.clear();
+  e.new_window_pages.clear();
   e.sample = false;
   e.mask_follows = false;
   e.allowed_tokens.clear();

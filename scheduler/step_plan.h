@@ -30,6 +30,9 @@ struct PlannedStart {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;  // the reused prefix
   std::vector<int32_t> pages;
+  // Window page ids (PagePool::window) of pages [window_first, pages.size()), page-major.
+  int32_t window_first = 0;
+  std::vector<int32_t> window_pages;
   int32_t score_from = 0;  // 0 = no prompt scoring
 };
 
@@ -39,6 +42,7 @@ struct PlannedEntry {
   int32_t start_position = 0;
   int32_t num_tokens = 0;
   std::vector<int32_t> new_pages;
+  std::vector<int32_t> new_window_pages;  // the window ids of new_pages, page-major
   bool sample = false;
   bool mask_follows = false;
   std::string allowed_tokens;  // the constraint's mask bytes; empty: every token

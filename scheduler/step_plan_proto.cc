@@ -19,6 +19,8 @@ void ToProto(const PlannedStep& step, v1::StepPlan* out) {
     start->set_num_prompt_tokens(s.num_prompt_tokens);
     start->set_num_cached_tokens(s.num_cached_tokens);
     start->mutable_pages()->Add(s.pages.begin(), s.pages.end());
+    start->set_window_first_page(s.window_first);
+    start->mutable_window_pages()->Add(s.window_pages.begin(), s.window_pages.end());
     start->set_score_from(s.score_from);
   }
   for (const PlannedEntry& e : step.entries()) {
@@ -27,6 +29,7 @@ void ToProto(const PlannedStep& step, v1::StepPlan* out) {
     entry->set_start_position(e.start_position);
     entry->set_num_tokens(e.num_tokens);
     entry->mutable_new_pages()->Add(e.new_pages.begin(), e.new_pages.end());
+    entry->mutable_new_window_pages()->Add(e.new_window_pages.begin(), e.new_window_pages.end());
     entry->set_sample(e.sample);
     entry->set_mask_follows(e.mask_follows);
     if (!e.allowed_tokens.empty()) entry->set_allowed_tokens(e.allowed_tokens);

@@ -33,6 +33,14 @@ Status CheckWorkerFits(const std::string& address, const v1::InfoResponse& info,
                                    std::to_string(pool.previous->num_pages()) + " pages of " +
                                    std::to_string(pool.previous->page_size()));
   }
+  if (pool.previous != nullptr && (info.kv_window_tables() != pool.previous->kv_window_tables() ||
+                                   info.kv_window_tokens() != pool.previous->kv_window_tokens())) {
+    return FailedPreconditionError(
+        worker + " came back with " + std::to_string(info.kv_window_tables()) +
+        " window page tables of " + std::to_string(info.kv_window_tokens()) + " tokens, not its " +
+        std::to_string(pool.previous->kv_window_tables()) + " of " +
+        std::to_string(pool.previous->kv_window_tokens()));
+  }
   return OkStatus();
 }
 

@@ -13,9 +13,13 @@ WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepC
     : conn(std::move(connection)),
       address(conn->address()),
       info(conn->info()),
-      queues(info.num_pages(), info.page_size()),
+      queues(info.num_pages(), info.page_size(),
+             {.tokens = info.kv_window_tokens(),
+              .tables = info.kv_window_tables(),
+              .max_step_tokens = info.max_batch_tokens()}),  // the chunk: below
       cost(options.max_step_ms),
       planner(capacity.For(info.max_batch_tokens(), info.max_batch(), info.max_context_tokens())) {
+  queues.pool.set_max_step_tokens(planner.limits().prefill_chunk);
   if (options.prefix_cache) queues.EnableCache();
   planner.set_cost_model(&cost);
   queues.cache_version = info.weight_version();

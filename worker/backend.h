@@ -127,6 +127,12 @@ class Backend {
   virtual const model::ModelConfig& config() const = 0;
   virtual int64_t num_pages() const = 0;
   virtual int64_t page_size() const = 0;
+  // Window page tables each step batch carries (KvLayout::window_tables): > 0 when the pool keeps
+  // the sliding-window layers in page groups of their own, whose pages behind the window are
+  // given back (the scheduler's PagePool::Window). 0 = one page table.
+  virtual int32_t kv_window_tables() const { return 0; }
+  // The window those page groups serve (tokens; 0 without them).
+  int64_t kv_window_tokens() const { return kv_window_tables() > 0 ? config().sliding_window : 0; }
   virtual int64_t max_batch_tokens() const = 0;
   virtual int64_t max_sample_rows() const = 0;
   // Bytes the served weights take in memory (0 when the backend does not say).

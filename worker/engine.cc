@@ -22,10 +22,14 @@ sched::StepLimits LimitsOf(const Backend& backend, const EngineOptions& options)
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
     : backend_(std::move(backend)),
       options_(options),
-      queues_(backend_->num_pages(), static_cast<int32_t>(backend_->page_size())),
+      queues_(backend_->num_pages(), static_cast<int32_t>(backend_->page_size()),
+              {.tokens = backend_->kv_window_tokens(),
+               .tables = backend_->kv_window_tables(),
+               .max_step_tokens = LimitsOf(*backend_, options).prefill_chunk}),
       planner_(LimitsOf(*backend_, options)),
       sampling_(*backend_) {
   if (options_.prefix_cache) queues_.EnableCache();
+  batch_.set_window_tables(backend_->kv_window_tables());
 }
 
 StatusOr<int64_t> Engine::Submit(GenerationRequest request) {
@@ -87,6 +91,8 @@ void Engine::Execute() {
     Live& l = live_[start.live_id];
     l.context = start.tokens;
     l.pages = start.pages;
+    l.window_pages = start.window_pages;
+    l.window_first = start.window_first;
     const std::span<const int32_t> prompt(l.context.data(), start.num_prompt_tokens);
     l.sampler = std::make_unique<SequenceSampler>(*start.params, start.sample_index, prompt);
     // A restart (after a preemption) continues its RNG counter and penalty counts.
@@ -108,10 +114,20 @@ void Engine::Execute() {
   for (const sched::PlannedEntry& e : plan_.entries()) {
     Live& l = live_.at(e.live_id);
     l.pages.insert(l.pages.end(), e.new_pages.begin(), e.new_pages.end());
+    l.window_pages.insert(l.window_pages.end(), e.new_window_pages.begin(),
+                          e.new_window_pages.end());
+    // Window pages behind this entry's queries went back to the pool (the planner's
+    // DropBehindWindow): they are not read again.
+    if (const int64_t first = queues_.pool.FirstWindowPage(e.start_position);
+        first > l.window_first) {
+      const int64_t drop = (first - l.window_first) * batch_.num_window_tables();
+      l.window_pages.erase(l.window_pages.begin(), l.window_pages.begin() + drop);
+      l.window_first = first;
+    }
     l.first_row = batch_.num_tokens();
     l.start_position = e.start_position;
     batch_.Append(l.context.data() + e.start_position, e.num_tokens, e.start_position,
-                  l.pages.data(), page_size, e.sample);
+                  l.pages.data(), page_size, e.sample, l.window_pages.data(), l.window_first);
     if (e.sample) {
       step_samplers_.push_back(l.sampler.get());
       step_live_.push_back(&l);

@@ -6,6 +6,35 @@
 
 namespace astr {
 
+KvLayout KvLayout::For(const model::ModelConfig& c) {
+  KvLayout out;
+  const int64_t n = c.num_layers;
+  out.layer_table.assign(n, 0);
+  out.layer_slot.resize(n);
+  int64_t global = 0;
+  for (int64_t l = 0; l < n; ++l) global += c.LayerWindow(l) == 0 ? 1 : 0;
+  const int64_t sliding = n - global;
+  if (global == 0 || sliding == 0) {  // one group: every layer in every page id
+    out.slots = n;
+    for (int64_t l = 0; l < n; ++l) out.layer_slot[l] = static_cast<int32_t>(l);
+    return out;
+  }
+  out.slots = global;
+  out.window_tables = static_cast<int32_t>((sliding + global - 1) / global);
+  out.window = c.sliding_window;
+  int64_t g = 0, s = 0;
+  for (int64_t l = 0; l < n; ++l) {
+    if (c.LayerWindow(l) == 0) {
+      out.layer_slot[l] = static_cast<int32_t>(g++);
+    } else {
+      out.layer_table[l] = static_cast<int32_t>(1 + s / global);
+      out.layer_slot[l] = static_cast<int32_t>(s % global);
+      ++s;
+    }
+  }
+  return out;
+}
+
 void KvMemoryUnmapper::operator()(float* p) const { munmap(p, bytes); }
 
 int64_t KvPool::PagesForBytes(int64_t bytes, int64_t num_layers, int64_t page_size,

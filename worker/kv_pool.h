@@ -5,10 +5,29 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/base/status.h"
+#include "common/model/model_config.h"
 
 namespace astr {
+
+// How a model's layers share the pool's pages. Without sliding-window layers beside global ones, a
+// page id stands for one slot range in every layer (one page table per sequence). A model with
+// both (Gemma 2 and 3) splits them into page groups of `slots` layers each, vLLM's hybrid groups:
+// the global layers are group 0, read through the sequence's page table (StepBatch::
+// kv_page_indices); the sliding layers fill `window_tables` more groups (the last padded), each
+// read through a window page table whose leading pages, behind every query's window, go back to
+// the pool (the scheduler's PagePool::window). A page id then holds `slots` layers' slot range, so
+// a token page costs 1 + window_tables page ids while it is inside the window and 1 after.
+struct KvLayout {
+  int64_t slots = 0;                 // layers per page id: the pool's K/V arrays
+  int32_t window_tables = 0;         // window page tables (groups of sliding layers); 0 = one group
+  int64_t window = 0;                // the sliding layers' window (tokens) when window_tables > 0
+  std::vector<int32_t> layer_table;  // [layers] 0 = kv_page_indices, t > 0 = window table t - 1
+  std::vector<int32_t> layer_slot;   // [layers] which of the `slots` K/V arrays holds the layer
+  static KvLayout For(const model::ModelConfig& c);
+};
 
 // Unmaps the pool's anonymous mapping.
 struct KvMemoryUnmapper {

@@ -13,10 +13,18 @@ void StepBatch::Clear() {
   kv_last_page_len.clear();
   out_slots.clear();
   sample_rows.clear();
+  for (auto& t : window_page_indices) t.clear();
+  for (auto& t : window_out_slots) t.clear();
+}
+
+void StepBatch::set_window_tables(int32_t n) {
+  window_page_indices.resize(n);
+  window_out_slots.resize(n);
 }
 
 void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos,
-                       const int32_t* pages, int64_t page_size, bool sample_last) {
+                       const int32_t* pages, int64_t page_size, bool sample_last,
+                       const int32_t* window_pages, int64_t window_first) {
   if (qo_indptr.empty()) qo_indptr.push_back(0);
   if (kv_indptr.empty()) kv_indptr.push_back(0);
   const int64_t kv_len = start_pos + num_tokens;
@@ -33,6 +41,21 @@ void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_
   kv_page_indices.insert(kv_page_indices.end(), pages, pages + used_pages);
   kv_indptr.push_back(static_cast<int32_t>(kv_page_indices.size()));
   kv_last_page_len.push_back(static_cast<int32_t>(kv_len - (used_pages - 1) * page_size));
+  const int64_t tables = num_window_tables();
+  for (int64_t u = 0; u < tables; ++u) {
+    std::vector<int32_t>& table = window_page_indices[u];
+    auto page = [&](int64_t p) {
+      return p < window_first || window_pages == nullptr
+                 ? 0
+                 : window_pages[(p - window_first) * tables + u];
+    };
+    for (int64_t p = 0; p < used_pages; ++p) table.push_back(page(p));
+    for (int64_t i = 0; i < num_tokens; ++i) {
+      const int64_t pos = start_pos + i;
+      window_out_slots[u].push_back(static_cast<int64_t>(page(pos / page_size)) * page_size +
+                                    pos % page_size);
+    }
+  }
 }
 
 namespace {
@@ -75,10 +98,24 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
                  " is outside the vocabulary of " + std::to_string(vocab_size));
     }
   }
-  for (int64_t p : b.kv_page_indices) {
-    if (p < 0 || p >= num_pages) {
-      return Bad("kv_page_indices holds page " + std::to_string(p) + ", outside the pool of " +
-                 std::to_string(num_pages) + " pages");
+  if (b.window_out_slots.size() != b.window_page_indices.size()) {
+    return Bad("window_out_slots and window_page_indices hold different numbers of tables");
+  }
+  for (int32_t table = 0; table <= b.num_window_tables(); ++table) {
+    const std::string name = table == 0 ? std::string("kv_page_indices")
+                                        : "window_page_indices[" + std::to_string(table - 1) + "]";
+    const std::vector<int32_t>& pages = b.page_indices(table);
+    if (pages.size() != b.kv_page_indices.size())
+      return Bad(name + " size != kv_page_indices size");
+    if (static_cast<int64_t>(b.slots(table).size()) != t) {
+      return Bad((table == 0 ? std::string("out_slots") : "window_out_slots") +
+                 " size != token_ids size");
+    }
+    for (int64_t p : pages) {
+      if (p < 0 || p >= num_pages) {
+        return Bad(name + " holds page " + std::to_string(p) + ", outside the pool of " +
+                   std::to_string(num_pages) + " pages");
+      }
     }
   }
   for (int64_t e = 0; e < bs; ++e) {
@@ -95,12 +132,16 @@ Status ValidateStepBatch(const StepBatch& b, int64_t num_pages, int64_t page_siz
                    std::to_string(kv_len));
       }
       if (r > q0 && pos != b.positions[r - 1] + 1) return Bad(entry + "positions not contiguous");
-      const int64_t want =
-          static_cast<int64_t>(b.kv_page_indices[p0 + pos / page_size]) * page_size +
-          pos % page_size;
-      if (b.out_slots[r] != want) {
-        return Bad(entry + "out_slots[" + std::to_string(r) +
-                   "] does not match its position's page slot");
+      for (int32_t table = 0; table <= b.num_window_tables(); ++table) {
+        const int64_t want =
+            static_cast<int64_t>(b.page_indices(table)[p0 + pos / page_size]) * page_size +
+            pos % page_size;
+        if (b.slots(table)[r] != want) {
+          return Bad(entry +
+                     (table == 0 ? std::string("out_slots[")
+                                 : "window_out_slots[" + std::to_string(table - 1) + "][") +
+                     std::to_string(r) + "] does not match its position's page slot");
+        }
       }
     }
     if (q1 > q0 && b.positions[q1 - 1] != kv_len - 1) {

@@ -62,6 +62,13 @@ class PageList {
     pool_->AddRef(page);
     pages_.push_back(page);
   }
+  // Drops the first `count` pages (a sliding window passing them), in order.
+  void DropFront(int64_t count) {
+    if (count <= 0) return;
+    assert(pool_ != nullptr && count <= size());
+    pool_->Unref(std::span<const int32_t>(pages_.data(), static_cast<size_t>(count)));
+    pages_.erase(pages_.begin(), pages_.begin() + count);
+  }
   // Drops every page. The list stays bound to its pool and may grow again.
   void Release() {
     if (pool_ != nullptr && !pages_.empty()) pool_->Unref(std::span<const int32_t>(pages_));

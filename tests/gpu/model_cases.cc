@@ -151,6 +151,7 @@ CaseResult GraphReplayBitExact(const ModelSpec& spec) {
     return Fail((eager.ok() ? graph.status() : eager.status()).ToString());
   }
   Driver d;
+  d.window_tables = (*eager)->kv_window_tables();
   // 888 prompt tokens: the prefill fits the workspace (Options: 1024 rows).
   for (int i = 0; i < 16; ++i) d.Add(Prompt(3 + 7 * i, vocab, i));
   std::vector<float> a(16 * vocab), b(16 * vocab);
@@ -197,6 +198,7 @@ CaseResult TeacherForced(const ModelSpec& spec) {
   const int64_t vocab = (*file)->config().vocab_size;
   enum { A, B, C, D, E, F };
   Driver d;
+  d.window_tables = (*gpu)->kv_window_tables();
   const std::vector<int64_t> lens = {30, 9, 1, 50, 3, 3};
   for (size_t i = 0; i < lens.size(); ++i) d.Add(Prompt(lens[i], vocab, static_cast<int64_t>(i)));
   using Feeds = std::vector<Driver::Feed>;
@@ -258,6 +260,7 @@ CaseResult NoAllocationInDecode(const ModelSpec& spec, bool graphs = true) {
   std::vector<float> logits(16 * vocab);
   std::vector<size_t> sampled;
   Driver d;
+  d.window_tables = (*backend)->kv_window_tables();
   for (int i = 0; i < 16; ++i) d.Add(Prompt(2 + i, vocab, i));
   auto run = [&](const StepBatch& batch) -> Status {
     ASTR_RETURN_IF_ERROR((*backend)->Forward(batch, logits.data()));
@@ -346,6 +349,7 @@ CaseResult LogitsClose(const ModelSpec& spec) {
   if (!cpu.ok() || !gpu.ok()) return Fail((cpu.ok() ? gpu.status() : cpu.status()).ToString());
   const int64_t vocab = (*file)->config().vocab_size;
   Driver d;
+  d.window_tables = (*gpu)->kv_window_tables();
   for (int i = 0; i < 3; ++i) d.Add(Prompt(1 + 40 * i, vocab, i));
   std::vector<size_t> sampled;
   const StepBatch batch = d.Next(&sampled);

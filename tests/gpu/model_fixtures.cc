@@ -31,7 +31,7 @@ BackendOptions Options(bool graphs, bool device_sampling) {
   BackendOptions o;
   o.weight_dtype = "bf16";
   o.page_size = 16;
-  o.num_pages = 512;
+  o.num_pages = 4096;
   o.max_batch_tokens = 1024;
   o.max_sample_rows = 16;
   o.cuda_graphs = graphs;
@@ -53,15 +53,19 @@ void Driver::Add(std::vector<int32_t> prompt) {
 
 StepBatch Driver::Step(const std::vector<Feed>& feeds, std::vector<size_t>* sampled) {
   StepBatch b;
+  b.set_window_tables(window_tables);
+  b.Clear();
   sampled->clear();
   for (const Feed& f : feeds) {
-    std::vector<int32_t> pages(32);
-    for (int j = 0; j < 32; ++j) pages[j] = static_cast<int32_t>(f.seq * 32 + j);
+    const int64_t base = static_cast<int64_t>(f.seq) * 32 * (1 + window_tables);
+    std::vector<int32_t> pages(32), window(32 * window_tables);
+    for (int j = 0; j < 32; ++j) pages[j] = static_cast<int32_t>(base + j);
+    for (size_t j = 0; j < window.size(); ++j) window[j] = static_cast<int32_t>(base + 32 + j);
     const int64_t left = static_cast<int64_t>(tokens[f.seq].size()) - num_computed[f.seq];
     const int64_t n = std::min(f.chunk, left);
     const bool last = n == left;
     b.Append(tokens[f.seq].data() + num_computed[f.seq], n, num_computed[f.seq], pages.data(),
-             page_size, last);
+             page_size, last, window.data(), 0);
     num_computed[f.seq] += n;
     if (last) sampled->push_back(f.seq);
   }

@@ -26,17 +26,19 @@ struct ModelSpec {
 // holds the process id so concurrent runs do not collide).
 StatusOr<std::unique_ptr<model::ModelFile>> OpenModel(const ModelSpec& spec);
 
-// 512 pages of 16 tokens, 1024 rows and 16 sample rows per step.
+// 4096 pages of 16 tokens, 1024 rows and 16 sample rows per step.
 BackendOptions Options(bool graphs, bool device_sampling = true);
 
 // `len` token ids below `vocab`, different for each salt.
 std::vector<int32_t> Prompt(int64_t len, int64_t vocab, int64_t salt);
 
-// Hand-driven steps: sequence i owns pages [i * 32, i * 32 + 32). Each step feeds some sequences a
-// chunk of their not-yet-computed tokens; an entry samples when its chunk reaches the sequence's
-// end.
+// Hand-driven steps: sequence i owns 32 token pages from page i * 32 * (1 + window_tables) on, and
+// after them their window ids (Backend::kv_window_tables per page, all held). Each step feeds some
+// sequences a chunk of their not-yet-computed tokens; an entry samples when its chunk reaches the
+// sequence's end.
 struct Driver {
   int64_t page_size = 16;
+  int32_t window_tables = 0;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<int64_t> num_computed;
   struct Feed {

@@ -191,6 +191,76 @@ def test_cuda_emulated_follows_transformers(name: str, models) -> None:
                "emulated cuda")
 
 
+# Sliding-window page groups: models that mix sliding-window and global layers keep the sliding
+# layers' K/V in page groups of their own, whose pages behind every query's window go back to the
+# pool. Per case: the window and the window page ids per token page (ceil(sliding layers / global
+# layers): a page id holds as many layers as there are global ones).
+WINDOW_CASES = {
+    "gemma3_gqa2_hd32_sw8": (8, 1),      # layer 0 slides, layer 1 is global
+    "gemma3_mqa_hd16_untied": (5, 2),    # layers 0, 1 slide, layer 2 is global
+    "gemma2_gqa2_hd32_softcap": (6, 1),  # alternating
+    "gemma2_mqa_hd16_untied": (5, 1),    # alternating, four layers
+}
+WINDOW_PAGE = 4
+
+
+def window_pool(name: str, tokens: int, chunk: int) -> list[str]:
+    """Flags for the smallest pool that holds one sequence of `tokens` tokens fed `chunk` at a time
+    when window pages are given back: a page id per token page, plus the window ids of the token
+    pages one step reads through the window (positions window - 1 back of its chunk), where
+    holding every page's window ids would take (1 + tables) per token page."""
+    window, tables = WINDOW_CASES[name]
+    pages = -(-tokens // WINDOW_PAGE)
+    read = -(-(window - 1 + chunk) // WINDOW_PAGE) + 1
+    num_pages = pages + tables * read
+    assert num_pages < pages * (1 + tables), "the pool would hold every window page anyway"
+    return ["--page-size", str(WINDOW_PAGE), "--num-pages", str(num_pages), "--prefill-chunk",
+            str(chunk)]
+
+
+def long_prompt(name: str) -> dict:
+    return max(GOLD["cases"][name]["prompts"], key=lambda p: len(p["ids"]))
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_CASES))
+def test_cpu_f32_window_pages_given_back_keep_transformers_ids(name: str, models) -> None:
+    """The 40-token prompt and its 32 tokens in a pool that only holds them because the sliding
+    layers' pages behind the window go back: transformers' greedy ids and logprobs, exactly; one
+    page less is refused up front (the pool's capacity counts the window)."""
+    p = long_prompt(name)
+    total = len(p["ids"]) + GOLD["max_new_tokens"]
+    pool = window_pool(name, total, 8)
+    out = run_astr(models(name), p["ids"], ["--dtype", "f32", "--threads", "1", *pool])
+    assert out["token_ids"] == p["greedy"], (name, out["token_ids"], p["greedy"])
+    for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+        assert abs(lp - gold) <= TOL_F32, f"{name} step {step}: {lp} vs {gold}"
+    smaller = pool[:3] + [str(int(pool[3]) - 1)] + pool[4:]
+    cmd = [str(ASTR), "run", "--model", str(models(name)), "--prompt-ids",
+           ",".join(map(str, p["ids"])), "--max-tokens", str(GOLD["max_new_tokens"]),
+           "--ignore-eos", "--dtype", "f32", *smaller]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "exceeds the KV pool" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_CASES))
+@pytest.mark.parametrize("chunk", [8, 1])
+def test_cuda_emulated_window_pages_given_back_follow_transformers(name: str, chunk: int,
+                                                                    models) -> None:
+    """The same on the emulated CUDA backend, teacher-forced over transformers' continuation: in
+    chunks of 8 (the prefill kernels) and of 1 (every step a decode step: the decode kernel and
+    its CUDA graphs), each reading the window tables it is given."""
+    if not CUDA_EMU.exists():
+        pytest.skip(f"no emulated CUDA plugin at {CUDA_EMU} (built without the CUDA toolkit)")
+    p = long_prompt(name)
+    total = len(p["ids"]) + len(p["greedy_bf16w"]) + 1
+    extra = ["--backend", "cuda", *window_pool(name, total, chunk)]
+    env = {"ASTR_CUDA_PLUGIN": str(CUDA_EMU)}
+    logprobs, _ = teacher_forced(models(name), p, "_bf16w", extra, env)
+    diffs = [abs(a - b) for a, b in zip(logprobs, p["logprobs_bf16w"])]
+    assert max(diffs) <= TOL_BF16_MAX, (name, chunk, max(diffs))
+    assert sum(diffs) / len(diffs) <= TOL_BF16_MEAN, (name, chunk, sum(diffs) / len(diffs))
+
+
 # Cases whose model GGUF can hold as it is (no config overrides, a layer pattern llama.cpp fixes the
 # same, q/k rows in rotate-half order): `make-model --format gguf` writes the same values under
 # llama.cpp's names (Phi-3's fused attn_qkv / ffn_up, Gemma's norms as 1 + w), so astr's reading of

@@ -24,11 +24,15 @@ using testing::FakeWorkerConfig;
 
 class PlannerHarness {
  public:
-  PlannerHarness(StepLimits limits, int64_t num_pages, int32_t page_size,
-                 bool prefix_cache = false)
-      : queues_(num_pages, page_size),
+  // `window` (tokens, tables): sliding-window page groups; max_step_tokens is the prefill chunk.
+  PlannerHarness(StepLimits limits, int64_t num_pages, int32_t page_size, bool prefix_cache = false,
+                 KvWindow window = {})
+      : queues_(num_pages, page_size,
+                {.tokens = window.tokens,
+                 .tables = window.tables,
+                 .max_step_tokens = limits.prefill_chunk}),
         planner_(limits),
-        worker_(Config(limits, num_pages, page_size)) {
+        worker_(Config(limits, num_pages, page_size, window)) {
     if (prefix_cache) queues_.EnableCache();
   }
 
@@ -132,8 +136,11 @@ class PlannerHarness {
   static constexpr int32_t kVocab = 1000;
 
  private:
-  static FakeWorkerConfig Config(StepLimits limits, int64_t num_pages, int32_t page_size) {
+  static FakeWorkerConfig Config(StepLimits limits, int64_t num_pages, int32_t page_size,
+                                 KvWindow window) {
     FakeWorkerConfig c;
+    c.window_tables = window.tables;
+    c.window_tokens = window.tokens;
     c.num_pages = num_pages;
     c.page_size = page_size;
     c.max_batch = static_cast<int32_t>(limits.max_sequences);
@@ -663,6 +670,109 @@ TEST(BatchPlannerTest, PrefixCacheRandomSharedPrefixesOnATinyPoolCompleteWithExa
                                      1 + static_cast<int>(rng() % 10), 1000 + r,
                                      static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 3),
                                      logprob_start));
+      if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
+    }
+    RunToCompletion(&h, requests, trial, &preemptions);
+    cached += h.worker().cached_tokens();
+    EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
+    h.queues().FlushCache();
+    EXPECT_EQ(h.queues().pool.num_unused(), num_pages) << "trial " << trial;
+  }
+  EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
+  EXPECT_GT(cached, 200) << "the prompts were meant to share prefixes";
+}
+
+}  // namespace
+}  // namespace astr::sched
+
+namespace astr::sched {
+namespace {
+
+// --- Sliding-window page groups (PagePool::window): each token page takes one page id plus
+// `tables` window ids while a query may still read it (positions [p - W + 1, p] for a query at p).
+
+// Page size 4, window 6, two window tables, prefill chunk 4. Ids held after each step, worked by
+// hand: token pages covering the positions fed so far, plus 2 window ids for each of them from
+// the page holding position (first query - 5) on.
+TEST(BatchPlannerTest, WindowPagesBehindTheWindowGoBackToThePool) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 4}, 40, 4, false,
+                   {.tokens = 6, .tables = 2});
+  RequestState* a = h.Add("A", 10, 10, 1);
+  const std::vector<std::pair<std::string, int64_t>> table = {
+      {"A0@0+4 +[A0]", 1 + 2 * 1},  // pages {0}, window from page 0
+      {"A0@4+4", 2 + 2 * 2},        // pages {0,1}, window from page 0
+      {"A0@8+2*", 3 + 2 * 3},       // queries from 8 read from 3: page 0
+      {"A0@10+1*", 3 + 2 * 2},      // from 5: page 1
+      {"A0@11+1*", 3 + 2 * 2},      // from 6: page 1
+      {"A0@12+1*", 4 + 2 * 3},      // from 7: page 1; page 3 is new
+      {"A0@13+1*", 4 + 2 * 2},      // from 8: page 2
+      {"A0@14+1*", 4 + 2 * 2},     {"A0@15+1*", 4 + 2 * 2},
+      {"A0@16+1*", 5 + 2 * 3},  // from 11: page 2; page 4 is new
+      {"A0@17+1*", 5 + 2 * 2},  // from 12: page 3
+  };
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(h.Step(), table[i].first) << "step " << i + 1;
+    EXPECT_EQ(h.queues().pool.num_pages() - h.queues().pool.num_free(), table[i].second)
+        << "step " << i + 1;
+  }
+  EXPECT_EQ(h.Step(), "A0@18+1*");  // its last token: it finishes
+  EXPECT_EQ(h.Step(), "-[A0]");
+  EXPECT_TRUE(h.Done());
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  EXPECT_TRUE(h.worker().violations().empty()) << h.worker().violations().front();
+  EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
+}
+
+// 40 tokens (10 token pages) in a pool of 18 ids: holding every window page would take 30, but a
+// step reads at most 4 token pages through the window (positions 5 back of a 4-token chunk), so 10
+// + 2 * 4 ids hold the sequence, and the pool says so.
+TEST(BatchPlannerTest, WindowPagesLetALongSequenceFitASmallPool) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 4}, 18, 4, false,
+                   {.tokens = 6, .tables = 2});
+  EXPECT_EQ(h.queues().pool.capacity_tokens(), 40);
+  RequestState* a = h.Add("A", 17, 23, 1);
+  int64_t preemptions = 0;
+  RunToCompletion(&h, {a}, 0, &preemptions);
+  EXPECT_EQ(preemptions, 0);
+  EXPECT_EQ(h.queues().pool.num_free(), 18);
+  PagePool pool(17, 4, {.tokens = 6, .tables = 2, .max_step_tokens = 4});
+  EXPECT_EQ(pool.capacity_tokens(), 36);  // one id less: one token page less
+  PagePool no_window(18, 4);
+  EXPECT_EQ(no_window.capacity_tokens(), 72);  // every layer in every page id
+}
+
+// Random load with shared prefixes, a prefix cache and window tables on tiny pools: every plan
+// passes the fake worker's checks (each query's window positions hold the sequence's own tokens in
+// every window table, written by it or by whoever computed a cached page; no page written while
+// another sequence maps it), every token is exact, and every page comes back.
+TEST(BatchPlannerTest, WindowPagesRandomSharedPrefixesOnATinyPoolCompleteWithExactTokens) {
+  int64_t preemptions = 0, cached = 0;
+  for (uint32_t trial = 0; trial < 40; ++trial) {
+    std::mt19937 rng(1000 + trial);
+    const int32_t page_size = 1 + static_cast<int32_t>(rng() % 4);
+    const KvWindow window{.tokens = 1 + static_cast<int64_t>(rng() % 9),
+                          .tables = 1 + static_cast<int32_t>(rng() % 3)};
+    const int64_t chunk = 1 + static_cast<int64_t>(rng() % 8);
+    const int64_t most = (window.tokens - 1 + chunk + page_size - 1) / page_size + 1;
+    // Enough for one sequence of 32 tokens, plus a little.
+    const int64_t num_pages =
+        32 / page_size + 1 + window.tables * most + static_cast<int64_t>(rng() % 10);
+    PlannerHarness h({.max_tokens = 1 + static_cast<int64_t>(rng() % 16),
+                      .max_sequences = 1 + static_cast<int64_t>(rng() % 6),
+                      .prefill_chunk = chunk},
+                     num_pages, page_size, rng() % 4 != 0, window);
+    ASSERT_GE(h.queues().pool.capacity_tokens(), 32) << "trial " << trial;
+    std::vector<RequestState*> requests;
+    for (int r = 0; r < 14; ++r) {
+      std::vector<int32_t> prompt =
+          Tokens(100 * (1 + static_cast<int>(rng() % 3)), 1 + static_cast<int>(rng() % 14));
+      const int suffix = static_cast<int>(rng() % 4);
+      for (int i = 0; i < suffix; ++i) prompt.push_back(500 + static_cast<int32_t>(rng() % 50));
+      const int len = static_cast<int>(prompt.size());
+      const int logprob_start = rng() % 4 == 0 ? 1 + static_cast<int>(rng() % len) : 0;
+      requests.push_back(h.AddPrompt(
+          std::string(1, static_cast<char>('a' + r)), prompt, 1 + static_cast<int>(rng() % 14),
+          1000 + r, static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 3), logprob_start));
       if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
     }
     RunToCompletion(&h, requests, trial, &preemptions);

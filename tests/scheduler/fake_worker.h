@@ -57,6 +57,10 @@ struct FakeWorkerConfig {
   int32_t vocab_size = 1000;
   std::string content_hash = "fake-model";
   int64_t weight_version = 0;  // as Info reports it
+  // Sliding-window page groups (InfoResponse.kv_window_tables / kv_window_tokens): each token
+  // page also has window_tables window pages, read only by queries whose window reaches them.
+  int32_t window_tables = 0;
+  int64_t window_tokens = 0;
   std::chrono::microseconds step_delay{0};  // simulated compute per step
 };
 
@@ -104,6 +108,8 @@ class FakeWorker {
     info.set_max_batch_tokens(config_.max_batch_tokens);
     info.set_weight_version(config_.weight_version);
     info.set_draining(draining_.load());
+    info.set_kv_window_tables(config_.window_tables);
+    info.set_kv_window_tokens(config_.window_tokens);
     return info;
   }
 
@@ -122,10 +128,13 @@ class FakeWorker {
         continue;
       }
       for (int32_t p : it->second.pages) --page_maps_[p];
+      for (int32_t p : it->second.window_pages) --page_maps_[p];
       record.released.push_back(id);
       record.released_seeds.push_back(it->second.seed);
       live_.erase(it);
     }
+    // The scheduler gave back every live sequence's window pages behind its next query's window.
+    for (auto& [id, seq] : live_) DropBehindWindow(&seq);
     for (const v1::SequenceStart& s : plan.start()) CheckStart(plan, s, &record);
     CheckEntries(plan, &record);
     v1::StepResult result;
@@ -136,7 +145,9 @@ class FakeWorker {
     } else {
       RunEntries(plan, &result);
     }
-    for (const auto& [id, seq] : live_) record.pages_in_use_after += seq.pages.size();
+    for (const auto& [id, seq] : live_) {
+      record.pages_in_use_after += seq.pages.size() + seq.window_pages.size();
+    }
     history_.push_back(std::move(record));
     ++plans_;
     cv_.notify_all();
@@ -242,6 +253,9 @@ class FakeWorker {
     std::vector<int32_t> tokens;  // prompt + generated (the last one not fed yet once decoding)
     int32_t num_computed = 0;
     std::vector<int32_t> pages;
+    // Window pages (config_.window_tables per token page) of token pages [window_first, ...).
+    std::vector<int32_t> window_pages;
+    int64_t window_first = 0;
     bool decoding = false;  // sampled since its start: entries feed the token sampled last
     int32_t num_prompt = 0;
     int32_t score_from = 0;  // prompt tokens [score_from, num_prompt) are scored; 0 = none
@@ -273,6 +287,51 @@ class FakeWorker {
     }
     ++page_maps_[page];
     return true;
+  }
+
+  // The first token page a query at `position` reads through the window tables.
+  int64_t FirstWindowPage(int64_t position) const {
+    if (config_.window_tables == 0) return 0;
+    return std::max<int64_t>(0, position - config_.window_tokens + 1) / config_.page_size;
+  }
+  void DropBehindWindow(Seq* seq) {
+    const int64_t first = FirstWindowPage(seq->num_computed);
+    if (first <= seq->window_first) return;
+    const int64_t drop = (first - seq->window_first) * config_.window_tables;
+    for (int64_t i = 0; i < drop && i < static_cast<int64_t>(seq->window_pages.size()); ++i) {
+      --page_maps_[seq->window_pages[i]];
+    }
+    seq->window_pages.erase(
+        seq->window_pages.begin(),
+        seq->window_pages.begin() + std::min<int64_t>(drop, seq->window_pages.size()));
+    seq->window_first = first;
+  }
+  // The window slot of position `pos` in window table `u` (-1 when the page has no window page).
+  int64_t WindowSlot(const Seq& seq, int64_t pos, int32_t u) const {
+    const int64_t k = (pos / config_.page_size - seq.window_first) * config_.window_tables + u;
+    if (pos / config_.page_size < seq.window_first ||
+        k >= static_cast<int64_t>(seq.window_pages.size())) {
+      return -1;
+    }
+    return int64_t{seq.window_pages[k]} * config_.page_size + pos % config_.page_size;
+  }
+  // A query at `position` reads the window tables' positions [position - W + 1, position): they
+  // must hold the sequence's own tokens.
+  void CheckWindowReads(const v1::StepPlan& plan, uint64_t id, const Seq& seq, int64_t position) {
+    for (int64_t pos = std::max<int64_t>(0, position - config_.window_tokens + 1);
+         config_.window_tables > 0 && pos < position; ++pos) {
+      for (int32_t u = 0; u < config_.window_tables; ++u) {
+        const int64_t slot = WindowSlot(seq, pos, u);
+        const int32_t held = slot < 0 ? -2 : slots_[slot];
+        if (held != seq.tokens[pos]) {
+          Violation(plan, "seq " + std::to_string(id) + " reads window position " +
+                              std::to_string(pos) + " (table " + std::to_string(u) +
+                              "), which holds " + std::to_string(held) + ", not " +
+                              std::to_string(seq.tokens[pos]));
+          return;
+        }
+      }
+    }
   }
 
   void ForgetKv() {
@@ -325,6 +384,19 @@ class FakeWorker {
       const bool read_only = (j + 1) * config_.page_size <= cached;
       if (TakePage(plan, s.pages(j), s.live_id(), read_only)) seq.pages.push_back(s.pages(j));
     }
+    seq.window_first = s.window_first_page();
+    if (s.window_first_page() < 0 || s.window_first_page() > FirstWindowPage(cached) ||
+        s.window_pages_size() != config_.window_tables * (s.pages_size() - s.window_first_page())) {
+      Violation(plan, "bad window pages of seq " + std::to_string(s.live_id()));
+    }
+    for (int j = 0; j < s.window_pages_size(); ++j) {
+      const int64_t page = s.window_first_page() + j / std::max(1, config_.window_tables);
+      const bool read_only = (page + 1) * config_.page_size <= cached;
+      if (TakePage(plan, s.window_pages(j), s.live_id(), read_only)) {
+        seq.window_pages.push_back(s.window_pages(j));
+      }
+    }
+    CheckWindowReads(plan, s.live_id(), seq, cached);
     live_.emplace(s.live_id(), std::move(seq));
     record->started.push_back(s.live_id());
     record->started_score_from.push_back(s.score_from());
@@ -356,6 +428,15 @@ class FakeWorker {
       for (int32_t p : e.new_pages()) {
         if (TakePage(plan, p, e.live_id())) seq.pages.push_back(p);
       }
+      if (e.new_window_pages_size() != config_.window_tables * e.new_pages_size()) {
+        Violation(plan, "seq " + std::to_string(e.live_id()) + " has " +
+                            std::to_string(e.new_window_pages_size()) + " new window pages for " +
+                            std::to_string(e.new_pages_size()) + " new pages");
+      }
+      for (int32_t p : e.new_window_pages()) {
+        if (TakePage(plan, p, e.live_id())) seq.window_pages.push_back(p);
+      }
+      CheckWindowReads(plan, e.live_id(), seq, e.start_position());
       if (static_cast<int64_t>(seq.pages.size()) * config_.page_size <
           e.start_position() + e.num_tokens()) {
         Violation(plan, "seq " + std::to_string(e.live_id()) + " lacks pages");
@@ -386,6 +467,16 @@ class FakeWorker {
                         << page_maps_[page] << " live sequences";
         }
         slots_[page * config_.page_size + pos % config_.page_size] = seq.tokens[pos];
+        for (int32_t u = 0; u < config_.window_tables; ++u) {
+          const int64_t slot = WindowSlot(seq, pos, u);
+          if (slot < 0 || page_maps_[slot / config_.page_size] != 1) {
+            ADD_FAILURE() << "step " << plan.step_id() << ": seq " << e.live_id()
+                          << " writes position " << pos << " into window table " << u
+                          << " without a window page of its own";
+            continue;
+          }
+          slots_[slot] = seq.tokens[pos];
+        }
       }
       seq.num_computed = e.start_position() + e.num_tokens();
       const auto [first, end] = ScoredRows(seq, e);

@@ -51,6 +51,13 @@ TEST(WorkerFitTest, AReconnectMustKeepItsPool) {
   const Status smaller = CheckWorkerFits("w0", Info("aa", 3, 32, 16), pool);
   EXPECT_TRUE(Says(smaller, "came back with a KV pool of 32 pages of 16 tokens, not its 64"))
       << smaller.message();
+  // Its pages grouped otherwise (window page tables): the planner's sequences hold other lists.
+  v1::InfoResponse grouped = Info("aa", 3, 64, 16);
+  grouped.set_kv_window_tables(2);
+  grouped.set_kv_window_tokens(512);
+  const Status regrouped = CheckWorkerFits("w0", grouped, pool);
+  EXPECT_TRUE(Says(regrouped, "came back with 2 window page tables of 512 tokens, not its 0 of 0"))
+      << regrouped.message();
   // It missed a weight update while it was away.
   pool.weight_version = 4;
   EXPECT_FALSE(CheckWorkerFits("w0", Info("aa", 3, 64, 16), pool).ok());

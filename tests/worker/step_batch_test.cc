@@ -39,6 +39,42 @@ TEST(StepBatchTest, AppendBuildsTheCsrArrays) {
   EXPECT_TRUE(ValidateStepBatch(b, 16, 2, 100, 64).ok());
 }
 
+// Two window tables: the entry's window ids start at page 1 (page 0 lies behind every query's
+// window and reads as page 0); each table gets its own out slots.
+TEST(StepBatchTest, WindowTablesFollowTheirOwnPages) {
+  StepBatch b;
+  b.set_window_tables(2);
+  b.Clear();
+  const int32_t tokens[2] = {10, 11};
+  const int32_t pages[3] = {4, 9, 5};
+  const int32_t window[4] = {7, 8, 12, 13};  // page 1 -> (7, 8), page 2 -> (12, 13)
+  b.Append(tokens, 2, 3, pages, 2, true, window, /*window_first=*/1);
+  EXPECT_EQ(b.kv_page_indices, (std::vector<int32_t>{4, 9, 5}));
+  EXPECT_EQ(b.window_page_indices[0], (std::vector<int32_t>{0, 7, 12}));
+  EXPECT_EQ(b.window_page_indices[1], (std::vector<int32_t>{0, 8, 13}));
+  // Positions 3 (page 1, offset 1) and 4 (page 2, offset 0).
+  EXPECT_EQ(b.out_slots, (std::vector<int64_t>{19, 10}));
+  EXPECT_EQ(b.window_out_slots[0], (std::vector<int64_t>{15, 24}));
+  EXPECT_EQ(b.window_out_slots[1], (std::vector<int64_t>{17, 26}));
+  EXPECT_TRUE(ValidateStepBatch(b, 16, 2, 100, 64).ok());
+  StepBatch bad = b;
+  bad.window_page_indices[1][2] = 16;
+  EXPECT_NE(Error(bad).find("window_page_indices[1] holds page 16"), std::string::npos)
+      << Error(bad);
+  bad = b;
+  bad.window_out_slots[0][1] = 25;
+  EXPECT_NE(Error(bad).find("window_out_slots[0][1] does not match"), std::string::npos)
+      << Error(bad);
+  bad = b;
+  bad.window_page_indices[0].pop_back();
+  EXPECT_NE(Error(bad).find("window_page_indices[0] size != kv_page_indices size"),
+            std::string::npos)
+      << Error(bad);
+  b.Clear();  // the tables stay, empty
+  EXPECT_EQ(b.num_window_tables(), 2);
+  EXPECT_TRUE(b.window_page_indices[0].empty());
+}
+
 TEST(StepBatchTest, MalformedArraysAreNamed) {
   struct Case {
     const char* expect;

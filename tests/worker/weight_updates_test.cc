@@ -165,6 +165,10 @@ class WeightUpdatesTest : public ::testing::Test {
     for (int32_t t : kPrompt) s->add_tokens(t);
     s->set_num_prompt_tokens(static_cast<int32_t>(kPrompt.size()));
     s->add_pages(0);
+    // A model with window page tables (Gemma) gives the page its window ids too.
+    for (int64_t t = 0; t < executor_->runner().limits().kv_window_tables; ++t) {
+      s->add_window_pages(static_cast<int32_t>(1 + t));
+    }
     v1::StepEntry* e = plan.add_entries();
     e->set_live_id(step_);
     e->set_num_tokens(static_cast<int32_t>(kPrompt.size()));

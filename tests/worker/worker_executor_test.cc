@@ -1012,3 +1012,80 @@ TEST_F(WorkerExecutorTest, InstantRunnerValidatesTheSameAndReturnsOrdinaryTokens
 
 }  // namespace
 }  // namespace astr
+
+namespace astr {
+namespace {
+
+// Window page tables (RunnerLimits::kv_window_tables, window 4, two tables): a start and each
+// new page carry their window ids, page-major; the worker lets go of a page's window ids once its
+// next query's window has passed it (pages_in_use counts them until then), as the scheduler does;
+// a plan without them, or whose window starts after its first query's, is refused naming the
+// field.
+TEST_F(WorkerExecutorTest, WindowPagesAreValidatedAndLetGoBehindTheWindow) {
+  RunnerLimits limits{.num_pages = kNumPages,
+                      .page_size = kPageSize,
+                      .max_batch_tokens = kMaxBatchTokens,
+                      .max_sample_rows = kMaxBatch,
+                      .kv_window_tables = 2,
+                      .kv_window_tokens = 4};
+  std::vector<int32_t> ordinary;
+  for (int32_t id = 259; id < 512; ++id) ordinary.push_back(id);
+  auto runner = MakeInstantRunner(file_->config(), limits, ordinary);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  WorkerExecutor ex(std::move(*runner));
+  v1::StepResult result;
+  auto refused = [&](const v1::StepPlan& plan, const std::string& expect) {
+    const Status st = ex.Execute(plan, &result);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(expect), std::string::npos) << st.message();
+  };
+  uint64_t step = 1;
+  {
+    v1::StepPlan plan;
+    plan.set_step_id(step++);
+    ValidStart(&plan, 7, {20, 21});  // 5 prompt tokens on pages 20, 21; no window ids
+    refused(plan, "start[0].window_pages: 0 page ids, expected 4");
+    for (int32_t p : {30, 31, 32, 33}) plan.mutable_start(0)->add_window_pages(p);
+    plan.mutable_start(0)->set_window_first_page(1);  // its first query (position 0) reads page 0
+    refused(plan, "start[0].window_first_page: 1 out of range [0, 0]");
+    plan.mutable_start(0)->set_window_first_page(0);
+    plan.mutable_start(0)->set_window_pages(3, 600);
+    refused(plan, "start[0].window_pages[3]: page 600 out of range");
+    plan.mutable_start(0)->set_window_pages(3, 33);
+    ASSERT_TRUE(ex.Execute(plan, &result).ok());
+    EXPECT_EQ(ex.counters().pages_in_use, 6);
+  }
+  auto decode = [&](int32_t position, std::vector<int32_t> new_pages,
+                    std::vector<int32_t> new_window) {
+    v1::StepPlan plan;
+    plan.set_step_id(step++);
+    v1::StepEntry* e = plan.add_entries();
+    e->set_live_id(7);
+    e->set_start_position(position);
+    e->set_num_tokens(1);
+    e->set_sample(true);
+    for (int32_t p : new_pages) e->add_new_pages(p);
+    for (int32_t p : new_window) e->add_new_window_pages(p);
+    return plan;
+  };
+  // Positions 5 and 6 read the window from position 2 and 3: page 0 still.
+  for (int32_t pos : {5, 6}) {
+    ASSERT_TRUE(ex.Execute(decode(pos, {}, {}), &result).ok());
+    EXPECT_EQ(ex.counters().pages_in_use, 6) << pos;
+  }
+  // Position 7 reads from 4 on: page 0's window ids (30, 31) are let go.
+  ASSERT_TRUE(ex.Execute(decode(7, {}, {}), &result).ok());
+  EXPECT_EQ(ex.counters().pages_in_use, 4);
+  // Position 8 needs page 2 and its window ids.
+  refused(decode(8, {22}, {}), "entries[0].new_window_pages: 0 page ids, expected 2");
+  ASSERT_TRUE(ex.Execute(decode(8, {22}, {34, 35}), &result).ok());
+  EXPECT_EQ(ex.counters().pages_in_use, 7);
+  v1::StepPlan end;
+  end.set_step_id(step++);
+  end.add_release(7);
+  ASSERT_TRUE(ex.Execute(end, &result).ok());
+  EXPECT_EQ(ex.counters().pages_in_use, 0);
+}
+
+}  // namespace
+}  // namespace astr

@@ -14,7 +14,9 @@ class BackendRunner final : public StepRunner {
     limits_ = {.num_pages = backend_->num_pages(),
                .page_size = backend_->page_size(),
                .max_batch_tokens = backend_->max_batch_tokens(),
-               .max_sample_rows = backend_->max_sample_rows()};
+               .max_sample_rows = backend_->max_sample_rows(),
+               .kv_window_tables = backend_->kv_window_tables(),
+               .kv_window_tokens = backend_->kv_window_tokens()};
     samplers_.reserve(static_cast<size_t>(backend_->max_sample_rows()));
   }
 

@@ -23,6 +23,7 @@ WorkerExecutor::WorkerExecutor(std::unique_ptr<StepRunner> runner)
   const int64_t pool_tokens = limits_.num_pages * limits_.page_size;
   max_context_tokens_ = c.max_context_tokens > 0 ? c.max_context_tokens : pool_tokens;
   page_refs_.assign(static_cast<size_t>(limits_.num_pages), 0);
+  batch_.set_window_tables(static_cast<int32_t>(limits_.kv_window_tables));
   sample_out_.resize(static_cast<size_t>(limits_.max_sample_rows));
 }
 
@@ -31,11 +32,31 @@ void WorkerExecutor::AddPage(Sequence* seq, int32_t page) {
   if (page_refs_[page]++ == 0) ++pages_in_use_;
 }
 
+void WorkerExecutor::AddWindowPage(Sequence* seq, int32_t page) {
+  seq->window_pages.push_back(page);
+  if (page_refs_[page]++ == 0) ++pages_in_use_;
+}
+
+void WorkerExecutor::Unref(int32_t page) {
+  if (--page_refs_[page] == 0) --pages_in_use_;
+}
+
+void WorkerExecutor::DropBehindWindow(Sequence* seq, int64_t position) {
+  const int64_t tables = limits_.kv_window_tables;
+  if (tables == 0) return;
+  const int64_t first =
+      std::max<int64_t>(0, position - limits_.kv_window_tokens + 1) / limits_.page_size;
+  if (first <= seq->window_first) return;
+  const int64_t drop = (first - seq->window_first) * tables;
+  for (int64_t i = 0; i < drop; ++i) Unref(seq->window_pages[i]);
+  seq->window_pages.erase(seq->window_pages.begin(), seq->window_pages.begin() + drop);
+  seq->window_first = first;
+}
+
 void WorkerExecutor::Release(uint64_t live_id) {
   auto it = live_.find(live_id);
-  for (int32_t page : it->second.pages) {
-    if (--page_refs_[page] == 0) --pages_in_use_;
-  }
+  for (int32_t page : it->second.pages) Unref(page);
+  for (int32_t page : it->second.window_pages) Unref(page);
   live_.erase(it);
 }
 
@@ -47,6 +68,9 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   seq.pages.clear();
   seq.pages.reserve(start.pages_size());
   for (int32_t page : start.pages()) AddPage(&seq, page);
+  seq.window_pages.clear();
+  seq.window_first = start.window_first_page();
+  for (int32_t page : start.window_pages()) AddWindowPage(&seq, page);
   // Validated already; the conversion cannot fail here.
   SamplingParams params = *SamplingParamsFromProto(start.params(), vocab_size_);
   // A sequence never holds more than max_context_tokens_ tokens, so a longer window is the whole
@@ -159,10 +183,12 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
   for (const v1::StepEntry& entry : plan.entries()) {
     Sequence* seq = &live_.find(entry.live_id())->second;
     for (int32_t page : entry.new_pages()) AddPage(seq, page);
+    for (int32_t page : entry.new_window_pages()) AddWindowPage(seq, page);
     const int64_t begin = entry.start_position();
+    DropBehindWindow(seq, begin);
     const int64_t first_row = batch_.num_tokens();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
-                  limits_.page_size, entry.sample());
+                  limits_.page_size, entry.sample(), seq->window_pages.data(), seq->window_first);
     AddScoredRows(entry.live_id(), seq, begin, begin + entry.num_tokens(), first_row);
     seq->num_computed = begin + entry.num_tokens();
     if (entry.sample()) {

@@ -74,6 +74,10 @@ class WorkerExecutor {
     int64_t num_prompt_tokens = 0;
     int64_t num_computed = 0;    // leading tokens whose K/V are in the pool
     std::vector<int32_t> pages;  // in sequence order
+    // Window page ids (RunnerLimits::kv_window_tables per page) of pages [window_first, ...):
+    // those behind its queries' window are let go as the scheduler lets them go.
+    std::vector<int32_t> window_pages;
+    int64_t window_first = 0;
     std::unique_ptr<SequenceSampler> sampler;
     // Prompt scoring: tokens [score_from, num_prompt_tokens) are scored as their rows are
     // computed (0 = none); the scorer's context is every token before the next one scored, and
@@ -115,6 +119,10 @@ class WorkerExecutor {
   // The step's scores (out[i] for scored_[i]) into `result`; drops scorers that are done.
   void EmitPromptScores(std::span<const SampleResult> out, v1::StepResult* result);
   void AddPage(Sequence* seq, int32_t page);
+  void AddWindowPage(Sequence* seq, int32_t page);
+  void Unref(int32_t page);
+  // Lets go of seq's window pages that no query from `position` on reads.
+  void DropBehindWindow(Sequence* seq, int64_t position);
   // A validated StepEntry.allowed_tokens as host words in mask_storage_ (null when empty).
   const uint32_t* CopyMask(const std::string& bytes);
   // What is wrong with a mask (size, no token allowed); "" when nothing.

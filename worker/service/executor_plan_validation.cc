@@ -4,6 +4,7 @@
 // The plan is checked against the state it would meet: releases first (an id released here may
 // start again in the same plan), then starts, then entries, which see a started sequence as its
 // SequenceStart describes it.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -78,6 +79,26 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
                                 " pages hold " + std::to_string(held) + " tokens, fewer than the " +
                                 std::to_string(start.num_cached_tokens()) + " cached");
   }
+  ASTR_RETURN_IF_ERROR(ValidatePages(start.window_pages(), "start", index, "window_pages"));
+  const int64_t tables = limits_.kv_window_tables;
+  const int64_t first = start.window_first_page();
+  // The first query (at num_cached_tokens) reads the window from this page on.
+  const int64_t reads_from =
+      tables == 0 ? 0
+                  : std::max<int64_t>(0, start.num_cached_tokens() - limits_.kv_window_tokens + 1) /
+                        limits_.page_size;
+  if (first < 0 || first > reads_from || first > start.pages_size()) {
+    return InvalidArgumentError(
+        where + ".window_first_page: " + std::to_string(first) + " out of range [0, " +
+        std::to_string(std::min<int64_t>(reads_from, start.pages_size())) +
+        "] (the first query's window starts on page " + std::to_string(reads_from) + ")");
+  }
+  if (start.window_pages_size() != tables * (start.pages_size() - first)) {
+    return InvalidArgumentError(
+        where + ".window_pages: " + std::to_string(start.window_pages_size()) +
+        " page ids, expected " + std::to_string(tables * (start.pages_size() - first)) + " (" +
+        std::to_string(tables) + " window tables per page from window_first_page on)");
+  }
   auto params = SamplingParamsFromProto(start.params(), vocab_size_);
   if (!params.ok()) return params.status().WithContext(where + ".params");
   return OkStatus();
@@ -110,6 +131,14 @@ Status WorkerExecutor::ValidateEntry(const v1::StepEntry& entry, int index, cons
                                  std::to_string(max_context_tokens_) + " tokens");
   }
   ASTR_RETURN_IF_ERROR(ValidatePages(entry.new_pages(), "entries", index, "new_pages"));
+  ASTR_RETURN_IF_ERROR(
+      ValidatePages(entry.new_window_pages(), "entries", index, "new_window_pages"));
+  if (entry.new_window_pages_size() != limits_.kv_window_tables * entry.new_pages_size()) {
+    return bad("new_window_pages",
+               std::to_string(entry.new_window_pages_size()) + " page ids, expected " +
+                   std::to_string(limits_.kv_window_tables * entry.new_pages_size()) + " (" +
+                   std::to_string(limits_.kv_window_tables) + " per new page)");
+  }
   const int64_t pages = seq.num_pages + entry.new_pages_size();
   if (pages * limits_.page_size < end) {
     return bad("new_pages", name() + " holds " + std::to_string(pages) + " pages (" +

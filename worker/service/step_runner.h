@@ -33,6 +33,10 @@ struct RunnerLimits {
   int64_t page_size = 0;
   int64_t max_batch_tokens = 0;  // most rows (T) of one step
   int64_t max_sample_rows = 0;   // most sample rows (S) of one step
+  // Sliding-window page groups (Backend::kv_window_tables): window ids per token page, and the
+  // window their pages serve (0 and 0 without).
+  int64_t kv_window_tables = 0;
+  int64_t kv_window_tokens = 0;
 };
 
 // One sample row of a step: whose token is drawn, at which position.

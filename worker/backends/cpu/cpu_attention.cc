@@ -52,7 +52,7 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
   std::fill(l, l + group, 0.0f);
   const float* k_rows[kBlock];
   const float* v_rows[kBlock];
-  const int32_t* pages = b.kv_page_indices.data() + b.kv_indptr[entry];
+  const int32_t* pages = b.page_indices(s.table).data() + b.kv_indptr[entry];
   const int64_t n_kv = static_cast<int64_t>(b.positions[t]) + 1;
   const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, n_kv - s.sliding_window) : 0;
   const float* q_row = q + t * ldq + g * group * hd;

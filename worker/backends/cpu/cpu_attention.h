@@ -17,6 +17,7 @@ struct AttentionShape {
   int64_t sliding_window;  // 0 = full causal attention
   float scale = 0.0f;      // softmax scale of the scores; 0 = 1 / sqrt(head_dim)
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
+  int32_t table = 0;       // the batch's page table the layer reads (StepBatch::page_indices)
 };
 
 // Scratch floats attention needs per thread.

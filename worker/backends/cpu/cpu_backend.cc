@@ -67,7 +67,8 @@ class CpuBackend final : public Backend {
         max_samples_(options.max_sample_rows),
         inv_freq_(RopeInvFreq(config_)),
         inv_freq_local_(RopeInvFreq(config_, /*local=*/true)),
-        inv_freq_long_(RopeInvFreqLong(config_)) {
+        inv_freq_long_(RopeInvFreqLong(config_)),
+        layout_(KvLayout::For(config_)) {
     const model::ModelConfig& c = config_;
     const int64_t t = max_tokens_;
     qkv_rows_ = weights_->layers.empty() ? 0 : weights_->layers[0].qkv.n();
@@ -93,6 +94,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   const model::ModelConfig& config() const override { return config_; }
   int64_t num_pages() const override { return kv_->num_pages(); }
+  int32_t kv_window_tables() const override { return layout_.window_tables; }
   int64_t page_size() const override { return kv_->page_size(); }
   int64_t max_batch_tokens() const override { return max_tokens_; }
   int64_t max_sample_rows() const override { return max_samples_; }
@@ -134,7 +136,8 @@ class CpuBackend final : public Backend {
   std::vector<float> inv_freq_long_;   // LongRoPE's long factors (empty without)
   std::vector<uint8_t> rope_long_;     // [T] this step's rows that take them (RopeLongRows)
   bool any_rope_long_ = false;
-  AttentionShape shape_{};             // sliding_window set per layer
+  KvLayout layout_;         // which K/V array and page table each layer uses
+  AttentionShape shape_{};  // sliding_window and table set per layer
   Workspace ws_;
 };
 
@@ -238,15 +241,18 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     QkNormRows(k, t, c.num_kv_heads, w.k_norm);
   }
   // Append this step's K/V to the pool before attention reads it.
-  float* k_pool = kv_->k(l);
-  float* v_pool = kv_->v(l);
+  const int32_t table = layout_.layer_table[l];
+  float* k_pool = kv_->k(layout_.layer_slot[l]);
+  float* v_pool = kv_->v(layout_.layer_slot[l]);
+  const int64_t* out_slots = batch.slots(table).data();
   for (int64_t r = 0; r < t; ++r) {
-    const int64_t slot = batch.out_slots[r];
+    const int64_t slot = out_slots[r];
     std::memcpy(k_pool + slot * kv_cols, k + r * qkv_rows_, kv_cols * sizeof(float));
     std::memcpy(v_pool + slot * kv_cols, v + r * qkv_rows_, kv_cols * sizeof(float));
   }
   AttentionShape shape = shape_;
   shape.sliding_window = c.LayerWindow(l);
+  shape.table = table;
   PagedAttention(q, qkv_rows_, k_pool, v_pool, batch, ws_.row_entry.data(), shape,
                  ws_.attn_scratch.data(), ws_.attn.data(), q_cols, &pool_);
   if (c.gated_attention) {
@@ -300,6 +306,11 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   const model::ModelConfig& c = config_;
   ASTR_RETURN_IF_ERROR(
       ValidateStepBatch(batch, kv_->num_pages(), kv_->page_size(), c.vocab_size, max_tokens_));
+  if (batch.num_window_tables() != layout_.window_tables) {
+    return InvalidArgumentError("invalid step batch: " + std::to_string(batch.num_window_tables()) +
+                                " window page tables, the pool has " +
+                                std::to_string(layout_.window_tables));
+  }
   const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
   if (s > max_samples_) {
     return InvalidArgumentError("invalid step batch: " + std::to_string(s) +
@@ -368,7 +379,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const model::ModelFile& file
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t pages = options.num_pages;
   if (pages <= 0) {
-    pages = KvPool::PagesForBytes(options.kv_cache_bytes, c.num_layers, options.page_size,
+    pages = KvPool::PagesForBytes(options.kv_cache_bytes, KvLayout::For(c).slots, options.page_size,
                                   c.num_kv_heads, c.head_dim);
     if (pages < 1) {
       return InvalidArgumentError("kv cache of " + std::to_string(options.kv_cache_bytes) +
@@ -376,8 +387,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const model::ModelFile& file
                                   " tokens");
     }
   }
-  ASTR_ASSIGN_OR_RETURN(
-      auto kv, KvPool::Create(c.num_layers, pages, options.page_size, c.num_kv_heads, c.head_dim));
+  ASTR_ASSIGN_OR_RETURN(auto kv, KvPool::Create(KvLayout::For(c).slots, pages, options.page_size,
+                                                c.num_kv_heads, c.head_dim));
   const bool progress = c.ParameterCount() > 50'000'000;
   cpu::ThreadPool load_pool(threads);
   ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, &load_pool, progress));

@@ -4,11 +4,13 @@
 #include "kernels/cuda/paged_decode.h"
 #include "kernels/cuda/paged_prefill.h"
 #include "worker/backends/cuda/cuda_backend.h"
+#include "worker/kv_pool.h"
 
 namespace astr::cuda {
 
 int64_t CudaPagesForBytes(const model::ModelConfig& c, int64_t page_size, int64_t bytes) {
-  const int64_t per_page = c.num_layers * 2 * page_size * c.num_kv_heads * c.head_dim * 2;
+  // A page id holds KvLayout::slots layers (all of them unless sliding and global layers mix).
+  const int64_t per_page = KvLayout::For(c).slots * 2 * page_size * c.num_kv_heads * c.head_dim * 2;
   return per_page > 0 ? bytes / per_page : 0;
 }
 
@@ -22,6 +24,7 @@ WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions
                                 ? (c.max_context_tokens + options.page_size - 1) / options.page_size
                                 : num_pages;
   d.max_kv_pages = d.max_batch * std::min(num_pages, seq_pages);
+  d.kv_tables = 1 + KvLayout::For(c).window_tables;
   d.hidden = c.hidden_size;
   d.q_cols = c.num_heads * c.head_dim;
   d.qkv_rows = d.q_cols + 2 * c.num_kv_heads * c.head_dim + (c.gated_attention ? d.q_cols : 0);

@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
     b->generic_prefill_ = true;
   }
   b->config_ = c;
+  b->layout_ = KvLayout::For(c);
   b->dims_ = dims;
   b->page_size_ = options.page_size;
   ASTR_CUDA_RETURN_IF_ERROR(
@@ -117,7 +118,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
   // (ReleaseMemory); the weights' reservation is an upper bound (every value as f32), addresses
   // only.
   b->layer_kv_elems_ = b->num_pages_ * options.page_size * c.num_kv_heads * c.head_dim;
-  const size_t kv_bytes = static_cast<size_t>(c.num_layers * 2 * b->layer_kv_elems_) * sizeof(bf16);
+  const size_t kv_bytes =
+      static_cast<size_t>(b->layout_.slots * 2 * b->layer_kv_elems_) * sizeof(bf16);
   {
     const int64_t qkv_rows = (c.num_heads + 2 * c.num_kv_heads + c.num_heads) * c.head_dim;
     const int64_t per_layer = qkv_rows * c.hidden_size + c.hidden_size * c.num_heads * c.head_dim +
@@ -313,10 +315,10 @@ int CudaBackend::decode_splits(int bucket) const {
 }
 
 const bf16* CudaBackend::k_pool(int64_t layer) const {
-  return kv_.as<bf16>() + (2 * layer) * layer_kv_elems_;
+  return kv_.as<bf16>() + (2 * layout_.layer_slot[layer]) * layer_kv_elems_;
 }
 const bf16* CudaBackend::v_pool(int64_t layer) const {
-  return kv_.as<bf16>() + (2 * layer + 1) * layer_kv_elems_;
+  return kv_.as<bf16>() + (2 * layout_.layer_slot[layer] + 1) * layer_kv_elems_;
 }
 
 int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows) {
@@ -326,11 +328,16 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
   std::copy(batch.positions.begin(), batch.positions.end(), m.positions);
   if (RopeUsesLongFactors(config_))
     RopeLongRows(config_, batch.positions, batch.qo_indptr, m.rope_long);
-  std::copy(batch.out_slots.begin(), batch.out_slots.end(), m.out_slots);
+  const WorkspaceDims& d = ws_->dims();
+  for (int32_t table = 0; table <= batch.num_window_tables(); ++table) {
+    const std::vector<int64_t>& slots = batch.slots(table);
+    std::copy(slots.begin(), slots.end(), m.out_slots + table * d.max_tokens);
+    const std::vector<int32_t>& pages = batch.page_indices(table);
+    std::copy(pages.begin(), pages.end(), m.kv_page_indices + table * d.max_kv_pages);
+  }
   std::copy(batch.qo_indptr.begin(), batch.qo_indptr.end(), m.qo_indptr);
   std::copy(batch.kv_indptr.begin(), batch.kv_indptr.end(), m.kv_indptr);
   std::copy(batch.kv_last_page_len.begin(), batch.kv_last_page_len.end(), m.kv_last_page_len);
-  std::copy(batch.kv_page_indices.begin(), batch.kv_page_indices.end(), m.kv_page_indices);
   if (decode) {
     // Padding rows: token 0 at position 0, no pages, no out slot. The kernels skip them and the
     // logits of their rows are never copied out.
@@ -338,7 +345,8 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
       m.token_ids[r] = 0;
       m.positions[r] = 0;
       m.rope_long[r] = 0;
-      m.out_slots[r] = -1;
+      for (int64_t table = 0; table < d.kv_tables; ++table)
+        m.out_slots[table * d.max_tokens + r] = -1;
       m.qo_indptr[r + 1] = static_cast<int32_t>(r + 1);
       m.kv_indptr[r + 1] = m.kv_indptr[b];
       m.kv_last_page_len[r] = 0;
@@ -364,6 +372,11 @@ Status CudaBackend::RunForward(const StepBatch& batch, bool* decode_out) {
       ValidateStepBatch(batch, num_pages_, page_size_, config_.vocab_size, d.max_tokens));
   const int64_t t = batch.num_tokens(), b = batch.batch_size();
   const int64_t s = static_cast<int64_t>(batch.sample_rows.size());
+  if (batch.num_window_tables() != layout_.window_tables) {
+    return InvalidArgumentError("invalid step batch: " + std::to_string(batch.num_window_tables()) +
+                                " window page tables, the pool has " +
+                                std::to_string(layout_.window_tables));
+  }
   if (b > d.max_batch || s > d.max_batch) {
     return InvalidArgumentError("invalid step batch: " + std::to_string(b) + " entries and " +
                                 std::to_string(s) + " sample rows; the CUDA workspace holds " +
@@ -569,14 +582,16 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   if (c.qk_norm == model::QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
 
   PagedKv kv;
-  kv.k = kv_.as<bf16>() + (2 * l) * layer_kv_elems_;
-  kv.v = kv_.as<bf16>() + (2 * l + 1) * layer_kv_elems_;
+  const int64_t slot = layout_.layer_slot[l], table = layout_.layer_table[l];
+  kv.k = kv_.as<bf16>() + (2 * slot) * layer_kv_elems_;
+  kv.v = kv_.as<bf16>() + (2 * slot + 1) * layer_kv_elems_;
   kv.num_pages = static_cast<int>(num_pages_);
   kv.page_size = static_cast<int>(page_size_);
-  KvIndex index{m.kv_indptr, m.kv_page_indices, m.kv_last_page_len};
+  const WorkspaceDims& wd = ws_->dims();
+  int64_t* out_slots = m.out_slots + table * wd.max_tokens;
+  KvIndex index{m.kv_indptr, m.kv_page_indices + table * wd.max_kv_pages, m.kv_last_page_len};
   if (decode ? generic_decode_ : generic_prefill_) {
-    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
-                "kv append");
+    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, out_slots, rows, kv_heads, hd, kv, s), "kv append");
     GenericAttentionArgs g;
     g.dims = dims;
     g.kv = kv;
@@ -600,7 +615,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     d.k_new = k;
     d.v_new = v;
     d.kv_new_stride = qkv_rows;
-    d.out_slots = m.out_slots;
+    d.out_slots = out_slots;
     d.num_splits = decode_splits(rows);
     d.stages = decode_stages_;
     d.o_partial = a.o_partial;
@@ -609,8 +624,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
     d.out_stride = q_cols;
     ASTR_LAUNCH(LaunchPagedDecode(d, s), "paged decode attention");
   } else {
-    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, m.out_slots, rows, kv_heads, hd, kv, s),
-                "kv append");
+    ASTR_LAUNCH(LaunchAppendKv(k, v, qkv_rows, out_slots, rows, kv_heads, hd, kv, s), "kv append");
     PagedPrefillArgs p;
     p.dims = dims;
     p.kv = kv;

@@ -26,6 +26,7 @@
 #include "worker/backends/cuda/gemm_lt.h"
 #include "worker/backends/cuda/releasable_memory.h"
 #include "worker/backends/cuda/workspace.h"
+#include "worker/kv_pool.h"
 
 namespace astr::cuda {
 
@@ -38,6 +39,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const model::ModelConfig& config() const override { return config_; }
   int64_t num_pages() const override { return num_pages_; }
+  int32_t kv_window_tables() const override { return layout_.window_tables; }
   int64_t page_size() const override { return page_size_; }
   int64_t max_batch_tokens() const override { return ws_->dims().max_tokens; }
   int64_t max_sample_rows() const override { return ws_->dims().max_batch; }
@@ -111,7 +113,8 @@ class CudaBackend final : public Backend {
   bool weights_discarded_ = false;
   Status MemoryBlocked() const;
   DeviceMemory kv_;  // [layers][2][pages, page_size, kv_heads, head_dim] bf16
-  int64_t layer_kv_elems_ = 0;
+  int64_t layer_kv_elems_ = 0;  // per K or V array; the pool holds layout_.slots of each
+  KvLayout layout_;             // which K/V array and page table each layer uses
   std::unique_ptr<InferenceWorkspace> ws_;
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<CudaGraphContext> graphs_;

@@ -23,10 +23,10 @@ StepMetadata CarveMetadata(BumpAllocator& a, const WorkspaceDims& d) {
   m.sample_rows = a.Take<int32_t>(d.max_batch, "sample_rows");
   m.tile_entry = a.Take<int32_t>(d.max_prefill_tiles, "tile_entry");
   m.tile_row_begin = a.Take<int32_t>(d.max_prefill_tiles, "tile_row_begin");
-  m.out_slots = a.Take<int64_t>(d.max_tokens, "out_slots");
+  m.out_slots = a.Take<int64_t>(d.kv_tables * d.max_tokens, "out_slots");
   m.sampling_params = a.Take<DeviceSamplingParams>(d.max_batch, "sampling_params");
   // Last, so that a step uploads only the page ids it uses (see UploadMetadata).
-  m.kv_page_indices = a.Take<int32_t>(d.max_kv_pages, "kv_page_indices");
+  m.kv_page_indices = a.Take<int32_t>(d.kv_tables * d.max_kv_pages, "kv_page_indices");
   return m;
 }
 
@@ -89,8 +89,16 @@ cudaError_t InferenceWorkspace::UploadMetadata(int64_t num_page_ids, cudaStream_
   const size_t pages_offset =
       static_cast<size_t>(reinterpret_cast<char*>(host_.kv_page_indices) - pinned_.as<char>());
   const size_t bytes = pages_offset + static_cast<size_t>(num_page_ids) * sizeof(int32_t);
-  return cudaMemcpyAsync(device_memory_.get(), pinned_.get(), bytes, cudaMemcpyHostToDevice,
-                         stream);
+  cudaError_t err =
+      cudaMemcpyAsync(device_memory_.get(), pinned_.get(), bytes, cudaMemcpyHostToDevice, stream);
+  for (int64_t t = 1; t < dims_.kv_tables && err == cudaSuccess && num_page_ids > 0; ++t) {
+    const size_t offset =
+        pages_offset + static_cast<size_t>(t * dims_.max_kv_pages) * sizeof(int32_t);
+    err = cudaMemcpyAsync(device_memory_.as<char>() + offset, pinned_.as<char>() + offset,
+                          static_cast<size_t>(num_page_ids) * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream);
+  }
+  return err;
 }
 
 }  // namespace astr::cuda

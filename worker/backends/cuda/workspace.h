@@ -54,6 +54,7 @@ struct WorkspaceDims {
   int64_t max_tokens = 0;    // rows per step (T)
   int64_t max_batch = 0;     // entries per step (B), also sample rows (S) and the top graph bucket
   int64_t max_kv_pages = 0;  // kv_page_indices entries per step (sum of the entries' pages)
+  int64_t kv_tables = 1;     // page tables per step: 1 + KvLayout::window_tables
   int64_t hidden = 0;
   int64_t qkv_rows = 0;  // q + k + v (+ gate) columns of the fused projection
   int64_t q_cols = 0;    // num_heads * head_dim
@@ -78,9 +79,9 @@ struct StepMetadata {
   int32_t* sample_rows;                   // [max_batch]
   int32_t* tile_entry;                    // [max_prefill_tiles]
   int32_t* tile_row_begin;                // [max_prefill_tiles]
-  int64_t* out_slots;                     // [max_tokens]
+  int64_t* out_slots;                     // [kv_tables][max_tokens] (table t at t * max_tokens)
   DeviceSamplingParams* sampling_params;  // [max_batch]
-  int32_t* kv_page_indices;               // [max_kv_pages] (carved last)
+  int32_t* kv_page_indices;  // [kv_tables][max_kv_pages] (carved last; t at t * max_kv_pages)
 };
 
 // Carves the metadata block (host or device, same layout).
@@ -120,7 +121,8 @@ class InferenceWorkspace {
   const StepMetadata& device() const { return device_; }
   const Activations& act() const { return act_; }
   // Copies the metadata block to the device in one transfer: every array, and the first
-  // num_page_ids entries of kv_page_indices (carved last for this).
+  // num_page_ids entries of kv_page_indices (carved last for this); then, with window tables, the
+  // first num_page_ids entries of each further table (one more transfer each).
   cudaError_t UploadMetadata(int64_t num_page_ids, cudaStream_t stream) const;
   size_t metadata_bytes() const { return metadata_bytes_; }
 
