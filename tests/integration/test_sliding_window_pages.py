@@ -1,0 +1,99 @@
+"""Sliding-window page groups through the served path: one worker serving a random Gemma 3 model
+(two sliding layers of window 5, one global), built as the transformers goldens' case
+gemma3_mqa_hd16_untied is (tests/python/transformers_cases.py), from a pool that holds a sequence
+of 72 tokens only because the sliding layers' pages behind the window go back. With the prefix
+cache on, preemptions and a conversation's next turn reusing cached pages (a match cut back to
+where the window's pages are held), every greedy id is transformers' own
+(tests/python/goldens/transformers_forward.json), and every page comes back."""
+
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import harness
+from harness import request, unary
+
+sys.path.insert(0, os.path.join(harness.SOURCE_DIR, "tests", "python"))
+import transformers_cases as cases  # noqa: E402
+
+CASE = "gemma3_mqa_hd16_untied"
+GOLDENS = os.path.join(harness.SOURCE_DIR, "tests", "python", "goldens", "transformers_forward.json")
+PAGE_SIZE = 4
+PREFILL_CHUNK = 8
+# One sequence of 72 tokens is 18 token pages; one step reads at most 4 through the window of 5
+# (4 back from an 8-token chunk), each with 2 window ids: 26 ids. Holding every token page's
+# window ids would take 54. 40 leaves room for the prefix cache and a second sequence, not a third.
+NUM_PAGES = 40
+
+
+@pytest.fixture(scope="module")
+def gold():
+    with open(GOLDENS) as f:
+        g = json.load(f)
+    p = max(g["cases"][CASE]["prompts"], key=lambda p: len(p["ids"]))
+    return p["ids"], p["greedy"]
+
+
+@pytest.fixture(scope="module")
+def cluster(log_dir, tmp_path_factory):
+    missing = harness.missing_binaries()
+    if missing:
+        pytest.skip(missing)
+    folder = str(tmp_path_factory.mktemp("gemma3") / "model")
+    r = harness.run_cli(*cases.make_model_args(CASE, folder), timeout=120)
+    assert r.returncode == 0, r.stderr
+    cases.apply_overrides(folder, cases.CASES[CASE][1])
+    c = harness.make_cluster(
+        tempfile.mkdtemp(dir=log_dir),
+        model=folder,
+        worker_flags={"dtype": "f32", "page_size": PAGE_SIZE, "num_pages": NUM_PAGES},
+        scheduler_flags={"prefill_chunk": PREFILL_CHUNK, "tokenizer": harness.STORIES},
+    )
+    yield c
+    c.close()
+
+
+def greedy(c, ids, max_tokens):
+    r = unary(c.stub, request(token_ids=ids, max_tokens=max_tokens, ignore_eos=True))
+    return r.one().token_ids, r.usage, r.timings
+
+
+def test_worker_reports_its_window_tables(cluster):
+    info = cluster.workers[0].info()
+    assert (info.kv_window_tables, info.kv_window_tokens) == (2, 5)
+    assert info.num_pages == NUM_PAGES
+
+
+def test_a_long_sequence_in_a_small_pool_gives_transformers_ids(cluster, gold):
+    ids, want = gold
+    got, _, timings = greedy(cluster, ids, len(want))
+    assert got == want
+    assert timings.preemptions == 0  # alone, it fits
+    harness.wait_pages_free(cluster)
+
+
+def test_next_turn_reuses_cached_pages_and_continues_exactly(cluster, gold):
+    ids, want = gold
+    greedy(cluster, ids, len(want))  # leaves its pages in the prefix cache
+    # The next turn: the first 20 generated tokens become prompt; its continuation is
+    # transformers' remaining 12.
+    got, usage, _ = greedy(cluster, ids + want[:20], 12)
+    assert got == want[20:]
+    assert usage.cached_tokens > 0, usage
+    harness.wait_pages_free(cluster)
+
+
+def test_concurrent_requests_preempt_and_still_give_transformers_ids(cluster, gold):
+    ids, want = gold
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(greedy, cluster, ids, len(want)) for _ in range(4)]
+        results = [f.result() for f in futures]
+    for got, _, _ in results:
+        assert got == want
+    assert sum(t.preemptions for _, _, t in results) > 0, "the pool was meant to be too small"
+    stats, _ = harness.wait_pages_free(cluster)
+    assert stats.workers[0].total_pages == NUM_PAGES
