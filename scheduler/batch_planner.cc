@@ -117,6 +117,11 @@ PrefixCache::MatchResult WorkerQueues::MatchCachedPrefix(const Sequence* seq, ui
                       pages, window);
 }
 
+uint64_t WorkerQueues::CacheNamespace(const Sequence* seq, int64_t start_tokens) const {
+  const bool long_rope = longrope_original > 0 && start_tokens > longrope_original;
+  return PrefixCache::Namespace(cache_version, seq->request->req.cache_salt, long_rope ? 1 : 0);
+}
+
 int64_t WorkerQueues::FlushCache() { return cache == nullptr ? 0 : cache->Flush(); }
 
 void WorkerQueues::Enqueue(Sequence* seq) {
@@ -180,6 +185,7 @@ void PlanOutcome::Clear() {
   cache_query_tokens = 0;
   cache_hit_tokens = 0;
   cache_deferred = 0;
+  longrope_restarts = 0;
   token_budget = 0;
   late_masks.clear();
   late_mask_live_ids.clear();
@@ -217,9 +223,21 @@ int64_t BatchPlanner::GrantRunning(WorkerQueues* q, PlanOutcome* out, uint64_t s
   int64_t used = 0;
   logits_rows_ = 0;
   const int32_t context = limits_.max_context_tokens;
+  // LongRoPE: a sequence computed with the short factors that reaches the original context
+  // restarts (transformers recomputes it then with the long factors), once the token it feeds next
+  // is known (with overlap it may still be in flight: it waits a step).
+  for (size_t i = 0; i < q->running.size();) {
+    Sequence* seq = q->running[i];
+    if (q->NeedsLongRopeRestart(seq) && seq->in_flight == 0 && seq->CanSample(context)) {
+      q->Requeue(i, /*count_preemption=*/false);
+      ++out->longrope_restarts;
+      continue;
+    }
+    ++i;
+  }
   // A decode row is due unless the sequence's last token is already in flight (overlap).
-  auto wants_decode = [context](const Sequence* seq) {
-    return !seq->prefilling() && seq->CanSample(context);
+  auto wants_decode = [context, q](const Sequence* seq) {
+    return !seq->prefilling() && seq->CanSample(context) && !q->NeedsLongRopeRestart(seq);
   };
   // Decode rows not granted yet: prefill chunks only take budget those rows leave.
   int64_t decode_left = 0;
@@ -443,7 +461,7 @@ bool BatchPlanner::ReuseCachedPrefix(WorkerQueues* q, Sequence* seq, uint64_t st
                                      PlanOutcome* out) {
   if (q->cache == nullptr) return true;
   seq->cache_version = q->cache_version;
-  seq->cache_ns = PrefixCache::Namespace(q->cache_version, seq->request->req.cache_salt);
+  seq->cache_ns = q->CacheNamespace(seq, seq->num_start_tokens);
   seq->cache_cursor = {};
   // At least the last known token is fed (it samples), and every scored row is computed here.
   int64_t reusable = seq->num_tokens() - 1;

@@ -51,6 +51,18 @@ struct WorkerQueues {
   // lets it keep (a sequence computed under another version inserts nothing).
   std::unique_ptr<PrefixCache> cache;
   int64_t cache_version = 0;
+  // LongRoPE models (InfoResponse.longrope_original_context; 0 = not one): a sequence (re)started
+  // with at most this many tokens is computed with the short factors and restarted before it
+  // computes this position; one started with more uses the long factors throughout. Their K/V
+  // differ, so the prefix cache keeps them in different namespaces.
+  int32_t longrope_original = 0;
+  // The prefix-cache namespace of a sequence (re)started with `start_tokens` tokens.
+  uint64_t CacheNamespace(const Sequence* seq, int64_t start_tokens) const;
+  // Whether running `seq` must restart before its next decode row (see longrope_original).
+  bool NeedsLongRopeRestart(const Sequence* seq) const {
+    return longrope_original > 0 && !seq->prefilling() &&
+           seq->num_start_tokens <= longrope_original && seq->num_computed >= longrope_original;
+  }
   void EnableCache() { cache = std::make_unique<PrefixCache>(&pool); }
   // Inserts the full pages of `seq` whose K/V are computed, or computed by step ready_step - 1
   // (0 = already computed), and whose tokens are known.
@@ -110,6 +122,7 @@ struct PlanOutcome {
   int64_t cache_query_tokens = 0;
   int64_t cache_hit_tokens = 0;
   int32_t cache_deferred = 0;  // sequences that wait a step for a pending page
+  int32_t longrope_restarts = 0;  // sequences restarted to take LongRoPE's long factors
   int64_t token_budget = 0;    // the step's token budget (StepCostModel; else max_tokens)
   // Constrained entries planned while their last token was in flight (StepEntry.mask_follows):
   // their masks go out once the result before this plan is applied (late_masks_sent).

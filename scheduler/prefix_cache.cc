@@ -44,11 +44,12 @@ PrefixCache::~PrefixCache() {
   pool_->set_reclaimer(nullptr);
 }
 
-uint64_t PrefixCache::Namespace(int64_t weight_version, std::string_view cache_salt) {
+uint64_t PrefixCache::Namespace(int64_t weight_version, std::string_view cache_salt,
+                                uint64_t variant) {
   uint64_t h = Mix(0x5851F42D4C957F2Dull, static_cast<uint64_t>(weight_version));
   h = Mix(h, cache_salt.size());
   for (unsigned char c : cache_salt) h = Mix(h, c);
-  return h;
+  return variant == 0 ? h : Mix(h, variant);
 }
 
 PrefixCache::Node* PrefixCache::Root(uint64_t ns) {

@@ -56,8 +56,10 @@ class PrefixCache final : public PageReclaimer {
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
-  // The namespace of KV computed under `weight_version` for requests with `cache_salt`.
-  static uint64_t Namespace(int64_t weight_version, std::string_view cache_salt);
+  // The namespace of KV computed under `weight_version` for requests with `cache_salt`, and
+  // `variant` (another way of computing it: LongRoPE's long factors).
+  static uint64_t Namespace(int64_t weight_version, std::string_view cache_salt,
+                            uint64_t variant = 0);
 
   // Where a sequence's pages stand in the tree (Sequence keeps one). `node` is the deepest node of
   // its own path, valid while `epoch` equals the cache's (a flush changes it).

@@ -36,7 +36,7 @@ bool SchedulerLoop::Place(Sequence* seq) {
 int64_t SchedulerLoop::CachedPrefixTokens(WorkerSlot* w, const Sequence* seq) {
   WorkerQueues& q = w->queues;
   if (q.cache == nullptr || q.cache->cached_pages() == 0 || pool_.slots().size() < 2) return 0;
-  const uint64_t ns = PrefixCache::Namespace(q.cache_version, seq->request->req.cache_salt);
+  const uint64_t ns = q.CacheNamespace(seq, seq->num_tokens());
   route_pages_.clear();
   const PrefixCache::MatchResult m =
       q.MatchCachedPrefix(seq, ns, seq->num_tokens() - 1, std::numeric_limits<uint64_t>::max(),

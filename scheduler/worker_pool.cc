@@ -20,6 +20,7 @@ WorkerSlot::WorkerSlot(std::unique_ptr<WorkerConnection> connection, const StepC
       cost(options.max_step_ms),
       planner(capacity.For(info.max_batch_tokens(), info.max_batch(), info.max_context_tokens())) {
   queues.pool.set_max_step_tokens(planner.limits().prefill_chunk);
+  queues.longrope_original = info.longrope_original_context();
   if (options.prefix_cache) queues.EnableCache();
   planner.set_cost_model(&cost);
   queues.cache_version = info.weight_version();

@@ -11,6 +11,10 @@ For each case of tests/python/transformers_cases.py it writes the random-weight 
   * `greedy`: transformers' greedy continuation (`generate`, do_sample=False), MAX_NEW_TOKENS ids;
   * `logprobs`: the log-softmax of each chosen token, teacher-forced over prompt + greedy ids (one
     forward pass of the whole sequence);
+  * `generate_logprobs`: the same from `generate`'s own logits, and `crosses_original_context`:
+    a LongRoPE generation that grows past the original context (transformers' Phi-3 recomputes
+    the sequence with the long factors there, so its earlier tokens were drawn under the short
+    ones and the two lists differ; they agree otherwise);
   * `top`: the TOP_N best [id, logprob] pairs at each step;
   * `min_gap`: the smallest logit gap between the best and the second-best id over the steps (a
     small one means a near-tie that float rounding could flip);
@@ -39,21 +43,40 @@ sys.path.insert(0, str(REPO / "tests" / "python"))
 import transformers_cases as cases  # noqa: E402
 
 
+def longrope_original(config) -> int:
+    """A LongRoPE model's original context (original_max_position_embeddings), else 0."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if (rope.get("rope_type") or rope.get("type")) not in ("longrope", "su"):
+        return 0
+    return int(rope.get("original_max_position_embeddings") or
+               getattr(config, "original_max_position_embeddings", 0) or 0)
+
+
 def greedy_run(torch, model, ids: list[int]) -> dict:
     """transformers' greedy continuation of `ids` and its teacher-forced logprobs."""
     with torch.no_grad():
         gen = model.generate(torch.tensor([ids]), do_sample=False,
                              max_new_tokens=cases.MAX_NEW_TOKENS,
                              min_new_tokens=cases.MAX_NEW_TOKENS, pad_token_id=0,
-                             eos_token_id=None)
-        greedy = gen[0, len(ids):].tolist()
+                             eos_token_id=None, output_logits=True,
+                             return_dict_in_generate=True)
+        greedy = gen.sequences[0, len(ids):].tolist()
+        gen_logp = [torch.log_softmax(step[0].double(), dim=-1) for step in gen.logits]
         logits = model(torch.tensor([ids + greedy])).logits[0].double()
     steps = logits[len(ids) - 1: len(ids) - 1 + len(greedy)]
     logp = torch.log_softmax(steps, dim=-1)
     top = torch.topk(logp, cases.TOP_N, dim=-1)
     two = torch.topk(steps, 2, dim=-1).values
+    # LongRoPE: a generation that grows past the original context is recomputed with the long
+    # factors at that point, so its earlier tokens were drawn under the short ones, while the
+    # teacher-forced forward pass over the whole sequence takes the long ones throughout: the two
+    # then differ, and the generation's own logprobs are recorded as well.
+    original = longrope_original(model.config)
+    crosses = bool(original) and len(ids) <= original < len(ids) + len(greedy) - 1
     return {
         "greedy": greedy,
+        "crosses_original_context": crosses,
+        "generate_logprobs": [round(float(gen_logp[i][t]), 7) for i, t in enumerate(greedy)],
         "logprobs": [round(float(logp[i, t]), 7) for i, t in enumerate(greedy)],
         "top": [[[int(top.indices[i, j]), round(float(top.values[i, j]), 7)]
                  for j in range(cases.TOP_N)] for i in range(len(greedy))],

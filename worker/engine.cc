@@ -4,6 +4,8 @@
 #include <chrono>
 #include <string>
 
+#include "worker/rope.h"
+
 namespace astr {
 namespace {
 
@@ -29,6 +31,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
       planner_(LimitsOf(*backend_, options)),
       sampling_(*backend_) {
   if (options_.prefix_cache) queues_.EnableCache();
+  queues_.longrope_original = LongRopeOriginalContext(backend_->config());
   batch_.set_window_tables(backend_->kv_window_tables());
 }
 
@@ -93,6 +96,8 @@ void Engine::Execute() {
     l.pages = start.pages;
     l.window_pages = start.window_pages;
     l.window_first = start.window_first;
+    const int32_t original = LongRopeOriginalContext(backend_->config());
+    l.rope_long = original > 0 && static_cast<int64_t>(start.tokens.size()) > original;
     const std::span<const int32_t> prompt(l.context.data(), start.num_prompt_tokens);
     l.sampler = std::make_unique<SequenceSampler>(*start.params, start.sample_index, prompt);
     // A restart (after a preemption) continues its RNG counter and penalty counts.
@@ -127,7 +132,8 @@ void Engine::Execute() {
     l.first_row = batch_.num_tokens();
     l.start_position = e.start_position;
     batch_.Append(l.context.data() + e.start_position, e.num_tokens, e.start_position,
-                  l.pages.data(), page_size, e.sample, l.window_pages.data(), l.window_first);
+                  l.pages.data(), page_size, e.sample, l.window_pages.data(), l.window_first,
+                  l.rope_long);
     if (e.sample) {
       step_samplers_.push_back(l.sampler.get());
       step_live_.push_back(&l);

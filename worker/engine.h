@@ -107,6 +107,7 @@ class Engine {
     // Window ids of pages [window_first, ...) (Backend::kv_window_tables per page).
     std::vector<int32_t> window_pages;
     int64_t window_first = 0;
+    bool rope_long = false;  // LongRoPE: started holding more than the original context
     std::unique_ptr<SequenceSampler> sampler;
     std::unique_ptr<PromptScorer> scorer;  // while it scores its prompt (start.score_from)
     int64_t first_row = 0;                 // its entry's first row in this step's batch

@@ -59,6 +59,10 @@ std::vector<float> RopeInvFreqLong(const model::ModelConfig& c, bool local) {
   return InvFreq(c, local, /*long_factors=*/true);
 }
 
+int32_t LongRopeOriginalContext(const model::ModelConfig& c) {
+  return RopeUsesLongFactors(c) ? static_cast<int32_t>(c.rope_scaling.original_max_position) : 0;
+}
+
 float RopeCosSinScale(const model::ModelConfig& c, bool local) {
   if (!RopeUsesLongFactors(c) || OwnLocalBase(c, local)) return 1.0f;
   return static_cast<float>(c.rope_scaling.attention_factor);

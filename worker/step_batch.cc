@@ -13,6 +13,7 @@ void StepBatch::Clear() {
   kv_last_page_len.clear();
   out_slots.clear();
   sample_rows.clear();
+  rope_long.clear();
   for (auto& t : window_page_indices) t.clear();
   for (auto& t : window_out_slots) t.clear();
 }
@@ -24,7 +25,7 @@ void StepBatch::set_window_tables(int32_t n) {
 
 void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos,
                        const int32_t* pages, int64_t page_size, bool sample_last,
-                       const int32_t* window_pages, int64_t window_first) {
+                       const int32_t* window_pages, int64_t window_first, bool long_rope) {
   if (qo_indptr.empty()) qo_indptr.push_back(0);
   if (kv_indptr.empty()) kv_indptr.push_back(0);
   const int64_t kv_len = start_pos + num_tokens;
@@ -41,6 +42,7 @@ void StepBatch::Append(const int32_t* tokens, int64_t num_tokens, int64_t start_
   kv_page_indices.insert(kv_page_indices.end(), pages, pages + used_pages);
   kv_indptr.push_back(static_cast<int32_t>(kv_page_indices.size()));
   kv_last_page_len.push_back(static_cast<int32_t>(kv_len - (used_pages - 1) * page_size));
+  rope_long.push_back(long_rope ? 1 : 0);
   const int64_t tables = num_window_tables();
   for (int64_t u = 0; u < tables; ++u) {
     std::vector<int32_t>& table = window_page_indices[u];

@@ -31,6 +31,9 @@ struct StepBatch {
   // never reads a position behind its window.
   std::vector<std::vector<int32_t>> window_page_indices;
   std::vector<std::vector<int64_t>> window_out_slots;
+  // [B] LongRoPE: the entry's sequence is computed with the long factors (it started holding more
+  // tokens than the original context; see worker/rope.h RopeLongRows).
+  std::vector<uint8_t> rope_long;
 
   int32_t num_window_tables() const { return static_cast<int32_t>(window_page_indices.size()); }
   // Sets the number of window tables (kept across Clear).
@@ -57,7 +60,7 @@ struct StepBatch {
   // window_pages[(p - window_first) * num_window_tables() + u].
   void Append(const int32_t* tokens, int64_t num_tokens, int64_t start_pos, const int32_t* pages,
               int64_t page_size, bool sample_last, const int32_t* window_pages = nullptr,
-              int64_t window_first = 0);
+              int64_t window_first = 0, bool rope_long = false);
 };
 
 // Checks every index of `batch` against the pool and vocabulary: array sizes agree, indptrs are

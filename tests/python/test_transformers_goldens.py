@@ -91,6 +91,12 @@ def teacher_forced(model: Path, p: dict, suffix: str, extra: list[str],
     return out["prompt_logprobs"], out["prompt_top_logprobs"]
 
 
+def generated_logprobs(p: dict) -> list[float]:
+    """The logprobs of transformers' generation itself: those of the teacher-forced pass, but for a
+    LongRoPE generation that crosses the original context (tools/transformers_goldens.py)."""
+    return p["generate_logprobs"] if p.get("crosses_original_context") else p["logprobs"]
+
+
 def test_goldens_cover_every_case() -> None:
     assert sorted(GOLD["cases"]) == sorted(cases.CASES), (
         "goldens and transformers_cases.py disagree: rerun tools/transformers_goldens.sh")
@@ -99,7 +105,11 @@ def test_goldens_cover_every_case() -> None:
         assert case["config_overrides"] == cases.CASES[name][1], name
         assert len(case["prompts"]) == len(cases.PROMPT_LENGTHS)
         for p in case["prompts"]:
-            assert p["argmax_agrees"] and p["argmax_agrees_bf16w"], (
+            # A LongRoPE generation that crosses the original context is recomputed there with the
+            # long factors: its earlier tokens were drawn under the short ones, so the
+            # teacher-forced pass (long throughout) may pick others.
+            assert p.get("crosses_original_context") or (
+                p["argmax_agrees"] and p["argmax_agrees_bf16w"]), (
                 f"{name}: transformers' generate and forward disagree")
 
 
@@ -120,7 +130,7 @@ def test_cpu_f32_equals_transformers(name: str, models) -> None:
         out = run_astr(model, p["ids"], f32)
         assert out["token_ids"] == p["greedy"], (
             f"{key}: greedy ids astr {out['token_ids']} vs transformers {p['greedy']}")
-        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], generated_logprobs(p))):
             assert abs(lp - gold) <= TOL_F32, f"{key} step {step}: logprob {lp} vs {gold}"
         # The same sequence teacher-forced (prompt scoring): every logprob and the top 5.
         logprobs, tops = teacher_forced(model, p, "", f32)
@@ -156,7 +166,7 @@ def check_f32_greedy(name: str, folder: Path, what: str) -> None:
         assert out["token_ids"] == p["greedy"], (
             f"{name} ({what}), prompt of {len(p['ids'])}: astr {out['token_ids']} vs "
             f"transformers {p['greedy']}")
-        for step, (lp, gold) in enumerate(zip(out["logprobs"], p["logprobs"])):
+        for step, (lp, gold) in enumerate(zip(out["logprobs"], generated_logprobs(p))):
             assert abs(lp - gold) <= TOL_F32, f"{name} ({what}) step {step}: {lp} vs {gold}"
 
 

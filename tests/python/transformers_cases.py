@@ -105,6 +105,20 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                                     3.0],
                                    "long_factor": [1.0, 1.5, 2.5, 4.0, 6.5, 10.0, 16.0, 25.0,
                                                    40.0]}}),
+    # LongRoPE with a pre-training context of 20 that the 1- and 7-token prompts cross while they
+    # generate: transformers' Phi-3 generate then recomputes the whole sequence with the long
+    # factors (prepare_inputs_for_generation drops the cache), which astr's scheduler does by
+    # restarting the sequence. Full rotary, MQA, untied.
+    "phi3_longrope_crossing": (["--arch", "phi3", "--hidden", "64", "--heads", "4",
+                                "--kv-heads", "1", "--ffn", "96", "--vocab", "300", "--seed",
+                                "44"],
+                               {"max_position_embeddings": 160,
+                                "original_max_position_embeddings": 20,
+                                "rope_scaling": {
+                                    "type": "longrope",
+                                    "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.8, 2.5, 3.0],
+                                    "long_factor": [1.0, 2.0, 3.5, 6.0, 10.0, 16.0, 25.0,
+                                                    40.0]}}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

@@ -787,3 +787,29 @@ TEST(BatchPlannerTest, WindowPagesRandomSharedPrefixesOnATinyPoolCompleteWithExa
 
 }  // namespace
 }  // namespace astr::sched
+
+namespace astr::sched {
+namespace {
+
+// LongRoPE, original context 8: a sequence started with 5 tokens is computed with the short
+// factors; before it computes position 8 it restarts (not a preemption) with its 9 known tokens,
+// all computed again with the long factors, as transformers recomputes the sequence there. The
+// prefix cache keeps the short-factor pages apart: the restart finds none of them.
+TEST(BatchPlannerTest, LongRopeSequenceRestartsWhenItReachesTheOriginalContext) {
+  PlannerHarness h({.max_tokens = 16, .max_sequences = 4, .prefill_chunk = 16}, 16, 4, true);
+  h.queues().longrope_original = 8;
+  RequestState* a = h.Add("A", 5, 6, 1);
+  ExpectTable(&h, {"A0@0+5* +[A0]", "A0@5+1*", "A0@6+1*", "A0@7+1*",
+                   "A0@0+9* +[A0] -[A0]",  // the restart: 9 known tokens > 8
+                   "A0@9+1*", "-[A0]"});
+  EXPECT_EQ(a->preemptions, 0);
+  EXPECT_EQ(a->samples[0]->generated, PlannerHarness::Expected(*a, 0));
+  // A sequence that starts with more than 8 tokens never restarts; it shares the first page of
+  // A's restart (the same 4 prompt tokens, both computed with the long factors).
+  RequestState* b = h.Add("B", 9, 3, 2);
+  ExpectTable(&h, {"B0@4+5* +[B0]", "B0@9+1*", "B0@10+1*", "-[B0]"});
+  EXPECT_EQ(b->samples[0]->generated, PlannerHarness::Expected(*b, 0));
+}
+
+}  // namespace
+}  // namespace astr::sched

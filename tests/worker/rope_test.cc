@@ -56,13 +56,21 @@ TEST(RopeTest, AnEntryTakesTheLongSetWhenItsLastPositionReachesTheOriginalContex
   };
   entry(0, 30), entry(28, 32), entry(31, 31), entry(32, 32);
   std::vector<uint8_t> use(positions.size(), 7);
-  EXPECT_TRUE(RopeLongRows(c, positions, qo_indptr, use.data()));
+  EXPECT_TRUE(RopeLongRows(c, positions, qo_indptr, {}, use.data()));
   for (size_t r = 0; r < positions.size(); ++r) {
     const bool want = r >= 31 && r < 36 ? true : r == 37;
     EXPECT_EQ(use[r], want ? 1 : 0) << "row " << r;
   }
   std::vector<int32_t> early = {0, 1, 2}, one = {0, 3};
-  EXPECT_FALSE(RopeLongRows(c, early, one, use.data()));
+  EXPECT_FALSE(RopeLongRows(c, early, one, {}, use.data()));
+  // A sequence computed with the long set (it started with more than 32 tokens) takes it in every
+  // chunk, its first ones included: the first entry (0..30) now too.
+  EXPECT_TRUE(RopeLongRows(c, positions, qo_indptr, {1, 0, 0, 0}, use.data()));
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const bool want = r < 36 || r == 37;
+    EXPECT_EQ(use[r], want ? 1 : 0) << "row " << r;
+  }
+  EXPECT_TRUE(RopeLongRows(c, early, one, {1}, use.data()));
 }
 
 // cpu::Rope with RopeMore against the rotation written out: each pair (i, i + rot/2) of a head

@@ -6,6 +6,7 @@
 
 #include "common/base/clock.h"
 #include "common/grpc/sampling_proto.h"
+#include "worker/rope.h"
 
 namespace astr {
 
@@ -22,6 +23,7 @@ WorkerExecutor::WorkerExecutor(std::unique_ptr<StepRunner> runner)
   vocab_size_ = c.vocab_size;
   const int64_t pool_tokens = limits_.num_pages * limits_.page_size;
   max_context_tokens_ = c.max_context_tokens > 0 ? c.max_context_tokens : pool_tokens;
+  longrope_original_ = LongRopeOriginalContext(c);
   page_refs_.assign(static_cast<size_t>(limits_.num_pages), 0);
   batch_.set_window_tables(static_cast<int32_t>(limits_.kv_window_tables));
   sample_out_.resize(static_cast<size_t>(limits_.max_sample_rows));
@@ -70,6 +72,7 @@ void WorkerExecutor::Start(const v1::SequenceStart& start) {
   for (int32_t page : start.pages()) AddPage(&seq, page);
   seq.window_pages.clear();
   seq.window_first = start.window_first_page();
+  seq.rope_long = longrope_original_ > 0 && start.tokens_size() > longrope_original_;
   for (int32_t page : start.window_pages()) AddWindowPage(&seq, page);
   // Validated already; the conversion cannot fail here.
   SamplingParams params = *SamplingParamsFromProto(start.params(), vocab_size_);
@@ -188,7 +191,8 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
     DropBehindWindow(seq, begin);
     const int64_t first_row = batch_.num_tokens();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
-                  limits_.page_size, entry.sample(), seq->window_pages.data(), seq->window_first);
+                  limits_.page_size, entry.sample(), seq->window_pages.data(), seq->window_first,
+                  seq->rope_long);
     AddScoredRows(entry.live_id(), seq, begin, begin + entry.num_tokens(), first_row);
     seq->num_computed = begin + entry.num_tokens();
     if (entry.sample()) {

@@ -78,6 +78,7 @@ class WorkerExecutor {
     // those behind its queries' window are let go as the scheduler lets them go.
     std::vector<int32_t> window_pages;
     int64_t window_first = 0;
+    bool rope_long = false;  // LongRoPE: started holding more than the original context
     std::unique_ptr<SequenceSampler> sampler;
     // Prompt scoring: tokens [score_from, num_prompt_tokens) are scored as their rows are
     // computed (0 = none); the scorer's context is every token before the next one scored, and
@@ -135,6 +136,7 @@ class WorkerExecutor {
   RunnerLimits limits_;
   int64_t vocab_size_ = 0;
   int64_t max_context_tokens_ = 0;
+  int64_t longrope_original_ = 0;  // LongRopeOriginalContext of the model (0 = not LongRoPE)
   std::unordered_map<uint64_t, Sequence> live_;
   std::vector<uint32_t> page_refs_;  // [num_pages] live sequences holding each page
   int64_t pages_in_use_ = 0;

@@ -13,6 +13,7 @@
 #include "common/text/tokenizer/tokenizer.h"
 #include "worker/backend_loader.h"
 #include "worker/kv_pool.h"
+#include "worker/rope.h"
 
 namespace astr {
 namespace {
@@ -140,6 +141,7 @@ void FillPoolInfo(const WorkerExecutor& executor, v1::InfoResponse* info) {
   info->set_page_size(static_cast<int32_t>(l.page_size));
   info->set_kv_window_tables(static_cast<int32_t>(l.kv_window_tables));
   info->set_kv_window_tokens(l.kv_window_tokens);
+  info->set_longrope_original_context(LongRopeOriginalContext(runner.config()));
   info->set_max_batch(static_cast<int32_t>(l.max_sample_rows));
   info->set_max_batch_tokens(static_cast<int32_t>(l.max_batch_tokens));
   info->set_weight_version(0);

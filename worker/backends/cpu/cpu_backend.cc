@@ -330,7 +330,8 @@ Status CpuBackend::Forward(const StepBatch& batch, float* logits) {
   }
   if (!inv_freq_long_.empty()) {
     rope_long_.resize(t);
-    any_rope_long_ = RopeLongRows(c, batch.positions, batch.qo_indptr, rope_long_.data());
+    any_rope_long_ =
+        RopeLongRows(c, batch.positions, batch.qo_indptr, batch.rope_long, rope_long_.data());
   }
   const float eps = static_cast<float>(c.rms_norm_eps);
   cpu::RmsNorm(ws_.x.data(), c.hidden_size, weights_->layers[0].attn_norm.data(), eps, t,

@@ -327,7 +327,7 @@ int64_t CudaBackend::StageMetadata(const StepBatch& batch, bool decode, int rows
   std::copy(batch.token_ids.begin(), batch.token_ids.end(), m.token_ids);
   std::copy(batch.positions.begin(), batch.positions.end(), m.positions);
   if (RopeUsesLongFactors(config_))
-    RopeLongRows(config_, batch.positions, batch.qo_indptr, m.rope_long);
+    RopeLongRows(config_, batch.positions, batch.qo_indptr, batch.rope_long, m.rope_long);
   const WorkspaceDims& d = ws_->dims();
   for (int32_t table = 0; table <= batch.num_window_tables(); ++table) {
     const std::vector<int64_t>& slots = batch.slots(table);
