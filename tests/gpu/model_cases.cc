@@ -86,8 +86,9 @@ std::string WrongAttentionPath(const ModelSpec& spec, const cuda::CudaBackend& b
 CaseResult GreedyMatches(const ModelSpec& spec, bool device_sampling) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
-  auto cpu = CreateCpuBackend(**file, Options(false));
-  auto gpu = cuda::CudaBackend::Create(**file, Options(true, device_sampling));
+  auto cpu = CreateCpuBackend(**file, Options(false, true, WindowTables(**file)));
+  auto gpu =
+      cuda::CudaBackend::Create(**file, Options(true, device_sampling, WindowTables(**file)));
   if (!cpu.ok() || !gpu.ok()) return Fail((cpu.ok() ? gpu.status() : cpu.status()).ToString());
   if (std::string why = WrongAttentionPath(spec, **gpu); !why.empty()) return Fail(why);
   const int64_t vocab = (*file)->config().vocab_size;
@@ -145,8 +146,8 @@ CaseResult GraphReplayBitExact(const ModelSpec& spec) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
   const int64_t vocab = (*file)->config().vocab_size;
-  auto eager = cuda::CudaBackend::Create(**file, Options(false));
-  auto graph = cuda::CudaBackend::Create(**file, Options(true));
+  auto eager = cuda::CudaBackend::Create(**file, Options(false, true, WindowTables(**file)));
+  auto graph = cuda::CudaBackend::Create(**file, Options(true, true, WindowTables(**file)));
   if (!eager.ok() || !graph.ok()) {
     return Fail((eager.ok() ? graph.status() : eager.status()).ToString());
   }
@@ -191,8 +192,8 @@ CaseResult GraphReplayBitExact(const ModelSpec& spec) {
 CaseResult TeacherForced(const ModelSpec& spec) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
-  auto cpu = CreateCpuBackend(**file, Options(false));
-  auto gpu = cuda::CudaBackend::Create(**file, Options(true));
+  auto cpu = CreateCpuBackend(**file, Options(false, true, WindowTables(**file)));
+  auto gpu = cuda::CudaBackend::Create(**file, Options(true, true, WindowTables(**file)));
   if (!cpu.ok() || !gpu.ok()) return Fail((cpu.ok() ? gpu.status() : cpu.status()).ToString());
   if (std::string why = WrongAttentionPath(spec, **gpu); !why.empty()) return Fail(why);
   const int64_t vocab = (*file)->config().vocab_size;
@@ -254,7 +255,7 @@ CaseResult TeacherForced(const ModelSpec& spec) {
 CaseResult NoAllocationInDecode(const ModelSpec& spec, bool graphs = true) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
-  auto backend = cuda::CudaBackend::Create(**file, Options(graphs));
+  auto backend = cuda::CudaBackend::Create(**file, Options(graphs, true, WindowTables(**file)));
   if (!backend.ok()) return Fail(backend.status().ToString());
   const int64_t vocab = (*file)->config().vocab_size;
   std::vector<float> logits(16 * vocab);
@@ -300,7 +301,8 @@ CaseResult ReleasesMemory(const ModelSpec& spec) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
   auto cycle = [&](int64_t* held_while_running) -> Status {
-    ASTR_ASSIGN_OR_RETURN(auto backend, cuda::CudaBackend::Create(**file, Options(true)));
+    ASTR_ASSIGN_OR_RETURN(
+        auto backend, cuda::CudaBackend::Create(**file, Options(true, true, WindowTables(**file))));
     Engine engine(std::move(backend), EngineOptions{});
     for (int i = 0; i < 6; ++i) {
       GenerationRequest r;
@@ -344,8 +346,8 @@ CaseResult ReleasesMemory(const ModelSpec& spec) {
 CaseResult LogitsClose(const ModelSpec& spec) {
   auto file = OpenModel(spec);
   if (!file.ok()) return Fail(file.status().ToString());
-  auto cpu = CreateCpuBackend(**file, Options(false));
-  auto gpu = cuda::CudaBackend::Create(**file, Options(false));
+  auto cpu = CreateCpuBackend(**file, Options(false, true, WindowTables(**file)));
+  auto gpu = cuda::CudaBackend::Create(**file, Options(false, true, WindowTables(**file)));
   if (!cpu.ok() || !gpu.ok()) return Fail((cpu.ok() ? gpu.status() : cpu.status()).ToString());
   const int64_t vocab = (*file)->config().vocab_size;
   Driver d;

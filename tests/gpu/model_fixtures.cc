@@ -3,35 +3,53 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
 #include "tests/gpu/op_test.h"
+#include "worker/kv_pool.h"
 
 namespace astr::gputest {
 
+namespace {
+
+// The model files this process wrote, removed when it exits (an open ModelFile keeps its mapping).
+struct MadeFiles {
+  std::set<std::string> paths;
+  ~MadeFiles() {
+    for (const std::string& p : paths) std::remove(p.c_str());
+  }
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<model::ModelFile>> OpenModel(const ModelSpec& spec) {
   if (spec.make_args.empty()) return model::ModelFile::Open(SharedPath(spec.shared));
-  static std::set<std::string> made;
+  static MadeFiles made;
   const char* tmp = std::getenv("TMPDIR");
   const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/astr-gpu-" +
                            std::to_string(getpid()) + "-" + spec.name + ".gguf";
-  if (made.insert(spec.name).second) {
+  if (made.paths.insert(path).second) {
     const std::string cmd = std::string(ASTR_BIN_DIR) + "/astr make-model " + spec.make_args +
                             " --dtype bf16 --out " + path + " > /dev/null 2>&1";
     if (std::system(cmd.c_str()) != 0) {
-      made.erase(spec.name);
+      made.paths.erase(path);
       return InternalError("failed: " + cmd);
     }
   }
   return model::ModelFile::Open(path);
 }
 
-BackendOptions Options(bool graphs, bool device_sampling) {
+int32_t WindowTables(const model::ModelFile& file) {
+  return KvLayout::For(file.config()).window_tables;
+}
+
+BackendOptions Options(bool graphs, bool device_sampling, int32_t window_tables) {
   BackendOptions o;
   o.weight_dtype = "bf16";
   o.page_size = 16;
-  o.num_pages = 4096;
+  o.num_pages = 512 * (1 + window_tables);
   o.max_batch_tokens = 1024;
   o.max_sample_rows = 16;
   o.cuda_graphs = graphs;

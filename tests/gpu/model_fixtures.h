@@ -26,8 +26,11 @@ struct ModelSpec {
 // holds the process id so concurrent runs do not collide).
 StatusOr<std::unique_ptr<model::ModelFile>> OpenModel(const ModelSpec& spec);
 
-// 4096 pages of 16 tokens, 1024 rows and 16 sample rows per step.
-BackendOptions Options(bool graphs, bool device_sampling = true);
+// 512 pages of 16 tokens per page group (1 + window_tables: KvLayout, WindowTables), 1024 rows and
+// 16 sample rows per step.
+BackendOptions Options(bool graphs, bool device_sampling = true, int32_t window_tables = 0);
+// The model's window page tables (KvLayout::For(config).window_tables).
+int32_t WindowTables(const model::ModelFile& file);
 
 // `len` token ids below `vocab`, different for each salt.
 std::vector<int32_t> Prompt(int64_t len, int64_t vocab, int64_t salt);

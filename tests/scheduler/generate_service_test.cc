@@ -122,6 +122,16 @@ class GenerateServiceTest : public ::testing::Test {
     return r;
   }
 
+  // Waits until every call has unregistered: a call does when it is destroyed, a moment after it
+  // ends (gRPC reports it done, or the last reference to a CallLife's call goes).
+  bool WaitNoOpenCalls(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (service_->open_calls() != 0 && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return service_->open_calls() == 0;
+  }
+
   // Waits until the worker holds no sequence and the scheduler is idle.
   bool WaitReleased(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
     const auto end = std::chrono::steady_clock::now() + timeout;
@@ -515,11 +525,7 @@ TEST_F(GenerateServiceTest, ClientCancelMidStreamReleases) {
   EXPECT_TRUE(WaitReleased());
   // The client sees CANCELLED as soon as it cancels; the call unregisters when gRPC reports it
   // done, a moment later.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (service_->open_calls() != 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  EXPECT_EQ(service_->open_calls(), 0);
+  EXPECT_TRUE(WaitNoOpenCalls());
 }
 
 TEST_F(GenerateServiceTest, DrainRefusesNewRequests) {
@@ -795,7 +801,7 @@ TEST_F(CallLifeTest, EveryPromptIsAdmittedPumpedAndReleased) {
   EXPECT_EQ(life->tokens(0), Expected(0, 11, 5));
   EXPECT_EQ(life->tokens(1), Expected(0, 12, 7));
   EXPECT_TRUE(WaitReleased());
-  EXPECT_EQ(service_->open_calls(), 0);
+  EXPECT_TRUE(WaitNoOpenCalls());
   // The connection's one slot came back with Close.
   auto again = NewLife({Request(3, 13)});
   EXPECT_TRUE(again->Open(nullptr).ok());
@@ -831,7 +837,7 @@ TEST_F(CallLifeTest, CancelBeforeAdmissionEndsTheCallWithoutSubmitting) {
   EXPECT_EQ(life->failed()->message(), "the client left early");
   EXPECT_EQ(life->admitted_prompts(), -1);
   EXPECT_EQ(worker_->plans(), 0);  // nothing reached the scheduler's worker
-  EXPECT_EQ(service_->open_calls(), 0);
+  EXPECT_TRUE(WaitNoOpenCalls());
 }
 
 TEST_F(CallLifeTest, CancelAfterAdmissionAbortsEveryPrompt) {
@@ -846,7 +852,7 @@ TEST_F(CallLifeTest, CancelAfterAdmissionAbortsEveryPrompt) {
   EXPECT_EQ(life->cancelled()->message(), "the client disconnected");
   worker_->SetGated(false);
   EXPECT_TRUE(WaitReleased());
-  EXPECT_EQ(service_->open_calls(), 0);
+  EXPECT_TRUE(WaitNoOpenCalls());
 }
 
 TEST_F(CallLifeTest, ARefusedPromptFailsTheCallAndCancelsTheOthers) {
@@ -862,7 +868,7 @@ TEST_F(CallLifeTest, ARefusedPromptFailsTheCallAndCancelsTheOthers) {
   EXPECT_EQ(life->admitted_prompts(), -1);
   worker_->SetGated(false);
   EXPECT_TRUE(WaitReleased());  // the first prompt's request was aborted
-  EXPECT_EQ(service_->open_calls(), 0);
+  EXPECT_TRUE(WaitNoOpenCalls());
 }
 
 TEST_F(CallLifeTest, AStepThatThrowsFailsOnlyThisCall) {
