@@ -637,6 +637,21 @@ def run_cli(*args, timeout=60, input=None):
     )
 
 
+def transformers_case_model(case, folder):
+    """Writes the random-weight model of the transformers goldens' case `case`
+    (tests/python/transformers_cases.py) to `folder`, as tools/transformers_goldens.py built it,
+    and returns (folder, the case's goldens: tests/python/goldens/transformers_forward.json)."""
+    sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "python"))
+    import transformers_cases as cases
+
+    r = run_cli(*cases.make_model_args(case, folder), timeout=120)
+    assert r.returncode == 0, f"astr make-model for {case}: {r.stderr}"
+    cases.apply_overrides(folder, cases.CASES[case][1])
+    with open(os.path.join(SOURCE_DIR, "tests", "python", "goldens",
+                           "transformers_forward.json")) as f:
+        return folder, json.load(f)["cases"][case]
+
+
 def default_model():
     """Path of the default model (scripts/default_model.sh), or None when it is not present."""
     script = os.path.join(SOURCE_DIR, "scripts", "default_model.sh")

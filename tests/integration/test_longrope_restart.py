@@ -6,9 +6,6 @@ scheduler restarts the sequence there (InfoResponse.longrope_original_context), 
 is transformers' own (tests/python/goldens/transformers_forward.json), with the prefix cache on,
 and concurrent requests do not disturb it."""
 
-import json
-import os
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,28 +14,25 @@ import pytest
 import harness
 from harness import request, unary
 
-sys.path.insert(0, os.path.join(harness.SOURCE_DIR, "tests", "python"))
-import transformers_cases as cases  # noqa: E402
-
 CASE = "phi3_longrope_crossing"
-GOLDENS = os.path.join(harness.SOURCE_DIR, "tests", "python", "goldens", "transformers_forward.json")
 
 
 @pytest.fixture(scope="module")
-def prompts():
-    with open(GOLDENS) as f:
-        return json.load(f)["cases"][CASE]["prompts"]
-
-
-@pytest.fixture(scope="module")
-def cluster(log_dir, tmp_path_factory):
+def model(tmp_path_factory):
     missing = harness.missing_binaries()
     if missing:
         pytest.skip(missing)
-    folder = str(tmp_path_factory.mktemp("phi3") / "model")
-    r = harness.run_cli(*cases.make_model_args(CASE, folder), timeout=120)
-    assert r.returncode == 0, r.stderr
-    cases.apply_overrides(folder, cases.CASES[CASE][1])
+    return harness.transformers_case_model(CASE, str(tmp_path_factory.mktemp("phi3") / "model"))
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    return model[1]["prompts"]
+
+
+@pytest.fixture(scope="module")
+def cluster(log_dir, model):
+    folder = model[0]
     c = harness.make_cluster(
         tempfile.mkdtemp(dir=log_dir),
         model=folder,

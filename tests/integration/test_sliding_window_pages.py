@@ -6,9 +6,6 @@ cache on, preemptions and a conversation's next turn reusing cached pages (a mat
 where the window's pages are held), every greedy id is transformers' own
 (tests/python/goldens/transformers_forward.json), and every page comes back."""
 
-import json
-import os
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,11 +14,7 @@ import pytest
 import harness
 from harness import request, unary
 
-sys.path.insert(0, os.path.join(harness.SOURCE_DIR, "tests", "python"))
-import transformers_cases as cases  # noqa: E402
-
 CASE = "gemma3_mqa_hd16_untied"
-GOLDENS = os.path.join(harness.SOURCE_DIR, "tests", "python", "goldens", "transformers_forward.json")
 PAGE_SIZE = 4
 PREFILL_CHUNK = 8
 # One sequence of 72 tokens is 18 token pages; one step reads at most 4 through the window of 5
@@ -31,22 +24,22 @@ NUM_PAGES = 40
 
 
 @pytest.fixture(scope="module")
-def gold():
-    with open(GOLDENS) as f:
-        g = json.load(f)
-    p = max(g["cases"][CASE]["prompts"], key=lambda p: len(p["ids"]))
+def model(tmp_path_factory):
+    missing = harness.missing_binaries()
+    if missing:
+        pytest.skip(missing)
+    return harness.transformers_case_model(CASE, str(tmp_path_factory.mktemp("gemma3") / "model"))
+
+
+@pytest.fixture(scope="module")
+def gold(model):
+    p = max(model[1]["prompts"], key=lambda p: len(p["ids"]))
     return p["ids"], p["greedy"]
 
 
 @pytest.fixture(scope="module")
-def cluster(log_dir, tmp_path_factory):
-    missing = harness.missing_binaries()
-    if missing:
-        pytest.skip(missing)
-    folder = str(tmp_path_factory.mktemp("gemma3") / "model")
-    r = harness.run_cli(*cases.make_model_args(CASE, folder), timeout=120)
-    assert r.returncode == 0, r.stderr
-    cases.apply_overrides(folder, cases.CASES[CASE][1])
+def cluster(log_dir, model):
+    folder = model[0]
     c = harness.make_cluster(
         tempfile.mkdtemp(dir=log_dir),
         model=folder,

@@ -644,6 +644,40 @@ TEST(BatchPlannerTest, PrefixCacheAPreemptedSequenceRestartsFromItsCachedPages) 
   EXPECT_EQ(h.queues().pool.num_free(), h.queues().pool.num_pages());
 }
 
+struct SharedPrefixLoad {
+  int max_prompt = 12;     // prompt tokens before the suffix: 1..max_prompt
+  int max_new = 10;        // max_tokens: 1..max_new
+  int scoring_one_in = 3;  // one request in this many scores its prompt
+};
+
+// 14 requests on one of three system prompts with random suffixes, n up to 3, some scoring their
+// prompt, arriving over the first steps; runs `h` to completion (RunToCompletion's checks), adds
+// its preemptions and cached tokens, and checks that the pool is whole, the cache flushed too.
+void RunSharedPrefixLoad(PlannerHarness* h, std::mt19937* rng, const SharedPrefixLoad& load,
+                         uint32_t trial, int64_t* preemptions, int64_t* cached) {
+  auto draw = [rng](int n) { return static_cast<int>((*rng)() % static_cast<uint32_t>(n)); };
+  std::vector<RequestState*> requests;
+  for (int r = 0; r < 14; ++r) {
+    std::vector<int32_t> prompt = Tokens(100 * (1 + draw(3)), 1 + draw(load.max_prompt));
+    const int suffix = draw(4);
+    for (int i = 0; i < suffix; ++i) prompt.push_back(500 + draw(50));
+    const int len = static_cast<int>(prompt.size());
+    const int logprob_start = draw(load.scoring_one_in) == 0 ? 1 + draw(len) : 0;
+    const int max_tokens = 1 + draw(load.max_new);
+    const int priority = draw(2);
+    const int n = 1 + draw(3);
+    requests.push_back(h->AddPrompt(std::string(1, static_cast<char>('a' + r)), prompt, max_tokens,
+                                    1000 + r, priority, n, logprob_start));
+    if (draw(3) == 0) h->Step();  // arrivals spread over the first steps
+  }
+  RunToCompletion(h, requests, trial, preemptions);
+  *cached += h->worker().cached_tokens();
+  const int64_t num_pages = h->queues().pool.num_pages();
+  EXPECT_EQ(h->queues().pool.num_free(), num_pages) << "trial " << trial;
+  h->queues().FlushCache();
+  EXPECT_EQ(h->queues().pool.num_unused(), num_pages) << "trial " << trial;
+}
+
 // Random load with shared prefixes (three system prompts, random suffixes, n up to 3, prompt
 // scoring) on pools far too small: every plan passes the fake's checks (reused K/V is the
 // sequence's own tokens, no write into a shared page), every output is exact, the cache is used,
@@ -658,25 +692,8 @@ TEST(BatchPlannerTest, PrefixCacheRandomSharedPrefixesOnATinyPoolCompleteWithExa
                       .max_sequences = 1 + static_cast<int64_t>(rng() % 6),
                       .prefill_chunk = 1 + static_cast<int64_t>(rng() % 8)},
                      num_pages, page_size, true);
-    std::vector<RequestState*> requests;
-    for (int r = 0; r < 14; ++r) {
-      std::vector<int32_t> prompt = Tokens(100 * (1 + static_cast<int>(rng() % 3)),
-                                           1 + static_cast<int>(rng() % 12));
-      const int suffix = static_cast<int>(rng() % 4);
-      for (int i = 0; i < suffix; ++i) prompt.push_back(500 + static_cast<int32_t>(rng() % 50));
-      const int len = static_cast<int>(prompt.size());
-      const int logprob_start = rng() % 3 == 0 ? 1 + static_cast<int>(rng() % len) : 0;
-      requests.push_back(h.AddPrompt(std::string(1, static_cast<char>('a' + r)), prompt,
-                                     1 + static_cast<int>(rng() % 10), 1000 + r,
-                                     static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 3),
-                                     logprob_start));
-      if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
-    }
-    RunToCompletion(&h, requests, trial, &preemptions);
-    cached += h.worker().cached_tokens();
-    EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
-    h.queues().FlushCache();
-    EXPECT_EQ(h.queues().pool.num_unused(), num_pages) << "trial " << trial;
+    RunSharedPrefixLoad(&h, &rng, {.max_prompt = 12, .max_new = 10, .scoring_one_in = 3}, trial,
+                        &preemptions, &cached);
   }
   EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
   EXPECT_GT(cached, 200) << "the prompts were meant to share prefixes";
@@ -762,24 +779,8 @@ TEST(BatchPlannerTest, WindowPagesRandomSharedPrefixesOnATinyPoolCompleteWithExa
                       .prefill_chunk = chunk},
                      num_pages, page_size, rng() % 4 != 0, window);
     ASSERT_GE(h.queues().pool.capacity_tokens(), 32) << "trial " << trial;
-    std::vector<RequestState*> requests;
-    for (int r = 0; r < 14; ++r) {
-      std::vector<int32_t> prompt =
-          Tokens(100 * (1 + static_cast<int>(rng() % 3)), 1 + static_cast<int>(rng() % 14));
-      const int suffix = static_cast<int>(rng() % 4);
-      for (int i = 0; i < suffix; ++i) prompt.push_back(500 + static_cast<int32_t>(rng() % 50));
-      const int len = static_cast<int>(prompt.size());
-      const int logprob_start = rng() % 4 == 0 ? 1 + static_cast<int>(rng() % len) : 0;
-      requests.push_back(h.AddPrompt(
-          std::string(1, static_cast<char>('a' + r)), prompt, 1 + static_cast<int>(rng() % 14),
-          1000 + r, static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 3), logprob_start));
-      if (rng() % 3 == 0) h.Step();  // arrivals spread over the first steps
-    }
-    RunToCompletion(&h, requests, trial, &preemptions);
-    cached += h.worker().cached_tokens();
-    EXPECT_EQ(h.queues().pool.num_free(), num_pages) << "trial " << trial;
-    h.queues().FlushCache();
-    EXPECT_EQ(h.queues().pool.num_unused(), num_pages) << "trial " << trial;
+    RunSharedPrefixLoad(&h, &rng, {.max_prompt = 14, .max_new = 14, .scoring_one_in = 4}, trial,
+                        &preemptions, &cached);
   }
   EXPECT_GT(preemptions, 20) << "the pools were meant to be too small";
   EXPECT_GT(cached, 200) << "the prompts were meant to share prefixes";
