@@ -1073,7 +1073,12 @@ TEST_F(WorkerExecutorTest, WindowPagesAreValidatedAndLetGoBehindTheWindow) {
     ASSERT_TRUE(ex.Execute(decode(pos, {}, {}), &result).ok());
     EXPECT_EQ(ex.counters().pages_in_use, 6) << pos;
   }
-  // Position 7 reads from 4 on: page 0's window ids (30, 31) are let go.
+  // Its next query (position 7) reads from 4 on: page 0's window ids (30, 31) are let go with
+  // the next plan, even one in which the sequence has no entry.
+  v1::StepPlan idle;
+  idle.set_step_id(step++);
+  ASSERT_TRUE(ex.Execute(idle, &result).ok());
+  EXPECT_EQ(ex.counters().pages_in_use, 4);
   ASSERT_TRUE(ex.Execute(decode(7, {}, {}), &result).ok());
   EXPECT_EQ(ex.counters().pages_in_use, 4);
   // Position 8 needs page 2 and its window ids.

@@ -174,6 +174,11 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
 
   for (uint64_t id : plan.release()) Release(id);
   for (const v1::SequenceStart& start : plan.start()) Start(start);
+  // The scheduler gave back, for this plan, every live sequence's window ids that no query from
+  // its next position on reads, whether or not the sequence has an entry in it.
+  if (limits_.kv_window_tables > 0) {
+    for (auto& [id, seq] : live_) DropBehindWindow(&seq, seq.num_computed);
+  }
 
   batch_.Clear();
   masks_used_ = 0;
@@ -188,7 +193,6 @@ Status WorkerExecutor::Execute(const v1::StepPlan& plan, v1::StepResult* result,
     for (int32_t page : entry.new_pages()) AddPage(seq, page);
     for (int32_t page : entry.new_window_pages()) AddWindowPage(seq, page);
     const int64_t begin = entry.start_position();
-    DropBehindWindow(seq, begin);
     const int64_t first_row = batch_.num_tokens();
     batch_.Append(seq->context.data() + begin, entry.num_tokens(), begin, seq->pages.data(),
                   limits_.page_size, entry.sample(), seq->window_pages.data(), seq->window_first,

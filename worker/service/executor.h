@@ -75,7 +75,7 @@ class WorkerExecutor {
     int64_t num_computed = 0;    // leading tokens whose K/V are in the pool
     std::vector<int32_t> pages;  // in sequence order
     // Window page ids (RunnerLimits::kv_window_tables per page) of pages [window_first, ...):
-    // those behind its queries' window are let go as the scheduler lets them go.
+    // those behind its next query's window are let go at each plan, as the scheduler lets them go.
     std::vector<int32_t> window_pages;
     int64_t window_first = 0;
     bool rope_long = false;  // LongRoPE: started holding more than the original context
