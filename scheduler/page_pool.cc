@@ -1,5 +1,6 @@
 #include "scheduler/page_pool.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace astr::sched {

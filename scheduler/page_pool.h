@@ -10,7 +10,6 @@
 // would not.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -62,8 +61,7 @@ class PagePool {
   int64_t IdsFor(int64_t token_pages) const { return token_pages * (1 + window_.tables); }
   // The first token page a query at `position` reads through the window list (0 without one).
   int64_t FirstWindowPage(int64_t position) const {
-    if (window_.tables == 0) return 0;
-    return std::max<int64_t>(0, position - window_.tokens + 1) / page_size_;
+    return window_.tables == 0 ? 0 : astr::FirstWindowPage(position, window_.tokens, page_size_);
   }
   // References on `page` (0 = free), the cache's included.
   int32_t refcount(int32_t page) const { return refcount_[page]; }

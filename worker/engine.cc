@@ -96,7 +96,7 @@ void Engine::Execute() {
     l.pages = start.pages;
     l.window_pages = start.window_pages;
     l.window_first = start.window_first;
-    const int32_t original = LongRopeOriginalContext(backend_->config());
+    const int32_t original = queues_.longrope_original;
     l.rope_long = original > 0 && static_cast<int64_t>(start.tokens.size()) > original;
     const std::span<const int32_t> prompt(l.context.data(), start.num_prompt_tokens);
     l.sampler = std::make_unique<SequenceSampler>(*start.params, start.sample_index, prompt);

@@ -21,6 +21,15 @@
 
 namespace astr {
 
+// The first page (of `page_size` tokens) that a query at `position` reads in layers whose sliding
+// window is `window` tokens (positions [position - window + 1, position]); 0 without a window.
+// Pages before it can go back to the pool (sliding-window page groups: worker/kv_pool.h KvLayout).
+inline int64_t FirstWindowPage(int64_t position, int64_t window, int64_t page_size) {
+  if (window <= 0) return 0;
+  const int64_t from = position - window + 1;
+  return from > 0 ? from / page_size : 0;
+}
+
 template <typename Pool>
 class PageList {
  public:

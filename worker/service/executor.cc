@@ -5,6 +5,7 @@
 #include <span>
 
 #include "common/base/clock.h"
+#include "common/base/page_list.h"
 #include "common/grpc/sampling_proto.h"
 #include "worker/rope.h"
 
@@ -46,8 +47,7 @@ void WorkerExecutor::Unref(int32_t page) {
 void WorkerExecutor::DropBehindWindow(Sequence* seq, int64_t position) {
   const int64_t tables = limits_.kv_window_tables;
   if (tables == 0) return;
-  const int64_t first =
-      std::max<int64_t>(0, position - limits_.kv_window_tokens + 1) / limits_.page_size;
+  const int64_t first = FirstWindowPage(position, limits_.kv_window_tokens, limits_.page_size);
   if (first <= seq->window_first) return;
   const int64_t drop = (first - seq->window_first) * tables;
   for (int64_t i = 0; i < drop; ++i) Unref(seq->window_pages[i]);

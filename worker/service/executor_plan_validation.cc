@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "common/base/page_list.h"
 #include "worker/service/executor.h"
 
 namespace astr {
@@ -84,9 +85,9 @@ Status WorkerExecutor::ValidateStart(const v1::SequenceStart& start, int index) 
   const int64_t first = start.window_first_page();
   // The first query (at num_cached_tokens) reads the window from this page on.
   const int64_t reads_from =
-      tables == 0 ? 0
-                  : std::max<int64_t>(0, start.num_cached_tokens() - limits_.kv_window_tokens + 1) /
-                        limits_.page_size;
+      tables == 0
+          ? 0
+          : FirstWindowPage(start.num_cached_tokens(), limits_.kv_window_tokens, limits_.page_size);
   if (first < 0 || first > reads_from || first > start.pages_size()) {
     return InvalidArgumentError(
         where + ".window_first_page: " + std::to_string(first) + " out of range [0, " +

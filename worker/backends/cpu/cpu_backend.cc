@@ -378,18 +378,19 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const model::ModelFile& file
   int threads = options.threads > 0
                     ? options.threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t slots = KvLayout::For(c).slots;  // layers per page id
   int64_t pages = options.num_pages;
   if (pages <= 0) {
-    pages = KvPool::PagesForBytes(options.kv_cache_bytes, KvLayout::For(c).slots, options.page_size,
-                                  c.num_kv_heads, c.head_dim);
+    pages = KvPool::PagesForBytes(options.kv_cache_bytes, slots, options.page_size, c.num_kv_heads,
+                                  c.head_dim);
     if (pages < 1) {
       return InvalidArgumentError("kv cache of " + std::to_string(options.kv_cache_bytes) +
                                   " bytes holds no page of " + std::to_string(options.page_size) +
                                   " tokens");
     }
   }
-  ASTR_ASSIGN_OR_RETURN(auto kv, KvPool::Create(KvLayout::For(c).slots, pages, options.page_size,
-                                                c.num_kv_heads, c.head_dim));
+  ASTR_ASSIGN_OR_RETURN(
+      auto kv, KvPool::Create(slots, pages, options.page_size, c.num_kv_heads, c.head_dim));
   const bool progress = c.ParameterCount() > 50'000'000;
   cpu::ThreadPool load_pool(threads);
   ASTR_ASSIGN_OR_RETURN(CpuWeights weights, LoadCpuWeights(file, type, &load_pool, progress));
