@@ -261,3 +261,41 @@ TEST(CpuModelTest, InvalidBatchIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace astr
+
+namespace astr {
+namespace {
+
+// A model whose sliding-window layers have page groups of their own (KvLayout) takes step batches
+// that carry its window page tables; one without them is refused, naming them.
+TEST(CpuModelTest, WindowPageTablesMustMatchThePool) {
+  const std::string dir = testing::TempDir("hf_gemma3_window");
+  const std::string cmd = testing::BinDir() +
+                          "/astr make-model --arch gemma3 --format hf --dtype bf16 --out " + dir +
+                          " --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 96"
+                          " --vocab 300 --seed 3 --sliding-window 4 --sliding-window-pattern 2"
+                          " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto file = OpenOrDie(dir);
+  ASSERT_NE(file, nullptr);
+  auto backend = MakeBackend(*file, "f32", 4);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->kv_window_tables(), 1);  // layer 0 slides, layer 1 is global
+  std::vector<float> logits(300);
+  const int32_t tokens[2] = {5, 6};
+  const int32_t page = 0, window_page = 1;
+  StepBatch b;
+  b.Clear();
+  b.Append(tokens, 2, 0, &page, 4, true);
+  const Status s = backend->Forward(b, logits.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("0 window page tables, the pool has 1"), std::string::npos)
+      << s.message();
+  b.set_window_tables(1);
+  b.Clear();
+  b.Append(tokens, 2, 0, &page, 4, true, &window_page, 0);
+  EXPECT_TRUE(backend->Forward(b, logits.data()).ok());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace astr
