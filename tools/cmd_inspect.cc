@@ -74,6 +74,14 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"bos_token_id", c.bos_token_id},
             {"eos_token_ids", c.eos_token_ids}};
+  if (c.num_experts > 0) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["moe_layer_step"] = c.moe_layer_step;
+    j["dense_layers"] = c.dense_layers;
+  }
   j["parameter_count"] = checked ? json(c.ParameterCount()) : json(nullptr);
   return j;
 }

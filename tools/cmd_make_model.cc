@@ -119,9 +119,11 @@ struct Options {
   std::string arch = "llama", out, format = "gguf", dtype, dtype_of, hidden_act = "silu";
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
   int64_t seed = 0, max_context_tokens = 2048, sliding_window = 0, sliding_window_pattern = 0;
-  double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02, attn_softcap = 50.0,
-         final_softcap = 30.0;
-  bool tie = false, qk_norm = false, gated = false;
+  double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02, router_std = 0.0,
+         attn_softcap = 50.0, final_softcap = 30.0;
+  bool tie = false, qk_norm = false, gated = false, norm_topk_prob = false;
+  int64_t experts = 8, experts_per_tok = 2, moe_ffn = 0, moe_layer_step = 1;
+  std::string dense_layers;
 };
 
 StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
@@ -155,6 +157,30 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.qkv_bias = true;
   } else if (o.arch == "qwen3") {
     c.qk_norm = model::QkNorm::kBeforeRope;
+  } else if (o.arch == "mixtral") {
+    // Mistral's layer, every MLP a mixture of --experts of --ffn (HF only: GGUF Mixtral is llama).
+    c.num_experts = o.experts;
+    c.num_experts_per_tok = o.experts_per_tok;
+    c.moe_intermediate_size = o.ffn;
+    c.norm_topk_prob = true;
+  } else if (o.arch == "qwen3_moe") {
+    c.qk_norm = model::QkNorm::kBeforeRope;
+    c.num_experts = o.experts;
+    c.num_experts_per_tok = o.experts_per_tok;
+    c.moe_intermediate_size = o.moe_ffn > 0 ? o.moe_ffn : o.ffn;
+    c.norm_topk_prob = o.norm_topk_prob;
+    c.moe_layer_step = o.moe_layer_step;
+    for (size_t b = 0, e; !o.dense_layers.empty() && b <= o.dense_layers.size(); b = e + 1) {
+      e = o.dense_layers.find(',', b);
+      if (e == std::string::npos) e = o.dense_layers.size();
+      const std::string item = o.dense_layers.substr(b, e - b);
+      char* end = nullptr;
+      const long long l = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0') {
+        return InvalidArgumentError("--dense-layers: '" + item + "' is not a layer index");
+      }
+      c.dense_layers.push_back(l);
+    }
   } else if (o.arch == "autoregressive_lm") {
     c.rope_layout = model::RopeLayout::kInterleaved;
     c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
@@ -182,10 +208,14 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.norm_weight_offset = o.format == "hf" ? 1.0 : 0.0;  // llama.cpp's converter stores 1 + w
   } else {
     return InvalidArgumentError(
-        "--arch must be llama, mistral, qwen2, qwen3, autoregressive_lm, gemma2, gemma3 or phi3");
+        "--arch must be llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, autoregressive_lm, "
+        "gemma2, gemma3 or phi3");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
+  }
+  if (!(o.router_std >= 0.0 && o.router_std <= 8.0)) {
+    return InvalidArgumentError("--router-std must be in [0, 8]");
   }
   ASTR_RETURN_IF_ERROR(c.Validate());
   return c;
@@ -235,13 +265,15 @@ model::DType StoredDType(const model::WeightSpec& w, model::DType requested, boo
 
 template <typename Writer>
 Status StreamWeights(const std::vector<model::WeightSpec>& specs,
-                     const std::vector<model::DType>& dtypes, uint64_t seed, double init_std,
-                     double norm_offset, Writer* w) {
+                     const std::vector<model::DType>& dtypes, uint64_t seed, double default_std,
+                     double router_std, double norm_offset, Writer* w) {
   std::vector<float> f32(kChunkElements);
   std::vector<uint8_t> bytes;
   for (size_t t = 0; t < specs.size(); ++t) {
     int64_t n = 1;
     for (int64_t d : specs[t].shape) n *= d;
+    const double init_std =
+        specs[t].name.ends_with(".router") && router_std > 0.0 ? router_std : default_std;
     const bool random_blocks = !model::DTypeWritable(dtypes[t]);
     const float block_scale = random_blocks ? RandomBlockScale(dtypes[t], init_std) : 0.0f;
     const uint64_t key = SplitMix64(seed * 0x100000001B3ull + t);
@@ -289,10 +321,32 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
   for (size_t i = 0; i < specs.size();) {
     std::string layer, rest;
     const model::FusedTensorNames* fused = nullptr;
-    if (arch != nullptr && model::SplitLayerName(specs[i].name, "layers.", &layer, &rest)) {
+    const bool in_layer =
+        arch != nullptr && model::SplitLayerName(specs[i].name, "layers.", &layer, &rest);
+    if (in_layer) {
       for (const model::FusedTensorNames& f : arch->fused_names) {
         if (f.parts[0] == rest) fused = &f;
       }
+    }
+    // GGUF stacks each part of a MoE layer's experts (ExpectedWeights lists them part by part).
+    if (gguf && in_layer && rest.starts_with("experts.0.")) {
+      const std::string part = rest.substr(std::string("experts.0.").size());
+      const std::string prefix = "layers." + layer + ".experts.";
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const size_t k = i + static_cast<size_t>(e);
+        if (k >= specs.size() || specs[k].name != prefix + std::to_string(e) + "." + part) {
+          return InternalError("expert tensors of layer " + layer + " are not consecutive");
+        }
+        if (dtypes[k] != dtypes[i]) {
+          return InvalidArgumentError("--dtype-of: " + specs[k].name + " is stored stacked with " +
+                                      specs[i].name + " in GGUF and takes its type");
+        }
+      }
+      out.push_back({model::GgufNameFromCanonical(c.architecture, specs[i].name),
+                     {c.num_experts, specs[i].shape[0], specs[i].shape[1]},
+                     dtypes[i]});
+      i += static_cast<size_t>(c.num_experts);
+      continue;
     }
     if (fused == nullptr) {
       const std::string name = gguf ? model::GgufNameFromCanonical(c.architecture, specs[i].name)
@@ -331,11 +385,11 @@ Status MakeModel(const Options& o) {
     return InvalidArgumentError(
         "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
   }
-  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "gemma2" &&
-      o.arch != "gemma3" && o.arch != "phi3") {
+  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" &&
+      o.arch != "qwen3_moe" && o.arch != "gemma2" && o.arch != "gemma3" && o.arch != "phi3") {
     return InvalidArgumentError(
-        "--format gguf supports --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 (not " + o.arch +
-        "); use --format hf");
+        "--format gguf supports --arch llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3 (not " +
+        o.arch + "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
                         model::ParseDType(o.dtype.empty() ? (gguf ? "f16" : "bf16") : o.dtype));
@@ -382,7 +436,8 @@ Status MakeModel(const Options& o) {
                           FileTensors(config, specs, dtypes, /*gguf=*/true));
     for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
-    return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
+    return StreamWeights(specs, dtypes, seed, o.init_std, o.router_std, config.norm_weight_offset,
+                         &w);
   }
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
@@ -397,17 +452,19 @@ Status MakeModel(const Options& o) {
                         FileTensors(config, specs, dtypes, /*gguf=*/false));
   for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
-  return StreamWeights(specs, dtypes, seed, o.init_std, config.norm_weight_offset, &w);
+  return StreamWeights(specs, dtypes, seed, o.init_std, o.router_std, config.norm_weight_offset,
+                       &w);
 }
 
 int RunMakeModel(int argc, const char* const* argv) {
   Options o;
   FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
   fs.String("arch", &o.arch,
-            "llama | mistral | qwen2 | qwen3 | autoregressive_lm | gemma2 | gemma3 | phi3.");
+            "llama | mistral | mixtral | qwen2 | qwen3 | qwen3_moe | autoregressive_lm | gemma2 | "
+            "gemma3 | phi3.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format,
-            "gguf (llama, qwen2, qwen3, gemma2, gemma3, phi3) or hf (every arch).");
+            "gguf (llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3) or hf (every arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
@@ -446,10 +503,27 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");
+  fs.Int("experts", &o.experts, "qwen3_moe, mixtral: experts per MoE layer.");
+  fs.Int("experts-per-tok", &o.experts_per_tok,
+         "qwen3_moe, mixtral: experts each token is routed to.");
+  fs.Int("moe-ffn", &o.moe_ffn,
+         "qwen3_moe: each expert's intermediate size (0: --ffn, which the dense layers keep).");
+  fs.Double(
+      "router-std", &o.router_std,
+      "qwen3_moe, mixtral: standard deviation of the random router weights (0: --init-std); larger "
+      "values make routing decisive, as a trained router's is (tests).");
+  fs.Bool("norm-topk-prob", &o.norm_topk_prob,
+          "qwen3_moe: renormalize the chosen experts' weights to sum 1 (default on; GGUF "
+          "qwen3moe always does).");
+  fs.Int("decoder-sparse-step", &o.moe_layer_step,
+         "qwen3_moe: layer l is MoE when (l + 1) is a multiple of this (hf only for > 1).");
+  fs.String("dense-layers", &o.dense_layers,
+            "qwen3_moe: comma-separated layers that keep a dense MLP (mlp_only_layers; hf only).");
   fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
   fs.Bool("gated-attention", &o.gated,
           "autoregressive_lm: sigmoid-gated attention output (default on).");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
+  if (o.arch == "qwen3_moe" && !fs.WasSet("norm-topk-prob")) o.norm_topk_prob = true;
   if (o.arch == "autoregressive_lm") {
     if (!fs.WasSet("qk-norm")) o.qk_norm = true;
     if (!fs.WasSet("gated-attention")) o.gated = true;

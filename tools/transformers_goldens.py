@@ -18,6 +18,8 @@ For each case of tests/python/transformers_cases.py it writes the random-weight 
   * `top`: the TOP_N best [id, logprob] pairs at each step;
   * `min_gap`: the smallest logit gap between the best and the second-best id over the steps (a
     small one means a near-tie that float rounding could flip);
+  * `route_margin` (mixture-of-experts models): per position of prompt + greedy ids, the smallest
+    gap over the MoE layers between the k-th and (k+1)-th router logit (a routing near-tie);
 the same again with every weight rounded to bf16 (computed in float32; keys suffixed `_bf16w`),
 which the bf16 backends are compared with; per case the SHA-256 of every tensor
 (`weights_sha256`), so that CI can tell a change of make-model's weights from a change of the
@@ -62,7 +64,10 @@ def greedy_run(torch, model, ids: list[int]) -> dict:
                              return_dict_in_generate=True)
         greedy = gen.sequences[0, len(ids):].tolist()
         gen_logp = [torch.log_softmax(step[0].double(), dim=-1) for step in gen.logits]
-        logits = model(torch.tensor([ids + greedy])).logits[0].double()
+        moe = getattr(model.config, "num_experts_per_tok", 0)
+        out = model(torch.tensor([ids + greedy]), **({"output_router_logits": True} if moe else {}))
+        logits = out.logits[0].double()
+        margins = route_margins(torch, out.router_logits, moe) if moe else None
     steps = logits[len(ids) - 1: len(ids) - 1 + len(greedy)]
     logp = torch.log_softmax(steps, dim=-1)
     top = torch.topk(logp, cases.TOP_N, dim=-1)
@@ -83,7 +88,21 @@ def greedy_run(torch, model, ids: list[int]) -> dict:
         "min_gap": round(float((two[:, 0] - two[:, 1]).min()), 7),
         # The teacher-forced argmax must be the generated ids (same model, same ids).
         "argmax_agrees": steps.argmax(-1).tolist() == greedy,
+        **({"route_margin": margins} if margins is not None else {}),
     }
+
+
+def route_margins(torch, router_logits, k: int) -> list[float]:
+    """Mixture of experts: per position of the teacher-forced sequence, the smallest gap over the
+    MoE layers between the k-th and the (k+1)-th largest router logit (0 when every expert is
+    chosen). A small one is a routing near-tie that rounding (bf16 activations) could flip."""
+    best = None
+    for layer in router_logits:
+        logits = layer.double()
+        top = torch.topk(logits, min(k + 1, logits.shape[-1]), dim=-1).values
+        gap = top[:, k - 1] - top[:, k] if top.shape[-1] > k else torch.zeros(top.shape[0])
+        best = gap if best is None else torch.minimum(best, gap)
+    return [round(float(g), 7) for g in best]
 
 
 def main() -> int:
@@ -149,7 +168,7 @@ def main() -> int:
             print(f"{name}: {type(model).__name__}, min top-2 gaps {gaps}", file=sys.stderr)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, indent=2)
         f.write("\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

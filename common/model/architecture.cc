@@ -5,8 +5,10 @@ namespace astr::model {
 // The descriptions (common/model/arch/*.cc).
 extern const Architecture kLlamaArchitecture;
 extern const Architecture kMistralArchitecture;
+extern const Architecture kMixtralArchitecture;
 extern const Architecture kQwen2Architecture;
 extern const Architecture kQwen3Architecture;
+extern const Architecture kQwen3MoeArchitecture;
 extern const Architecture kAutoregressiveLmArchitecture;
 extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
@@ -32,7 +34,17 @@ constexpr TensorNames kLayerNames[] = {
     {"gate_proj", "ffn_gate.weight", "mlp.gate_proj.weight"},
     {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
     {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
+    {"router", "ffn_gate_inp.weight", "mlp.gate.weight"},
 };
+// The experts' tensors of Qwen-MoE (and the default of every MoE architecture).
+const std::vector<ExpertTensorNames> kExpertNames = {
+    {"gate_proj", "ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight"},
+    {"up_proj", "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight"},
+    {"down_proj", "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight"},
+};
+const std::vector<ExpertTensorNames>& ExpertNames(const Architecture* arch) {
+  return arch != nullptr && !arch->expert_names.empty() ? arch->expert_names : kExpertNames;
+}
 constexpr TensorNames kGlobalNames[] = {
     {"embed", "token_embd.weight", "model.embed_tokens.weight"},
     {"final_norm", "output_norm.weight", "model.norm.weight"},
@@ -45,6 +57,29 @@ const char* Pick(const TensorNames& n, Side s) {
 }
 const char* LayerPrefix(Side s) {
   return s == Side::kCanonical ? "layers." : s == Side::kGguf ? "blk." : "model.layers.";
+}
+
+// An expert's tensor: "experts.E.part" (canonical), the HF pattern with E in it, or (GGUF, from the
+// canonical side only) the stacked tensor. "" when `rest` is none.
+std::string MapExpertSuffix(const Architecture* arch, const std::string& rest, Side from, Side to) {
+  if (arch == nullptr || !arch->moe || from == Side::kGguf) return "";
+  for (const ExpertTensorNames& n : ExpertNames(arch)) {
+    const std::string hf = n.hf;
+    const size_t at = hf.find("{e}");
+    const std::string before = from == Side::kHf ? hf.substr(0, at) : std::string("experts.");
+    const std::string after =
+        from == Side::kHf ? hf.substr(at + 3) : std::string(".") + n.canonical;
+    if (rest.size() <= before.size() + after.size() || !rest.starts_with(before) ||
+        !rest.ends_with(after)) {
+      continue;
+    }
+    const std::string e = rest.substr(before.size(), rest.size() - before.size() - after.size());
+    if (e.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (to == Side::kGguf) return n.gguf_stacked;
+    if (to == Side::kHf) return hf.substr(0, at) + e + hf.substr(at + 3);
+    return "experts." + e + "." + n.canonical;
+  }
+  return "";
 }
 
 // The suffix of a layer tensor on side `to`, from its suffix on side `from`; null when unmapped.
@@ -72,7 +107,11 @@ std::string MapName(const std::string& arch_name, const std::string& name, Side 
   }
   std::string layer, rest;
   if (!SplitLayerName(name, LayerPrefix(from), &layer, &rest)) return "";
-  const char* mapped = MapLayerSuffix(FindArchitecture(arch_name), rest, from, to);
+  const Architecture* arch = FindArchitecture(arch_name);
+  if (std::string expert = MapExpertSuffix(arch, rest, from, to); !expert.empty()) {
+    return LayerPrefix(to) + layer + "." + expert;
+  }
+  const char* mapped = MapLayerSuffix(arch, rest, from, to);
   return mapped == nullptr ? "" : LayerPrefix(to) + layer + "." + mapped;
 }
 
@@ -105,6 +144,7 @@ int64_t CanonicalRows(const ModelConfig& c, const std::string& part) {
   if (part == "k_proj" || part == "v_proj") return c.num_kv_heads * c.head_dim;
   if (part == "gate_proj" || part == "up_proj") return c.intermediate_size;
   if (part == "o_proj" || part == "down_proj") return c.hidden_size;
+  if (part == "router") return c.num_experts;
   return 0;
 }
 
@@ -125,6 +165,21 @@ bool MatchFusedTensor(const std::string& arch, const std::string& file_name, boo
   return false;
 }
 
+bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,
+                         std::string* part) {
+  const Architecture* a = FindArchitecture(arch);
+  if (a == nullptr || !a->moe) return false;
+  std::string rest;
+  if (!SplitLayerName(file_name, LayerPrefix(Side::kGguf), layer, &rest)) return false;
+  for (const ExpertTensorNames& n : ExpertNames(a)) {
+    if (rest == n.gguf_stacked) {
+      *part = n.canonical;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool SplitLayerName(const std::string& name, const std::string& prefix, std::string* layer,
                     std::string* rest) {
   if (name.compare(0, prefix.size(), prefix) != 0) return false;
@@ -139,8 +194,10 @@ bool SplitLayerName(const std::string& name, const std::string& prefix, std::str
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {&kLlamaArchitecture,
                                                        &kMistralArchitecture,
+                                                       &kMixtralArchitecture,
                                                        &kQwen2Architecture,
                                                        &kQwen3Architecture,
+                                                       &kQwen3MoeArchitecture,
                                                        &kAutoregressiveLmArchitecture,
                                                        &kGemma2Architecture,
                                                        &kGemma3Architecture,

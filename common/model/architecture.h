@@ -35,6 +35,17 @@ struct FusedTensorNames {
   std::vector<std::string> parts;  // canonical suffixes, in row order (CanonicalRows each)
 };
 
+// The tensors of one expert of a mixture-of-experts layer: the canonical part ("gate_proj": the
+// expert's tensor is layers.N.experts.E.gate_proj), its HF layer suffix with "{e}" where the expert
+// index goes ("mlp.experts.{e}.gate_proj.weight"), and the GGUF layer suffix of the tensor that
+// stacks every expert's ("ffn_gate_exps.weight", [experts, rows, cols]; the model file exposes
+// each expert's rows as its own tensor).
+struct ExpertTensorNames {
+  const char* canonical;
+  const char* gguf_stacked;
+  const char* hf;
+};
+
 struct Architecture {
   const char* name;  // ModelConfig::architecture
   // config.json model_type values read as this architecture; the first is written.
@@ -46,6 +57,11 @@ struct Architecture {
   std::vector<TensorNames> layer_names;
   // Layer tensors the files hold fused.
   std::vector<FusedTensorNames> fused_names;
+  // Mixture of experts: whether the architecture has MoE layers (ModelConfig::num_experts; the
+  // others refuse a config with experts), and its expert tensors' names (empty: Qwen-MoE's,
+  // kExpertNames in architecture.cc).
+  bool moe = false;
+  std::vector<ExpertTensorNames> expert_names;
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;
@@ -104,6 +120,11 @@ int64_t CanonicalRows(const ModelConfig& config, const std::string& part);
 // architecture `arch`: then its layer ("3") and description.
 bool MatchFusedTensor(const std::string& arch, const std::string& file_name, bool gguf,
                       std::string* layer, const FusedTensorNames** fused);
+
+// Whether file tensor `file_name` (GGUF) stacks one tensor of every expert of a MoE layer
+// (ffn_gate_exps.weight, ...): then its layer and the canonical part of each expert ("gate_proj").
+bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,
+                         std::string* part);
 
 // Splits "<prefix><digits>.<rest>" (e.g. "layers.3.q_proj" with prefix "layers."); false when
 // `name` does not have that form.

@@ -102,6 +102,31 @@ Status ModelConfig::Validate() const {
       return Bad("original_max_position_embeddings", "must be > 0 for LongRoPE");
     }
   }
+  if (num_experts < 0)
+    return Bad("num_experts", "must be >= 0, got " + std::to_string(num_experts));
+  if (num_experts > 0) {
+    if (num_experts > 4096) {
+      return Bad("num_experts", "must be at most 4096, got " + std::to_string(num_experts));
+    }
+    if (num_experts_per_tok < 1 || num_experts_per_tok > num_experts) {
+      return Bad("num_experts_per_tok",
+                 "must be in [1, num_experts = " + std::to_string(num_experts) + "], got " +
+                     std::to_string(num_experts_per_tok));
+    }
+    if (moe_intermediate_size <= 0) {
+      return Bad("moe_intermediate_size",
+                 "must be positive, got " + std::to_string(moe_intermediate_size));
+    }
+    if (moe_layer_step < 1) {
+      return Bad("decoder_sparse_step", "must be >= 1, got " + std::to_string(moe_layer_step));
+    }
+    for (int64_t l : dense_layers) {
+      if (l < 0 || l >= num_layers) {
+        return Bad("mlp_only_layers",
+                   "holds layer " + std::to_string(l) + " of " + std::to_string(num_layers));
+      }
+    }
+  }
   if (bos_token_id >= vocab_size) {
     return Bad("bos_token_id", std::to_string(bos_token_id) + " is outside the vocabulary");
   }
@@ -120,6 +145,25 @@ int64_t ModelConfig::LayerWindow(int64_t l) const {
 
 bool ModelConfig::LayerUsesLocalRope(int64_t l) const {
   return rope_local_theta > 0.0 && LayerWindow(l) > 0;
+}
+
+bool ModelConfig::LayerIsMoe(int64_t l) const {
+  if (num_experts <= 0 || moe_layer_step < 1 || (l + 1) % moe_layer_step != 0) return false;
+  return std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
+}
+
+bool ModelConfig::HasDenseLayers() const {
+  for (int64_t l = 0; l < num_layers; ++l) {
+    if (!LayerIsMoe(l)) return true;
+  }
+  return false;
+}
+
+bool ModelConfig::HasMoeLayers() const {
+  for (int64_t l = 0; l < num_layers; ++l) {
+    if (LayerIsMoe(l)) return true;
+  }
+  return false;
 }
 
 float ModelConfig::AttnScale() const {
@@ -162,9 +206,22 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     }
     w.push_back({p + "o_proj", {c.hidden_size, q_dim}});
     w.push_back({p + "mlp_norm", {c.hidden_size}});
-    w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});
-    w.push_back({p + "up_proj", {c.intermediate_size, c.hidden_size}});
-    w.push_back({p + "down_proj", {c.hidden_size, c.intermediate_size}});
+    if (c.LayerIsMoe(i)) {
+      // Part by part (every expert's gate_proj, then up_proj, then down_proj): GGUF stacks them.
+      w.push_back({p + "router", {c.num_experts, c.hidden_size}});
+      const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
+      for (const auto& [part, shape] : {std::pair{"gate_proj", std::vector<int64_t>{f, h}},
+                                        std::pair{"up_proj", std::vector<int64_t>{f, h}},
+                                        std::pair{"down_proj", std::vector<int64_t>{h, f}}}) {
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          w.push_back({p + "experts." + std::to_string(e) + "." + part, shape});
+        }
+      }
+    } else {
+      w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});
+      w.push_back({p + "up_proj", {c.intermediate_size, c.hidden_size}});
+      w.push_back({p + "down_proj", {c.hidden_size, c.intermediate_size}});
+    }
     if (c.sandwich_norms) {
       w.push_back({p + "post_attn_norm", {c.hidden_size}});
       w.push_back({p + "post_mlp_norm", {c.hidden_size}});
@@ -392,6 +449,9 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
   if (arch == nullptr || arch->write_hf == nullptr || arch->hf_model_types.empty()) {
     return InvalidArgumentError("no HF model_type for architecture '" + c.architecture + "'");
   }
+  if (c.num_experts > 0 && !arch->moe) {
+    return InvalidArgumentError("architecture '" + c.architecture + "' has no mixture of experts");
+  }
   json j = {{"model_type", arch->hf_model_types[0]},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},
@@ -568,6 +628,9 @@ Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
   if (arch == nullptr || arch->write_gguf == nullptr || arch->gguf_names.empty()) {
     return InvalidArgumentError("GGUF output does not support architecture '" + c.architecture +
                                 "'");
+  }
+  if (c.num_experts > 0 && !arch->moe) {
+    return InvalidArgumentError("architecture '" + c.architecture + "' has no mixture of experts");
   }
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3 ||
       c.rope_scaling.type == RopeScaling::Type::kLongRope) {

@@ -12,6 +12,9 @@
 //     h  = RmsNorm(x, mlp_norm)
 //     m  = (act(h . gate_proj) * (h . up_proj)) . down_proj;  m = RmsNorm(m, post_mlp_norm)
 //     (sandwich) x += m
+//   where a mixture-of-experts layer (LayerIsMoe) computes m instead as
+//     p  = softmax(h . router);  E = the num_experts_per_tok largest p (p renormalized over E when
+//     norm_topk_prob);  m = sum over e in E, in expert order, of p_e * expert e's MLP(h)
 //   logits = final_cap(RmsNorm(x, final_norm) . lm_head)
 //
 // where RmsNorm(v, w) = v / rms(v) * (w + norm_weight_offset) and cap(s) = c * tanh(s / c) for the
@@ -115,6 +118,17 @@ struct ModelConfig {
   // Added to every RmsNorm weight (norms, q/k norms) when it is applied: Gemma's HF checkpoints
   // store w for a scale of (1 + w), so 1 for them; llama.cpp's converter stores 1 + w, so 0.
   double norm_weight_offset = 0.0;
+  // Mixture of experts (Qwen3-MoE): 0 = every layer is dense. A MoE layer routes each token to
+  // num_experts_per_tok of num_experts MLPs of moe_intermediate_size (header comment).
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  // Layer l is MoE when num_experts > 0, (l + 1) % moe_layer_step == 0 (Qwen's
+  // decoder_sparse_step) and l is not in dense_layers (Qwen's mlp_only_layers); the others keep
+  // the dense MLP of intermediate_size.
+  int64_t moe_layer_step = 1;
+  std::vector<int64_t> dense_layers;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -125,6 +139,11 @@ struct ModelConfig {
   // Layer l's sliding window (0 = global attention) and whether it uses rope_local_theta.
   int64_t LayerWindow(int64_t l) const;
   bool LayerUsesLocalRope(int64_t l) const;
+  // Whether layer l's MLP is a mixture of experts (num_experts above).
+  bool LayerIsMoe(int64_t l) const;
+  // Whether some layer is dense / MoE.
+  bool HasDenseLayers() const;
+  bool HasMoeLayers() const;
   // The softmax scale attention uses (attn_scale, or 1 / sqrt(head_dim)).
   float AttnScale() const;
   // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config
@@ -149,6 +168,10 @@ struct ModelConfig {
 //   layers.{i}.gate_proj [intermediate, hidden]  up_proj [intermediate, hidden]
 //   layers.{i}.down_proj [hidden, intermediate]
 //   layers.{i}.post_attn_norm [hidden]  post_mlp_norm [hidden]               (sandwich_norms)
+// A MoE layer (LayerIsMoe) holds instead of gate_proj / up_proj / down_proj
+//   layers.{i}.router    [num_experts, hidden]
+//   layers.{i}.experts.{e}.gate_proj, up_proj [moe_intermediate, hidden]  down_proj [hidden,
+//   moe_intermediate]   for e in [0, num_experts)
 // q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
 // num_layers: as ParameterCount, build it only for a config the weights confirm.
 struct WeightSpec {

@@ -116,6 +116,36 @@ void ModelFile::AddFused(const TensorView& view, const std::string& layer,
   }
 }
 
+void ModelFile::AddStackedExperts(const TensorView& view, const std::string& layer,
+                                  const std::string& part) {
+  const std::string prefix = "layers." + layer + ".experts.";
+  const int64_t experts = config_.num_experts;
+  const int64_t rows = part == "down_proj" ? config_.hidden_size : config_.moe_intermediate_size;
+  const std::string a = GgufArchitecture() + ".";
+  const std::string row_key =
+      part == "down_proj" ? a + "embedding_length" : a + "expert_feed_forward_length";
+  const bool fits = view.shape.size() == 3 && view.shape[0] == experts && view.shape[1] == rows;
+  NoteLayer("layers." + layer + "." + part);
+  for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
+    const std::string canonical = prefix + std::to_string(e) + "." + part;
+    auto bytes = DTypeByteSize(view.dtype, fits ? rows * view.shape[2] : 0);
+    if (!fits || !bytes.ok()) {
+      unreadable_[canonical] = InvalidArgumentError(
+          path_ + ": tensor '" + view.source_name + "' has shape " + ShapeToString(view.shape) +
+          ", expected [" + a + "expert_count = " + std::to_string(experts) + ", " + row_key +
+          " = " + std::to_string(rows) + ", cols] (it holds " + canonical + ")");
+      continue;
+    }
+    TensorView expert = view;
+    expert.name = canonical;
+    expert.source_name = view.source_name + "[" + std::to_string(e) + "]";
+    expert.shape = {rows, view.shape[2]};
+    expert.data = static_cast<const uint8_t*>(view.data) + e * *bytes;
+    expert.bytes = *bytes;
+    AddTensor(std::move(expert));
+  }
+}
+
 void ModelFile::NoteLayer(const std::string& canonical) {
   std::string layer, rest;
   if (!SplitLayerName(canonical, "layers.", &layer, &rest)) return;
@@ -132,6 +162,10 @@ Status ModelFile::OpenGguf() {
     const FusedTensorNames* fused = nullptr;
     if (MatchFusedTensor(config_.architecture, t.name, /*gguf=*/true, &layer, &fused)) {
       AddFused(TensorView{t.name, t.name, t.dtype, t.shape, t.data, t.bytes}, layer, *fused);
+      continue;
+    }
+    if (std::string part; MatchStackedExperts(config_.architecture, t.name, &layer, &part)) {
+      AddStackedExperts(TensorView{t.name, t.name, t.dtype, t.shape, t.data, t.bytes}, layer, part);
       continue;
     }
     std::string canonical = CanonicalFromGgufName(config_.architecture, t.name);
@@ -229,7 +263,7 @@ Status ModelFile::CheckLayerCount() const {
   const int64_t n = config_.num_layers;
   const std::string what =
       ConfigSource() + ": " +
-      (gguf ? GgufConfigKey(*gguf_, config_.architecture, "block_count") : "num_hidden_layers") +
+      (gguf ? GgufConfigKey(*gguf_, GgufArchitecture(), "block_count") : "num_hidden_layers") +
       " = " + std::to_string(n) + " but ";
   const int64_t held = static_cast<int64_t>(layers_.size());
   if (held == 0) return InvalidArgumentError(what + "the weights hold no layer (" + prefix + "*)");
@@ -253,14 +287,19 @@ Status ModelFile::CheckLayerCount() const {
                               std::to_string(last) + ".*");
 }
 
+std::string ModelFile::GgufArchitecture() const {
+  auto a = gguf_->GetString("general.architecture");
+  return a.ok() ? *a : config_.architecture;
+}
+
 Status ModelFile::CheckConfig() const {
   ASTR_RETURN_IF_ERROR(CheckLayerCount());
   const ModelConfig& c = config_;
   const bool gguf = format_ == Format::kGguf;
   // "key = value" as the file spells the key.
   auto field = [&](const char* hf_key, const char* gguf_rest, int64_t value) {
-    return (gguf ? GgufConfigKey(*gguf_, c.architecture, gguf_rest) : std::string(hf_key)) + " = " +
-           std::to_string(value);
+    return (gguf ? GgufConfigKey(*gguf_, GgufArchitecture(), gguf_rest) : std::string(hf_key)) +
+           " = " + std::to_string(value);
   };
   auto disagree = [&](const std::string& what, const TensorView& t, const std::string& part) {
     return InvalidArgumentError(ConfigSource() + ": " + what + " but " + t.source_name +
@@ -302,10 +341,31 @@ Status ModelFile::CheckConfig() const {
       return disagree(h.field + " x " + head_dim, t, std::to_string(t.shape[0]) + " rows");
     }
   }
-  ASTR_ASSIGN_OR_RETURN(TensorView gate, matrix("layers.0.gate_proj"));
-  if (gate.shape[0] != c.intermediate_size) {
-    return disagree(field("intermediate_size", "feed_forward_length", c.intermediate_size), gate,
-                    std::to_string(gate.shape[0]) + " rows");
+  // The first dense layer's gate projection, and the first MoE layer's router and expert 0.
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.LayerIsMoe(l)) continue;
+    ASTR_ASSIGN_OR_RETURN(TensorView gate, matrix("layers." + std::to_string(l) + ".gate_proj"));
+    if (gate.shape[0] != c.intermediate_size) {
+      return disagree(field("intermediate_size", "feed_forward_length", c.intermediate_size), gate,
+                      std::to_string(gate.shape[0]) + " rows");
+    }
+    break;
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.LayerIsMoe(l)) continue;
+    const std::string p = "layers." + std::to_string(l) + ".";
+    ASTR_ASSIGN_OR_RETURN(TensorView router, matrix(p + "router"));
+    if (router.shape[0] != c.num_experts) {
+      return disagree(field("num_experts", "expert_count", c.num_experts), router,
+                      std::to_string(router.shape[0]) + " rows");
+    }
+    ASTR_ASSIGN_OR_RETURN(TensorView gate, matrix(p + "experts.0.gate_proj"));
+    if (gate.shape[0] != c.moe_intermediate_size) {
+      return disagree(
+          field("moe_intermediate_size", "expert_feed_forward_length", c.moe_intermediate_size),
+          gate, std::to_string(gate.shape[0]) + " rows");
+    }
+    break;
   }
   return OkStatus();
 }

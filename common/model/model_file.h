@@ -113,6 +113,11 @@ class ModelFile final : public TensorSource {
   // Adds the parts of fused file tensor `view` (architecture().fused_names) as views of its rows,
   // or, when its shape is not the parts' rows stacked, an error for each part.
   void AddFused(const TensorView& view, const std::string& layer, const FusedTensorNames& fused);
+  // Adds each expert's tensor of GGUF tensor `view` that stacks canonical `part` of every expert
+  // of a MoE layer ([experts, rows, cols]) as a view of its slice, or an error for each.
+  void AddStackedExperts(const TensorView& view, const std::string& layer, const std::string& part);
+  // general.architecture of a GGUF file (the prefix of its keys).
+  std::string GgufArchitecture() const;
   // Records the layer index of a mapped tensor's canonical name ("layers.N.*").
   void NoteLayer(const std::string& canonical);
   Status CheckLayerCount() const;

@@ -43,6 +43,12 @@ float Dot(const float* a /*[n]*/, const float* b /*[n]*/, int64_t n);
 void Axpy(float alpha, const float* x /*[n]*/, float* y /*[n]*/, int64_t n);  // y += alpha * x
 void Scale(float* y /*[n]*/, float alpha, int64_t n);                         // y *= alpha
 void AddInPlace(float* y /*[n]*/, const float* x /*[n]*/, int64_t n);         // y += x
+// Mixture-of-experts routing of one token (transformers' Qwen3-MoE and Mixtral routers): p =
+// softmax(logits[0, n)) in f32, the k largest p in decreasing order (ties: the lower expert) into
+// experts[0, k) and their p into weights[0, k), divided by their sum when `normalize`. Scalar: a
+// row's n is small next to the expert GEMMs it picks.
+void RouteTopK(const float* logits /*[n]*/, int64_t n, int64_t k, bool normalize,
+               int32_t* experts /*[k]*/, float* weights /*[k]*/);
 // Round-to-nearest-even; NaN stays a (quiet) NaN.
 void F32ToBf16(const float* x /*[n]*/, uint16_t* y /*[n]*/, int64_t n);
 void Bf16ToF32(const uint16_t* x /*[n]*/, float* y /*[n]*/, int64_t n);

@@ -394,6 +394,154 @@ TEST(ModelConfigTest, HfPhi3) {
   EXPECT_EQ(c->ParameterCount(), 3821079552);
 }
 
+// Qwen3-30B-A3B's config.json (Hugging Face): 48 layers of 128 experts, 8 per token.
+constexpr const char* kQwen3Moe = R"({"model_type":"qwen3_moe","vocab_size":151936,
+  "hidden_size":2048,"intermediate_size":6144,"moe_intermediate_size":768,"num_hidden_layers":48,
+  "num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"max_position_embeddings":40960,
+  "rope_theta":1000000.0,"rms_norm_eps":1e-6,"num_experts":128,"num_experts_per_tok":8,
+  "norm_topk_prob":true,"decoder_sparse_step":1,"mlp_only_layers":[],"tie_word_embeddings":false,
+  "hidden_act":"silu","bos_token_id":151643,"eos_token_id":151645})";
+
+TEST(ModelConfigTest, HfQwen3Moe) {
+  auto c = model::ConfigFromHfJson(WriteConfig(kQwen3Moe));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "qwen3_moe");
+  EXPECT_EQ(c->qk_norm, model::QkNorm::kBeforeRope);
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 768);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_FALSE(c->HasDenseLayers());
+  // The published count: 30.5B parameters (30,532,122,624).
+  EXPECT_EQ(c->ParameterCount(), 30532122624);
+  // transformers 5 writes num_experts as num_local_experts; mlp_only_layers and
+  // decoder_sparse_step leave dense layers.
+  std::string j = kQwen3Moe;
+  j.replace(j.find("\"num_experts\""), 13, "\"num_local_experts\"");
+  j.replace(j.find("\"mlp_only_layers\":[]"), 20, "\"mlp_only_layers\":[0,5]");
+  j.replace(j.find("\"decoder_sparse_step\":1"), 23, "\"decoder_sparse_step\":2");
+  auto d = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->num_experts, 128);
+  EXPECT_EQ(d->dense_layers, (std::vector<int64_t>{0, 5}));
+  // Layer l is MoE when (l + 1) % 2 == 0 and l is not 0 or 5.
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < 8; ++l) {
+    if (d->LayerIsMoe(l)) moe.push_back(l);
+  }
+  EXPECT_EQ(moe, (std::vector<int64_t>{1, 3, 7}));
+}
+
+TEST(ModelConfigTest, HfQwen3MoeErrorsNameTheKey) {
+  const std::pair<std::pair<std::string, std::string>, std::string> cases[] = {
+      {{"\"num_experts_per_tok\":8", "\"num_experts_per_tok\":129"}, "num_experts_per_tok"},
+      {{"\"num_experts\":128", "\"num_experts\":0"}, "num_experts"},
+      {{"\"moe_intermediate_size\":768", "\"moe_intermediate_size\":-1"}, "moe_intermediate_size"},
+      {{"\"mlp_only_layers\":[]", "\"mlp_only_layers\":[48]"}, "mlp_only_layers"},
+      {{"\"mlp_only_layers\":[]", "\"mlp_only_layers\":\"all\""}, "mlp_only_layers"},
+      {{"\"decoder_sparse_step\":1", "\"decoder_sparse_step\":0"}, "decoder_sparse_step"},
+      {{"\"norm_topk_prob\":true", "\"norm_topk_prob\":true,\"shared_expert_intermediate_size\":8"},
+       "shared_expert_intermediate_size"},
+  };
+  for (const auto& [edit, key] : cases) {
+    std::string j = kQwen3Moe;
+    j.replace(j.find(edit.first), edit.first.size(), edit.second);
+    auto c = model::ConfigFromHfJson(WriteConfig(j));
+    ASSERT_FALSE(c.ok()) << edit.second;
+    EXPECT_TRUE(Contains(c.status().message(), key)) << c.status().message();
+  }
+  // The experts' count is bounded before anything is sized by it.
+  std::string j = kQwen3Moe;
+  j.replace(j.find("\"num_experts\":128"), 17, "\"num_experts\":100000");
+  auto c = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "at most 4096")) << c.status().message();
+}
+
+// Mixtral's GGUF files are llama ones with llama.expert_count (llama.cpp's converter).
+TEST(ModelConfigTest, GgufLlamaWithExpertsIsMixtral) {
+  const std::string dir = testing::TempDir("cfg_mixtral");
+  const std::vector<std::pair<std::string, model::GgufValue>> meta = {
+      {"general.architecture", model::GgufValue::String("llama")},
+      {"llama.context_length", model::GgufValue::U32(32768)},
+      {"llama.embedding_length", model::GgufValue::U32(64)},
+      {"llama.block_count", model::GgufValue::U32(1)},
+      {"llama.feed_forward_length", model::GgufValue::U32(96)},
+      {"llama.attention.head_count", model::GgufValue::U32(4)},
+      {"llama.expert_count", model::GgufValue::U32(8)},
+      {"llama.expert_used_count", model::GgufValue::U32(2)}};
+  std::vector<model::GgufTensorData> tensors = {
+      {"token_embd.weight", {32, 64}, model::DType::kF32, std::vector<uint8_t>(32 * 64 * 4)}};
+  ASSERT_TRUE(model::WriteGgufFile(dir + "/mixtral.gguf", meta, tensors).ok());
+  auto g = model::GgufFile::Open(dir + "/mixtral.gguf");
+  ASSERT_TRUE(g.ok());
+  auto c = model::ConfigFromGguf(**g);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->rope_layout, model::RopeLayout::kInterleaved);
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->num_experts_per_tok, 2);
+  EXPECT_EQ(c->moe_intermediate_size, 96);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_TRUE(c->LayerIsMoe(0));
+  std::string layer, part;
+  EXPECT_TRUE(model::MatchStackedExperts("llama", "blk.0.ffn_up_exps.weight", &layer, &part));
+  EXPECT_EQ(part, "up_proj");
+  // Mixtral's HF names (Mixtral-8x7B-v0.1).
+  EXPECT_EQ(
+      model::CanonicalFromHfName("mixtral", "model.layers.31.block_sparse_moe.experts.7.w2.weight"),
+      "layers.31.experts.7.down_proj");
+  EXPECT_EQ(model::CanonicalFromHfName("mixtral", "model.layers.0.block_sparse_moe.gate.weight"),
+            "layers.0.router");
+  EXPECT_EQ(model::CanonicalFromHfName("mixtral", "model.layers.0.mlp.gate.weight"), "");
+}
+
+TEST(ModelConfigTest, HfMixtral) {
+  // Mixtral-8x7B-v0.1's config.json: 46.7B parameters.
+  const std::string j = R"({"model_type":"mixtral","vocab_size":32000,"hidden_size":4096,
+      "intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,
+      "num_key_value_heads":8,"max_position_embeddings":32768,"rope_theta":1000000.0,
+      "sliding_window":null,"num_local_experts":8,"num_experts_per_tok":2,"rms_norm_eps":1e-5,
+      "router_aux_loss_coef":0.02,"tie_word_embeddings":false,"hidden_act":"silu"})";
+  auto c = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "mixtral");
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 14336);
+  EXPECT_EQ(c->ParameterCount(), 46702792704);
+  auto text = model::ConfigToHfJson(*c);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_TRUE(Contains(*text, "\"num_local_experts\": 8")) << *text;
+  // A dense-only architecture cannot be written with experts.
+  model::ModelConfig llama = *c;
+  llama.architecture = "llama";
+  EXPECT_FALSE(model::ConfigToHfJson(llama).ok());
+  llama.architecture = "qwen3";
+  EXPECT_FALSE(model::ConfigToHfJson(llama).ok());
+}
+
+TEST(ModelConfigTest, ExpertTensorNames) {
+  EXPECT_EQ(model::CanonicalFromHfName("qwen3_moe", "model.layers.3.mlp.experts.17.up_proj.weight"),
+            "layers.3.experts.17.up_proj");
+  EXPECT_EQ(model::CanonicalFromHfName("qwen3_moe", "model.layers.3.mlp.gate.weight"),
+            "layers.3.router");
+  EXPECT_EQ(model::HfNameFromCanonical("qwen3_moe", "layers.0.experts.5.down_proj"),
+            "model.layers.0.mlp.experts.5.down_proj.weight");
+  EXPECT_EQ(model::GgufNameFromCanonical("qwen3_moe", "layers.2.experts.5.gate_proj"),
+            "blk.2.ffn_gate_exps.weight");
+  EXPECT_EQ(model::GgufNameFromCanonical("qwen3_moe", "layers.2.router"),
+            "blk.2.ffn_gate_inp.weight");
+  // Not an expert index, or an architecture without experts: unmapped.
+  EXPECT_EQ(model::CanonicalFromHfName("qwen3_moe", "model.layers.3.mlp.experts.x.up_proj.weight"),
+            "");
+  EXPECT_EQ(model::CanonicalFromHfName("qwen3", "model.layers.3.mlp.experts.1.up_proj.weight"), "");
+  std::string layer, part;
+  EXPECT_TRUE(model::MatchStackedExperts("qwen3_moe", "blk.4.ffn_down_exps.weight", &layer, &part));
+  EXPECT_EQ(layer, "4");
+  EXPECT_EQ(part, "down_proj");
+  EXPECT_FALSE(model::MatchStackedExperts("qwen3", "blk.4.ffn_down_exps.weight", &layer, &part));
+}
+
 // "[a, a + step, ...]" with n numbers.
 std::string Factors(int n, double a, double step) {
   std::string s = "[";

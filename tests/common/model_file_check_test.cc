@@ -133,6 +133,93 @@ TEST_F(GgufCheckTest, DimsMustMatchTheTensors) {
       "1099511627776 but blk.0.attn_q.weight has shape [64, 64]");
 }
 
+// A one-layer GGUF qwen3moe as llama.cpp's converter writes it (hidden 8, 2 heads of 4, 4 experts
+// of ffn 6 stacked in ffn_{gate,up,down}_exps, router ffn_gate_inp), zero weights.
+std::string WriteQwen3MoeGguf(const std::string& tag,
+                              const std::vector<std::pair<std::string, model::GgufValue>>& edits,
+                              const std::vector<int64_t>& up_exps_shape = {4, 6, 8}) {
+  std::vector<std::pair<std::string, model::GgufValue>> meta = {
+      {"general.architecture", model::GgufValue::String("qwen3moe")},
+      {"qwen3moe.context_length", model::GgufValue::U32(64)},
+      {"qwen3moe.embedding_length", model::GgufValue::U32(8)},
+      {"qwen3moe.block_count", model::GgufValue::U32(1)},
+      {"qwen3moe.feed_forward_length", model::GgufValue::U32(12)},
+      {"qwen3moe.attention.head_count", model::GgufValue::U32(2)},
+      {"qwen3moe.attention.head_count_kv", model::GgufValue::U32(2)},
+      {"qwen3moe.attention.key_length", model::GgufValue::U32(4)},
+      {"qwen3moe.expert_count", model::GgufValue::U32(4)},
+      {"qwen3moe.expert_used_count", model::GgufValue::U32(2)},
+      {"qwen3moe.expert_feed_forward_length", model::GgufValue::U32(6)}};
+  for (const auto& [key, value] : edits) {
+    for (auto& kv : meta) {
+      if (kv.first == key) kv.second = value;
+    }
+  }
+  auto zeros = [](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return model::GgufTensorData{name, shape, model::DType::kF32,
+                                 std::vector<uint8_t>(static_cast<size_t>(n) * 4)};
+  };
+  const std::vector<model::GgufTensorData> tensors = {
+      zeros("token_embd.weight", {16, 8}),
+      zeros("output_norm.weight", {8}),
+      zeros("output.weight", {16, 8}),
+      zeros("blk.0.attn_norm.weight", {8}),
+      zeros("blk.0.attn_q.weight", {8, 8}),
+      zeros("blk.0.attn_k.weight", {8, 8}),
+      zeros("blk.0.attn_v.weight", {8, 8}),
+      zeros("blk.0.attn_q_norm.weight", {4}),
+      zeros("blk.0.attn_k_norm.weight", {4}),
+      zeros("blk.0.attn_output.weight", {8, 8}),
+      zeros("blk.0.ffn_norm.weight", {8}),
+      zeros("blk.0.ffn_gate_inp.weight", {4, 8}),
+      zeros("blk.0.ffn_gate_exps.weight", {4, 6, 8}),
+      zeros("blk.0.ffn_up_exps.weight", up_exps_shape),
+      zeros("blk.0.ffn_down_exps.weight", {4, 8, 6})};
+  const std::string out = testing::TempDir("check_moe_" + tag) + "/model.gguf";
+  EXPECT_TRUE(model::WriteGgufFile(out, meta, tensors).ok());
+  return out;
+}
+
+TEST(MoeGgufCheckTest, StackedExpertsOpenAsOneTensorPerExpert) {
+  auto m = model::ModelFile::Open(WriteQwen3MoeGguf("ok", {}));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE((*m)->ValidateWeights().ok()) << (*m)->ValidateWeights().ToString();
+  auto t = (*m)->Raw("layers.0.experts.3.down_proj");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->shape, (std::vector<int64_t>{8, 6}));
+  EXPECT_EQ(t->source_name, "blk.0.ffn_down_exps.weight[3]");
+  EXPECT_EQ(t->bytes, 8u * 6 * 4);
+  auto t0 = (*m)->Raw("layers.0.experts.0.down_proj");
+  ASSERT_TRUE(t0.ok());
+  // Expert 3's slice starts three experts' bytes after expert 0's.
+  EXPECT_EQ(static_cast<const uint8_t*>(t->data) - static_cast<const uint8_t*>(t0->data),
+            3 * 8 * 6 * 4);
+}
+
+TEST(MoeGgufCheckTest, ExpertDimsMustMatchTheTensors) {
+  EXPECT_HAS(OpenError(WriteQwen3MoeGguf("experts",
+                                         {{"qwen3moe.expert_count", model::GgufValue::U32(5)}})),
+             "qwen3moe.expert_count = 5 but blk.0.ffn_gate_inp.weight has shape [4, 8] (4 rows)");
+  EXPECT_HAS(OpenError(WriteQwen3MoeGguf(
+                 "ffn", {{"qwen3moe.expert_feed_forward_length", model::GgufValue::U32(7)}})),
+             "tensor 'blk.0.ffn_gate_exps.weight' has shape [4, 6, 8], expected "
+             "[qwen3moe.expert_count = 4, qwen3moe.expert_feed_forward_length = 7, cols] (it holds "
+             "layers.0.experts.0.gate_proj)");
+  EXPECT_HAS(OpenError(WriteQwen3MoeGguf(
+                 "used", {{"qwen3moe.expert_used_count", model::GgufValue::U32(5)}})),
+             "num_experts_per_tok");
+  // A stacked tensor of the wrong shape: each expert's tensor is an error naming it.
+  auto m = model::ModelFile::Open(WriteQwen3MoeGguf("shape", {}, {3, 6, 8}));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string err = (*m)->ValidateWeights().ToString();
+  EXPECT_HAS(err,
+             "tensor 'blk.0.ffn_up_exps.weight' has shape [3, 6, 8], expected "
+             "[qwen3moe.expert_count = 4, qwen3moe.expert_feed_forward_length = 6, cols] (it "
+             "holds layers.0.experts.0.up_proj)");
+}
+
 TEST_F(GgufCheckTest, ContextLengthIsCapped) {
   EXPECT_HAS(OpenError(Edit("llama.context_length", model::GgufValue::U32(kInt32Max), "ctx")),
              "key 'llama.context_length' = 2147483647 is more than the longest context astr "

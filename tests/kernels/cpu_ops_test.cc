@@ -163,6 +163,35 @@ TEST(CpuOpsTest, VectorOps) {
   }
 }
 
+// Worked by hand: logits (1, 3, 2, 0, 3) -> softmax p_i = e^l_i / S, S = e + 2e^3 + e^2 + 1.
+TEST(CpuOpsTest, RouteTopK) {
+  const float logits[5] = {1, 3, 2, 0, 3};
+  const double s = std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0) + 1.0;
+  int32_t experts[3];
+  float weights[3];
+  // Top 3, raw probabilities: the tie (experts 1 and 4) goes to the lower expert first.
+  RouteTopK(logits, 5, 3, /*normalize=*/false, experts, weights);
+  EXPECT_EQ(experts[0], 1);
+  EXPECT_EQ(experts[1], 4);
+  EXPECT_EQ(experts[2], 2);
+  EXPECT_NEAR(weights[0], std::exp(3.0) / s, 1e-6);
+  EXPECT_NEAR(weights[1], std::exp(3.0) / s, 1e-6);
+  EXPECT_NEAR(weights[2], std::exp(2.0) / s, 1e-6);
+  // Renormalized over the chosen: e^3 / (2 e^3 + e^2) and e^2 / (2 e^3 + e^2).
+  RouteTopK(logits, 5, 3, /*normalize=*/true, experts, weights);
+  const double picked = 2 * std::exp(3.0) + std::exp(2.0);
+  EXPECT_NEAR(weights[0], std::exp(3.0) / picked, 1e-6);
+  EXPECT_NEAR(weights[2], std::exp(2.0) / picked, 1e-6);
+  // Top 1 renormalized is weight 1 whatever the logits; large logits do not overflow.
+  const float big[3] = {1000, -1000, 999};
+  RouteTopK(big, 3, 1, /*normalize=*/true, experts, weights);
+  EXPECT_EQ(experts[0], 0);
+  EXPECT_EQ(weights[0], 1.0f);
+  RouteTopK(big, 3, 2, /*normalize=*/false, experts, weights);
+  EXPECT_EQ(experts[1], 2);
+  EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+}
+
 TEST(CpuOpsTest, Conversions) {
   std::vector<float> x = Random(37, 13, -1e5f, 1e5f);
   const float specials[] = {0.0f,

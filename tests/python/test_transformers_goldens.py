@@ -42,6 +42,10 @@ TOL_F32 = 1e-4
 TOL_BF16_MAX = 0.35
 TOL_BF16_MEAN = 0.1
 CLEAR_GAP = 0.35
+# MoE: the router-logit gap between the last chosen and the first unchosen expert below which bf16
+# activations may flip a token's routing (the one flip seen on these models, 2026-12-06, was at a
+# gap of 0.009; none at 0.02 or more).
+ROUTE_CLEAR = 0.02
 
 with open(GOLDENS) as _f:
     GOLD = json.load(_f)
@@ -95,6 +99,10 @@ def generated_logprobs(p: dict) -> list[float]:
     """The logprobs of transformers' generation itself: those of the teacher-forced pass, but for a
     LongRoPE generation that crosses the original context (tools/transformers_goldens.py)."""
     return p["generate_logprobs"] if p.get("crosses_original_context") else p["logprobs"]
+
+
+def is_moe(name: str) -> bool:
+    return "--experts" in cases.CASES[name][0]
 
 
 def test_goldens_cover_every_case() -> None:
@@ -176,12 +184,27 @@ def check_bf16(name: str, model: Path, extra: list[str], env: dict | None, what:
         key = f"{name} prompt of {len(p['ids'])} ({what})"
         logprobs, tops = teacher_forced(model, p, "_bf16w", extra, env)
         diffs = [abs(a - b) for a, b in zip(logprobs, p["logprobs_bf16w"])]
+        # MoE: a step whose own token's routing is a near-tie may pick another expert under bf16
+        # activations (a flip moved one logprob by 1.35); those steps are left out, and they must
+        # be few.
+        margins = p.get("route_margin_bf16w")
+        if margins is not None:
+            first = len(p["ids"]) - 1
+            kept = [i for i in range(len(diffs)) if margins[first + i] >= ROUTE_CLEAR]
+            assert len(kept) >= 0.8 * len(diffs), f"{key}: only {len(kept)} clear routings"
+            logprobs = [logprobs[i] for i in kept]
+            tops = [tops[i] for i in kept]
+            gold_logprobs = [p["logprobs_bf16w"][i] for i in kept]
+            gold_tops = [p["top_bf16w"][i] for i in kept]
+            diffs = [diffs[i] for i in kept]
+        else:
+            gold_logprobs, gold_tops = p["logprobs_bf16w"], p["top_bf16w"]
         worst = max(range(len(diffs)), key=diffs.__getitem__)
         assert diffs[worst] <= TOL_BF16_MAX, (
-            f"{key} step {worst}: logprob {logprobs[worst]} vs {p['logprobs_bf16w'][worst]}")
+            f"{key} step {worst}: logprob {logprobs[worst]} vs {gold_logprobs[worst]}")
         mean = sum(diffs) / len(diffs)
         assert mean <= TOL_BF16_MEAN, f"{key}: mean |logprob difference| {mean:.3f}"
-        for step, (top, gold) in enumerate(zip(tops, p["top_bf16w"])):
+        for step, (top, gold) in enumerate(zip(tops, gold_tops)):
             if gold[0][1] - gold[1][1] > CLEAR_GAP:
                 assert top[0]["id"] == gold[0][0], (
                     f"{key} step {step}: astr's best id {top[0]['id']}, transformers' {gold[0][0]} "
@@ -197,6 +220,16 @@ def test_cpu_bf16_follows_transformers(name: str, models) -> None:
 def test_cuda_emulated_follows_transformers(name: str, models) -> None:
     if not CUDA_EMU.exists():
         pytest.skip(f"no emulated CUDA plugin at {CUDA_EMU} (built without the CUDA toolkit)")
+    if is_moe(name):
+        # No CUDA MoE kernels yet: the backend must refuse the model by name, not run it wrong.
+        p = GOLD["cases"][name]["prompts"][0]
+        cmd = [str(ASTR), "run", "--model", str(models(name)), "--prompt-ids",
+               ",".join(map(str, p["ids"])), "--max-tokens", "1", "--backend", "cuda"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "ASTR_CUDA_PLUGIN": str(CUDA_EMU)})
+        assert proc.returncode != 0
+        assert "does not run mixture-of-experts layers" in proc.stderr, proc.stderr
+        return
     check_bf16(name, models(name), ["--backend", "cuda"], {"ASTR_CUDA_PLUGIN": str(CUDA_EMU)},
                "emulated cuda")
 
@@ -273,9 +306,11 @@ def test_cuda_emulated_window_pages_given_back_follow_transformers(name: str, ch
 
 # Cases whose model GGUF can hold as it is (no config overrides, a layer pattern llama.cpp fixes the
 # same, q/k rows in rotate-half order): `make-model --format gguf` writes the same values under
-# llama.cpp's names (Phi-3's fused attn_qkv / ffn_up, Gemma's norms as 1 + w), so astr's reading of
+# llama.cpp's names (Phi-3's fused attn_qkv / ffn_up, Gemma's norms as 1 + w, Qwen3-MoE's experts
+# stacked in ffn_{gate,up,down}_exps [experts, rows, cols]), so astr's reading of
 # the GGUF form must give transformers' greedy ids too.
-GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32"]
+GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32",
+                   "qwen3_moe_e8_top2"]
 
 
 @pytest.mark.parametrize("name", GGUF_FORM_CASES)

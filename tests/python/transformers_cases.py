@@ -8,7 +8,8 @@ weights' hashes against the goldens, and compares astr's greedy run with transfo
 Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and untied embeddings,
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
 biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping), Gemma 3 (gemma3_text) and Phi-3 (fused
-qkv / gate_up, partial rotary). `--init-std 0.25` makes the random models' distributions sharp enough that
+qkv / gate_up, partial rotary), Qwen3-MoE (8 and 16 experts, top-1 / 2 / 4, renormalized and raw
+top-k weights, dense layers by mlp_only_layers and by decoder_sparse_step) and Mixtral. `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -119,6 +120,35 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                     "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.8, 2.5, 3.0],
                                     "long_factor": [1.0, 2.0, 3.5, 6.0, 10.0, 16.0, 25.0,
                                                     40.0]}}),
+    # Qwen3-MoE: Qwen3's attention, every layer a mixture of 8 experts (ffn 32), top-2 with the
+    # weights renormalized (norm_topk_prob), GQA 2, untied.
+    "qwen3_moe_e8_top2": (["--arch", "qwen3_moe", "--hidden", "64", "--heads", "4",
+                           "--kv-heads", "2", "--head-dim", "16", "--ffn", "96", "--moe-ffn",
+                           "32", "--experts", "8", "--experts-per-tok", "2", "--vocab", "300",
+                           "--seed", "51"], {}),
+    # Three layers, the first dense (mlp_only_layers), 16 experts top-4 with the raw softmax
+    # weights (norm_topk_prob false), GQA 4, tied.
+    "qwen3_moe_e16_top4_dense0": (["--arch", "qwen3_moe", "--layers", "3", "--hidden", "64",
+                                   "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--ffn",
+                                   "80", "--moe-ffn", "24", "--experts", "16",
+                                   "--experts-per-tok", "4", "--norm-topk-prob=false",
+                                   "--dense-layers", "0", "--vocab", "300", "--seed", "52",
+                                   "--tie"], {}),
+    # Mixtral: Mistral's layer with every MLP 4 experts (of --ffn), top-2 renormalized, GQA 2.
+    "mixtral_e4_top2": (["--arch", "mixtral", "--hidden", "64", "--heads", "4", "--kv-heads",
+                         "2", "--head-dim", "16", "--ffn", "48", "--experts", "4",
+                         "--experts-per-tok", "2", "--vocab", "300", "--seed", "61"], {}),
+    # Eight experts, MQA, tied, and Mistral's sliding window (8) under the 40-token prompt.
+    "mixtral_e8_top2_sw8": (["--arch", "mixtral", "--hidden", "48", "--heads", "4",
+                             "--kv-heads", "1", "--head-dim", "16", "--ffn", "40", "--experts",
+                             "8", "--experts-per-tok", "2", "--vocab", "300", "--seed", "62",
+                             "--tie"], {"sliding_window": 8}),
+    # decoder_sparse_step 2 (layer 0 dense, layer 1 MoE), 4 experts top-1, MHA.
+    "qwen3_moe_step2_top1": (["--arch", "qwen3_moe", "--hidden", "48", "--heads", "4",
+                              "--kv-heads", "4", "--head-dim", "12", "--ffn", "64", "--moe-ffn",
+                              "40", "--experts", "4", "--experts-per-tok", "1",
+                              "--decoder-sparse-step", "2", "--vocab", "300", "--seed", "53"],
+                             {}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

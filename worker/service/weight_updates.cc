@@ -312,7 +312,13 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
       differ("embed_scale", a.embed_scale, b.embed_scale) ||
       differ("sandwich_norms", a.sandwich_norms, b.sandwich_norms) ||
       differ("mlp_activation", static_cast<int>(a.mlp_activation),
-             static_cast<int>(b.mlp_activation));
+             static_cast<int>(b.mlp_activation)) ||
+      differ("num_experts", a.num_experts, b.num_experts) ||
+      differ("num_experts_per_tok", a.num_experts_per_tok, b.num_experts_per_tok) ||
+      differ("moe_intermediate_size", a.moe_intermediate_size, b.moe_intermediate_size) ||
+      differ("norm_topk_prob", a.norm_topk_prob, b.norm_topk_prob) ||
+      differ("moe_layer_step", a.moe_layer_step, b.moe_layer_step) ||
+      differ("dense_layers", a.dense_layers != b.dense_layers, false);
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");

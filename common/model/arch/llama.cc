@@ -1,5 +1,6 @@
-// The LLaMA family: Llama 1-3, Mistral (sliding window), AstrAI autoregressive_lm (interleaved
-// RoPE rows, optional q/k norms after RoPE and gated attention). The layer is ModelConfig's with no
+// The LLaMA family: Llama 1-3, Mistral (sliding window), Mixtral (Mistral's layer with mixture-of-
+// experts MLPs), AstrAI autoregressive_lm (interleaved RoPE rows, optional q/k norms after RoPE and
+// gated attention). The layer is ModelConfig's with no
 // extras: pre-norm, SwiGLU (or GeGLU by hidden_act), full or sliding-window attention.
 #include "common/model/arch/llama_family.h"
 #include "common/model/architecture.h"
@@ -57,6 +58,9 @@ Status CheckPlainLlamaFeatures(const ModelConfig& c, const std::string& model_ty
     return InvalidArgumentError("HF " + model_type +
                                 " folders use half RoPE order; permute q/k rows first");
   }
+  if (c.num_experts > 0) {
+    return InvalidArgumentError("HF " + model_type + " has no mixture of experts");
+  }
   if (c.qkv_bias != qkv_bias || c.qk_norm != qk_norm || c.gated_attention ||
       c.sliding_window_pattern != 0 || c.rope_local_theta != 0.0 || c.attn_scale != 0.0 ||
       c.embed_scale != 1.0 || c.sandwich_norms || c.norm_weight_offset != 0.0) {
@@ -78,9 +82,51 @@ Status ReadLlamaHf(const ConfigJson& r, ModelConfig* c) {
   return arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/false, c);
 }
 
-// GGUF llama stores q/k rows permuted for interleaved RoPE (llama.cpp's converter).
+// GGUF llama stores q/k rows permuted for interleaved RoPE (llama.cpp's converter). Mixtral's GGUF
+// files are llama ones with experts (llama.expert_count): every layer MoE, experts of
+// feed_forward_length, top-k weights renormalized.
 Status ReadLlamaGguf(const GgufKeys& k, ModelConfig* c) {
   c->rope_layout = RopeLayout::kInterleaved;
+  if (!k.Has("expert_count")) return OkStatus();
+  ASTR_ASSIGN_OR_RETURN(c->num_experts, k.Int("expert_count"));
+  if (c->num_experts <= 0) return k.Error("expert_count", "must be positive");
+  ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, k.Int("expert_used_count"));
+  c->moe_intermediate_size = c->intermediate_size;
+  c->norm_topk_prob = true;
+  return OkStatus();
+}
+
+// Mixtral (model_type mixtral): the llama layer with every MLP a mixture of num_local_experts
+// experts of intermediate_size, top num_experts_per_tok with renormalized weights.
+Status ReadMixtralHf(const ConfigJson& r, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/false, c));
+  ASTR_ASSIGN_OR_RETURN(c->num_experts, r.Int("num_local_experts", 8));
+  if (c->num_experts <= 0) return r.Error("num_local_experts", "must be positive");
+  ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, r.Int("num_experts_per_tok", 2));
+  c->moe_intermediate_size = c->intermediate_size;
+  c->norm_topk_prob = true;
+  return OkStatus();
+}
+
+// A config whose MoE Mixtral / GGUF llama can say: every layer, experts of intermediate_size,
+// renormalized top-k weights.
+Status CheckMixtralMoe(const ModelConfig& c, const std::string& what) {
+  if (c.HasDenseLayers() || !c.norm_topk_prob || c.moe_intermediate_size != c.intermediate_size) {
+    return InvalidArgumentError(what +
+                                " experts are on every layer, of intermediate_size, with "
+                                "renormalized top-k weights");
+  }
+  return OkStatus();
+}
+
+Status WriteMixtralHf(const ModelConfig& c, nlohmann::json* j) {
+  ModelConfig dense = c;
+  dense.num_experts = 0;
+  ASTR_RETURN_IF_ERROR(arch::CheckPlainLlamaFeatures(dense, "mixtral", false, QkNorm::kNone));
+  ASTR_RETURN_IF_ERROR(CheckMixtralMoe(c, "HF mixtral"));
+  arch::WriteLlamaFamilyHf(c, j);
+  (*j)["num_local_experts"] = c.num_experts;
+  (*j)["num_experts_per_tok"] = c.num_experts_per_tok;
   return OkStatus();
 }
 
@@ -98,6 +144,12 @@ Status WriteLlamaGguf(const ModelConfig& c, GgufWriter* w) {
   if (c.qkv_bias || c.qk_norm != QkNorm::kNone || c.gated_attention || c.sandwich_norms ||
       c.sliding_window_pattern != 0 || c.embed_scale != 1.0) {
     return InvalidArgumentError("config features do not match GGUF llama");
+  }
+  if (c.num_experts > 0) {
+    ASTR_RETURN_IF_ERROR(CheckMixtralMoe(c, "GGUF llama"));
+    w->AddMetadata("llama.expert_count", GgufValue::U32(static_cast<uint32_t>(c.num_experts)));
+    w->AddMetadata("llama.expert_used_count",
+                   GgufValue::U32(static_cast<uint32_t>(c.num_experts_per_tok)));
   }
   return OkStatus();
 }
@@ -132,6 +184,7 @@ Status WriteAutoregressiveLmHf(const ModelConfig& c, nlohmann::json* j) {
 extern const Architecture kLlamaArchitecture{.name = "llama",
                                              .hf_model_types = {"llama"},
                                              .gguf_names = {"llama"},
+                                             .moe = true,  // GGUF Mixtral
                                              .read_hf = ReadLlamaHf,
                                              .read_gguf = ReadLlamaGguf,
                                              .write_hf = WriteLlamaHf,
@@ -143,6 +196,18 @@ extern const Architecture kMistralArchitecture{.name = "mistral",
                                                .read_hf = ReadLlamaHf,
                                                .read_gguf = ReadLlamaGguf,
                                                .write_hf = WriteLlamaHf};
+extern const Architecture kMixtralArchitecture{
+    .name = "mixtral",
+    .hf_model_types = {"mixtral"},
+    .layer_names = {{"router", "ffn_gate_inp.weight", "block_sparse_moe.gate.weight"}},
+    .moe = true,
+    .expert_names = {{"gate_proj", "ffn_gate_exps.weight",
+                      "block_sparse_moe.experts.{e}.w1.weight"},
+                     {"up_proj", "ffn_up_exps.weight", "block_sparse_moe.experts.{e}.w3.weight"},
+                     {"down_proj", "ffn_down_exps.weight",
+                      "block_sparse_moe.experts.{e}.w2.weight"}},
+    .read_hf = ReadMixtralHf,
+    .write_hf = WriteMixtralHf};
 extern const Architecture kAutoregressiveLmArchitecture{.name = "autoregressive_lm",
                                                         .hf_model_types = {"autoregressive_lm"},
                                                         .read_hf = ReadAutoregressiveLmHf,

@@ -1,5 +1,6 @@
 // The CPU backend: the decoder layer of ModelConfig (model_config.h) over a ragged step batch with
 // a paged KV pool.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -49,6 +50,15 @@ struct Workspace {
   StepBuffer<float> proj;          // [T, hidden] output of o_proj / down_proj
   StepBuffer<float> gate_up;       // [T, 2*ffn]
   StepBuffer<float> act;           // [T, ffn]
+  // MoE layers: router logits [T, experts], each row's experts and weights [T, top-k], an
+  // expert's gathered input rows and output rows [T, hidden].
+  StepBuffer<float> router;
+  StepBuffer<int32_t> topk_expert;
+  StepBuffer<float> topk_weight;
+  StepBuffer<float> expert_in;
+  StepBuffer<float> expert_out;
+  StepBuffer<int32_t> expert_rows;      // [T] rows routed to the expert at hand
+  StepBuffer<float> expert_row_weight;  // [T] their weights
   StepBuffer<float> sampled;       // [S, hidden] final-normed sample rows
   StepBuffer<float> attn_scratch;  // [threads, AttentionScratchFloats]
   StepBuffer<int32_t> row_entry;   // [T]
@@ -77,8 +87,18 @@ class CpuBackend final : public Backend {
     ws_.qkv.resize(t * qkv_rows_);
     ws_.attn.resize(t * c.num_heads * c.head_dim);
     ws_.proj.resize(t * c.hidden_size);
-    ws_.gate_up.resize(t * 2 * c.intermediate_size);
-    ws_.act.resize(t * c.intermediate_size);
+    const int64_t ffn = std::max(c.intermediate_size, c.moe_intermediate_size);
+    ws_.gate_up.resize(t * 2 * ffn);
+    ws_.act.resize(t * ffn);
+    if (c.num_experts > 0) {
+      ws_.router.resize(t * c.num_experts);
+      ws_.topk_expert.resize(t * c.num_experts_per_tok);
+      ws_.topk_weight.resize(t * c.num_experts_per_tok);
+      ws_.expert_in.resize(t * c.hidden_size);
+      ws_.expert_out.resize(t * c.hidden_size);
+      ws_.expert_rows.resize(t);
+      ws_.expert_row_weight.resize(t);
+    }
     ws_.sampled.resize(max_samples_ * c.hidden_size);
     shape_ = {c.num_heads,
               c.num_kv_heads,
@@ -113,6 +133,11 @@ class CpuBackend final : public Backend {
 
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
+  // proj = the MLP of rows [0, t) of xn: the dense one, or (MoE layers) the experts'.
+  void DenseMlp(const CpuLayerWeights& w, int64_t t);
+  // act[r] = act(gate) * up of gate_up's rows [0, t) ([gate f | up f] each).
+  void GatedActivationRows(int64_t t, int64_t f);
+  void MoeMlp(const CpuLayerWeights& w, int64_t t);
   // proj = RmsNorm(proj) * norm, for rows [0, t) (sandwich norms).
   void NormProjRows(const std::vector<float>& norm, int64_t t);
   // x += proj, then xn = RmsNorm(x) * norm, for rows [0, t), the rows on the pool.
@@ -266,10 +291,25 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   w.o.Apply(ws_.attn.data(), q_cols, t, ws_.proj.data(), c.hidden_size, &pool_);
   if (c.sandwich_norms) NormProjRows(w.post_attn_norm, t);
   AddRmsNormRows(w.mlp_norm.data(), t);
-  const int64_t f = c.intermediate_size;
-  w.gate_up.Apply(ws_.xn.data(), c.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
+  if (c.LayerIsMoe(l)) {
+    MoeMlp(w, t);
+  } else {
+    DenseMlp(w, t);
+  }
+  if (c.sandwich_norms) NormProjRows(w.post_mlp_norm, t);
+  AddRmsNormRows(next_norm, t);
+}
+
+void CpuBackend::DenseMlp(const CpuLayerWeights& w, int64_t t) {
+  const int64_t f = config_.intermediate_size;
+  w.gate_up.Apply(ws_.xn.data(), config_.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
+  GatedActivationRows(t, f);
+  w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), config_.hidden_size, &pool_);
+}
+
+void CpuBackend::GatedActivationRows(int64_t t, int64_t f) {
   // Rows on the pool (each row's call is the same whichever thread makes it).
-  const bool gelu = c.mlp_activation == model::MlpActivation::kGeluTanh;
+  const bool gelu = config_.mlp_activation == model::MlpActivation::kGeluTanh;
   cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
     const float* gate_up = ws_.gate_up.data() + r0 * 2 * f;
     float* act = ws_.act.data() + r0 * f;
@@ -279,9 +319,48 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
       cpu::SiluMul(gate_up, r1 - r0, f, act, f);
     }
   });
-  w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), c.hidden_size, &pool_);
-  if (c.sandwich_norms) NormProjRows(w.post_mlp_norm, t);
-  AddRmsNormRows(next_norm, t);
+}
+
+void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
+  const model::ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, f = c.moe_intermediate_size;
+  const int64_t n_exp = c.num_experts, k = c.num_experts_per_tok;
+  float* logits = ws_.router.data();
+  w.router.Apply(ws_.xn.data(), h, t, logits, n_exp, &pool_);
+  int32_t* chosen = ws_.topk_expert.data();
+  float* weight = ws_.topk_weight.data();
+  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      cpu::RouteTopK(logits + r * n_exp, n_exp, k, c.norm_topk_prob, chosen + r * k,
+                     weight + r * k);
+    }
+  });
+  // Expert by expert, in expert order (as transformers sums them): its rows gathered, its MLP, and
+  // each row's output times the row's weight added to the row.
+  float* proj = ws_.proj.data();
+  std::memset(proj, 0, static_cast<size_t>(t * h) * sizeof(float));
+  int32_t* rows = ws_.expert_rows.data();
+  float* row_weight = ws_.expert_row_weight.data();
+  for (int64_t e = 0; e < n_exp; ++e) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        if (chosen[r * k + j] != e) continue;
+        rows[n] = static_cast<int32_t>(r);
+        row_weight[n++] = weight[r * k + j];
+      }
+    }
+    if (n == 0) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(ws_.expert_in.data() + i * h, ws_.xn.data() + rows[i] * h, h * sizeof(float));
+    }
+    w.expert_gate_up[e].Apply(ws_.expert_in.data(), h, n, ws_.gate_up.data(), 2 * f, &pool_);
+    GatedActivationRows(n, f);
+    w.expert_down[e].Apply(ws_.act.data(), f, n, ws_.expert_out.data(), h, &pool_);
+    for (int64_t i = 0; i < n; ++i) {
+      cpu::Axpy(row_weight[i], ws_.expert_out.data() + i * h, proj + rows[i] * h, h);
+    }
+  }
 }
 
 void CpuBackend::NormProjRows(const std::vector<float>& norm, int64_t t) {

@@ -249,6 +249,12 @@ auto LinearOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->lm_head) {
       return &w->layers[g.layer].gate_up;
     case Kind::kDown:
       return &w->layers[g.layer].down;
+    case Kind::kRouter:
+      return &w->layers[g.layer].router;
+    case Kind::kExpertGateUp:
+      return &w->layers[g.layer].expert_gate_up[g.expert];
+    case Kind::kExpertDown:
+      return &w->layers[g.layer].expert_down[g.expert];
     default:
       return nullptr;
   }
@@ -301,8 +307,14 @@ std::vector<std::pair<std::string, int64_t>> LinearParts(const model::ModelConfi
       rows = c.hidden_size, *cols = q_rows;
     } else if (g.kind == Kind::kGateUp) {
       rows = c.intermediate_size, *cols = c.hidden_size;
-    } else {  // kDown
+    } else if (g.kind == Kind::kDown) {
       rows = c.hidden_size, *cols = c.intermediate_size;
+    } else if (g.kind == Kind::kRouter) {
+      rows = c.num_experts, *cols = c.hidden_size;
+    } else if (g.kind == Kind::kExpertGateUp) {
+      rows = c.moe_intermediate_size, *cols = c.hidden_size;
+    } else {  // kExpertDown
+      rows = c.hidden_size, *cols = c.moe_intermediate_size;
     }
     parts.push_back({name, rows});
   }
@@ -441,7 +453,9 @@ size_t CpuWeights::bytes() const {
     total += (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() +
               l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size()) *
              4;
-    total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
+    total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes();
+    for (const CpuLinear& e : l.expert_gate_up) total += e.bytes();
+    for (const CpuLinear& e : l.expert_down) total += e.bytes();
   }
   return total;
 }
@@ -466,9 +480,18 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
     }
     groups.push_back({Kind::kO, i, {p + "o_proj"}});
     if (c.sandwich_norms) groups.push_back({Kind::kPostAttnNorm, i, {p + "post_attn_norm"}});
-    groups.push_back({Kind::kGateUp, i, {p + "gate_proj", p + "up_proj"}});
     if (c.sandwich_norms) groups.push_back({Kind::kPostMlpNorm, i, {p + "post_mlp_norm"}});
-    groups.push_back({Kind::kDown, i, {p + "down_proj"}});
+    if (!c.LayerIsMoe(i)) {
+      groups.push_back({Kind::kGateUp, i, {p + "gate_proj", p + "up_proj"}});
+      groups.push_back({Kind::kDown, i, {p + "down_proj"}});
+      continue;
+    }
+    groups.push_back({Kind::kRouter, i, {p + "router"}});
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      groups.push_back({Kind::kExpertGateUp, i, {x + "gate_proj", x + "up_proj"}, false, e});
+      groups.push_back({Kind::kExpertDown, i, {x + "down_proj"}, false, e});
+    }
   }
   return groups;
 }
@@ -477,6 +500,11 @@ CpuWeights EmptyCpuWeights(const model::ModelConfig& c, cpu::WeightType type) {
   CpuWeights w;
   w.type = type;
   w.layers.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (!c.LayerIsMoe(i)) continue;
+    w.layers[i].expert_gate_up.resize(c.num_experts);
+    w.layers[i].expert_down.resize(c.num_experts);
+  }
   return w;
 }
 
@@ -491,7 +519,12 @@ Status LoadGroupWith(WeightLoader& loader, const model::TensorSource& source,
   if (CpuLinear* out = LinearOf(g, w)) {
     int64_t cols = 0;
     const auto parts = LinearParts(c, g, &cols);
-    return loader.Stacked(parts, cols, out, reuse != nullptr ? LinearOf(g, reuse) : nullptr);
+    CpuLinear* reused = reuse != nullptr ? LinearOf(g, reuse) : nullptr;
+    if (g.kind == Kind::kRouter && type != cpu::WeightType::kF32) {
+      WeightLoader f32(source, cpu::WeightType::kF32, pool);
+      return f32.Stacked(parts, cols, out, reused);
+    }
+    return loader.Stacked(parts, cols, out, reused);
   }
   std::vector<float>* out = VectorOf(g, w);
   if (g.tensors.size() == 1) {
@@ -629,10 +662,14 @@ StatusOr<CpuWeights> LoadCpuWeights(const model::TensorSource& file, cpu::Weight
   const auto start = std::chrono::steady_clock::now();
   int64_t layers_done = 0;
   WeightLoader loader(file, type, pool);
-  for (const CpuWeightGroup& g : CpuWeightGroups(c)) {
+  const std::vector<CpuWeightGroup> groups = CpuWeightGroups(c);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const CpuWeightGroup& g = groups[i];
     ASTR_RETURN_IF_ERROR(LoadGroupWith(loader, file, g, type, pool, &w, reuse));
-    // A layer is done with its last group (down_proj).
-    if (g.kind == Kind::kDown && progress) ReportProgress(++layers_done, c.num_layers, start);
+    // A layer is done with its last group.
+    const bool layer_done =
+        g.layer >= 0 && (i + 1 == groups.size() || groups[i + 1].layer != g.layer);
+    if (layer_done && progress) ReportProgress(++layers_done, c.num_layers, start);
   }
   return w;
 }

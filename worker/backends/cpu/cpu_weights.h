@@ -42,6 +42,12 @@ struct CpuLayerWeights {
   CpuLinear o;        // [hidden, heads*hd]
   CpuLinear gate_up;  // rows: gate [ffn], up [ffn]
   CpuLinear down;     // [hidden, ffn]
+  // A MoE layer (ModelConfig::LayerIsMoe) holds these instead of gate_up / down: the router
+  // [experts, hidden], always f32 (the experts a token picks should not hinge on a rounding), and
+  // each expert's gate/up [2 * moe_ffn, hidden] and down [hidden, moe_ffn].
+  CpuLinear router;
+  std::vector<CpuLinear> expert_gate_up;
+  std::vector<CpuLinear> expert_down;
 };
 
 struct CpuWeights {
@@ -92,12 +98,16 @@ struct CpuWeightGroup {
     kQkv,
     kO,
     kGateUp,
-    kDown
+    kDown,
+    kRouter,
+    kExpertGateUp,
+    kExpertDown
   };
   Kind kind = Kind::kEmbed;
   int64_t layer = -1;
   std::vector<std::string> tensors;  // canonical names, in stacking order
   bool tied_head = false;            // kEmbed: lm_head is built from the table too
+  int64_t expert = -1;               // kExpertGateUp / kExpertDown
 };
 // Every group of a model, in LoadCpuWeights' order.
 std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& config);

@@ -43,6 +43,11 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
                                                            const BackendOptions& options) {
   const model::ModelConfig& c = file.config();
   ASTR_RETURN_IF_ERROR(c.Validate());
+  if (c.num_experts > 0) {
+    return UnimplementedError("the CUDA backend does not run mixture-of-experts layers yet (" +
+                              c.architecture + ", " + std::to_string(c.num_experts) +
+                              " experts); serve this model with --backend cpu");
+  }
   if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
   if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
   if (options.page_size < 1) return InvalidArgumentError("page_size must be >= 1");
