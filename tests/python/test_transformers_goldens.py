@@ -211,6 +211,20 @@ def check_bf16(name: str, model: Path, extra: list[str], env: dict | None, what:
                     f"by a clear margin (its top 5: {gold})")
 
 
+@pytest.mark.parametrize("name", sorted(n for n in cases.CASES if is_moe(n)))
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_cpu_moe_output_does_not_depend_on_threads(name: str, dtype: str, models) -> None:
+    """The CPU backend runs a MoE layer's experts either one per thread (as many active experts as
+    two per thread) or one after the other with each GEMM split across the threads: the same values
+    either way, so 1, 2 and 3 threads give bit-identical logprobs."""
+    p = GOLD["cases"][name]["prompts"][-1]
+    runs = [run_astr(models(name), p["ids"], ["--dtype", dtype, "--threads", str(n)],
+                     max_tokens=8) for n in (1, 2, 3)]
+    for out in runs[1:]:
+        assert out["token_ids"] == runs[0]["token_ids"]
+        assert out["logprobs"] == runs[0]["logprobs"]
+
+
 @pytest.mark.parametrize("name", sorted(cases.CASES))
 def test_cpu_bf16_follows_transformers(name: str, models) -> None:
     check_bf16(name, models(name), ["--dtype", "bf16", "--threads", "1"], None, "cpu bf16")
