@@ -165,6 +165,38 @@ bool MatchFusedTensor(const std::string& arch, const std::string& file_name, boo
   return false;
 }
 
+bool MatchHfStackedExperts(const ModelConfig& c, const std::string& hf_name, std::string* layer,
+                           std::vector<std::string>* parts, std::vector<int64_t>* shape) {
+  const Architecture* a = FindArchitecture(c.architecture);
+  std::string rest;
+  if (a == nullptr || !a->moe || c.num_experts <= 0 ||
+      !SplitLayerName(hf_name, LayerPrefix(Side::kHf), layer, &rest)) {
+    return false;
+  }
+  if (layer->size() > 18 || !c.LayerIsMoe(std::stoll(*layer))) return false;
+  const std::string p = "layers." + *layer + ".";
+  const int64_t e_count = c.num_experts, f = c.moe_intermediate_size, h = c.hidden_size;
+  parts->clear();
+  if (rest == "mlp.gate.weight") {
+    parts->push_back(p + "router");
+    *shape = {e_count, h};
+  } else if (rest == "mlp.experts.gate_up_proj") {
+    for (int64_t e = 0; e < e_count; ++e) {
+      parts->push_back(p + "experts." + std::to_string(e) + ".gate_proj");
+      parts->push_back(p + "experts." + std::to_string(e) + ".up_proj");
+    }
+    *shape = {e_count, 2 * f, h};
+  } else if (rest == "mlp.experts.down_proj") {
+    for (int64_t e = 0; e < e_count; ++e) {
+      parts->push_back(p + "experts." + std::to_string(e) + ".down_proj");
+    }
+    *shape = {e_count, h, f};
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,
                          std::string* part) {
   const Architecture* a = FindArchitecture(arch);

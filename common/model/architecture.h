@@ -121,6 +121,16 @@ int64_t CanonicalRows(const ModelConfig& config, const std::string& part);
 bool MatchFusedTensor(const std::string& arch, const std::string& file_name, bool gguf,
                       std::string* layer, const FusedTensorNames** fused);
 
+// transformers 5's in-memory names of a MoE layer's tensors (a trainer's state_dict), which its
+// checkpoints spell per expert: mlp.gate.weight (the router, whatever the checkpoint calls it),
+// mlp.experts.gate_up_proj [experts, 2 * moe_ffn, hidden] (each expert's gate rows, then its up
+// rows) and mlp.experts.down_proj [experts, hidden, moe_ffn]. For `hf_name` (model.layers.N. ...)
+// one of them in a MoE layer of `config`: its layer, the canonical tensors it holds in row order
+// (layers.N.router alone for the router) and its shape.
+bool MatchHfStackedExperts(const ModelConfig& config, const std::string& hf_name,
+                           std::string* layer, std::vector<std::string>* parts,
+                           std::vector<int64_t>* shape);
+
 // Whether file tensor `file_name` (GGUF) stacks one tensor of every expert of a MoE layer
 // (ffn_gate_exps.weight, ...): then its layer and the canonical part of each expert ("gate_proj").
 bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,

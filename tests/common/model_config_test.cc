@@ -520,6 +520,37 @@ TEST(ModelConfigTest, HfMixtral) {
   EXPECT_FALSE(model::ConfigToHfJson(llama).ok());
 }
 
+// transformers 5's in-memory names of a MoE layer: the stacked experts and the router.
+TEST(ModelConfigTest, Transformers5StackedExperts) {
+  model::ModelConfig c;
+  c.architecture = "qwen3_moe";
+  c.num_layers = 3, c.hidden_size = 8, c.num_experts = 2, c.moe_intermediate_size = 4;
+  c.num_experts_per_tok = 1, c.dense_layers = {1};
+  std::string layer;
+  std::vector<std::string> parts;
+  std::vector<int64_t> shape;
+  ASSERT_TRUE(model::MatchHfStackedExperts(c, "model.layers.2.mlp.experts.gate_up_proj", &layer,
+                                           &parts, &shape));
+  EXPECT_EQ(layer, "2");
+  EXPECT_EQ(parts, (std::vector<std::string>{
+                       "layers.2.experts.0.gate_proj", "layers.2.experts.0.up_proj",
+                       "layers.2.experts.1.gate_proj", "layers.2.experts.1.up_proj"}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 8, 8}));
+  ASSERT_TRUE(model::MatchHfStackedExperts(c, "model.layers.0.mlp.experts.down_proj", &layer,
+                                           &parts, &shape));
+  EXPECT_EQ(parts.size(), 2u);
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 8, 4}));
+  ASSERT_TRUE(
+      model::MatchHfStackedExperts(c, "model.layers.0.mlp.gate.weight", &layer, &parts, &shape));
+  EXPECT_EQ(parts, (std::vector<std::string>{"layers.0.router"}));
+  // Layer 1 is dense (mlp_only_layers); a dense architecture has no experts.
+  EXPECT_FALSE(model::MatchHfStackedExperts(c, "model.layers.1.mlp.experts.down_proj", &layer,
+                                            &parts, &shape));
+  c.architecture = "qwen3";
+  EXPECT_FALSE(model::MatchHfStackedExperts(c, "model.layers.0.mlp.experts.down_proj", &layer,
+                                            &parts, &shape));
+}
+
 TEST(ModelConfigTest, ExpertTensorNames) {
   EXPECT_EQ(model::CanonicalFromHfName("qwen3_moe", "model.layers.3.mlp.experts.17.up_proj.weight"),
             "layers.3.experts.17.up_proj");

@@ -174,7 +174,7 @@ class ReferenceModel:
             self.t = {k: (round_bf16(v) if v.ndim == 2 else v) for k, v in self.t.items()}
         self._act = round_bf16 if self.emulate_bf16 else (lambda a: a)
         self.model_type = c.get("model_type", "llama")
-        if self.model_type not in ("llama", "mistral", "qwen2", "qwen3"):
+        if self.model_type not in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"):
             raise NotImplementedError(f"model_type {self.model_type!r}")
         act = c.get("hidden_act", "silu")
         if act not in ("silu", "swish"):
@@ -245,7 +245,7 @@ class ReferenceModel:
             q = proj("q_proj").reshape(seq, nh, hd)
             k = proj("k_proj").reshape(seq, nkv, hd)
             v = proj("v_proj").reshape(seq, nkv, hd)
-            if self.model_type == "qwen3":
+            if self.model_type in ("qwen3", "qwen3_moe"):
                 q = rms_norm(q, t[p + "self_attn.q_norm.weight"], self.eps)
                 k = rms_norm(k, t[p + "self_attn.k_norm.weight"], self.eps)
             q = apply_rope(q.transpose(1, 0, 2), cos, sin)  # [nh, seq, hd]
@@ -263,11 +263,34 @@ class ReferenceModel:
             h = h + (o + ob if ob is not None else o)
 
             x = self._act(rms_norm(h, t[p + "post_attention_layernorm.weight"], self.eps))
+            if p + "mlp.gate.weight" in t:  # Qwen3-MoE: a mixture of experts
+                h = h + self._moe(p + "mlp.", x)
+                continue
             g = x @ t[p + "mlp.gate_proj.weight"].T
             u = x @ t[p + "mlp.up_proj.weight"].T
             h = h + self._act(silu(g) * u) @ t[p + "mlp.down_proj.weight"].T
         h = self._act(rms_norm(h, t["model.norm.weight"], self.eps))
         return h @ self.lm_head.T
+
+    def _moe(self, p: str, x: np.ndarray) -> np.ndarray:
+        """Qwen3-MoE's sparse block, row by row: softmax over the router logits, the
+        num_experts_per_tok most probable experts (renormalized with norm_topk_prob), each expert's
+        SwiGLU MLP weighted by its probability."""
+        t, c = self.t, self.cfg
+        k = int(c["num_experts_per_tok"])
+        logits = x @ t[p + "gate.weight"].T
+        out = np.zeros_like(x)
+        for r in range(x.shape[0]):
+            probs = np.exp(logits[r] - logits[r].max())
+            probs /= probs.sum()
+            top = np.argsort(-probs, kind="stable")[:k]
+            w = probs[top] / probs[top].sum() if c.get("norm_topk_prob") else probs[top]
+            for e, we in zip(top, w):
+                q = f"{p}experts.{e}."
+                g = x[r] @ t[q + "gate_proj.weight"].T
+                u = x[r] @ t[q + "up_proj.weight"].T
+                out[r] += we * (self._act(silu(g) * u) @ t[q + "down_proj.weight"].T)
+        return out
 
     def greedy(self, prompt: list[int], max_tokens: int) -> tuple[list[int], list[np.ndarray]]:
         """Greedy decode. Returns (generated ids, per-step log-softmax rows over the vocabulary)."""

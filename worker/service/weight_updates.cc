@@ -82,8 +82,23 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     std::vector<int64_t> part_rows, fused_shape;
     std::string layer;
     const model::FusedTensorNames* fused = nullptr;
-    if (model::MatchFusedTensor(config_.architecture, spec.name(), /*gguf=*/false, &layer,
-                                &fused)) {
+    std::vector<std::string> stacked;
+    std::vector<int64_t> stacked_shape;
+    if (model::MatchHfStackedExperts(config_, spec.name(), &layer, &stacked, &stacked_shape)) {
+      // transformers 5's stacked experts (or its name of the router): the experts' tensors, rows
+      // in order.
+      canonical = stacked.size() == 1 ? stacked[0] : spec.name();
+      if (stacked.size() > 1) {
+        for (const std::string& part : stacked) {
+          auto pt = expected.find(part);
+          if (pt == expected.end() || pt->second.size() != 2) break;
+          parts.push_back(pt->first);
+          part_rows.push_back(pt->second[0]);
+        }
+        if (parts.size() == stacked.size()) expected[canonical] = stacked_shape;
+      }
+    } else if (model::MatchFusedTensor(config_.architecture, spec.name(), /*gguf=*/false, &layer,
+                                       &fused)) {
       canonical = "layers." + layer + "." + fused->hf;
       for (const std::string& part : fused->parts) {
         auto pt = expected.find("layers." + layer + "." + part);
@@ -192,9 +207,12 @@ Status WeightStager::Complete(Pending& p) {
                          Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
   }
   if (p.parts.empty()) return Deliver(p.tensor);
-  // Fused: each part's rows copied into a tensor of its own, which goes on as if pushed alone.
-  const int64_t cols = t.shape[1];
-  const size_t row_bytes = t.bytes / static_cast<size_t>(t.shape[0]);
+  // Fused or stacked: each part's rows copied into a tensor of its own, which goes on as if pushed
+  // alone.
+  const int64_t cols = t.shape.back();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
+  const size_t row_bytes = t.bytes / static_cast<size_t>(rows);
   size_t offset = 0;
   for (size_t k = 0; k < p.parts.size(); ++k) {
     auto part = std::make_shared<UpdateTensor>();
