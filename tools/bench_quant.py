@@ -10,7 +10,8 @@ machine's memory bandwidth drifts within minutes):
   astr     build/bin/astr-bench --threads T --batch-sizes 1,16 --prompt-len 128
            --decode-steps 16 --read-bandwidth-mb 1024: prefill tok/s (128-token prompt), decode
            tok/s at batch 1 and 16 (32-token contexts), the GB/s of weights read per batch-1 step
-           (astr reads every weight once per step), and the machine's read bandwidth measured by
+           (astr reads every weight once per step; a MoE model, the dense weights and
+           num_experts_per_tok of num_experts experts per layer), and the machine's read bandwidth measured by
            the same program before and after;
   llama    llama-bench -t T -p 128 -n 32 -r 3 -o json (prefill and batch-1 decode) and
            llama-batched-bench -t T -tb T -c 4096 -npp 32 -ntg 16 -npl 16 (16 parallel
@@ -62,6 +63,7 @@ def astr_run(args, model):
     return {"prefill_tok_s": d["prefill"]["tok_per_s"], "b1_tok_s": dec[1]["tok_per_s"],
             "b16_tok_s": dec[16]["tok_per_s"], "b1_weight_gb_s": dec[1].get("weight_gb_per_s"),
             "weight_bytes": d.get("weight_bytes"), "isa": d.get("isa"),
+            "batch1_read_bytes": d.get("batch1_read_bytes"),
             "read_gb_s": [d.get("read_gb_per_s_before"), d.get("read_gb_per_s_after")]}
 
 
@@ -132,6 +134,11 @@ def main(argv=None):
         entry["astr"]["isa"] = runs[m]["astr"][0]["isa"]
         entry["read_gb_s"] = [v for r in runs[m]["astr"] for v in r["read_gb_s"]]
         mb = runs[m]["llama"][0].get("model_bytes")
+        # A MoE model's step reads its active experts only: llama.cpp's share of its file is taken
+        # to be astr's share of its weights (batch1_read_bytes / weight_bytes).
+        read = runs[m]["astr"][0].get("batch1_read_bytes")
+        if mb and read and entry["astr"]["weight_bytes"]:
+            mb = mb * read / entry["astr"]["weight_bytes"]
         if mb and entry["llama_cpp"]["b1_tok_s"]:
             entry["llama_cpp"]["b1_weight_gb_s"] = mb * entry["llama_cpp"]["b1_tok_s"] / 1e9
         entry["astr"]["peak_rss_mib"], entry["llama_cpp"]["peak_rss_mib"] = rss_astr, rss_llama

@@ -137,6 +137,8 @@ class Backend {
   virtual int64_t max_sample_rows() const = 0;
   // Bytes the served weights take in memory (0 when the backend does not say).
   virtual size_t weight_bytes() const { return 0; }
+  // Of those, the bytes of MoE layers' experts (a token reads num_experts_per_tok of num_experts).
+  virtual size_t expert_weight_bytes() const { return 0; }
   // Runs the step: writes the K/V of every row into its out slot and fills
   // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch
   // first.

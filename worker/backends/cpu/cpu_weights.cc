@@ -454,6 +454,13 @@ size_t CpuWeights::bytes() const {
               l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size()) *
              4;
     total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes();
+  }
+  return total + expert_bytes();
+}
+
+size_t CpuWeights::expert_bytes() const {
+  size_t total = 0;
+  for (const auto& l : layers) {
     for (const CpuLinear& e : l.expert_gate_up) total += e.bytes();
     for (const CpuLinear& e : l.expert_down) total += e.bytes();
   }

@@ -68,6 +68,7 @@ struct CpuWeights {
   // Copies embedding rows for `ids` into out [n, hidden].
   void GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden, float* out) const;
   size_t bytes() const;
+  size_t expert_bytes() const;  // MoE layers' experts (part of bytes())
 };
 
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
