@@ -52,6 +52,12 @@ const std::vector<ModelSpec>& Models() {
        "--arch gemma2 --hidden 128 --layers 4 --heads 2 --kv-heads 1 --head-dim 64 --ffn 256 "
        "--vocab 1000 --seed 16 --tie --sliding-window 5 --attn-softcap 20 --final-softcap 15",
        ""},
+      // Qwen3-MoE from GGUF: every layer 8 experts, top-2 renormalized (routing, the sort, the
+      // grouped GEMMs and the combine, in graphs at decode).
+      {"random-qwen3moe-d64",
+       "--arch qwen3_moe --hidden 128 --layers 2 --heads 2 --kv-heads 1 --head-dim 64 --ffn 256 "
+       "--moe-ffn 64 --experts 8 --experts-per-tok 2 --vocab 1000 --seed 17 --router-std 0.5",
+       ""},
   };
   return models;
 }

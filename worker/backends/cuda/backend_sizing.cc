@@ -29,6 +29,9 @@ WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions
   d.q_cols = c.num_heads * c.head_dim;
   d.qkv_rows = d.q_cols + 2 * c.num_kv_heads * c.head_dim + (c.gated_attention ? d.q_cols : 0);
   d.ffn = c.intermediate_size;
+  d.num_experts = c.num_experts;
+  d.experts_per_tok = c.num_experts > 0 ? c.num_experts_per_tok : 0;
+  d.moe_ffn = c.num_experts > 0 ? c.moe_intermediate_size : 0;
   d.vocab = c.vocab_size;
   d.num_heads = c.num_heads;
   d.head_dim = c.head_dim;

@@ -9,6 +9,7 @@
 
 #include "common/base/logging.h"
 #include "common/model/model_file.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_attention_generic.h"
 #include "kernels/cuda/paged_decode.h"
@@ -43,11 +44,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
                                                            const BackendOptions& options) {
   const model::ModelConfig& c = file.config();
   ASTR_RETURN_IF_ERROR(c.Validate());
-  if (c.num_experts > 0) {
-    return UnimplementedError("the CUDA backend does not run mixture-of-experts layers yet (" +
-                              c.architecture + ", " + std::to_string(c.num_experts) +
-                              " experts); serve this model with --backend cpu");
-  }
   if (options.max_batch_tokens < 1) return InvalidArgumentError("max_batch_tokens must be >= 1");
   if (options.max_sample_rows < 1) return InvalidArgumentError("max_sample_rows must be >= 1");
   if (options.page_size < 1) return InvalidArgumentError("page_size must be >= 1");
@@ -129,7 +125,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
     const int64_t qkv_rows = (c.num_heads + 2 * c.num_kv_heads + c.num_heads) * c.head_dim;
     const int64_t per_layer = qkv_rows * c.hidden_size + c.hidden_size * c.num_heads * c.head_dim +
                               3 * c.intermediate_size * c.hidden_size + 4 * c.hidden_size +
-                              2 * c.head_dim + qkv_rows;
+                              2 * c.head_dim + qkv_rows +
+                              c.num_experts * (3 * c.moe_intermediate_size + 1) * c.hidden_size;
     const size_t reserve =
         static_cast<size_t>(4 * (2 * c.vocab_size * c.hidden_size + c.num_layers * per_layer +
                                  c.hidden_size + c.head_dim) +
@@ -168,6 +165,10 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
     ASTR_RETURN_IF_ERROR(g.Prepare(ffn, hidden, CUDA_R_32F, rows, hidden, ffn));
     ASTR_RETURN_IF_ERROR(
         g.Prepare(hidden, c.vocab_size, CUDA_R_32F, wd.max_batch, c.vocab_size, hidden));
+    if (c.num_experts > 0) {  // the MoE router
+      ASTR_RETURN_IF_ERROR(
+          g.Prepare(hidden, c.num_experts, CUDA_R_32F, rows, c.num_experts, hidden));
+    }
   }
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
                                                   options.cuda_graphs);
@@ -658,22 +659,65 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   }
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, w.mlp_norm.as<float>(), eps, rows, hidden, a.xn, s),
               "add + rms norm");
-  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
-                                     CUDA_R_16BF, rows, 2 * ffn, hidden, s));
-  if (c.mlp_activation == model::MlpActivation::kGeluTanh) {
-    ASTR_LAUNCH(LaunchGeluTanhMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s),
-                "gelu_tanh * mul");
+  if (c.LayerIsMoe(l)) {
+    ASTR_RETURN_IF_ERROR(EnqueueMoe(w, rows, s));
   } else {
-    ASTR_LAUNCH(LaunchSiluMul(a.gate_up, rows, static_cast<int>(ffn), a.act, s), "silu * mul");
+    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
+                                       CUDA_R_16BF, rows, 2 * ffn, hidden, s));
+    ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.gate_up, rows, static_cast<int>(ffn), a.act, s));
+    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
+                                       rows, hidden, ffn, s));
   }
-  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
-                                     rows, hidden, ffn, s));
   if (c.sandwich_norms) {
     ASTR_LAUNCH(LaunchRmsNormRows(a.proj, w.post_mlp_norm.as<float>(), eps, rows, hidden, s),
                 "post-MLP norm");
   }
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, next_norm, eps, rows, hidden, a.xn, s),
               "add + rms norm");
+  return OkStatus();
+}
+
+Status CudaBackend::EnqueueGatedActivation(const bf16* gate_up, int rows, int ffn, bf16* act,
+                                           cudaStream_t s) {
+  if (config_.mlp_activation == model::MlpActivation::kGeluTanh) {
+    ASTR_LAUNCH(LaunchGeluTanhMul(gate_up, rows, ffn, act, s), "gelu_tanh * mul");
+  } else {
+    ASTR_LAUNCH(LaunchSiluMul(gate_up, rows, ffn, act, s), "silu * mul");
+  }
+  return OkStatus();
+}
+
+// A MoE layer's MLP into a.proj (moe.h): route, sort the (row, choice) pairs by expert, gather
+// their rows, the experts' gate/up and down as grouped GEMMs over tiles of one expert each, and
+// each row's outputs weighted and added in expert order. Every launch's shape follows from `rows`,
+// so a captured graph replays it whatever the routing.
+Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t s) {
+  const model::ModelConfig& c = config_;
+  const Activations& a = ws_->act();
+  const int hidden = static_cast<int>(c.hidden_size), experts = static_cast<int>(c.num_experts);
+  const int top_k = static_cast<int>(c.num_experts_per_tok);
+  const int f = static_cast<int>(c.moe_intermediate_size), pairs = rows * top_k;
+  const int max_tiles = static_cast<int>(MoeMaxTiles(pairs, experts));
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.router.as<bf16>(), a.moe_logits, experts,
+                                     CUDA_R_32F, rows, experts, hidden, s));
+  ASTR_LAUNCH(LaunchMoeRoute(a.moe_logits, rows, experts, top_k, c.norm_topk_prob, a.moe_experts,
+                             a.moe_weights, s),
+              "moe routing");
+  ASTR_LAUNCH(LaunchMoeSort(a.moe_experts, pairs, top_k, experts, a.moe_pair_row, a.moe_slot,
+                            a.moe_tiles, max_tiles, s),
+              "moe sort");
+  ASTR_LAUNCH(LaunchGatherRows(a.xn, hidden, a.moe_pair_row, pairs, hidden, a.moe_in, hidden, s),
+              "moe gather");
+  ASTR_LAUNCH(LaunchGroupedMatmul(a.moe_in, hidden, w.experts_gate_up.as<bf16>(), a.moe_tiles,
+                                  max_tiles, 2 * f, hidden, a.moe_gate_up, 2 * f, false, s),
+              "moe gate/up");
+  ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.moe_gate_up, pairs, f, a.moe_act, s));
+  ASTR_LAUNCH(LaunchGroupedMatmul(a.moe_act, f, w.experts_down.as<bf16>(), a.moe_tiles, max_tiles,
+                                  hidden, f, a.moe_out, hidden, true, s),
+              "moe down");
+  ASTR_LAUNCH(LaunchMoeCombine(a.moe_out, hidden, a.moe_experts, a.moe_weights, a.moe_slot, rows,
+                               top_k, hidden, a.proj, s),
+              "moe combine");
   return OkStatus();
 }
 

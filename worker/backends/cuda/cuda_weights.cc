@@ -131,6 +131,19 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
     ASTR_RETURN_IF_ERROR(
         cv.Norm(LayerSlot(i, &L::post_mlp_norm), p + "post_mlp_norm", c.hidden_size));
   }
+  if (c.LayerIsMoe(i)) {
+    ASTR_RETURN_IF_ERROR(
+        cv.Stacked(LayerSlot(i, &L::router), {{p + "router", c.num_experts}}, c.hidden_size));
+    std::vector<std::pair<std::string, int64_t>> gate_up, down;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      gate_up.push_back({x + "gate_proj", c.moe_intermediate_size});
+      gate_up.push_back({x + "up_proj", c.moe_intermediate_size});
+      down.push_back({x + "down_proj", c.hidden_size});
+    }
+    ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::experts_gate_up), gate_up, c.hidden_size));
+    return cv.Stacked(LayerSlot(i, &L::experts_down), down, c.moe_intermediate_size);
+  }
   ASTR_RETURN_IF_ERROR(
       cv.Stacked(LayerSlot(i, &L::gate_up),
                  {{p + "gate_proj", c.intermediate_size}, {p + "up_proj", c.intermediate_size}},
@@ -147,7 +160,8 @@ size_t CudaWeights::bytes() const {
   for (const auto& l : layers) {
     total += l.attn_norm.bytes() + l.mlp_norm.bytes() + l.post_attn_norm.bytes() +
              l.post_mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.qkv_bias.bytes() +
-             l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
+             l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
+             l.experts_gate_up.bytes() + l.experts_down.bytes();
   }
   return total;
 }

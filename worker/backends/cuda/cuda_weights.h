@@ -34,6 +34,11 @@ struct CudaLayerWeights {
   DeviceMemory o;          // [hidden, heads*hd] bf16
   DeviceMemory gate_up;    // [2*ffn, hidden] bf16: gate, up
   DeviceMemory down;       // [hidden, ffn] bf16
+  // A MoE layer's (ModelConfig::LayerIsMoe) instead of gate_up / down: the router and every
+  // expert's weights, expert e at e * its size.
+  DeviceMemory router;           // [experts, hidden] bf16
+  DeviceMemory experts_gate_up;  // [experts][2 * moe_ffn, hidden] bf16: each expert's gate, up
+  DeviceMemory experts_down;     // [experts][hidden, moe_ffn] bf16
 };
 
 struct CudaWeights;

@@ -1,5 +1,7 @@
 #include "worker/backends/cuda/workspace.h"
 
+#include "kernels/cuda/moe.h"
+
 namespace astr::cuda {
 
 void* BumpAllocator::TakeBytes(size_t bytes, const char* name) {
@@ -40,6 +42,17 @@ Activations CarveActivations(BumpAllocator& a, const WorkspaceDims& d) {
   x.proj = a.Take<float>(t * d.hidden, "proj");
   x.gate_up = a.Take<bf16>(t * 2 * d.ffn, "gate_up");
   x.act = a.Take<bf16>(t * d.ffn, "act");
+  const int64_t pairs = t * d.experts_per_tok;
+  x.moe_logits = a.Take<float>(t * d.num_experts, "moe_logits");
+  x.moe_experts = a.Take<int32_t>(pairs, "moe_experts");
+  x.moe_weights = a.Take<float>(pairs, "moe_weights");
+  x.moe_pair_row = a.Take<int32_t>(pairs, "moe_pair_row");
+  x.moe_slot = a.Take<int32_t>(pairs, "moe_slot");
+  x.moe_tiles = a.Take<int32_t>(3 * MoeMaxTiles(pairs, d.num_experts), "moe_tiles");
+  x.moe_in = a.Take<bf16>(pairs * d.hidden, "moe_in");
+  x.moe_gate_up = a.Take<bf16>(pairs * 2 * d.moe_ffn, "moe_gate_up");
+  x.moe_act = a.Take<bf16>(pairs * d.moe_ffn, "moe_act");
+  x.moe_out = a.Take<float>(pairs * d.hidden, "moe_out");
   x.sampled = a.Take<bf16>(b * d.hidden, "sampled");
   x.logits = a.Take<float>(b * d.vocab, "logits");
   x.raw_logits = a.Take<float>(b * d.vocab, "raw_logits");

@@ -59,6 +59,10 @@ struct WorkspaceDims {
   int64_t qkv_rows = 0;  // q + k + v (+ gate) columns of the fused projection
   int64_t q_cols = 0;    // num_heads * head_dim
   int64_t ffn = 0;
+  // Mixture of experts (0 experts: none): experts per layer, per row, and each one's ffn.
+  int64_t num_experts = 0;
+  int64_t experts_per_tok = 0;
+  int64_t moe_ffn = 0;
   int64_t vocab = 0;
   int64_t num_heads = 0;
   int64_t head_dim = 0;
@@ -96,6 +100,19 @@ struct Activations {
   bf16* gate_up;       // [T, 2 * ffn]
   bf16* act;           // [T, ffn]
   bf16* sampled;       // [B, hidden] final-normed sample rows
+  // MoE layers (moe.h), with P = T * experts_per_tok pairs: router logits, each row's experts and
+  // weights, the pairs sorted by expert (their rows, and where each pair went), the grouped GEMMs'
+  // tiles, and the pairs' gathered input, gate/up, activation and output rows.
+  float* moe_logits;      // [T, num_experts]
+  int32_t* moe_experts;   // [T, experts_per_tok]
+  float* moe_weights;     // [T, experts_per_tok]
+  int32_t* moe_pair_row;  // [P]
+  int32_t* moe_slot;      // [P]
+  int32_t* moe_tiles;     // [MoeMaxTiles(P, num_experts), 3]
+  bf16* moe_in;           // [P, hidden]
+  bf16* moe_gate_up;      // [P, 2 * moe_ffn]
+  bf16* moe_act;          // [P, moe_ffn]
+  float* moe_out;         // [P, hidden]
   float* logits;       // [B, vocab]
   float* raw_logits;   // [B, vocab] sampling scratch
   float* o_partial;    // [max_partial_rows, num_heads, head_dim] decode split partials
