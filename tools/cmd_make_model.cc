@@ -122,7 +122,7 @@ struct Options {
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02, router_std = 0.0,
          attn_softcap = 50.0, final_softcap = 30.0;
   bool tie = false, qk_norm = false, gated = false, norm_topk_prob = false;
-  int64_t experts = 8, experts_per_tok = 2, moe_ffn = 0, moe_layer_step = 1;
+  int64_t experts = 8, experts_per_tok = 2, moe_ffn = 0, moe_layer_step = 1, shared_ffn = 0;
   std::string dense_layers;
 };
 
@@ -163,8 +163,13 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.num_experts_per_tok = o.experts_per_tok;
     c.moe_intermediate_size = o.ffn;
     c.norm_topk_prob = true;
-  } else if (o.arch == "qwen3_moe") {
-    c.qk_norm = model::QkNorm::kBeforeRope;
+  } else if (o.arch == "qwen3_moe" || o.arch == "qwen2_moe") {
+    if (o.arch == "qwen3_moe") {
+      c.qk_norm = model::QkNorm::kBeforeRope;
+    } else {
+      c.qkv_bias = true;
+      c.shared_expert_intermediate_size = o.shared_ffn > 0 ? o.shared_ffn : o.ffn;
+    }
     c.num_experts = o.experts;
     c.num_experts_per_tok = o.experts_per_tok;
     c.moe_intermediate_size = o.moe_ffn > 0 ? o.moe_ffn : o.ffn;
@@ -208,8 +213,8 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
     c.norm_weight_offset = o.format == "hf" ? 1.0 : 0.0;  // llama.cpp's converter stores 1 + w
   } else {
     return InvalidArgumentError(
-        "--arch must be llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, autoregressive_lm, "
-        "gemma2, gemma3 or phi3");
+        "--arch must be llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, "
+        "autoregressive_lm, gemma2, gemma3 or phi3");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -258,7 +263,9 @@ void AddGgufVocab(int64_t n, model::GgufWriter* w) {
 // GGUF keeps 1-D tensors in F32 (as llama.cpp does) and falls back to F16 where rows are not whole
 // quantization blocks.
 model::DType StoredDType(const model::WeightSpec& w, model::DType requested, bool gguf) {
-  if (gguf && w.shape.size() == 1) return model::DType::kF32;
+  if (gguf && (w.shape.size() == 1 || w.name.ends_with(".shared_expert_gate"))) {
+    return model::DType::kF32;
+  }
   if (w.shape.back() % model::DTypeBlockElements(requested) != 0) return model::DType::kF16;
   return requested;
 }
@@ -351,7 +358,10 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
     if (fused == nullptr) {
       const std::string name = gguf ? model::GgufNameFromCanonical(c.architecture, specs[i].name)
                                     : model::HfNameFromCanonical(c.architecture, specs[i].name);
-      out.push_back({name, specs[i].shape, dtypes[i]});
+      std::vector<int64_t> shape = specs[i].shape;
+      // llama.cpp's converter writes the shared expert's gate (one row) 1-D.
+      if (gguf && specs[i].name.ends_with(".shared_expert_gate")) shape = {shape.back()};
+      out.push_back({name, shape, dtypes[i]});
       ++i;
       continue;
     }
@@ -385,10 +395,13 @@ Status MakeModel(const Options& o) {
     return InvalidArgumentError(
         "--hidden-act: a GGUF llama / qwen2 / qwen3 has SiLU; use --format hf");
   }
-  if (gguf && o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" &&
-      o.arch != "qwen3_moe" && o.arch != "gemma2" && o.arch != "gemma3" && o.arch != "phi3") {
+  const bool gguf_arch = o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen2_moe" ||
+                         o.arch == "qwen3" || o.arch == "qwen3_moe" || o.arch == "gemma2" ||
+                         o.arch == "gemma3" || o.arch == "phi3";
+  if (gguf && !gguf_arch) {
     return InvalidArgumentError(
-        "--format gguf supports --arch llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3 (not " +
+        "--format gguf supports --arch llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, "
+        "phi3 (not " +
         o.arch + "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
@@ -459,12 +472,14 @@ Status MakeModel(const Options& o) {
 int RunMakeModel(int argc, const char* const* argv) {
   Options o;
   FlagSet fs(argv[0], "Write a random-weight model (deterministic from --seed).");
-  fs.String("arch", &o.arch,
-            "llama | mistral | mixtral | qwen2 | qwen3 | qwen3_moe | autoregressive_lm | gemma2 | "
-            "gemma3 | phi3.");
+  fs.String(
+      "arch", &o.arch,
+      "llama | mistral | mixtral | qwen2 | qwen2_moe | qwen3 | qwen3_moe | autoregressive_lm | "
+      "gemma2 | gemma3 | phi3.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format,
-            "gguf (llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3) or hf (every arch).");
+            "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3) or hf (every "
+            "arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
@@ -503,7 +518,9 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");
-  fs.Int("experts", &o.experts, "qwen3_moe, mixtral: experts per MoE layer.");
+  fs.Int("experts", &o.experts, "qwen3_moe, qwen2_moe, mixtral: experts per MoE layer.");
+  fs.Int("shared-ffn", &o.shared_ffn,
+         "qwen2_moe: the shared expert's intermediate size (0: --ffn).");
   fs.Int("experts-per-tok", &o.experts_per_tok,
          "qwen3_moe, mixtral: experts each token is routed to.");
   fs.Int("moe-ffn", &o.moe_ffn,

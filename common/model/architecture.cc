@@ -9,6 +9,7 @@ extern const Architecture kMixtralArchitecture;
 extern const Architecture kQwen2Architecture;
 extern const Architecture kQwen3Architecture;
 extern const Architecture kQwen3MoeArchitecture;
+extern const Architecture kQwen2MoeArchitecture;
 extern const Architecture kAutoregressiveLmArchitecture;
 extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
@@ -35,6 +36,10 @@ constexpr TensorNames kLayerNames[] = {
     {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
     {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
     {"router", "ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"shared_expert.gate_proj", "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"shared_expert.up_proj", "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"shared_expert.down_proj", "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"shared_expert_gate", "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
 };
 // The experts' tensors of Qwen-MoE (and the default of every MoE architecture).
 const std::vector<ExpertTensorNames> kExpertNames = {
@@ -145,6 +150,10 @@ int64_t CanonicalRows(const ModelConfig& c, const std::string& part) {
   if (part == "gate_proj" || part == "up_proj") return c.intermediate_size;
   if (part == "o_proj" || part == "down_proj") return c.hidden_size;
   if (part == "router") return c.num_experts;
+  if (part == "shared_expert.gate_proj" || part == "shared_expert.up_proj") {
+    return c.shared_expert_intermediate_size;
+  }
+  if (part == "shared_expert.down_proj") return c.hidden_size;
   return 0;
 }
 
@@ -224,16 +233,13 @@ bool SplitLayerName(const std::string& name, const std::string& prefix, std::str
 }
 
 const std::vector<const Architecture*>& Architectures() {
-  static const std::vector<const Architecture*> all = {&kLlamaArchitecture,
-                                                       &kMistralArchitecture,
-                                                       &kMixtralArchitecture,
-                                                       &kQwen2Architecture,
-                                                       &kQwen3Architecture,
-                                                       &kQwen3MoeArchitecture,
-                                                       &kAutoregressiveLmArchitecture,
-                                                       &kGemma2Architecture,
-                                                       &kGemma3Architecture,
-                                                       &kPhi3Architecture};
+  static const std::vector<const Architecture*> all = {
+      &kLlamaArchitecture,    &kMistralArchitecture,
+      &kMixtralArchitecture,  &kQwen2Architecture,
+      &kQwen2MoeArchitecture, &kQwen3Architecture,
+      &kQwen3MoeArchitecture, &kAutoregressiveLmArchitecture,
+      &kGemma2Architecture,   &kGemma3Architecture,
+      &kPhi3Architecture};
   return all;
 }
 

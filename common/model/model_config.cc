@@ -117,6 +117,10 @@ Status ModelConfig::Validate() const {
       return Bad("moe_intermediate_size",
                  "must be positive, got " + std::to_string(moe_intermediate_size));
     }
+    if (shared_expert_intermediate_size < 0) {
+      return Bad("shared_expert_intermediate_size",
+                 "must be >= 0, got " + std::to_string(shared_expert_intermediate_size));
+    }
     if (moe_layer_step < 1) {
       return Bad("decoder_sparse_step", "must be >= 1, got " + std::to_string(moe_layer_step));
     }
@@ -216,6 +220,12 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
         for (int64_t e = 0; e < c.num_experts; ++e) {
           w.push_back({p + "experts." + std::to_string(e) + "." + part, shape});
         }
+      }
+      if (const int64_t s = c.shared_expert_intermediate_size; s > 0) {
+        w.push_back({p + "shared_expert.gate_proj", {s, h}});
+        w.push_back({p + "shared_expert.up_proj", {s, h}});
+        w.push_back({p + "shared_expert.down_proj", {h, s}});
+        w.push_back({p + "shared_expert_gate", {1, h}});
       }
     } else {
       w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});

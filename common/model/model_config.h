@@ -129,6 +129,9 @@ struct ModelConfig {
   // the dense MLP of intermediate_size.
   int64_t moe_layer_step = 1;
   std::vector<int64_t> dense_layers;
+  // Qwen2-MoE's shared expert: every MoE layer also runs a dense MLP of this size on every token,
+  // scaled by sigmoid(h . shared_expert_gate), added to the experts' sum; 0 = none.
+  int64_t shared_expert_intermediate_size = 0;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -172,6 +175,8 @@ struct ModelConfig {
 //   layers.{i}.router    [num_experts, hidden]
 //   layers.{i}.experts.{e}.gate_proj, up_proj [moe_intermediate, hidden]  down_proj [hidden,
 //   moe_intermediate]   for e in [0, num_experts)
+//   layers.{i}.shared_expert.gate_proj, up_proj [shared, hidden]  down_proj [hidden, shared]
+//   layers.{i}.shared_expert_gate [1, hidden]         (shared_expert_intermediate_size > 0)
 // q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
 // num_layers: as ParameterCount, build it only for a config the weights confirm.
 struct WeightSpec {

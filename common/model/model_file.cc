@@ -170,7 +170,10 @@ Status ModelFile::OpenGguf() {
     }
     std::string canonical = CanonicalFromGgufName(config_.architecture, t.name);
     NoteLayer(canonical);
-    AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, t.shape, t.data,
+    std::vector<int64_t> shape = t.shape;
+    // llama.cpp stores the shared expert's gate (HF's Linear(hidden, 1)) as one row, 1-D.
+    if (canonical.ends_with(".shared_expert_gate") && shape.size() == 1) shape = {1, shape[0]};
+    AddTensor(TensorView{canonical.empty() ? t.name : canonical, t.name, t.dtype, shape, t.data,
                          t.bytes});
   }
   return ReadGgufVocab();
@@ -364,6 +367,15 @@ Status ModelFile::CheckConfig() const {
       return disagree(
           field("moe_intermediate_size", "expert_feed_forward_length", c.moe_intermediate_size),
           gate, std::to_string(gate.shape[0]) + " rows");
+    }
+    if (c.shared_expert_intermediate_size > 0) {
+      ASTR_ASSIGN_OR_RETURN(TensorView shared, matrix(p + "shared_expert.gate_proj"));
+      if (shared.shape[0] != c.shared_expert_intermediate_size) {
+        return disagree(
+            field("shared_expert_intermediate_size", "expert_shared_feed_forward_length",
+                  c.shared_expert_intermediate_size),
+            shared, std::to_string(shared.shape[0]) + " rows");
+      }
     }
     break;
   }

@@ -165,7 +165,40 @@ __global__ void MoeCombineKernel(const float* __restrict__ y, int64_t ldy,
   }
 }
 
+// One block per row: the gate's dot product reduced in f32 across the block, then the scaled add.
+__global__ void AddSharedExpertKernel(const bf16* __restrict__ x, int64_t ldx,
+                                      const bf16* __restrict__ gate, const float* __restrict__ y,
+                                      int cols, float* __restrict__ out) {
+  const int t = blockIdx.x;
+  __shared__ float partial[kCombineThreads];
+  float dot = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    dot = fmaf(__bfloat162float(x[static_cast<int64_t>(t) * ldx + c]), __bfloat162float(gate[c]),
+               dot);
+  }
+  partial[threadIdx.x] = dot;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  const float scale = 1.0f / (1.0f + expf(-partial[0]));
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const int64_t at = static_cast<int64_t>(t) * cols + c;
+    out[at] = fmaf(scale, y[at], out[at]);
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchAddSharedExpert(const bf16* x, int64_t ldx, const bf16* gate, const float* y,
+                                  int num_tokens, int cols, float* out, cudaStream_t stream) {
+  if (num_tokens < 0 || cols < 1 || ldx < cols) return cudaErrorInvalidValue;
+  if (num_tokens == 0) return cudaSuccess;
+  ASTR_LAUNCH_KERNEL(AddSharedExpertKernel, num_tokens, kCombineThreads, 0, stream)
+  (x, ldx, gate, y, cols, out);
+  return LaunchError();
+}
 
 cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, int num_experts, int top_k,
                            bool normalize, int32_t* experts, float* weights, cudaStream_t stream) {

@@ -65,4 +65,10 @@ cudaError_t LaunchMoeCombine(const float* y, int64_t ldy, const int32_t* experts
                              const float* weights, const int32_t* slot, int num_tokens, int top_k,
                              int cols, float* out, cudaStream_t stream);
 
+// Qwen2-MoE's shared expert, added to the experts' sum: for t < num_tokens, s = sigmoid(dot(x[t],
+// gate)) (x [T, cols] bf16 row stride ldx, gate [cols] bf16, the dot in f32) and out[t, c] =
+// fma(s, y[t, c], out[t, c]) (y, out [T, cols] f32).
+cudaError_t LaunchAddSharedExpert(const bf16* x, int64_t ldx, const bf16* gate, const float* y,
+                                  int num_tokens, int cols, float* out, cudaStream_t stream);
+
 }  // namespace astr::cuda

@@ -432,6 +432,39 @@ TEST(ModelConfigTest, HfQwen3Moe) {
   EXPECT_EQ(moe, (std::vector<int64_t>{1, 3, 7}));
 }
 
+// Qwen1.5-MoE-A2.7B's config.json: 60 experts of 1408 (top 4, raw softmax weights) and a shared
+// expert of 5632 on each of 24 layers, q/k/v biases.
+TEST(ModelConfigTest, HfQwen2Moe) {
+  const std::string j = R"({"model_type":"qwen2_moe","vocab_size":151936,"hidden_size":2048,
+      "intermediate_size":5632,"moe_intermediate_size":1408,"shared_expert_intermediate_size":5632,
+      "num_hidden_layers":24,"num_attention_heads":16,"num_key_value_heads":16,
+      "max_position_embeddings":8192,"rope_theta":1000000.0,"rms_norm_eps":1e-6,"num_experts":60,
+      "num_experts_per_tok":4,"norm_topk_prob":false,"decoder_sparse_step":1,
+      "use_sliding_window":false,"tie_word_embeddings":false,"hidden_act":"silu"})";
+  auto c = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "qwen2_moe");
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(c->norm_topk_prob);
+  // The published count: 14.3B parameters.
+  EXPECT_EQ(c->ParameterCount(), 14315784192);
+  EXPECT_EQ(
+      model::CanonicalFromHfName("qwen2_moe", "model.layers.3.mlp.shared_expert.down_proj.weight"),
+      "layers.3.shared_expert.down_proj");
+  EXPECT_EQ(model::CanonicalFromHfName("qwen2_moe", "model.layers.3.mlp.shared_expert_gate.weight"),
+            "layers.3.shared_expert_gate");
+  EXPECT_EQ(model::GgufNameFromCanonical("qwen2_moe", "layers.3.shared_expert_gate"),
+            "blk.3.ffn_gate_inp_shexp.weight");
+  // Without its shared expert's size the model cannot be built.
+  std::string no_shared = j;
+  no_shared.replace(no_shared.find("\"shared_expert_intermediate_size\":5632,"), 40, "");
+  auto bad = model::ConfigFromHfJson(WriteConfig(no_shared));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Contains(bad.status().message(), "shared_expert_intermediate_size"))
+      << bad.status().message();
+}
+
 TEST(ModelConfigTest, HfQwen3MoeErrorsNameTheKey) {
   const std::pair<std::pair<std::string, std::string>, std::string> cases[] = {
       {{"\"num_experts_per_tok\":8", "\"num_experts_per_tok\":129"}, "num_experts_per_tok"},

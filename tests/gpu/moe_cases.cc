@@ -7,7 +7,8 @@
 //   grouped_matmul   each tile's rows times its expert's weights against a double-precision
 //                    product of the same bf16 values: f32 accumulation over k terms (<= k * 2^-24
 //                    of the sum of |terms|), plus half a bf16 spacing for a bf16 output;
-//   moe_combine      the same fma's in the same (expert) order as the CPU's Axpy: bit-exact.
+//   moe_combine      the same fma's in the same (expert) order as the CPU's Axpy: bit-exact;
+//   add_shared_expert  Qwen2-MoE's gated shared expert against a double-precision gate.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -207,6 +208,48 @@ CaseResult RunCombine(int tokens, int experts, int top_k, int cols) {
   return Pass(0, 0);
 }
 
+CaseResult RunAddSharedExpert(int tokens, int cols) {
+  const std::vector<float> x = RoundBf16(RandomVector(int64_t{tokens} * cols, 41 + cols));
+  const std::vector<float> gate = RoundBf16(RandomVector(cols, 42, -0.2f, 0.2f));
+  const std::vector<float> y = RandomVector(int64_t{tokens} * cols, 43, -3.0f, 3.0f);
+  const std::vector<float> out = RandomVector(int64_t{tokens} * cols, 44, -3.0f, 3.0f);
+  // Reference: the gate's dot product in double; the GPU's f32 sum of cols products and its expf
+  // move s by <= cols * 2^-24 * sum |x g| * s (1 - s) + a few ulp.
+  std::vector<float> want(out.size());
+  std::vector<double> bound(out.size());
+  for (int t = 0; t < tokens; ++t) {
+    double dot = 0, mag = 0;
+    for (int c = 0; c < cols; ++c) {
+      dot += double(x[int64_t{t} * cols + c]) * gate[c];
+      mag += std::fabs(double(x[int64_t{t} * cols + c]) * gate[c]);
+    }
+    const double s = 1.0 / (1.0 + std::exp(-dot));
+    const double ds = (cols * std::ldexp(1.0, -24) * mag + 1e-6) * s * (1 - s) + 4e-7 * s;
+    for (int c = 0; c < cols; ++c) {
+      const int64_t i = int64_t{t} * cols + c;
+      want[i] = static_cast<float>(out[i] + s * y[i]);
+      bound[i] = std::fabs(y[i]) * ds + std::ldexp(std::fabs(want[i]), -23);
+    }
+  }
+  DeviceBuffer<uint16_t> dx, dg;
+  DeviceBuffer<float> dy, dout;
+  ASTR_GPU_CHECK(dx.Upload(ToBf16(x)));
+  ASTR_GPU_CHECK(dg.Upload(ToBf16(gate)));
+  ASTR_GPU_CHECK(dy.Upload(y));
+  ASTR_GPU_CHECK(dout.Upload(out));
+  ASTR_GPU_CHECK(cuda::LaunchAddSharedExpert(reinterpret_cast<const bf16*>(dx.get()), cols,
+                                             reinterpret_cast<const bf16*>(dg.get()), dy.get(),
+                                             tokens, cols, dout.get(), nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got;
+  ASTR_GPU_CHECK(dout.Download(&got));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(got[i] - double(want[i])) / bound[i]);
+  }
+  return worst <= 1.0 ? Pass(worst, 1.0) : Fail("shared expert add", worst, 1.0);
+}
+
 CaseResult RunInvalid() {
   const cudaError_t checks[] = {
       cuda::LaunchMoeRoute(nullptr, 1, 4, 5, true, nullptr, nullptr, nullptr),
@@ -243,6 +286,10 @@ void RegisterMoeCases() {
     }
     RegisterCase({"grouped_matmul", Shape("T=%lld E=16 top=4 n=70 K=33 out=f32", t),
                   [=] { return RunGroupedMatmul(t, 16, 4, 70, 33, true); }});
+    for (int cols : {96, 2048}) {
+      RegisterCase({"add_shared_expert", Shape("T=%lld cols=%lld", t, cols),
+                    [=] { return RunAddSharedExpert(t, cols); }});
+    }
   }
   // Many pairs of one expert: tiles of kMoeTileRows rows (top-1 of 2 experts).
   RegisterCase({"moe_sort", "T=100 E=2 k=1", [] { return RunSort(100, 2, 1); }});

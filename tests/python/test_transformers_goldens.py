@@ -315,7 +315,7 @@ def test_cuda_emulated_window_pages_given_back_follow_transformers(name: str, ch
 # stacked in ffn_{gate,up,down}_exps [experts, rows, cols]), so astr's reading of
 # the GGUF form must give transformers' greedy ids too.
 GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32",
-                   "qwen3_moe_e8_top2"]
+                   "qwen3_moe_e8_top2", "qwen2_moe_e8_top2_shared"]
 
 
 @pytest.mark.parametrize("name", GGUF_FORM_CASES)

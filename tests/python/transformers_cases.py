@@ -9,7 +9,8 @@ Shapes: head_dim != hidden / heads, GQA ratios 1, 2, 4 and 8 (MQA), tied and unt
 a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norms (qwen3) and qkv
 biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping), Gemma 3 (gemma3_text) and Phi-3 (fused
 qkv / gate_up, partial rotary), Qwen3-MoE (8 and 16 experts, top-1 / 2 / 4, renormalized and raw
-top-k weights, dense layers by mlp_only_layers and by decoder_sparse_step) and Mixtral. `--init-std 0.25` makes the random models' distributions sharp enough that
+top-k weights, dense layers by mlp_only_layers and by decoder_sparse_step), Qwen2-MoE (a gated
+shared expert) and Mixtral. `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -143,6 +144,13 @@ CASES: dict[str, tuple[list[str], dict]] = {
                              "--kv-heads", "1", "--head-dim", "16", "--ffn", "40", "--experts",
                              "8", "--experts-per-tok", "2", "--vocab", "300", "--seed", "62",
                              "--tie"], {"sliding_window": 8}),
+    # Qwen2-MoE: q/k/v biases, 8 experts top-2 with the raw softmax weights, and a shared expert
+    # (ffn 48) scaled by its sigmoid gate, GQA 2.
+    "qwen2_moe_e8_top2_shared": (["--arch", "qwen2_moe", "--hidden", "64", "--heads", "4",
+                                  "--kv-heads", "2", "--head-dim", "16", "--ffn", "96",
+                                  "--moe-ffn", "32", "--shared-ffn", "48", "--experts", "8",
+                                  "--experts-per-tok", "2", "--vocab", "300", "--seed", "54"],
+                                 {}),
     # decoder_sparse_step 2 (layer 0 dense, layer 1 MoE), 4 experts top-1, MHA.
     "qwen3_moe_step2_top1": (["--arch", "qwen3_moe", "--hidden", "48", "--heads", "4",
                               "--kv-heads", "4", "--head-dim", "12", "--ffn", "64", "--moe-ffn",

@@ -1,6 +1,7 @@
-// Qwen2 / Qwen2.5 (biases on q, k, v), Qwen3 (per-head q/k RMSNorm before RoPE) and Qwen3-MoE
+// Qwen2 / Qwen2.5 (biases on q, k, v), Qwen3 (per-head q/k RMSNorm before RoPE), Qwen3-MoE
 // (Qwen3's attention; mixture-of-experts MLPs: softmax router, top-k, norm_topk_prob, dense layers
-// by decoder_sparse_step / mlp_only_layers). All keep HF's rotate_half q/k order in GGUF too.
+// by decoder_sparse_step / mlp_only_layers) and Qwen2-MoE (Qwen2's attention, the same experts and
+// a shared expert scaled by a sigmoid gate). All keep HF's rotate_half q/k order in GGUF too.
 #include "common/model/arch/llama_family.h"
 #include "common/model/architecture.h"
 #include "common/model/config_reader.h"
@@ -29,15 +30,15 @@ Status ReadQwen3Gguf(const GgufKeys&, ModelConfig* c) {
   return OkStatus();
 }
 
-// The MoE keys of Qwen3MoeConfig (transformers 5 writes num_experts as num_local_experts).
-Status ReadQwen3MoeHf(const ConfigJson& r, ModelConfig* c) {
-  ASTR_RETURN_IF_ERROR(ReadQwen3Hf(r, c));
+// The MoE keys of Qwen3MoeConfig and Qwen2MoeConfig (transformers 5 writes num_experts as
+// num_local_experts); `shared`: Qwen2-MoE's shared expert (shared_expert_intermediate_size).
+Status ReadQwenMoeHf(const ConfigJson& r, bool shared, ModelConfig* c) {
   const std::string experts_key = r.Has("num_experts") ? "num_experts" : "num_local_experts";
   ASTR_ASSIGN_OR_RETURN(c->num_experts, r.Int(experts_key));
   if (c->num_experts <= 0) return r.Error(experts_key, "must be positive");
   ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, r.Int("num_experts_per_tok"));
   ASTR_ASSIGN_OR_RETURN(c->moe_intermediate_size, r.Int("moe_intermediate_size"));
-  // Qwen3MoeConfig's defaults: norm_topk_prob false, decoder_sparse_step 1, no mlp_only_layers.
+  // The config classes' defaults: norm_topk_prob false, decoder_sparse_step 1, no mlp_only_layers.
   ASTR_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", false));
   ASTR_ASSIGN_OR_RETURN(c->moe_layer_step, r.Int("decoder_sparse_step", 1));
   if (r.Has("mlp_only_layers")) {
@@ -50,9 +51,47 @@ Status ReadQwen3MoeHf(const ConfigJson& r, ModelConfig* c) {
       c->dense_layers.push_back(l.get<int64_t>());
     }
   }
-  for (const char* key : {"shared_expert_intermediate_size", "num_shared_experts"}) {
-    if (r.Has(key)) return r.Unsupported(key, "(shared experts) is not supported for qwen3_moe");
+  if (shared) {
+    ASTR_ASSIGN_OR_RETURN(c->shared_expert_intermediate_size,
+                          r.Int("shared_expert_intermediate_size"));
+    if (c->shared_expert_intermediate_size <= 0) {
+      return r.Error("shared_expert_intermediate_size", "must be positive");
+    }
+  } else {
+    for (const char* key : {"shared_expert_intermediate_size", "num_shared_experts"}) {
+      if (r.Has(key)) return r.Unsupported(key, "(shared experts) is not supported here");
+    }
   }
+  return OkStatus();
+}
+
+Status ReadQwen3MoeHf(const ConfigJson& r, ModelConfig* c) {
+  ASTR_RETURN_IF_ERROR(ReadQwen3Hf(r, c));
+  return ReadQwenMoeHf(r, /*shared=*/false, c);
+}
+
+// Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention (q/k/v biases, as qkv_bias says),
+// experts and a gated shared expert.
+Status ReadQwen2MoeHf(const ConfigJson& r, ModelConfig* c) {
+  ASTR_ASSIGN_OR_RETURN(c->qkv_bias, r.Bool("qkv_bias", true));
+  ASTR_RETURN_IF_ERROR(arch::ReadLlamaFamilyHf(r, /*use_sliding_window_key=*/true, c));
+  return ReadQwenMoeHf(r, /*shared=*/true, c);
+}
+
+// llama.cpp's qwen2moe: every layer MoE with a shared expert, top-k weights as the softmax gives
+// them (Qwen1.5-MoE's norm_topk_prob false).
+Status ReadQwen2MoeGguf(const GgufKeys& k, ModelConfig* c) {
+  c->qkv_bias = true;
+  ASTR_ASSIGN_OR_RETURN(c->num_experts, k.Int("expert_count"));
+  if (c->num_experts <= 0) return k.Error("expert_count", "must be positive");
+  ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, k.Int("expert_used_count"));
+  ASTR_ASSIGN_OR_RETURN(c->moe_intermediate_size, k.Int("expert_feed_forward_length"));
+  ASTR_ASSIGN_OR_RETURN(c->shared_expert_intermediate_size,
+                        k.Int("expert_shared_feed_forward_length"));
+  if (c->shared_expert_intermediate_size <= 0) {
+    return k.Error("expert_shared_feed_forward_length", "must be positive");
+  }
+  c->norm_topk_prob = false;
   return OkStatus();
 }
 
@@ -97,6 +136,44 @@ Status WriteQwen3MoeHf(const ModelConfig& c, nlohmann::json* j) {
 
 Status WriteQwenGguf(const ModelConfig& c, GgufWriter*);
 
+Status WriteQwen2MoeHf(const ModelConfig& c, nlohmann::json* j) {
+  ModelConfig dense = c;
+  dense.num_experts = 0;
+  ASTR_RETURN_IF_ERROR(
+      arch::CheckPlainLlamaFeatures(dense, "qwen2_moe", c.qkv_bias, QkNorm::kNone));
+  if (c.shared_expert_intermediate_size <= 0) {
+    return InvalidArgumentError("HF qwen2_moe has a shared expert");
+  }
+  arch::WriteLlamaFamilyHf(c, j);
+  (*j)["use_sliding_window"] = false;
+  (*j)["qkv_bias"] = c.qkv_bias;
+  (*j)["num_experts"] = c.num_experts;
+  (*j)["num_experts_per_tok"] = c.num_experts_per_tok;
+  (*j)["moe_intermediate_size"] = c.moe_intermediate_size;
+  (*j)["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  (*j)["norm_topk_prob"] = c.norm_topk_prob;
+  (*j)["decoder_sparse_step"] = c.moe_layer_step;
+  (*j)["mlp_only_layers"] = c.dense_layers;
+  return OkStatus();
+}
+
+Status WriteQwen2MoeGguf(const ModelConfig& c, GgufWriter* w) {
+  if (c.HasDenseLayers() || c.norm_topk_prob || !c.qkv_bias ||
+      c.shared_expert_intermediate_size <= 0) {
+    return InvalidArgumentError(
+        "GGUF qwen2moe has every layer MoE with a shared expert, q/k/v biases and the top-k "
+        "weights as the softmax gives them");
+  }
+  ASTR_RETURN_IF_ERROR(WriteQwenGguf(c, w));
+  const std::string a = "qwen2moe.";
+  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
+  w->AddMetadata(a + "expert_count", u32(c.num_experts));
+  w->AddMetadata(a + "expert_used_count", u32(c.num_experts_per_tok));
+  w->AddMetadata(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
+  w->AddMetadata(a + "expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
+  return OkStatus();
+}
+
 Status WriteQwen3MoeGguf(const ModelConfig& c, GgufWriter* w) {
   if (c.HasDenseLayers() || !c.norm_topk_prob) {
     return InvalidArgumentError(
@@ -134,6 +211,14 @@ extern const Architecture kQwen3Architecture{.name = "qwen3",
                                              .read_gguf = ReadQwen3Gguf,
                                              .write_hf = WriteQwen3Hf,
                                              .write_gguf = WriteQwenGguf};
+extern const Architecture kQwen2MoeArchitecture{.name = "qwen2_moe",
+                                                .hf_model_types = {"qwen2_moe"},
+                                                .gguf_names = {"qwen2moe"},
+                                                .moe = true,
+                                                .read_hf = ReadQwen2MoeHf,
+                                                .read_gguf = ReadQwen2MoeGguf,
+                                                .write_hf = WriteQwen2MoeHf,
+                                                .write_gguf = WriteQwen2MoeGguf};
 extern const Architecture kQwen3MoeArchitecture{.name = "qwen3_moe",
                                                 .hf_model_types = {"qwen3_moe"},
                                                 .gguf_names = {"qwen3moe"},

@@ -1,6 +1,7 @@
 // The CPU backend: the decoder layer of ModelConfig (model_config.h) over a ragged step batch with
 // a paged KV pool.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -55,10 +56,14 @@ struct Workspace {
   StepBuffer<float> router;
   StepBuffer<int32_t> topk_expert;
   StepBuffer<float> topk_weight;
+  // The (row, choice) pairs sorted by expert [T * top-k]: each pair's row, gathered input, gate/up,
+  // activation and output, and where each row's choices went.
+  StepBuffer<int32_t> expert_rows;
   StepBuffer<float> expert_in;
+  StepBuffer<float> expert_gate_up;
+  StepBuffer<float> expert_act;
   StepBuffer<float> expert_out;
-  StepBuffer<int32_t> expert_rows;      // [T] rows routed to the expert at hand
-  StepBuffer<float> expert_row_weight;  // [T] their weights
+  StepBuffer<int32_t> expert_slot;
   StepBuffer<float> sampled;       // [S, hidden] final-normed sample rows
   StepBuffer<float> attn_scratch;  // [threads, AttentionScratchFloats]
   StepBuffer<int32_t> row_entry;   // [T]
@@ -87,17 +92,21 @@ class CpuBackend final : public Backend {
     ws_.qkv.resize(t * qkv_rows_);
     ws_.attn.resize(t * c.num_heads * c.head_dim);
     ws_.proj.resize(t * c.hidden_size);
-    const int64_t ffn = std::max(c.intermediate_size, c.moe_intermediate_size);
+    // The dense MLP's and (MoE) the shared expert's.
+    const int64_t ffn = std::max(c.intermediate_size, c.shared_expert_intermediate_size);
     ws_.gate_up.resize(t * 2 * ffn);
     ws_.act.resize(t * ffn);
     if (c.num_experts > 0) {
       ws_.router.resize(t * c.num_experts);
       ws_.topk_expert.resize(t * c.num_experts_per_tok);
       ws_.topk_weight.resize(t * c.num_experts_per_tok);
-      ws_.expert_in.resize(t * c.hidden_size);
-      ws_.expert_out.resize(t * c.hidden_size);
-      ws_.expert_rows.resize(t);
-      ws_.expert_row_weight.resize(t);
+      const int64_t pairs = t * c.num_experts_per_tok;
+      ws_.expert_rows.resize(pairs);
+      ws_.expert_in.resize(pairs * c.hidden_size);
+      ws_.expert_gate_up.resize(pairs * 2 * c.moe_intermediate_size);
+      ws_.expert_act.resize(pairs * c.moe_intermediate_size);
+      ws_.expert_out.resize(pairs * c.hidden_size);
+      ws_.expert_slot.resize(pairs);
     }
     ws_.sampled.resize(max_samples_ * c.hidden_size);
     shape_ = {c.num_heads,
@@ -154,6 +163,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<CpuWeights> spare_;  // a set no longer served, to build the next one into
   std::unique_ptr<KvPool> kv_;
   cpu::ThreadPool pool_;
+  // MoE routing scratch (MoeMlp): each expert's first pair, the next free pair, the active experts.
+  std::vector<int64_t> moe_begin_, moe_fill_, moe_active_;
   int64_t max_tokens_;
   int64_t max_samples_;
   int64_t qkv_rows_ = 0;
@@ -325,7 +336,7 @@ void CpuBackend::GatedActivationRows(int64_t t, int64_t f) {
 void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
   const model::ModelConfig& c = config_;
   const int64_t h = c.hidden_size, f = c.moe_intermediate_size;
-  const int64_t n_exp = c.num_experts, k = c.num_experts_per_tok;
+  const int64_t n_exp = c.num_experts, k = c.num_experts_per_tok, pairs = t * k;
   float* logits = ws_.router.data();
   w.router.Apply(ws_.xn.data(), h, t, logits, n_exp, &pool_);
   int32_t* chosen = ws_.topk_expert.data();
@@ -336,31 +347,90 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
                      weight + r * k);
     }
   });
-  // Expert by expert, in expert order (as transformers sums them): its rows gathered, its MLP, and
-  // each row's output times the row's weight added to the row.
-  float* proj = ws_.proj.data();
-  std::memset(proj, 0, static_cast<size_t>(t * h) * sizeof(float));
-  int32_t* rows = ws_.expert_rows.data();
-  float* row_weight = ws_.expert_row_weight.data();
-  for (int64_t e = 0; e < n_exp; ++e) {
-    int64_t n = 0;
-    for (int64_t r = 0; r < t; ++r) {
-      for (int64_t j = 0; j < k; ++j) {
-        if (chosen[r * k + j] != e) continue;
-        rows[n] = static_cast<int32_t>(r);
-        row_weight[n++] = weight[r * k + j];
+  // The (row, choice) pairs sorted by expert, rows ascending within one: expert e's rows are
+  // pairs [begin[e], begin[e + 1]) of expert_in / expert_out; slot[r * k + j] is where row r's
+  // choice j went.
+  std::vector<int64_t>& begin = moe_begin_;
+  begin.assign(static_cast<size_t>(n_exp + 1), 0);
+  for (int64_t i = 0; i < pairs; ++i) ++begin[chosen[i] + 1];
+  for (int64_t e = 0; e < n_exp; ++e) begin[e + 1] += begin[e];
+  moe_fill_.assign(begin.begin(), begin.end() - 1);
+  int32_t* pair_row = ws_.expert_rows.data();
+  int32_t* slot = ws_.expert_slot.data();
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = moe_fill_[chosen[r * k + j]]++;
+      pair_row[p] = static_cast<int32_t>(r);
+      slot[r * k + j] = static_cast<int32_t>(p);
+    }
+  }
+  float* in = ws_.expert_in.data();
+  float* out = ws_.expert_out.data();
+  cpu::ParallelFor(&pool_, pairs, 8, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      std::memcpy(in + p * h, ws_.xn.data() + pair_row[p] * h, h * sizeof(float));
+    }
+  });
+  // Each active expert's MLP on its rows. With at least two active experts per thread (decode
+  // reads 8 of 128), the threads take whole experts (one region for all of them, each expert's
+  // GEMMs on one thread); otherwise each expert's GEMMs are split across the threads. Either way
+  // every value is computed the same way.
+  const bool gelu = c.mlp_activation == model::MlpActivation::kGeluTanh;
+  auto run_expert = [&](int64_t e, cpu::ThreadPool* pool) {
+    const int64_t p0 = begin[e], n = begin[e + 1] - p0;
+    float* gate_up = ws_.expert_gate_up.data() + p0 * 2 * f;
+    float* act = ws_.expert_act.data() + p0 * f;
+    w.expert_gate_up[e].Apply(in + p0 * h, h, n, gate_up, 2 * f, pool);
+    cpu::ParallelFor(pool, n, 1, [&](int64_t r0, int64_t r1) {
+      if (gelu) {
+        cpu::GeluTanhMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
+      } else {
+        cpu::SiluMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
       }
+    });
+    w.expert_down[e].Apply(act, f, n, out + p0 * h, h, pool);
+  };
+  moe_active_.clear();
+  for (int64_t e = 0; e < n_exp; ++e) {
+    if (begin[e + 1] > begin[e]) moe_active_.push_back(e);
+  }
+  if (static_cast<int64_t>(moe_active_.size()) >= 2 * pool_.size()) {
+    std::atomic<size_t> next{0};
+    pool_.Run([&](int, int) {
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < moe_active_.size();) {
+        run_expert(moe_active_[i], nullptr);
+      }
+    });
+  } else {
+    for (int64_t e : moe_active_) run_expert(e, &pool_);
+  }
+  // Each row: its experts' outputs times their weights, added in expert order (as transformers
+  // sums them).
+  float* proj = ws_.proj.data();
+  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> order(static_cast<size_t>(k));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < k; ++j) order[j] = j;
+      std::sort(order.begin(), order.end(),
+                [&](int64_t a, int64_t b) { return chosen[r * k + a] < chosen[r * k + b]; });
+      float* row = proj + r * h;
+      std::memset(row, 0, static_cast<size_t>(h) * sizeof(float));
+      for (int64_t j : order) cpu::Axpy(weight[r * k + j], out + slot[r * k + j] * h, row, h);
     }
-    if (n == 0) continue;
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(ws_.expert_in.data() + i * h, ws_.xn.data() + rows[i] * h, h * sizeof(float));
-    }
-    w.expert_gate_up[e].Apply(ws_.expert_in.data(), h, n, ws_.gate_up.data(), 2 * f, &pool_);
-    GatedActivationRows(n, f);
-    w.expert_down[e].Apply(ws_.act.data(), f, n, ws_.expert_out.data(), h, &pool_);
-    for (int64_t i = 0; i < n; ++i) {
-      cpu::Axpy(row_weight[i], ws_.expert_out.data() + i * h, proj + rows[i] * h, h);
-    }
+  });
+  // Qwen2-MoE's shared expert on every row, scaled by sigmoid(xn . shared_gate), added last.
+  if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
+    float* shared = in;  // the gathered rows are no longer needed
+    w.shared_gate_up.Apply(ws_.xn.data(), h, t, ws_.gate_up.data(), 2 * sf, &pool_);
+    GatedActivationRows(t, sf);
+    w.shared_down.Apply(ws_.act.data(), sf, t, shared, h, &pool_);
+    cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float g = cpu::Dot(ws_.xn.data() + r * h, w.shared_gate.data(), h);
+        const float scale = 1.0f / (1.0f + std::exp(-g));
+        cpu::Axpy(scale, shared + r * h, proj + r * h, h);
+      }
+    });
   }
 }
 

@@ -255,6 +255,10 @@ auto LinearOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->lm_head) {
       return &w->layers[g.layer].expert_gate_up[g.expert];
     case Kind::kExpertDown:
       return &w->layers[g.layer].expert_down[g.expert];
+    case Kind::kSharedGateUp:
+      return &w->layers[g.layer].shared_gate_up;
+    case Kind::kSharedDown:
+      return &w->layers[g.layer].shared_down;
     default:
       return nullptr;
   }
@@ -280,6 +284,8 @@ auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
       return &w->layers[g.layer].k_norm;
     case Kind::kQkvBias:
       return &w->layers[g.layer].qkv_bias;
+    case Kind::kSharedGate:
+      return &w->layers[g.layer].shared_gate;
     default:
       return nullptr;
   }
@@ -313,8 +319,12 @@ std::vector<std::pair<std::string, int64_t>> LinearParts(const model::ModelConfi
       rows = c.num_experts, *cols = c.hidden_size;
     } else if (g.kind == Kind::kExpertGateUp) {
       rows = c.moe_intermediate_size, *cols = c.hidden_size;
-    } else {  // kExpertDown
+    } else if (g.kind == Kind::kExpertDown) {
       rows = c.hidden_size, *cols = c.moe_intermediate_size;
+    } else if (g.kind == Kind::kSharedGateUp) {
+      rows = c.shared_expert_intermediate_size, *cols = c.hidden_size;
+    } else {  // kSharedDown
+      rows = c.hidden_size, *cols = c.shared_expert_intermediate_size;
     }
     parts.push_back({name, rows});
   }
@@ -453,7 +463,8 @@ size_t CpuWeights::bytes() const {
     total += (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() +
               l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size()) *
              4;
-    total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes();
+    total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
+             l.shared_gate_up.bytes() + l.shared_down.bytes() + l.shared_gate.size() * 4;
   }
   return total + expert_bytes();
 }
@@ -499,6 +510,12 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
       groups.push_back({Kind::kExpertGateUp, i, {x + "gate_proj", x + "up_proj"}, false, e});
       groups.push_back({Kind::kExpertDown, i, {x + "down_proj"}, false, e});
     }
+    if (c.shared_expert_intermediate_size > 0) {
+      groups.push_back(
+          {Kind::kSharedGateUp, i, {p + "shared_expert.gate_proj", p + "shared_expert.up_proj"}});
+      groups.push_back({Kind::kSharedDown, i, {p + "shared_expert.down_proj"}});
+      groups.push_back({Kind::kSharedGate, i, {p + "shared_expert_gate"}});
+    }
   }
   return groups;
 }
@@ -534,6 +551,7 @@ Status LoadGroupWith(WeightLoader& loader, const model::TensorSource& source,
     return loader.Stacked(parts, cols, out, reused);
   }
   std::vector<float>* out = VectorOf(g, w);
+  if (g.kind == Kind::kSharedGate) return source.LoadF32(g.tensors[0], {1, c.hidden_size}, out);
   if (g.tensors.size() == 1) {
     ASTR_RETURN_IF_ERROR(loader.Vector(g.tensors[0], VectorElements(c, g, g.tensors[0]), out));
     if (IsNorm(g.kind) && c.norm_weight_offset != 0.0) {

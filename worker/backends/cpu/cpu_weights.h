@@ -48,6 +48,11 @@ struct CpuLayerWeights {
   CpuLinear router;
   std::vector<CpuLinear> expert_gate_up;
   std::vector<CpuLinear> expert_down;
+  // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], and its gate
+  // [hidden] f32 (one row).
+  CpuLinear shared_gate_up;
+  CpuLinear shared_down;
+  std::vector<float> shared_gate;
 };
 
 struct CpuWeights {
@@ -102,7 +107,10 @@ struct CpuWeightGroup {
     kDown,
     kRouter,
     kExpertGateUp,
-    kExpertDown
+    kExpertDown,
+    kSharedGateUp,
+    kSharedDown,
+    kSharedGate
   };
   Kind kind = Kind::kEmbed;
   int64_t layer = -1;

@@ -28,7 +28,8 @@ WorkspaceDims WorkspaceDimsFor(const model::ModelConfig& c, const BackendOptions
   d.hidden = c.hidden_size;
   d.q_cols = c.num_heads * c.head_dim;
   d.qkv_rows = d.q_cols + 2 * c.num_kv_heads * c.head_dim + (c.gated_attention ? d.q_cols : 0);
-  d.ffn = c.intermediate_size;
+  // The dense MLP's buffers also serve Qwen2-MoE's shared expert.
+  d.ffn = std::max(c.intermediate_size, c.shared_expert_intermediate_size);
   d.num_experts = c.num_experts;
   d.experts_per_tok = c.num_experts > 0 ? c.num_experts_per_tok : 0;
   d.moe_ffn = c.num_experts > 0 ? c.moe_intermediate_size : 0;

@@ -126,7 +126,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
     const int64_t per_layer = qkv_rows * c.hidden_size + c.hidden_size * c.num_heads * c.head_dim +
                               3 * c.intermediate_size * c.hidden_size + 4 * c.hidden_size +
                               2 * c.head_dim + qkv_rows +
-                              c.num_experts * (3 * c.moe_intermediate_size + 1) * c.hidden_size;
+                              c.num_experts * (3 * c.moe_intermediate_size + 1) * c.hidden_size +
+                              (3 * c.shared_expert_intermediate_size + 1) * c.hidden_size;
     const size_t reserve =
         static_cast<size_t>(4 * (2 * c.vocab_size * c.hidden_size + c.num_layers * per_layer +
                                  c.hidden_size + c.head_dim) +
@@ -168,6 +169,10 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelFil
     if (c.num_experts > 0) {  // the MoE router
       ASTR_RETURN_IF_ERROR(
           g.Prepare(hidden, c.num_experts, CUDA_R_32F, rows, c.num_experts, hidden));
+    }
+    if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {  // the shared expert
+      ASTR_RETURN_IF_ERROR(g.Prepare(hidden, 2 * sf, CUDA_R_16BF, rows, 2 * sf, hidden));
+      ASTR_RETURN_IF_ERROR(g.Prepare(sf, hidden, CUDA_R_32F, rows, hidden, sf));
     }
   }
   b->graphs_ = std::make_unique<CudaGraphContext>(GraphBuckets(static_cast<int>(wd.max_batch)),
@@ -718,6 +723,17 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
   ASTR_LAUNCH(LaunchMoeCombine(a.moe_out, hidden, a.moe_experts, a.moe_weights, a.moe_slot, rows,
                                top_k, hidden, a.proj, s),
               "moe combine");
+  if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
+    // Qwen2-MoE's shared expert on every row (dense GEMMs; its output in moe_out, free again).
+    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.shared_gate_up.as<bf16>(), a.gate_up, 2 * sf,
+                                       CUDA_R_16BF, rows, 2 * sf, hidden, s));
+    ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.gate_up, rows, static_cast<int>(sf), a.act, s));
+    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, sf, w.shared_down.as<bf16>(), a.moe_out, hidden,
+                                       CUDA_R_32F, rows, hidden, sf, s));
+    ASTR_LAUNCH(LaunchAddSharedExpert(a.xn, hidden, w.shared_gate.as<bf16>(), a.moe_out, rows,
+                                      hidden, a.proj, s),
+                "shared expert");
+  }
   return OkStatus();
 }
 

@@ -142,7 +142,17 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
       down.push_back({x + "down_proj", c.hidden_size});
     }
     ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::experts_gate_up), gate_up, c.hidden_size));
-    return cv.Stacked(LayerSlot(i, &L::experts_down), down, c.moe_intermediate_size);
+    ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::experts_down), down, c.moe_intermediate_size));
+    if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
+      ASTR_RETURN_IF_ERROR(cv.Stacked(
+          LayerSlot(i, &L::shared_gate_up),
+          {{p + "shared_expert.gate_proj", sf}, {p + "shared_expert.up_proj", sf}}, c.hidden_size));
+      ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::shared_down),
+                                      {{p + "shared_expert.down_proj", c.hidden_size}}, sf));
+      ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::shared_gate),
+                                      {{p + "shared_expert_gate", 1}}, c.hidden_size));
+    }
+    return OkStatus();
   }
   ASTR_RETURN_IF_ERROR(
       cv.Stacked(LayerSlot(i, &L::gate_up),
@@ -161,7 +171,8 @@ size_t CudaWeights::bytes() const {
     total += l.attn_norm.bytes() + l.mlp_norm.bytes() + l.post_attn_norm.bytes() +
              l.post_mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.qkv_bias.bytes() +
              l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
-             l.experts_gate_up.bytes() + l.experts_down.bytes();
+             l.experts_gate_up.bytes() + l.experts_down.bytes() + l.shared_gate_up.bytes() +
+             l.shared_down.bytes() + l.shared_gate.bytes();
   }
   return total;
 }

@@ -39,6 +39,10 @@ struct CudaLayerWeights {
   DeviceMemory router;           // [experts, hidden] bf16
   DeviceMemory experts_gate_up;  // [experts][2 * moe_ffn, hidden] bf16: each expert's gate, up
   DeviceMemory experts_down;     // [experts][hidden, moe_ffn] bf16
+  // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], gate [hidden].
+  DeviceMemory shared_gate_up;
+  DeviceMemory shared_down;
+  DeviceMemory shared_gate;
 };
 
 struct CudaWeights;
