@@ -336,7 +336,9 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
       differ("moe_intermediate_size", a.moe_intermediate_size, b.moe_intermediate_size) ||
       differ("norm_topk_prob", a.norm_topk_prob, b.norm_topk_prob) ||
       differ("moe_layer_step", a.moe_layer_step, b.moe_layer_step) ||
-      differ("dense_layers", a.dense_layers != b.dense_layers, false);
+      differ("dense_layers", a.dense_layers != b.dense_layers, false) ||
+      differ("shared_expert_intermediate_size", a.shared_expert_intermediate_size,
+             b.shared_expert_intermediate_size);
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");
