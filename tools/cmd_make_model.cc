@@ -519,23 +519,26 @@ int RunMakeModel(int argc, const char* const* argv) {
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");
   fs.Int("experts", &o.experts, "qwen3_moe, qwen2_moe, mixtral: experts per MoE layer.");
+  fs.Int("experts-per-tok", &o.experts_per_tok,
+         "qwen3_moe, qwen2_moe, mixtral: experts each token is routed to.");
+  fs.Int("moe-ffn", &o.moe_ffn,
+         "qwen3_moe, qwen2_moe: each expert's intermediate size (0: --ffn, which the dense layers "
+         "keep; mixtral's experts take --ffn).");
   fs.Int("shared-ffn", &o.shared_ffn,
          "qwen2_moe: the shared expert's intermediate size (0: --ffn).");
-  fs.Int("experts-per-tok", &o.experts_per_tok,
-         "qwen3_moe, mixtral: experts each token is routed to.");
-  fs.Int("moe-ffn", &o.moe_ffn,
-         "qwen3_moe: each expert's intermediate size (0: --ffn, which the dense layers keep).");
-  fs.Double(
-      "router-std", &o.router_std,
-      "qwen3_moe, mixtral: standard deviation of the random router weights (0: --init-std); larger "
-      "values make routing decisive, as a trained router's is (tests).");
+  fs.Double("router-std", &o.router_std,
+            "qwen3_moe, qwen2_moe, mixtral: standard deviation of the random router weights (0: "
+            "--init-std); larger values make routing decisive, as a trained router's is (tests).");
   fs.Bool("norm-topk-prob", &o.norm_topk_prob,
-          "qwen3_moe: renormalize the chosen experts' weights to sum 1 (default on; GGUF "
-          "qwen3moe always does).");
+          "qwen3_moe, qwen2_moe: renormalize the chosen experts' weights to sum 1 (default on for "
+          "qwen3_moe, as GGUF qwen3moe always does; off for qwen2_moe, as GGUF qwen2moe never "
+          "does).");
   fs.Int("decoder-sparse-step", &o.moe_layer_step,
-         "qwen3_moe: layer l is MoE when (l + 1) is a multiple of this (hf only for > 1).");
+         "qwen3_moe, qwen2_moe: layer l is MoE when (l + 1) is a multiple of this (hf only for > "
+         "1).");
   fs.String("dense-layers", &o.dense_layers,
-            "qwen3_moe: comma-separated layers that keep a dense MLP (mlp_only_layers; hf only).");
+            "qwen3_moe, qwen2_moe: comma-separated layers that keep a dense MLP (mlp_only_layers; "
+            "hf only).");
   fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
   fs.Bool("gated-attention", &o.gated,
           "autoregressive_lm: sigmoid-gated attention output (default on).");

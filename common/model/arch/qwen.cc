@@ -78,32 +78,60 @@ Status ReadQwen2MoeHf(const ConfigJson& r, ModelConfig* c) {
   return ReadQwenMoeHf(r, /*shared=*/true, c);
 }
 
-// llama.cpp's qwen2moe: every layer MoE with a shared expert, top-k weights as the softmax gives
-// them (Qwen1.5-MoE's norm_topk_prob false).
-Status ReadQwen2MoeGguf(const GgufKeys& k, ModelConfig* c) {
-  c->qkv_bias = true;
+// llama.cpp's {arch}.expert_count, expert_used_count, expert_feed_forward_length and, with
+// `shared`, expert_shared_feed_forward_length.
+Status ReadQwenMoeGguf(const GgufKeys& k, bool shared, ModelConfig* c) {
   ASTR_ASSIGN_OR_RETURN(c->num_experts, k.Int("expert_count"));
   if (c->num_experts <= 0) return k.Error("expert_count", "must be positive");
   ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, k.Int("expert_used_count"));
   ASTR_ASSIGN_OR_RETURN(c->moe_intermediate_size, k.Int("expert_feed_forward_length"));
+  if (!shared) return OkStatus();
   ASTR_ASSIGN_OR_RETURN(c->shared_expert_intermediate_size,
                         k.Int("expert_shared_feed_forward_length"));
   if (c->shared_expert_intermediate_size <= 0) {
     return k.Error("expert_shared_feed_forward_length", "must be positive");
   }
-  c->norm_topk_prob = false;
   return OkStatus();
+}
+
+// llama.cpp's qwen2moe: every layer MoE with a shared expert, top-k weights as the softmax gives
+// them (Qwen1.5-MoE's norm_topk_prob false).
+Status ReadQwen2MoeGguf(const GgufKeys& k, ModelConfig* c) {
+  c->qkv_bias = true;
+  c->norm_topk_prob = false;
+  return ReadQwenMoeGguf(k, /*shared=*/true, c);
 }
 
 // llama.cpp's qwen3moe: every layer MoE, top-k weights always renormalized.
 Status ReadQwen3MoeGguf(const GgufKeys& k, ModelConfig* c) {
   c->qk_norm = QkNorm::kBeforeRope;
-  ASTR_ASSIGN_OR_RETURN(c->num_experts, k.Int("expert_count"));
-  if (c->num_experts <= 0) return k.Error("expert_count", "must be positive");
-  ASTR_ASSIGN_OR_RETURN(c->num_experts_per_tok, k.Int("expert_used_count"));
-  ASTR_ASSIGN_OR_RETURN(c->moe_intermediate_size, k.Int("expert_feed_forward_length"));
   c->norm_topk_prob = true;
-  return OkStatus();
+  return ReadQwenMoeGguf(k, /*shared=*/false, c);
+}
+
+// The MoE keys of Qwen3MoeConfig / Qwen2MoeConfig (the shared expert's when there is one).
+void WriteQwenMoeHf(const ModelConfig& c, nlohmann::json* j) {
+  (*j)["num_experts"] = c.num_experts;
+  (*j)["num_experts_per_tok"] = c.num_experts_per_tok;
+  (*j)["moe_intermediate_size"] = c.moe_intermediate_size;
+  if (c.shared_expert_intermediate_size > 0) {
+    (*j)["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  }
+  (*j)["norm_topk_prob"] = c.norm_topk_prob;
+  (*j)["decoder_sparse_step"] = c.moe_layer_step;
+  (*j)["mlp_only_layers"] = c.dense_layers;
+}
+
+// Their GGUF keys ({arch}.expert_*).
+void WriteQwenMoeGguf(const ModelConfig& c, const std::string& arch, GgufWriter* w) {
+  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
+  w->AddMetadata(arch + ".expert_count", u32(c.num_experts));
+  w->AddMetadata(arch + ".expert_used_count", u32(c.num_experts_per_tok));
+  w->AddMetadata(arch + ".expert_feed_forward_length", u32(c.moe_intermediate_size));
+  if (c.shared_expert_intermediate_size > 0) {
+    w->AddMetadata(arch + ".expert_shared_feed_forward_length",
+                   u32(c.shared_expert_intermediate_size));
+  }
 }
 
 Status WriteQwen2Hf(const ModelConfig& c, nlohmann::json* j) {
@@ -125,12 +153,7 @@ Status WriteQwen3MoeHf(const ModelConfig& c, nlohmann::json* j) {
   ASTR_RETURN_IF_ERROR(
       arch::CheckPlainLlamaFeatures(dense, "qwen3_moe", false, QkNorm::kBeforeRope));
   arch::WriteLlamaFamilyHf(c, j);
-  (*j)["num_experts"] = c.num_experts;
-  (*j)["num_experts_per_tok"] = c.num_experts_per_tok;
-  (*j)["moe_intermediate_size"] = c.moe_intermediate_size;
-  (*j)["norm_topk_prob"] = c.norm_topk_prob;
-  (*j)["decoder_sparse_step"] = c.moe_layer_step;
-  (*j)["mlp_only_layers"] = c.dense_layers;
+  WriteQwenMoeHf(c, j);
   return OkStatus();
 }
 
@@ -147,13 +170,7 @@ Status WriteQwen2MoeHf(const ModelConfig& c, nlohmann::json* j) {
   arch::WriteLlamaFamilyHf(c, j);
   (*j)["use_sliding_window"] = false;
   (*j)["qkv_bias"] = c.qkv_bias;
-  (*j)["num_experts"] = c.num_experts;
-  (*j)["num_experts_per_tok"] = c.num_experts_per_tok;
-  (*j)["moe_intermediate_size"] = c.moe_intermediate_size;
-  (*j)["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
-  (*j)["norm_topk_prob"] = c.norm_topk_prob;
-  (*j)["decoder_sparse_step"] = c.moe_layer_step;
-  (*j)["mlp_only_layers"] = c.dense_layers;
+  WriteQwenMoeHf(c, j);
   return OkStatus();
 }
 
@@ -165,12 +182,7 @@ Status WriteQwen2MoeGguf(const ModelConfig& c, GgufWriter* w) {
         "weights as the softmax gives them");
   }
   ASTR_RETURN_IF_ERROR(WriteQwenGguf(c, w));
-  const std::string a = "qwen2moe.";
-  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
-  w->AddMetadata(a + "expert_count", u32(c.num_experts));
-  w->AddMetadata(a + "expert_used_count", u32(c.num_experts_per_tok));
-  w->AddMetadata(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
-  w->AddMetadata(a + "expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
+  WriteQwenMoeGguf(c, "qwen2moe", w);
   return OkStatus();
 }
 
@@ -180,11 +192,7 @@ Status WriteQwen3MoeGguf(const ModelConfig& c, GgufWriter* w) {
         "GGUF qwen3moe has every layer MoE with renormalized top-k weights (norm_topk_prob)");
   }
   ASTR_RETURN_IF_ERROR(WriteQwenGguf(c, w));
-  const std::string a = "qwen3moe.";
-  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
-  w->AddMetadata(a + "expert_count", u32(c.num_experts));
-  w->AddMetadata(a + "expert_used_count", u32(c.num_experts_per_tok));
-  w->AddMetadata(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
+  WriteQwenMoeGguf(c, "qwen3moe", w);
   return OkStatus();
 }
 
