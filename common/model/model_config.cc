@@ -163,13 +163,6 @@ bool ModelConfig::HasDenseLayers() const {
   return false;
 }
 
-bool ModelConfig::HasMoeLayers() const {
-  for (int64_t l = 0; l < num_layers; ++l) {
-    if (LayerIsMoe(l)) return true;
-  }
-  return false;
-}
-
 float ModelConfig::AttnScale() const {
   return attn_scale > 0.0 ? static_cast<float>(attn_scale)
                           : 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -144,9 +144,8 @@ struct ModelConfig {
   bool LayerUsesLocalRope(int64_t l) const;
   // Whether layer l's MLP is a mixture of experts (num_experts above).
   bool LayerIsMoe(int64_t l) const;
-  // Whether some layer is dense / MoE.
+  // Whether some layer is dense.
   bool HasDenseLayers() const;
-  bool HasMoeLayers() const;
   // The softmax scale attention uses (attn_scale, or 1 / sqrt(head_dim)).
   float AttnScale() const;
   // Total parameter count implied by the dims. Builds ExpectedWeights: call it only on a config

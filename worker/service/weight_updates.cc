@@ -77,38 +77,35 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
   for (int i = 0; i < manifest.tensors_size(); ++i) {
     const v1::TensorSpec& spec = manifest.tensors(i);
     std::string canonical = model::CanonicalFromHfName(config_.architecture, spec.name());
-    // A fused tensor (Phi-3's qkv_proj, gate_up_proj) stands for its parts, their rows stacked.
-    std::vector<std::string> parts;
-    std::vector<int64_t> part_rows, fused_shape;
+    // A fused tensor (Phi-3's qkv_proj, gate_up_proj) or transformers 5's stacked experts stand
+    // for their parts, their rows stacked.
+    std::vector<std::string> part_names, parts;
+    std::vector<int64_t> part_rows, whole_shape;
     std::string layer;
     const model::FusedTensorNames* fused = nullptr;
-    std::vector<std::string> stacked;
-    std::vector<int64_t> stacked_shape;
-    if (model::MatchHfStackedExperts(config_, spec.name(), &layer, &stacked, &stacked_shape)) {
-      // transformers 5's stacked experts (or its name of the router): the experts' tensors, rows
-      // in order.
-      canonical = stacked.size() == 1 ? stacked[0] : spec.name();
-      if (stacked.size() > 1) {
-        for (const std::string& part : stacked) {
-          auto pt = expected.find(part);
-          if (pt == expected.end() || pt->second.size() != 2) break;
-          parts.push_back(pt->first);
-          part_rows.push_back(pt->second[0]);
-        }
-        if (parts.size() == stacked.size()) expected[canonical] = stacked_shape;
-      }
+    if (model::MatchHfStackedExperts(config_, spec.name(), &layer, &part_names, &whole_shape)) {
+      // (Its name of the router is a plain tensor.)
+      canonical = part_names.size() == 1 ? part_names[0] : spec.name();
+      if (part_names.size() == 1) part_names.clear();
     } else if (model::MatchFusedTensor(config_.architecture, spec.name(), /*gguf=*/false, &layer,
                                        &fused)) {
       canonical = "layers." + layer + "." + fused->hf;
       for (const std::string& part : fused->parts) {
-        auto pt = expected.find("layers." + layer + "." + part);
+        part_names.push_back("layers." + layer + "." + part);
+      }
+    }
+    if (!part_names.empty()) {
+      int64_t rows = 0, cols = 0;
+      for (const std::string& name : part_names) {
+        auto pt = expected.find(name);
         if (pt == expected.end() || pt->second.size() != 2) break;
-        if (fused_shape.empty()) fused_shape = {0, pt->second[1]};
-        fused_shape[0] += pt->second[0];
+        rows += pt->second[0], cols = pt->second[1];
         parts.push_back(pt->first);
         part_rows.push_back(pt->second[0]);
       }
-      if (parts.size() == fused->parts.size()) expected[canonical] = fused_shape;
+      if (parts.size() == part_names.size()) {
+        expected[canonical] = whole_shape.empty() ? std::vector<int64_t>{rows, cols} : whole_shape;
+      }
     }
     auto it = canonical.empty() ? expected.end() : expected.find(canonical);
     if (it == expected.end()) {

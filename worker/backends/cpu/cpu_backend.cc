@@ -42,6 +42,19 @@ class StepBuffer {
   size_t size_ = 0;
 };
 
+// act[r] = act(gate) * up for `rows` rows of gate_up ([gate f | up f] each), the rows on `pool`
+// (may be null; each row's call is the same whichever thread makes it).
+void GatedActivation(model::MlpActivation kind, const float* gate_up, int64_t rows, int64_t f,
+                     float* act, cpu::ThreadPool* pool) {
+  cpu::ParallelFor(pool, rows, 1, [&](int64_t r0, int64_t r1) {
+    if (kind == model::MlpActivation::kGeluTanh) {
+      cpu::GeluTanhMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
+    } else {
+      cpu::SiluMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
+    }
+  });
+}
+
 // Every per-step buffer, sized once for the largest step (max_batch_tokens rows).
 struct Workspace {
   StepBuffer<float> x;             // [T, hidden] residual stream
@@ -51,8 +64,7 @@ struct Workspace {
   StepBuffer<float> proj;          // [T, hidden] output of o_proj / down_proj
   StepBuffer<float> gate_up;       // [T, 2*ffn]
   StepBuffer<float> act;           // [T, ffn]
-  // MoE layers: router logits [T, experts], each row's experts and weights [T, top-k], an
-  // expert's gathered input rows and output rows [T, hidden].
+  // MoE layers: router logits [T, experts], each row's experts and weights [T, top-k].
   StepBuffer<float> router;
   StepBuffer<int32_t> topk_expert;
   StepBuffer<float> topk_weight;
@@ -143,10 +155,9 @@ class CpuBackend final : public Backend {
 
   void Layer(int64_t l, const StepBatch& batch, const float* next_norm);
   void QkNormRows(float* base, int64_t t, int64_t heads, const std::vector<float>& w);
-  // proj = the MLP of rows [0, t) of xn: the dense one, or (MoE layers) the experts'.
-  void DenseMlp(const CpuLayerWeights& w, int64_t t);
-  // act[r] = act(gate) * up of gate_up's rows [0, t) ([gate f | up f] each).
-  void GatedActivationRows(int64_t t, int64_t f);
+  // out = the gated MLP (gate_up, down; intermediate size f) of rows [0, t) of xn.
+  void Mlp(const CpuLinear& gate_up, const CpuLinear& down, int64_t f, int64_t t, float* out);
+  // proj = a MoE layer's MLP of rows [0, t) of xn.
   void MoeMlp(const CpuLayerWeights& w, int64_t t);
   // proj = RmsNorm(proj) * norm, for rows [0, t) (sandwich norms).
   void NormProjRows(const std::vector<float>& norm, int64_t t);
@@ -306,31 +317,17 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   if (c.LayerIsMoe(l)) {
     MoeMlp(w, t);
   } else {
-    DenseMlp(w, t);
+    Mlp(w.gate_up, w.down, c.intermediate_size, t, ws_.proj.data());
   }
   if (c.sandwich_norms) NormProjRows(w.post_mlp_norm, t);
   AddRmsNormRows(next_norm, t);
 }
 
-void CpuBackend::DenseMlp(const CpuLayerWeights& w, int64_t t) {
-  const int64_t f = config_.intermediate_size;
-  w.gate_up.Apply(ws_.xn.data(), config_.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
-  GatedActivationRows(t, f);
-  w.down.Apply(ws_.act.data(), f, t, ws_.proj.data(), config_.hidden_size, &pool_);
-}
-
-void CpuBackend::GatedActivationRows(int64_t t, int64_t f) {
-  // Rows on the pool (each row's call is the same whichever thread makes it).
-  const bool gelu = config_.mlp_activation == model::MlpActivation::kGeluTanh;
-  cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
-    const float* gate_up = ws_.gate_up.data() + r0 * 2 * f;
-    float* act = ws_.act.data() + r0 * f;
-    if (gelu) {
-      cpu::GeluTanhMul(gate_up, r1 - r0, f, act, f);
-    } else {
-      cpu::SiluMul(gate_up, r1 - r0, f, act, f);
-    }
-  });
+void CpuBackend::Mlp(const CpuLinear& gate_up, const CpuLinear& down, int64_t f, int64_t t,
+                     float* out) {
+  gate_up.Apply(ws_.xn.data(), config_.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
+  GatedActivation(config_.mlp_activation, ws_.gate_up.data(), t, f, ws_.act.data(), &pool_);
+  down.Apply(ws_.act.data(), f, t, out, config_.hidden_size, &pool_);
 }
 
 void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
@@ -375,19 +372,12 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
   // reads 8 of 128), the threads take whole experts (one region for all of them, each expert's
   // GEMMs on one thread); otherwise each expert's GEMMs are split across the threads. Either way
   // every value is computed the same way.
-  const bool gelu = c.mlp_activation == model::MlpActivation::kGeluTanh;
   auto run_expert = [&](int64_t e, cpu::ThreadPool* pool) {
     const int64_t p0 = begin[e], n = begin[e + 1] - p0;
     float* gate_up = ws_.expert_gate_up.data() + p0 * 2 * f;
     float* act = ws_.expert_act.data() + p0 * f;
     w.expert_gate_up[e].Apply(in + p0 * h, h, n, gate_up, 2 * f, pool);
-    cpu::ParallelFor(pool, n, 1, [&](int64_t r0, int64_t r1) {
-      if (gelu) {
-        cpu::GeluTanhMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
-      } else {
-        cpu::SiluMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
-      }
-    });
+    GatedActivation(c.mlp_activation, gate_up, n, f, act, pool);
     w.expert_down[e].Apply(act, f, n, out + p0 * h, h, pool);
   };
   moe_active_.clear();
@@ -421,9 +411,7 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
   // Qwen2-MoE's shared expert on every row, scaled by sigmoid(xn . shared_gate), added last.
   if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
     float* shared = in;  // the gathered rows are no longer needed
-    w.shared_gate_up.Apply(ws_.xn.data(), h, t, ws_.gate_up.data(), 2 * sf, &pool_);
-    GatedActivationRows(t, sf);
-    w.shared_down.Apply(ws_.act.data(), sf, t, shared, h, &pool_);
+    Mlp(w.shared_gate_up, w.shared_down, sf, t, shared);
     cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float g = cpu::Dot(ws_.xn.data() + r * h, w.shared_gate.data(), h);

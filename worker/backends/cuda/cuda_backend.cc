@@ -667,11 +667,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   if (c.LayerIsMoe(l)) {
     ASTR_RETURN_IF_ERROR(EnqueueMoe(w, rows, s));
   } else {
-    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.gate_up.as<bf16>(), a.gate_up, 2 * ffn,
-                                       CUDA_R_16BF, rows, 2 * ffn, hidden, s));
-    ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.gate_up, rows, static_cast<int>(ffn), a.act, s));
-    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, ffn, w.down.as<bf16>(), a.proj, hidden, CUDA_R_32F,
-                                       rows, hidden, ffn, s));
+    ASTR_RETURN_IF_ERROR(EnqueueMlp(w.gate_up.as<bf16>(), w.down.as<bf16>(), ffn, rows, a.proj, s));
   }
   if (c.sandwich_norms) {
     ASTR_LAUNCH(LaunchRmsNormRows(a.proj, w.post_mlp_norm.as<float>(), eps, rows, hidden, s),
@@ -680,6 +676,16 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   ASTR_LAUNCH(LaunchAddRmsNorm(a.x, a.proj, next_norm, eps, rows, hidden, a.xn, s),
               "add + rms norm");
   return OkStatus();
+}
+
+Status CudaBackend::EnqueueMlp(const bf16* gate_up, const bf16* down, int64_t ffn, int rows,
+                               float* out, cudaStream_t s) {
+  const Activations& a = ws_->act();
+  const int64_t hidden = config_.hidden_size;
+  ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, gate_up, a.gate_up, 2 * ffn, CUDA_R_16BF, rows,
+                                     2 * ffn, hidden, s));
+  ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.gate_up, rows, static_cast<int>(ffn), a.act, s));
+  return gemm_->Matmul(a.act, ffn, down, out, hidden, CUDA_R_32F, rows, hidden, ffn, s);
 }
 
 Status CudaBackend::EnqueueGatedActivation(const bf16* gate_up, int rows, int ffn, bf16* act,
@@ -725,11 +731,8 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
               "moe combine");
   if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
     // Qwen2-MoE's shared expert on every row (dense GEMMs; its output in moe_out, free again).
-    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.shared_gate_up.as<bf16>(), a.gate_up, 2 * sf,
-                                       CUDA_R_16BF, rows, 2 * sf, hidden, s));
-    ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.gate_up, rows, static_cast<int>(sf), a.act, s));
-    ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.act, sf, w.shared_down.as<bf16>(), a.moe_out, hidden,
-                                       CUDA_R_32F, rows, hidden, sf, s));
+    ASTR_RETURN_IF_ERROR(
+        EnqueueMlp(w.shared_gate_up.as<bf16>(), w.shared_down.as<bf16>(), sf, rows, a.moe_out, s));
     ASTR_LAUNCH(LaunchAddSharedExpert(a.xn, hidden, w.shared_gate.as<bf16>(), a.moe_out, rows,
                                       hidden, a.proj, s),
                 "shared expert");

@@ -88,8 +88,11 @@ class CudaBackend final : public Backend {
                         cudaStream_t s);
   Status EnqueueLayer(int64_t l, int rows, int entries, bool decode, int num_tiles,
                       const float* next_norm, cudaStream_t s);
-  // The MLP pieces of EnqueueLayer: act(gate) * up of `rows` gate/up rows, and a MoE layer's MLP
-  // (rows of a.xn into a.proj).
+  // The MLP pieces of EnqueueLayer: the gated MLP (gate_up, down; intermediate size ffn) of rows
+  // of a.xn into out (f32 [rows, hidden]), act(gate) * up of `rows` gate/up rows, and a MoE
+  // layer's MLP (rows of a.xn into a.proj).
+  Status EnqueueMlp(const bf16* gate_up, const bf16* down, int64_t ffn, int rows, float* out,
+                    cudaStream_t s);
   Status EnqueueGatedActivation(const bf16* gate_up, int rows, int ffn, bf16* act, cudaStream_t s);
   Status EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t s);
   Status CopyLogits(const StepBatch& batch, bool decode, float* logits);
