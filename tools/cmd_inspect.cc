@@ -27,16 +27,24 @@ const char* ScalingName(model::RopeScaling::Type t) {
   return t == model::RopeScaling::Type::kNone     ? "none"
          : t == model::RopeScaling::Type::kLinear ? "linear"
          : t == model::RopeScaling::Type::kLlama3 ? "llama3"
+         : t == model::RopeScaling::Type::kYarn   ? "yarn"
                                                   : "longrope";
 }
 
 json RopeScalingJson(const model::RopeScaling& s) {
   json j = {{"type", ScalingName(s.type)}, {"factor", s.factor}};
   if (s.type == model::RopeScaling::Type::kLlama3 ||
-      s.type == model::RopeScaling::Type::kLongRope) {
+      s.type == model::RopeScaling::Type::kLongRope || s.type == model::RopeScaling::Type::kYarn) {
     j["original_max_position"] = s.original_max_position;
   }
-  if (s.type == model::RopeScaling::Type::kLongRope) j["attention_factor"] = s.attention_factor;
+  if (s.type == model::RopeScaling::Type::kLongRope || s.type == model::RopeScaling::Type::kYarn) {
+    j["attention_factor"] = s.attention_factor;
+  }
+  if (s.type == model::RopeScaling::Type::kYarn) {
+    j["beta_fast"] = s.beta_fast;
+    j["beta_slow"] = s.beta_slow;
+    j["truncate"] = s.truncate;
+  }
   return j;
 }
 
@@ -60,8 +68,10 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
             {"qkv_bias", c.qkv_bias},
             {"qk_norm", QkNormName(c.qk_norm)},
             {"gated_attention", c.gated_attention},
-            {"mlp_activation",
-             c.mlp_activation == model::MlpActivation::kGeluTanh ? "gelu_tanh" : "silu"},
+            {"mlp_activation", c.mlp_activation == model::MlpActivation::kGeluTanh ? "gelu_tanh"
+                               : c.mlp_activation == model::MlpActivation::kSwigluClamped
+                                   ? "swiglu_clamped"
+                                   : "silu"},
             {"sliding_window", c.sliding_window},
             {"sliding_window_pattern", c.sliding_window_pattern},
             {"rope_local_theta", c.rope_local_theta},
@@ -81,7 +91,15 @@ json ConfigJson(const model::ModelConfig& c, bool checked) {
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["moe_layer_step"] = c.moe_layer_step;
     j["dense_layers"] = c.dense_layers;
+    j["router_bias"] = c.router_bias;
+    j["expert_bias"] = c.expert_bias;
   }
+  if (c.mlp_activation == model::MlpActivation::kSwigluClamped) {
+    j["swiglu_limit"] = c.swiglu_limit;
+    j["swiglu_alpha"] = c.swiglu_alpha;
+  }
+  if (c.o_bias) j["o_bias"] = true;
+  if (c.attn_sinks) j["attn_sinks"] = true;
   j["parameter_count"] = checked ? json(c.ParameterCount()) : json(nullptr);
   return j;
 }

@@ -120,7 +120,7 @@ struct Options {
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 0, ffn = 128, vocab = 512;
   int64_t seed = 0, max_context_tokens = 2048, sliding_window = 0, sliding_window_pattern = 0;
   double rope_theta = 10000.0, rms_eps = 1e-5, init_std = 0.02, router_std = 0.0,
-         attn_softcap = 50.0, final_softcap = 30.0;
+         attn_softcap = 50.0, final_softcap = 30.0, swiglu_limit = 7.0;
   bool tie = false, qk_norm = false, gated = false, norm_topk_prob = false;
   int64_t experts = 8, experts_per_tok = 2, moe_ffn = 0, moe_layer_step = 1, shared_ffn = 0;
   std::string dense_layers;
@@ -186,6 +186,25 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
       }
       c.dense_layers.push_back(l);
     }
+  } else if (o.arch == "gpt_oss") {
+    // gpt-oss's layer (common/model/arch/gpt_oss.cc): every MLP a mixture of --experts of --ffn
+    // with biases, clamped SwiGLU, attention biases and sinks, sliding / global alternation.
+    c.num_experts = o.experts;
+    c.num_experts_per_tok = o.experts_per_tok;
+    c.moe_intermediate_size = o.ffn;
+    c.norm_topk_prob = true;
+    c.qkv_bias = c.o_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+    c.mlp_activation = model::MlpActivation::kSwigluClamped;
+    c.swiglu_limit = o.swiglu_limit;
+    if (c.sliding_window == 0) c.sliding_window = 128;
+    c.sliding_window_pattern = 2;
+    // GptOssConfig's YaRN (factor 32 over a 4096-token pre-training context), with the correction
+    // dims truncated as llama.cpp always does them (so the GGUF form holds the same model).
+    c.rope_scaling.type = model::RopeScaling::Type::kYarn;
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.original_max_position = 4096;
+    c.rope_scaling.truncate = true;
+    c.rope_scaling.attention_factor = 1.0 + 0.1 * std::log(c.rope_scaling.factor);
   } else if (o.arch == "autoregressive_lm") {
     c.rope_layout = model::RopeLayout::kInterleaved;
     c.qk_norm = o.qk_norm ? model::QkNorm::kAfterRope : model::QkNorm::kNone;
@@ -214,7 +233,7 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
   } else {
     return InvalidArgumentError(
         "--arch must be llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, "
-        "autoregressive_lm, gemma2, gemma3 or phi3");
+        "autoregressive_lm, gemma2, gemma3, phi3 or gpt_oss");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -270,33 +289,106 @@ model::DType StoredDType(const model::WeightSpec& w, model::DType requested, boo
   return requested;
 }
 
+// A tensor as the file declares it, and the specs it holds: `count` consecutive ones from `first`,
+// written one after the other, or (`transposed`) gathered as a gpt-oss-style HF checkpoint stacks
+// a layer's experts (Architecture::hf_experts_transposed: `x @ W` form, gate and up interleaved).
+struct FileTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  model::DType dtype;
+  size_t first = 0, count = 1;
+  bool transposed = false;
+};
+
+// Spec t's values [first, first + count) as f32 (FillChunk with its std).
+void SpecValues(const std::vector<model::WeightSpec>& specs, size_t t, uint64_t seed,
+                double default_std, double router_std, double norm_offset, int64_t first,
+                int64_t count, float* out) {
+  const double init_std =
+      specs[t].name.ends_with(".router") && router_std > 0.0 ? router_std : default_std;
+  FillChunk(specs[t].name, seed, t, first, count, init_std, norm_offset, out);
+}
+
+// A transposed file tensor (FileTensor::transposed) in f32: its specs are every expert's gate then
+// up part (gate_up_proj [E, h, 2f] / gate_up_proj_bias [E, 2f], element 2r of a row from gate
+// row r, 2r + 1 from up's), or every expert's down part (down_proj [E, f, h] holds down^T;
+// down_proj_bias [E, h] as it is).
+std::vector<float> TransposedValues(const FileTensor& ft,
+                                    const std::vector<model::WeightSpec>& specs, uint64_t seed,
+                                    double default_std, double router_std, double norm_offset) {
+  int64_t total = 1;
+  for (int64_t d : ft.shape) total *= d;
+  std::vector<float> out(static_cast<size_t>(total));
+  const int64_t experts = ft.shape[0];
+  const bool paired = ft.count == static_cast<size_t>(2 * experts);
+  std::vector<float> v;
+  for (size_t k = 0; k < ft.count; ++k) {
+    const size_t t = ft.first + k;
+    const std::vector<int64_t>& shape = specs[t].shape;  // [rows, cols] or [rows]
+    const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+    v.resize(static_cast<size_t>(rows * cols));
+    SpecValues(specs, t, seed, default_std, router_std, norm_offset, 0, rows * cols, v.data());
+    const int64_t e = static_cast<int64_t>(k) % experts;
+    const int64_t half = paired ? static_cast<int64_t>(k) / experts : 0;  // 0 gate, 1 up
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        int64_t at;
+        if (paired && shape.size() == 2) {  // gate_up_proj [E, h = cols, 2f]
+          at = (e * cols + c) * 2 * rows + 2 * r + half;
+        } else if (paired) {  // gate_up_proj_bias [E, 2f]
+          at = e * 2 * rows + 2 * r + half;
+        } else if (shape.size() == 2) {  // down_proj [E, f = cols, h = rows]
+          at = (e * cols + c) * rows + r;
+        } else {  // down_proj_bias [E, h]
+          at = e * rows + r;
+        }
+        out[static_cast<size_t>(at)] = v[static_cast<size_t>(r * cols + c)];
+      }
+    }
+  }
+  return out;
+}
+
 template <typename Writer>
 Status StreamWeights(const std::vector<model::WeightSpec>& specs,
-                     const std::vector<model::DType>& dtypes, uint64_t seed, double default_std,
+                     const std::vector<model::DType>& dtypes,
+                     const std::vector<FileTensor>& file_tensors, uint64_t seed, double default_std,
                      double router_std, double norm_offset, Writer* w) {
   std::vector<float> f32(kChunkElements);
   std::vector<uint8_t> bytes;
-  for (size_t t = 0; t < specs.size(); ++t) {
-    int64_t n = 1;
-    for (int64_t d : specs[t].shape) n *= d;
-    const double init_std =
-        specs[t].name.ends_with(".router") && router_std > 0.0 ? router_std : default_std;
-    const bool random_blocks = !model::DTypeWritable(dtypes[t]);
-    const float block_scale = random_blocks ? RandomBlockScale(dtypes[t], init_std) : 0.0f;
-    const uint64_t key = SplitMix64(seed * 0x100000001B3ull + t);
-    for (int64_t first = 0; first < n; first += kChunkElements) {
-      const int64_t count = std::min(kChunkElements, n - first);
-      ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, model::DTypeByteSize(dtypes[t], count));
+  for (const FileTensor& ft : file_tensors) {
+    if (ft.transposed) {  // small test models only: built whole
+      const std::vector<float> v =
+          TransposedValues(ft, specs, seed, default_std, router_std, norm_offset);
+      ASTR_ASSIGN_OR_RETURN(uint64_t nbytes,
+                            model::DTypeByteSize(ft.dtype, static_cast<int64_t>(v.size())));
       bytes.resize(nbytes);
-      if (random_blocks) {
-        const int64_t block = model::DTypeBlockElements(dtypes[t]);
-        RandomBlocks(dtypes[t], key, first / block, count / block, block_scale, bytes.data());
-        ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
-        continue;
-      }
-      FillChunk(specs[t].name, seed, t, first, count, init_std, norm_offset, f32.data());
-      model::QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
+      model::QuantizeFromF32(ft.dtype, v.data(), static_cast<int64_t>(v.size()), bytes.data());
       ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
+      continue;
+    }
+    for (size_t t = ft.first; t < ft.first + ft.count; ++t) {
+      int64_t n = 1;
+      for (int64_t d : specs[t].shape) n *= d;
+      const double init_std =
+          specs[t].name.ends_with(".router") && router_std > 0.0 ? router_std : default_std;
+      const bool random_blocks = !model::DTypeWritable(dtypes[t]);
+      const float block_scale = random_blocks ? RandomBlockScale(dtypes[t], init_std) : 0.0f;
+      const uint64_t key = SplitMix64(seed * 0x100000001B3ull + t);
+      for (int64_t first = 0; first < n; first += kChunkElements) {
+        const int64_t count = std::min(kChunkElements, n - first);
+        ASTR_ASSIGN_OR_RETURN(uint64_t nbytes, model::DTypeByteSize(dtypes[t], count));
+        bytes.resize(nbytes);
+        if (random_blocks) {
+          const int64_t block = model::DTypeBlockElements(dtypes[t]);
+          RandomBlocks(dtypes[t], key, first / block, count / block, block_scale, bytes.data());
+          ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
+          continue;
+        }
+        SpecValues(specs, t, seed, default_std, router_std, norm_offset, first, count, f32.data());
+        model::QuantizeFromF32(dtypes[t], f32.data(), count, bytes.data());
+        ASTR_RETURN_IF_ERROR(w->WriteTensorData(bytes.data(), nbytes));
+      }
     }
   }
   return w->Close();
@@ -309,13 +401,6 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   if (!out) return InternalError(path + ": write failed");
   return OkStatus();
 }
-
-// A tensor as the file declares it.
-struct FileTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  model::DType dtype;
-};
 
 // The file's tensors: one per spec, but the parts an architecture fuses (Phi-3's q/k/v, gate/up:
 // consecutive specs) declared as one tensor. StreamWeights writes the parts one after the other,
@@ -335,6 +420,33 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
         if (f.parts[0] == rest) fused = &f;
       }
     }
+    // gpt-oss-style HF checkpoints stack a layer's experts in four tensors (gate with up, down,
+    // and their biases likewise).
+    if (!gguf && in_layer && arch->hf_experts_transposed && rest.starts_with("experts.0.")) {
+      const std::string part = rest.substr(std::string("experts.0.").size());
+      const bool paired = part == "gate_proj" || part == "gate_bias";
+      const size_t n = static_cast<size_t>(c.num_experts) * (paired ? 2 : 1);
+      const int64_t e_count = c.num_experts, f = c.moe_intermediate_size, h = c.hidden_size;
+      const std::string p = "model.layers." + layer + ".mlp.experts.";
+      FileTensor t;
+      if (part == "gate_proj") {
+        t = {p + "gate_up_proj", {e_count, h, 2 * f}, dtypes[i]};
+      } else if (part == "down_proj") {
+        t = {p + "down_proj", {e_count, f, h}, dtypes[i]};
+      } else if (part == "gate_bias") {
+        t = {p + "gate_up_proj_bias", {e_count, 2 * f}, dtypes[i]};
+      } else if (part == "down_bias") {
+        t = {p + "down_proj_bias", {e_count, h}, dtypes[i]};
+      } else {
+        return InternalError("expert tensors of layer " + layer + " are not in file order");
+      }
+      t.first = i;
+      t.count = n;
+      t.transposed = true;
+      out.push_back(std::move(t));
+      i += n;
+      continue;
+    }
     // GGUF stacks each part of a MoE layer's experts (ExpectedWeights lists them part by part).
     if (gguf && in_layer && rest.starts_with("experts.0.")) {
       const std::string part = rest.substr(std::string("experts.0.").size());
@@ -349,9 +461,10 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
                                       specs[i].name + " in GGUF and takes its type");
         }
       }
-      out.push_back({model::GgufNameFromCanonical(c.architecture, specs[i].name),
-                     {c.num_experts, specs[i].shape[0], specs[i].shape[1]},
-                     dtypes[i]});
+      std::vector<int64_t> shape = {c.num_experts};
+      shape.insert(shape.end(), specs[i].shape.begin(), specs[i].shape.end());
+      out.push_back({model::GgufNameFromCanonical(c.architecture, specs[i].name), shape, dtypes[i],
+                     i, static_cast<size_t>(c.num_experts)});
       i += static_cast<size_t>(c.num_experts);
       continue;
     }
@@ -361,7 +474,7 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
       std::vector<int64_t> shape = specs[i].shape;
       // llama.cpp's converter writes the shared expert's gate (one row) 1-D.
       if (gguf && specs[i].name.ends_with(".shared_expert_gate")) shape = {shape.back()};
-      out.push_back({name, shape, dtypes[i]});
+      out.push_back({name, shape, dtypes[i], i, 1});
       ++i;
       continue;
     }
@@ -381,7 +494,9 @@ StatusOr<std::vector<FileTensor>> FileTensors(const model::ModelConfig& c,
     out.push_back(
         {(gguf ? "blk." : "model.layers.") + layer + "." + (gguf ? fused->gguf : fused->hf),
          {rows, specs[i].shape[1]},
-         dtypes[i]});
+         dtypes[i],
+         i,
+         fused->parts.size()});
     i += fused->parts.size();
   }
   return out;
@@ -397,11 +512,11 @@ Status MakeModel(const Options& o) {
   }
   const bool gguf_arch = o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen2_moe" ||
                          o.arch == "qwen3" || o.arch == "qwen3_moe" || o.arch == "gemma2" ||
-                         o.arch == "gemma3" || o.arch == "phi3";
+                         o.arch == "gemma3" || o.arch == "phi3" || o.arch == "gpt_oss";
   if (gguf && !gguf_arch) {
     return InvalidArgumentError(
         "--format gguf supports --arch llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, "
-        "phi3 (not " +
+        "phi3, gpt_oss (not " +
         o.arch + "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
@@ -449,8 +564,8 @@ Status MakeModel(const Options& o) {
                           FileTensors(config, specs, dtypes, /*gguf=*/true));
     for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
     ASTR_RETURN_IF_ERROR(w.Open(o.out));
-    return StreamWeights(specs, dtypes, seed, o.init_std, o.router_std, config.norm_weight_offset,
-                         &w);
+    return StreamWeights(specs, dtypes, file_tensors, seed, o.init_std, o.router_std,
+                         config.norm_weight_offset, &w);
   }
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
@@ -465,8 +580,8 @@ Status MakeModel(const Options& o) {
                         FileTensors(config, specs, dtypes, /*gguf=*/false));
   for (const FileTensor& t : file_tensors) w.AddTensor(t.name, t.shape, t.dtype);
   ASTR_RETURN_IF_ERROR(w.Open(o.out + "/model.safetensors"));
-  return StreamWeights(specs, dtypes, seed, o.init_std, o.router_std, config.norm_weight_offset,
-                       &w);
+  return StreamWeights(specs, dtypes, file_tensors, seed, o.init_std, o.router_std,
+                       config.norm_weight_offset, &w);
 }
 
 int RunMakeModel(int argc, const char* const* argv) {
@@ -475,10 +590,11 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String(
       "arch", &o.arch,
       "llama | mistral | mixtral | qwen2 | qwen2_moe | qwen3 | qwen3_moe | autoregressive_lm | "
-      "gemma2 | gemma3 | phi3.");
+      "gemma2 | gemma3 | phi3 | gpt_oss.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format,
-            "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3) or hf (every "
+            "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss) or hf "
+            "(every "
             "arch).");
   fs.String(
       "dtype", &o.dtype,
@@ -507,7 +623,7 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.Double("rms-eps", &o.rms_eps, "RMSNorm epsilon.");
   fs.Bool("tie", &o.tie, "Tie lm_head to the embedding (no lm_head tensor).");
   fs.Int("sliding-window", &o.sliding_window,
-         "Sliding attention window in tokens (0: none; gemma2/3: 0 means 512).");
+         "Sliding attention window in tokens (0: none; gemma2/3: 0 means 512; gpt_oss: 128).");
   fs.Int("sliding-window-pattern", &o.sliding_window_pattern,
          "gemma2/3: every N-th layer attends globally, the others slide (0: the model's own, 2 "
          "for gemma2 and 6 for gemma3, the only values GGUF can hold).");
@@ -518,16 +634,16 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");
-  fs.Int("experts", &o.experts, "qwen3_moe, qwen2_moe, mixtral: experts per MoE layer.");
+  fs.Int("experts", &o.experts, "qwen3_moe, qwen2_moe, mixtral, gpt_oss: experts per MoE layer.");
   fs.Int("experts-per-tok", &o.experts_per_tok,
-         "qwen3_moe, qwen2_moe, mixtral: experts each token is routed to.");
+         "qwen3_moe, qwen2_moe, mixtral, gpt_oss: experts each token is routed to.");
   fs.Int("moe-ffn", &o.moe_ffn,
          "qwen3_moe, qwen2_moe: each expert's intermediate size (0: --ffn, which the dense layers "
-         "keep; mixtral's experts take --ffn).");
+         "keep; mixtral's and gpt_oss's experts take --ffn).");
   fs.Int("shared-ffn", &o.shared_ffn,
          "qwen2_moe: the shared expert's intermediate size (0: --ffn).");
   fs.Double("router-std", &o.router_std,
-            "qwen3_moe, qwen2_moe, mixtral: standard deviation of the random router weights (0: "
+            "MoE architectures: standard deviation of the random router weights (0: "
             "--init-std); larger values make routing decisive, as a trained router's is (tests).");
   fs.Bool("norm-topk-prob", &o.norm_topk_prob,
           "qwen3_moe, qwen2_moe: renormalize the chosen experts' weights to sum 1 (default on for "
@@ -539,6 +655,8 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("dense-layers", &o.dense_layers,
             "qwen3_moe, qwen2_moe: comma-separated layers that keep a dense MLP (mlp_only_layers; "
             "hf only).");
+  fs.Double("swiglu-limit", &o.swiglu_limit,
+            "gpt_oss: the clamped SwiGLU's limit (config.json swiglu_limit; GGUF holds 7 only).");
   fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
   fs.Bool("gated-attention", &o.gated,
           "autoregressive_lm: sigmoid-gated attention output (default on).");

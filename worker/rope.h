@@ -1,4 +1,4 @@
-// RoPE inverse frequencies for a model config, scaling included (linear, llama3).
+// RoPE inverse frequencies for a model config, scaling included (linear, llama3, LongRoPE, YaRN).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@ std::vector<float> RopeInvFreq(const model::ModelConfig& config, bool local = fa
 // (InfoResponse.longrope_original_context), so the second rule only serves plans that do not.
 // Entry b owns rows [qo_indptr[b], qo_indptr[b+1]).
 std::vector<float> RopeInvFreqLong(const model::ModelConfig& config, bool local = false);
+// The factor on cos / sin: LongRoPE's and YaRN's attention_factor, else 1.
 float RopeCosSinScale(const model::ModelConfig& config, bool local = false);
 bool RopeUsesLongFactors(const model::ModelConfig& config);
 // original_max_position for a LongRoPE model, else 0 (InfoResponse.longrope_original_context).

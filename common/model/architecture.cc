@@ -14,6 +14,7 @@ extern const Architecture kAutoregressiveLmArchitecture;
 extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
 extern const Architecture kPhi3Architecture;
+extern const Architecture kGptOssArchitecture;
 
 namespace {
 
@@ -28,6 +29,8 @@ constexpr TensorNames kLayerNames[] = {
     {"k_bias", "attn_k.bias", "self_attn.k_proj.bias"},
     {"v_bias", "attn_v.bias", "self_attn.v_proj.bias"},
     {"o_proj", "attn_output.weight", "self_attn.o_proj.weight"},
+    {"o_bias", "attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_sinks", "attn_sinks.weight", "self_attn.sinks"},
     {"q_norm", "attn_q_norm.weight", "self_attn.q_norm.weight"},
     {"k_norm", "attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"attn_gate", "attn_gate.weight", "self_attn.gate_proj.weight"},
@@ -36,6 +39,7 @@ constexpr TensorNames kLayerNames[] = {
     {"up_proj", "ffn_up.weight", "mlp.up_proj.weight"},
     {"down_proj", "ffn_down.weight", "mlp.down_proj.weight"},
     {"router", "ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"router_bias", "ffn_gate_inp.bias", "mlp.gate.bias"},
     {"shared_expert.gate_proj", "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
     {"shared_expert.up_proj", "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
     {"shared_expert.down_proj", "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
@@ -239,7 +243,7 @@ const std::vector<const Architecture*>& Architectures() {
       &kQwen2MoeArchitecture, &kQwen3Architecture,
       &kQwen3MoeArchitecture, &kAutoregressiveLmArchitecture,
       &kGemma2Architecture,   &kGemma3Architecture,
-      &kPhi3Architecture};
+      &kPhi3Architecture,     &kGptOssArchitecture};
   return all;
 }
 

@@ -62,6 +62,12 @@ struct Architecture {
   // kExpertNames in architecture.cc).
   bool moe = false;
   std::vector<ExpertTensorNames> expert_names;
+  // HF checkpoints hold a MoE layer's experts as gpt-oss's do, four tensors per layer in `x @ W`
+  // form: mlp.experts.gate_up_proj [experts, hidden, 2 * moe_ffn] (gate and up columns
+  // interleaved), gate_up_proj_bias [experts, 2 * moe_ffn] (likewise), down_proj [experts,
+  // moe_ffn, hidden], down_proj_bias [experts, hidden]. The model file exposes each expert's
+  // canonical tensors (gate_proj, up_proj, down_proj and their biases) as copies, transposed.
+  bool hf_experts_transposed = false;
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;

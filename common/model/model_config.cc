@@ -102,8 +102,26 @@ Status ModelConfig::Validate() const {
       return Bad("original_max_position_embeddings", "must be > 0 for LongRoPE");
     }
   }
+  if (rope_scaling.type == RopeScaling::Type::kYarn) {
+    if (rope_scaling.original_max_position <= 0) {
+      return Bad("rope_scaling.original_max_position_embeddings", "must be > 0 for YaRN");
+    }
+    for (const auto& [key, v] :
+         {std::pair{"rope_scaling.beta_fast", rope_scaling.beta_fast},
+          std::pair{"rope_scaling.beta_slow", rope_scaling.beta_slow},
+          std::pair{"rope_scaling.attention_factor", rope_scaling.attention_factor}}) {
+      if (!(v > 0.0) || !std::isfinite(v)) return Bad(key, "must be > 0 and finite");
+    }
+  }
+  if (mlp_activation == MlpActivation::kSwigluClamped &&
+      (!(swiglu_limit > 0.0) || !std::isfinite(swiglu_limit) || !std::isfinite(swiglu_alpha))) {
+    return Bad("swiglu_limit", "must be > 0 and finite (and swiglu_alpha finite)");
+  }
   if (num_experts < 0)
     return Bad("num_experts", "must be >= 0, got " + std::to_string(num_experts));
+  if (num_experts == 0 && (router_bias || expert_bias)) {
+    return Bad("num_experts", "is 0 but the config has router / expert biases");
+  }
   if (num_experts > 0) {
     if (num_experts > 4096) {
       return Bad("num_experts", "must be at most 4096, got " + std::to_string(num_experts));
@@ -202,14 +220,20 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       w.push_back({p + "k_norm", {c.head_dim}});
     }
     w.push_back({p + "o_proj", {c.hidden_size, q_dim}});
+    if (c.o_bias) w.push_back({p + "o_bias", {c.hidden_size}});
+    if (c.attn_sinks) w.push_back({p + "attn_sinks", {c.num_heads}});
     w.push_back({p + "mlp_norm", {c.hidden_size}});
     if (c.LayerIsMoe(i)) {
       // Part by part (every expert's gate_proj, then up_proj, then down_proj): GGUF stacks them.
       w.push_back({p + "router", {c.num_experts, c.hidden_size}});
+      if (c.router_bias) w.push_back({p + "router_bias", {c.num_experts}});
       const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
-      for (const auto& [part, shape] : {std::pair{"gate_proj", std::vector<int64_t>{f, h}},
-                                        std::pair{"up_proj", std::vector<int64_t>{f, h}},
-                                        std::pair{"down_proj", std::vector<int64_t>{h, f}}}) {
+      std::vector<std::pair<const char*, std::vector<int64_t>>> parts = {
+          {"gate_proj", {f, h}}, {"up_proj", {f, h}}, {"down_proj", {h, f}}};
+      if (c.expert_bias) {
+        parts.insert(parts.end(), {{"gate_bias", {f}}, {"up_bias", {f}}, {"down_bias", {h}}});
+      }
+      for (const auto& [part, shape] : parts) {
         for (int64_t e = 0; e < c.num_experts; ++e) {
           w.push_back({p + "experts." + std::to_string(e) + "." + part, shape});
         }
@@ -323,6 +347,44 @@ Status ReadHfLongRope(const ConfigJson& r, const ConfigJson& s, int64_t arch_def
   return OkStatus();
 }
 
+// YaRN's keys as transformers reads them (_compute_yarn_parameters): factor (default: the context's
+// growth over original_max_position_embeddings), attention_factor (default 0.1 ln(factor) + 1, or
+// DeepSeek's mscale / mscale_all_dim ratio of that), beta_fast / beta_slow (32 / 1), truncate
+// (true). The pre-training context is the block's original_max_position_embeddings, else the
+// config's top-level one.
+Status ReadHfYarn(const ConfigJson& r, const ConfigJson& s, ModelConfig* c) {
+  RopeScaling& rs = c->rope_scaling;
+  rs.type = RopeScaling::Type::kYarn;
+  if (s.Has("original_max_position_embeddings")) {
+    ASTR_ASSIGN_OR_RETURN(rs.original_max_position, s.Int("original_max_position_embeddings"));
+  } else if (r.Has("original_max_position_embeddings")) {
+    ASTR_ASSIGN_OR_RETURN(rs.original_max_position, r.Int("original_max_position_embeddings"));
+  } else {
+    return s.Error("original_max_position_embeddings", "is missing (YaRN needs it)");
+  }
+  if (rs.original_max_position <= 0) {
+    return s.Error("original_max_position_embeddings", "must be positive");
+  }
+  ASTR_ASSIGN_OR_RETURN(rs.factor,
+                        s.Number("factor", static_cast<double>(c->max_context_tokens) /
+                                               static_cast<double>(rs.original_max_position)));
+  auto mscale = [](double factor, double m) {
+    return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+  };
+  ASTR_ASSIGN_OR_RETURN(double m, s.Number("mscale", 0.0));
+  ASTR_ASSIGN_OR_RETURN(double m_all, s.Number("mscale_all_dim", 0.0));
+  const double derived = m != 0.0 && m_all != 0.0 ? mscale(rs.factor, m) / mscale(rs.factor, m_all)
+                                                  : mscale(rs.factor, 1.0);
+  ASTR_ASSIGN_OR_RETURN(rs.attention_factor, s.Number("attention_factor", derived));
+  // transformers reads `or 32` / `or 1`: a null or 0 takes the default too.
+  ASTR_ASSIGN_OR_RETURN(rs.beta_fast, s.Number("beta_fast", 0.0));
+  if (rs.beta_fast == 0.0) rs.beta_fast = 32.0;
+  ASTR_ASSIGN_OR_RETURN(rs.beta_slow, s.Number("beta_slow", 0.0));
+  if (rs.beta_slow == 0.0) rs.beta_slow = 1.0;
+  ASTR_ASSIGN_OR_RETURN(rs.truncate, s.Bool("truncate", true));
+  return OkStatus();
+}
+
 // rope_scaling, or transformers 5's rope_parameters when it is one set (per-layer-type sets are the
 // architecture's to read).
 Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelConfig* c) {
@@ -342,6 +404,7 @@ Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelCon
   if (type == "longrope" || type == "su") {
     return ReadHfLongRope(r, s, arch.hf_original_max_position, c);
   }
+  if (type == "yarn") return ReadHfYarn(r, s, c);
   ASTR_ASSIGN_OR_RETURN(c->rope_scaling.factor, s.Number("factor", 1.0));
   if (type == "linear") {
     c->rope_scaling.type = RopeScaling::Type::kLinear;
@@ -353,7 +416,7 @@ Status ReadHfRopeScaling(const ConfigJson& r, const Architecture& arch, ModelCon
                           s.Int("original_max_position_embeddings", 8192));
   } else {
     return UnimplementedError(r.path() + ": key '" + key + "' type '" + type +
-                              "' is not supported (supported: linear, llama3, longrope)");
+                              "' is not supported (supported: linear, llama3, longrope, yarn)");
   }
   return OkStatus();
 }
@@ -490,6 +553,15 @@ StatusOr<std::string> ConfigToHfJson(const ModelConfig& c) {
                          {"factor", c.rope_scaling.factor},
                          {"attention_factor", c.rope_scaling.attention_factor}};
     j["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
+  } else if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    j["rope_scaling"] = {
+        {"rope_type", "yarn"},
+        {"factor", c.rope_scaling.factor},
+        {"attention_factor", c.rope_scaling.attention_factor},
+        {"beta_fast", c.rope_scaling.beta_fast},
+        {"beta_slow", c.rope_scaling.beta_slow},
+        {"truncate", c.rope_scaling.truncate},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
   }
   ASTR_RETURN_IF_ERROR(arch->write_hf(c, &j));
   return j.dump(2) + "\n";
@@ -555,9 +627,20 @@ Status ReadGgufRopeScaling(const GgufFile& g, const GgufKeys& k, ModelConfig* c)
   if (type == "linear") {
     c->rope_scaling.type = RopeScaling::Type::kLinear;
     ASTR_ASSIGN_OR_RETURN(c->rope_scaling.factor, k.Float("rope.scaling.factor", 1.0));
+  } else if (type == "yarn") {
+    // llama.cpp's YaRN: beta_fast 32, beta_slow 1, correction dims floored / ceiled, cos / sin
+    // times attn_factor * (1 + 0.1 ln(factor)).
+    RopeScaling& rs = c->rope_scaling;
+    rs.type = RopeScaling::Type::kYarn;
+    ASTR_ASSIGN_OR_RETURN(rs.factor, k.Float("rope.scaling.factor", 1.0));
+    ASTR_ASSIGN_OR_RETURN(double attn_factor, k.Float("rope.scaling.attn_factor", 1.0));
+    ASTR_ASSIGN_OR_RETURN(double log_mul, k.Float("rope.scaling.yarn_log_multiplier", 0.1));
+    rs.attention_factor =
+        attn_factor * (rs.factor > 1.0 ? 1.0 + log_mul * std::log(rs.factor) : 1.0);
+    rs.truncate = true;
   } else if (type != "none") {
     return UnimplementedError(g.path() + ": key '" + k.Key("rope.scaling.type") + "' value '" +
-                              type + "' is not supported (none, linear)");
+                              type + "' is not supported (none, linear, yarn)");
   }
   if (const GgufTensor* t = g.FindTensor("rope_freqs.weight")) {
     if (c->rope_scaling.type != RopeScaling::Type::kNone) {
@@ -663,6 +746,20 @@ Status AddGgufMetadata(const ModelConfig& c, GgufWriter* w) {
     w->AddMetadata(a + ".rope.scaling.type", GgufValue::String("linear"));
     w->AddMetadata(a + ".rope.scaling.factor",
                    GgufValue::F32(static_cast<float>(c.rope_scaling.factor)));
+  } else if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    const RopeScaling& rs = c.rope_scaling;
+    const double derived = rs.factor > 1.0 ? 1.0 + 0.1 * std::log(rs.factor) : 1.0;
+    if (rs.beta_fast != 32.0 || rs.beta_slow != 1.0 || !rs.truncate) {
+      return InvalidArgumentError(
+          "GGUF YaRN has beta_fast 32, beta_slow 1 and truncated correction dims");
+    }
+    w->AddMetadata(a + ".rope.scaling.type", GgufValue::String("yarn"));
+    w->AddMetadata(a + ".rope.scaling.factor", GgufValue::F32(static_cast<float>(rs.factor)));
+    w->AddMetadata(a + ".rope.scaling.original_context_length", u32(rs.original_max_position));
+    if (std::fabs(rs.attention_factor / derived - 1.0) > 1e-6) {
+      w->AddMetadata(a + ".rope.scaling.attn_factor",
+                     GgufValue::F32(static_cast<float>(rs.attention_factor / derived)));
+    }
   }
   return arch->write_gguf(c, w);
 }

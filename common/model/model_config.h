@@ -6,15 +6,17 @@
 //   per layer l:
 //     h  = RmsNorm(x, attn_norm)
 //     q, k, v = h . q/k/v_proj (+ biases); q, k = HeadRmsNorm (qk_norm); RoPE with layer l's base
-//     a  = softmax(q k^T * attn_scale, causal, layer l's window) v  (* sigmoid(gate):
-//     gated_attention) a  = a . o_proj;            a = RmsNorm(a, post_attn_norm) (sandwich_norms)
+//     a  = softmax(q k^T * attn_scale, causal, layer l's window; with attn_sinks one more logit
+//          per head, sinks[h], that weighs no value) v  (* sigmoid(gate): gated_attention)
+//     a  = a . o_proj (+ o_bias);    a = RmsNorm(a, post_attn_norm) (sandwich_norms)
 //     x += a
 //     h  = RmsNorm(x, mlp_norm)
 //     m  = (act(h . gate_proj) * (h . up_proj)) . down_proj;  m = RmsNorm(m, post_mlp_norm)
 //     (sandwich) x += m
 //   where a mixture-of-experts layer (LayerIsMoe) computes m instead as
-//     p  = softmax(h . router);  E = the num_experts_per_tok largest p (p renormalized over E when
-//     norm_topk_prob);  m = sum over e in E, in expert order, of p_e * expert e's MLP(h)
+//     p  = softmax(h . router (+ router_bias));  E = the num_experts_per_tok largest p (p
+//     renormalized over E when norm_topk_prob);  m = sum over e in E, in expert order, of p_e *
+//     expert e's MLP(h) (its gate / up / down projections + their biases when expert_bias)
 //   logits = final_cap(RmsNorm(x, final_norm) . lm_head)
 //
 // where RmsNorm(v, w) = v / rms(v) * (w + norm_weight_offset) and cap(s) = c * tanh(s / c) for the
@@ -55,24 +57,34 @@ enum class QkNorm {
 enum class MlpActivation {
   kSilu,      // SwiGLU: hidden_act "silu" (the llama family, and every GGUF we read)
   kGeluTanh,  // GeGLU: hidden_act "gelu_pytorch_tanh" / "gelu_new" (tanh approximation)
+  // gpt-oss: g = min(gate, L), u = clamp(up, -L, L), out = (u + 1) * g * sigmoid(alpha * g) for
+  // L = swiglu_limit and alpha = swiglu_alpha.
+  kSwigluClamped,
 };
 
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3, kLongRope };
+  enum class Type { kNone, kLinear, kLlama3, kLongRope, kYarn };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  // llama3 and LongRoPE: the pre-training context.
+  // llama3, LongRoPE and YaRN: the pre-training context.
   int64_t original_max_position = 8192;
+  // YaRN (gpt-oss; HF rope_type "yarn"): frequency i is theta^(-2i/d) blended with it / factor by
+  // a ramp between the dims that turn beta_fast and beta_slow times over original_max_position
+  // (floored / ceiled when truncate, transformers' default and llama.cpp's rule), and cos / sin
+  // are multiplied by attention_factor (default 0.1 ln(factor) + 1).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
   // LongRoPE (Phi-3 128k, Phi-4-mini; HF rope_type "longrope" / "su"): frequency i is divided by
   // short_factor[i], or by long_factor[i] for a sequence's tokens in a step that reaches position
   // original_max_position (transformers' choice, made per sequence and step), and cos / sin are
   // multiplied by attention_factor. [rope_dim / 2] each.
   std::vector<double> short_factor;
   std::vector<double> long_factor;
-  double attention_factor = 1.0;
+  double attention_factor = 1.0;  // LongRoPE and YaRN
 };
 
 struct ModelConfig {
@@ -92,11 +104,17 @@ struct ModelConfig {
   RopeLayout rope_layout = RopeLayout::kHalf;
   RopeScaling rope_scaling;
   bool qkv_bias = false;  // Qwen2: bias on q, k, v projections
+  bool o_bias = false;    // gpt-oss: bias on o_proj too
+  // gpt-oss: a learned logit per query head joins each softmax over the keys (attn_sinks).
+  bool attn_sinks = false;
   QkNorm qk_norm = QkNorm::kNone;
   bool gated_attention =
       false;  // AstrAI: o_proj input is attn * sigmoid(gate), gate from `attn_gate`
   bool tie_word_embeddings = false;
   MlpActivation mlp_activation = MlpActivation::kSilu;
+  // kSwigluClamped's limit and sigmoid scale (gpt-oss's swiglu_limit 7, alpha 1.702).
+  double swiglu_limit = 7.0;
+  double swiglu_alpha = 1.702;
   // Mistral-style sliding window: a query at position i sees keys j with i - W < j <= i; 0 = none.
   int64_t sliding_window = 0;
   // Which layers use sliding_window: 0 = all of them; P > 0 = all but every P-th (layer l is global
@@ -132,6 +150,10 @@ struct ModelConfig {
   // Qwen2-MoE's shared expert: every MoE layer also runs a dense MLP of this size on every token,
   // scaled by sigmoid(h . shared_expert_gate), added to the experts' sum; 0 = none.
   int64_t shared_expert_intermediate_size = 0;
+  // gpt-oss: a bias on the router's logits (router_bias) and on every expert's projections
+  // (expert_bias).
+  bool router_bias = false;
+  bool expert_bias = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -165,7 +187,8 @@ struct ModelConfig {
 //   layers.{i}.v_proj    [kv_heads*head_dim, hidden]  v_bias [kv_heads*head_dim]   (qkv_bias)
 //   layers.{i}.attn_gate [heads*head_dim, hidden]     (gated_attention)
 //   layers.{i}.q_norm    [head_dim]   k_norm [head_dim]                            (qk_norm)
-//   layers.{i}.o_proj    [hidden, heads*head_dim]
+//   layers.{i}.o_proj    [hidden, heads*head_dim]     o_bias [hidden]               (o_bias)
+//   layers.{i}.attn_sinks [heads]                                                    (attn_sinks)
 //   layers.{i}.mlp_norm  [hidden]
 //   layers.{i}.gate_proj [intermediate, hidden]  up_proj [intermediate, hidden]
 //   layers.{i}.down_proj [hidden, intermediate]
@@ -176,6 +199,8 @@ struct ModelConfig {
 //   moe_intermediate]   for e in [0, num_experts)
 //   layers.{i}.shared_expert.gate_proj, up_proj [shared, hidden]  down_proj [hidden, shared]
 //   layers.{i}.shared_expert_gate [1, hidden]         (shared_expert_intermediate_size > 0)
+//   layers.{i}.router_bias [num_experts]                                            (router_bias)
+//   layers.{i}.experts.{e}.gate_bias, up_bias [moe_intermediate]  down_bias [hidden] (expert_bias)
 // q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with
 // num_layers: as ParameterCount, build it only for a config the weights confirm.
 struct WeightSpec {

@@ -1,5 +1,6 @@
 #include "common/model/model_file.h"
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -120,30 +121,112 @@ void ModelFile::AddStackedExperts(const TensorView& view, const std::string& lay
                                   const std::string& part) {
   const std::string prefix = "layers." + layer + ".experts.";
   const int64_t experts = config_.num_experts;
-  const int64_t rows = part == "down_proj" ? config_.hidden_size : config_.moe_intermediate_size;
+  const bool bias = part.ends_with("_bias");
+  const bool to_hidden = part == "down_proj" || part == "down_bias";
+  const int64_t rows = to_hidden ? config_.hidden_size : config_.moe_intermediate_size;
   const std::string a = GgufArchitecture() + ".";
-  const std::string row_key =
-      part == "down_proj" ? a + "embedding_length" : a + "expert_feed_forward_length";
-  const bool fits = view.shape.size() == 3 && view.shape[0] == experts && view.shape[1] == rows;
+  const std::string row_key = to_hidden ? a + "embedding_length" : a + "expert_feed_forward_length";
+  const bool fits =
+      view.shape.size() == (bias ? 2u : 3u) && view.shape[0] == experts && view.shape[1] == rows;
+  const int64_t cols = fits && !bias ? view.shape[2] : 1;
   NoteLayer("layers." + layer + "." + part);
   for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
     const std::string canonical = prefix + std::to_string(e) + "." + part;
-    auto bytes = DTypeByteSize(view.dtype, fits ? rows * view.shape[2] : 0);
+    auto bytes = DTypeByteSize(view.dtype, fits ? rows * cols : 0);
     if (!fits || !bytes.ok()) {
       unreadable_[canonical] = InvalidArgumentError(
           path_ + ": tensor '" + view.source_name + "' has shape " + ShapeToString(view.shape) +
           ", expected [" + a + "expert_count = " + std::to_string(experts) + ", " + row_key +
-          " = " + std::to_string(rows) + ", cols] (it holds " + canonical + ")");
+          " = " + std::to_string(rows) + (bias ? "" : ", cols") + "] (it holds " + canonical + ")");
       continue;
     }
     TensorView expert = view;
     expert.name = canonical;
     expert.source_name = view.source_name + "[" + std::to_string(e) + "]";
-    expert.shape = {rows, view.shape[2]};
+    expert.shape = bias ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols};
     expert.data = static_cast<const uint8_t*>(view.data) + e * *bytes;
     expert.bytes = *bytes;
     AddTensor(std::move(expert));
   }
+}
+
+bool ModelFile::AddTransposedExperts(const TensorView& view, const std::string& layer,
+                                     const std::string& rest) {
+  const int64_t n_exp = config_.num_experts, f = config_.moe_intermediate_size,
+                h = config_.hidden_size;
+  // Each canonical part: where its element (e, r, c) (row r, column c; c = 0 for a bias) lies in
+  // the stacked tensor, as an element index.
+  struct Part {
+    const char* name;
+    int64_t rows, cols;
+    int64_t (*at)(int64_t e, int64_t r, int64_t c, int64_t f, int64_t h);
+  };
+  std::vector<Part> parts;
+  std::vector<int64_t> shape;
+  if (rest == "mlp.experts.gate_up_proj") {  // [E, h, 2f]: column 2j is gate row j, 2j+1 up's
+    shape = {n_exp, h, 2 * f};
+    parts = {{"gate_proj", f, h,
+              [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
+                return (e * h + c) * 2 * f + 2 * r;
+              }},
+             {"up_proj", f, h, [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
+                return (e * h + c) * 2 * f + 2 * r + 1;
+              }}};
+  } else if (rest == "mlp.experts.gate_up_proj_bias") {  // [E, 2f], interleaved likewise
+    shape = {n_exp, 2 * f};
+    parts = {{"gate_bias", f, 0,
+              [](int64_t e, int64_t r, int64_t, int64_t f, int64_t) { return e * 2 * f + 2 * r; }},
+             {"up_bias", f, 0, [](int64_t e, int64_t r, int64_t, int64_t f, int64_t) {
+                return e * 2 * f + 2 * r + 1;
+              }}};
+  } else if (rest == "mlp.experts.down_proj") {  // [E, f, h]: down_proj^T
+    shape = {n_exp, f, h};
+    parts = {{"down_proj", h, f, [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
+                return (e * f + c) * h + r;
+              }}};
+  } else if (rest == "mlp.experts.down_proj_bias") {  // [E, h]
+    shape = {n_exp, h};
+    parts = {{"down_bias", h, 0,
+              [](int64_t e, int64_t r, int64_t, int64_t, int64_t h) { return e * h + r; }}};
+  } else {
+    return false;
+  }
+  const std::string prefix = "layers." + layer + ".experts.";
+  NoteLayer("layers." + layer + "." + parts[0].name);
+  auto elem = DTypeByteSize(view.dtype, 1);
+  const bool fits = view.shape == shape && elem.ok() && DTypeBlockElements(view.dtype) == 1;
+  for (const Part& p : parts) {
+    for (int64_t e = 0; e < std::max<int64_t>(n_exp, 1); ++e) {
+      const std::string canonical = prefix + std::to_string(e) + "." + p.name;
+      if (!fits) {
+        unreadable_[canonical] = InvalidArgumentError(
+            path_ + ": tensor '" + view.source_name + "' has shape " + ShapeToString(view.shape) +
+            " and dtype " + std::string(DTypeName(view.dtype)) + ", expected " +
+            ShapeToString(shape) + " of f32, f16 or bf16 (it holds " + canonical + ")");
+        continue;
+      }
+      const int64_t cols = std::max<int64_t>(p.cols, 1), n = p.rows * cols;
+      const uint64_t es = *elem;
+      auto data = std::make_unique<uint8_t[]>(static_cast<size_t>(n * es));
+      const auto* src = static_cast<const uint8_t*>(view.data);
+      for (int64_t r = 0; r < p.rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          std::memcpy(data.get() + (r * cols + c) * es, src + p.at(e, r, c, f, h) * es, es);
+        }
+      }
+      TensorView t = view;
+      t.name = canonical;
+      t.source_name = view.source_name + "[" + std::to_string(e) + "] (" + p.name + ")";
+      t.shape = p.cols > 0 ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.rows};
+      t.data = data.get();
+      t.bytes = static_cast<uint64_t>(n) * es;
+      t.owned = true;
+      owned_.push_back(std::move(data));
+      AddTensor(std::move(t));
+    }
+  }
+  ReleaseMappedPages(view.data, view.bytes);
+  return true;
 }
 
 void ModelFile::NoteLayer(const std::string& canonical) {
@@ -200,6 +283,33 @@ Status ModelFile::OpenHf() {
       }
       continue;
     }
+    const Architecture* arch = FindArchitecture(config_.architecture);
+    std::string rest;
+    if (arch != nullptr && arch->hf_experts_transposed &&
+        SplitLayerName(name, "model.layers.", &layer, &rest) && rest.starts_with("mlp.experts.")) {
+      auto dtype = safetensors_->ReadableDType(t);
+      const TensorView view{name,    name,   dtype.ok() ? *dtype : DType::kF32,
+                            t.shape, t.data, t.bytes};
+      if (dtype.ok() && AddTransposedExperts(view, layer, rest)) continue;
+      if (rest.ends_with("_blocks") || rest.ends_with("_scales") || !dtype.ok()) {
+        // gpt-oss's released MXFP4 experts, or another dtype: every expert of the layer is
+        // unreadable, and says why.
+        NoteLayer("layers." + layer + ".router");
+        const std::string why =
+            rest.ends_with("_blocks") || rest.ends_with("_scales")
+                ? path_ + ": tensor '" + name +
+                      "': MXFP4 experts in a Hugging Face folder are not supported; convert the "
+                      "checkpoint to bf16 (or use a GGUF file)"
+                : std::string(dtype.status().message());
+        for (int64_t e = 0; e < config_.num_experts; ++e) {
+          for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
+            const std::string c = "layers." + layer + ".experts." + std::to_string(e) + "." + part;
+            if (tensors_.count(c) == 0) unreadable_[c] = InvalidArgumentError(why);
+          }
+        }
+        continue;
+      }
+    }
     std::string canonical = CanonicalFromHfName(config_.architecture, name);
     NoteLayer(canonical);
     const std::string key = canonical.empty() ? name : canonical;
@@ -236,6 +346,7 @@ StatusOr<TensorView> ModelFile::Raw(const std::string& canonical) const {
 }
 
 void ModelFile::ReleaseResident(const TensorView& view) const {
+  if (view.owned) return;  // not a mapping: its pages hold the only copy
   // Rounding out to whole pages may take a neighbour tensor's edge with it; it is read again from
   // the file when needed.
   ReleaseMappedPages(view.data, view.bytes);

@@ -29,6 +29,8 @@ struct TensorView {
   std::vector<int64_t> shape;  // torch order, outermost first
   const void* data = nullptr;  // into the mapping; valid while the ModelFile lives
   uint64_t bytes = 0;
+  // The data is the model file's own copy (a tensor the file holds transposed), not the mapping's.
+  bool owned = false;
   int64_t num_elements() const;
 };
 
@@ -115,7 +117,14 @@ class ModelFile final : public TensorSource {
   void AddFused(const TensorView& view, const std::string& layer, const FusedTensorNames& fused);
   // Adds each expert's tensor of GGUF tensor `view` that stacks canonical `part` of every expert
   // of a MoE layer ([experts, rows, cols]) as a view of its slice, or an error for each.
+  // Stacked biases ([experts, rows], `part` gate_bias / up_bias / down_bias) likewise.
   void AddStackedExperts(const TensorView& view, const std::string& layer, const std::string& part);
+  // Adds each expert's canonical tensors from HF tensor `view`, one of the four in which
+  // gpt-oss-style checkpoints stack a MoE layer's experts (Architecture::hf_experts_transposed;
+  // `rest` is its name after "model.layers.N."), as owned copies; false when `rest` is none of
+  // them.
+  bool AddTransposedExperts(const TensorView& view, const std::string& layer,
+                            const std::string& rest);
   // general.architecture of a GGUF file (the prefix of its keys).
   std::string GgufArchitecture() const;
   // Records the layer index of a mapped tensor's canonical name ("layers.N.*").
@@ -136,6 +145,8 @@ class ModelFile final : public TensorSource {
   std::map<std::string, Status> unreadable_;
   // Layer indices that mapped tensors (readable or not) belong to.
   std::set<int64_t> layers_;
+  // The data of owned tensors (TensorView::owned).
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;
 };
 
 std::string ShapeToString(const std::vector<int64_t>& shape);

@@ -137,6 +137,19 @@ void SiluMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_
 void GeluTanhMul(const float* gate_up, int64_t tokens, int64_t f, float* out, int64_t ldo) {
   GeluTanhMulIsa(ActiveIsa(), gate_up, tokens, f, out, ldo);
 }
+void SwigluClampedMul(const float* gate_up, int64_t tokens, int64_t f, float alpha, float limit,
+                      float* out, int64_t ldo) {
+  for (int64_t r = 0; r < tokens; ++r) {
+    const float* gate = gate_up + r * 2 * f;
+    const float* up = gate + f;
+    float* o = out + r * ldo;
+    for (int64_t i = 0; i < f; ++i) {
+      const float g = std::min(gate[i], limit);
+      const float u = std::clamp(up[i], -limit, limit);
+      o[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+    }
+  }
+}
 float Dot(const float* a, const float* b, int64_t n) { return DotIsa(ActiveIsa(), a, b, n); }
 void Axpy(float alpha, const float* x, float* y, int64_t n) {
   AxpyIsa(ActiveIsa(), alpha, x, y, n);

@@ -39,6 +39,10 @@ void SiluMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
 // computed as g / (1 + exp(-2 k (g + 0.044715 g^3))), the same function.
 void GeluTanhMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f,
                  float* out /*[tokens, ldo]*/, int64_t ldo);
+// gpt-oss's clamped SwiGLU: g = min(gate_up[t, i], limit), u = clamp(gate_up[t, f + i], -limit,
+// limit), out[t, i] = (u + 1) * g * sigmoid(alpha * g). Scalar (the expert GEMMs dominate).
+void SwigluClampedMul(const float* gate_up /*[tokens, 2f]*/, int64_t tokens, int64_t f, float alpha,
+                      float limit, float* out /*[tokens, ldo]*/, int64_t ldo);
 float Dot(const float* a /*[n]*/, const float* b /*[n]*/, int64_t n);
 void Axpy(float alpha, const float* x /*[n]*/, float* y /*[n]*/, int64_t n);  // y += alpha * x
 void Scale(float* y /*[n]*/, float alpha, int64_t n);                         // y *= alpha

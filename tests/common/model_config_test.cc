@@ -104,8 +104,13 @@ TEST(ModelConfigTest, HfErrorsNameFileAndKey) {
   EXPECT_TRUE(Contains(heads.status().message(), "num_kv_heads")) << heads.status().message();
   auto scaling = model::ConfigFromHfJson(WriteConfig(
       R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
+      "num_hidden_layers":1,"num_attention_heads":4,"rope_scaling":{"rope_type":"dynamic"}})"));
+  EXPECT_TRUE(Contains(scaling.status().message(), "dynamic"));
+  auto yarn = model::ConfigFromHfJson(WriteConfig(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":64,"intermediate_size":8,
       "num_hidden_layers":1,"num_attention_heads":4,"rope_scaling":{"rope_type":"yarn"}})"));
-  EXPECT_TRUE(Contains(scaling.status().message(), "yarn"));
+  EXPECT_TRUE(Contains(yarn.status().message(), "original_max_position_embeddings"))
+      << yarn.status().message();
 }
 
 // hidden_act picks the MLP's activation; one we do not compute is refused, never run as SiLU.
@@ -430,6 +435,82 @@ TEST(ModelConfigTest, HfQwen3Moe) {
     if (d->LayerIsMoe(l)) moe.push_back(l);
   }
   EXPECT_EQ(moe, (std::vector<int64_t>{1, 3, 7}));
+}
+
+// gpt-oss-20b's config.json (openai/gpt-oss-20b, less its quantization_config and layer_types,
+// whose default is the same alternation).
+constexpr const char* kGptOss20b = R"({"model_type":"gpt_oss","architectures":["GptOssForCausalLM"],
+  "attention_bias":true,"attention_dropout":0.0,"eos_token_id":200002,"experts_per_token":4,
+  "head_dim":64,"hidden_act":"silu","hidden_size":2880,"initial_context_length":4096,
+  "initializer_range":0.02,"intermediate_size":2880,"max_position_embeddings":131072,
+  "num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,
+  "num_key_value_heads":8,"num_local_experts":32,"output_router_logits":false,
+  "pad_token_id":199999,"rms_norm_eps":1e-05,"rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,
+  "factor":32.0,"original_max_position_embeddings":4096,"rope_type":"yarn","truncate":false},
+  "rope_theta":150000,"router_aux_loss_coef":0.9,"sliding_window":128,"swiglu_limit":7.0,
+  "tie_word_embeddings":false,"use_cache":true,"vocab_size":201088})";
+
+TEST(ModelConfigTest, HfGptOss) {
+  auto c = model::ConfigFromHfJson(WriteConfig(kGptOss20b));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "gpt_oss");
+  EXPECT_TRUE(c->qkv_bias && c->o_bias && c->attn_sinks && c->router_bias && c->expert_bias);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->mlp_activation, model::MlpActivation::kSwigluClamped);
+  EXPECT_EQ(c->swiglu_limit, 7.0);
+  EXPECT_EQ(c->swiglu_alpha, 1.702);
+  EXPECT_EQ(c->num_experts, 32);
+  EXPECT_EQ(c->num_experts_per_tok, 4);
+  EXPECT_EQ(c->moe_intermediate_size, 2880);
+  EXPECT_EQ(c->sliding_window, 128);
+  EXPECT_EQ(c->LayerWindow(0), 128);
+  EXPECT_EQ(c->LayerWindow(1), 0);
+  EXPECT_EQ(c->rope_layout, model::RopeLayout::kHalf);
+  EXPECT_EQ(c->rope_theta, 150000.0);
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kYarn);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position, 4096);
+  EXPECT_FALSE(c->rope_scaling.truncate);
+  EXPECT_NEAR(c->rope_scaling.attention_factor, 1.0 + 0.1 * std::log(32.0), 1e-12);
+  // The model card's counts: 20.91B parameters for gpt-oss-20b, 116.83B for gpt-oss-120b (36
+  // layers of 128 experts), summed by hand from the tensor shapes (biases and sinks included).
+  EXPECT_EQ(c->ParameterCount(), 20914757184);
+  auto replace = [](std::string j, const std::string& from, const std::string& to) {
+    return j.replace(j.find(from), from.size(), to);
+  };
+  std::string j = replace(kGptOss20b, "\"num_hidden_layers\":24", "\"num_hidden_layers\":36");
+  j = replace(j, "\"num_local_experts\":32", "\"num_local_experts\":128");
+  auto big = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(big->ParameterCount(), 116829156672);
+  // No attention_bias: no q/k/v/o biases.
+  j = replace(kGptOss20b, "\"attention_bias\":true", "\"attention_bias\":false");
+  auto plain = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->qkv_bias || plain->o_bias);
+}
+
+TEST(ModelConfigTest, HfGptOssDefaultsAndErrors) {
+  // GptOssConfig's defaults: YaRN factor 32 over 4096 (untruncated), theta 150000, window 128.
+  auto c = model::ConfigFromHfJson(WriteConfig(R"({"model_type":"gpt_oss","vocab_size":300,
+      "hidden_size":64,"intermediate_size":32,"num_hidden_layers":2,"num_attention_heads":4,
+      "num_key_value_heads":2,"head_dim":16,"num_local_experts":4,"num_experts_per_tok":2})"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, model::RopeScaling::Type::kYarn);
+  EXPECT_FALSE(c->rope_scaling.truncate);
+  EXPECT_EQ(c->rope_theta, 150000.0);
+  EXPECT_EQ(c->sliding_window, 128);
+  EXPECT_EQ(c->max_context_tokens, 131072);
+  for (const auto& [bad, key] : {std::pair{R"("num_local_experts":0)", "num_local_experts"},
+                                 std::pair{R"("swiglu_limit":-1)", "swiglu_limit"},
+                                 std::pair{R"("layer_types":["full_attention"])", "layer_types"}}) {
+    std::string j = kGptOss20b;
+    j.insert(j.size() - 1, std::string(",") + bad);
+    // A repeated key: nlohmann keeps the last.
+    auto r = model::ConfigFromHfJson(WriteConfig(j));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().ToString();
+  }
 }
 
 // Qwen1.5-MoE-A2.7B's config.json: 60 experts of 1408 (top 4, raw softmax weights) and a shared

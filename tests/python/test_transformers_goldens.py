@@ -248,6 +248,8 @@ WINDOW_CASES = {
     "gemma3_mqa_hd16_untied": (5, 2),    # layers 0, 1 slide, layer 2 is global
     "gemma2_gqa2_hd32_softcap": (6, 1),  # alternating
     "gemma2_mqa_hd16_untied": (5, 1),    # alternating, four layers
+    "gpt_oss_e4_top2_sw8": (8, 1),       # alternating
+    "gpt_oss_e8_top3_mqa_clamped": (5, 2),  # layers 0, 2 slide, layer 1 is global
 }
 WINDOW_PAGE = 4
 
@@ -312,10 +314,11 @@ def test_cuda_emulated_window_pages_given_back_follow_transformers(name: str, ch
 # Cases whose model GGUF can hold as it is (no config overrides, a layer pattern llama.cpp fixes the
 # same, q/k rows in rotate-half order): `make-model --format gguf` writes the same values under
 # llama.cpp's names (Phi-3's fused attn_qkv / ffn_up, Gemma's norms as 1 + w, Qwen3-MoE's experts
-# stacked in ffn_{gate,up,down}_exps [experts, rows, cols]), so astr's reading of
+# stacked in ffn_{gate,up,down}_exps [experts, rows, cols], gpt-oss's with their biases [experts,
+# rows] and YaRN as llama.cpp's keys say it), so astr's reading of
 # the GGUF form must give transformers' greedy ids too.
 GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32",
-                   "qwen3_moe_e8_top2", "qwen2_moe_e8_top2_shared"]
+                   "qwen3_moe_e8_top2", "qwen2_moe_e8_top2_shared", "gpt_oss_e4_top2_sw8"]
 
 
 @pytest.mark.parametrize("name", GGUF_FORM_CASES)

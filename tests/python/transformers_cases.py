@@ -10,7 +10,8 @@ a sliding window shorter than the prompt, llama3 / linear RoPE scaling, q/k norm
 biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft-capping), Gemma 3 (gemma3_text) and Phi-3 (fused
 qkv / gate_up, partial rotary), Qwen3-MoE (8 and 16 experts, top-1 / 2 / 4, renormalized and raw
 top-k weights, dense layers by mlp_only_layers and by decoder_sparse_step), Qwen2-MoE (a gated
-shared expert) and Mixtral. `--init-std 0.25` makes the random models' distributions sharp enough that
+shared expert), Mixtral and gpt-oss (attention sinks, q/k/v/o biases, YaRN, clamped SwiGLU,
+expert and router biases). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -157,6 +158,32 @@ CASES: dict[str, tuple[list[str], dict]] = {
                               "40", "--experts", "4", "--experts-per-tok", "1",
                               "--decoder-sparse-step", "2", "--vocab", "300", "--seed", "53"],
                              {}),
+    # gpt-oss: biases on q, k, v, o, a sink logit per head, YaRN (make-model's: factor 32 over 4096,
+    # truncated correction dims), alternating sliding (window 8) and global layers, every MLP 4
+    # experts (ffn 32, with biases) top-2 with softmax over the chosen logits, clamped SwiGLU.
+    # gpt-oss's few experts make routing near-ties common; these seeds and router stds (a trained
+    # router's decisiveness) keep bf16 activations from flipping one on the goldens' sequences.
+    # YaRN's factor 32 multiplies every attention score by (1 + 0.1 ln 32)^2 = 1.81: --init-std
+    # 0.2 (the later one wins) brings the scores back to the other cases' sharpness, which bf16
+    # q / k (the CUDA backend's KV cache) move by what TOL_BF16_MAX allows.
+    "gpt_oss_e4_top2_sw8": (["--arch", "gpt_oss", "--hidden", "64", "--heads", "4", "--kv-heads",
+                             "2", "--head-dim", "16", "--ffn", "32", "--experts", "4",
+                             "--experts-per-tok", "2", "--vocab", "300", "--seed", "108",
+                             "--router-std", "1", "--sliding-window", "8", "--init-std", "0.2"],
+                            {}),
+    # Three layers (two sliding, window 5), MQA, head_dim 16 != 48 / 4, 8 experts top-3, a SwiGLU
+    # limit small enough to clamp often, and the released model's form of YaRN (untruncated) with
+    # its own betas and a 32-token pre-training context.
+    "gpt_oss_e8_top3_mqa_clamped": (["--arch", "gpt_oss", "--layers", "3", "--hidden", "48",
+                                     "--heads", "4", "--kv-heads", "1", "--head-dim", "16",
+                                     "--ffn", "40", "--experts", "8", "--experts-per-tok", "3",
+                                     "--vocab", "300", "--seed", "91", "--router-std", "2",
+                                     "--sliding-window", "5"],
+                                    {"swiglu_limit": 0.8,
+                                     "rope_scaling": {"rope_type": "yarn", "factor": 8.0,
+                                                      "beta_fast": 16.0, "beta_slow": 2.0,
+                                                      "truncate": False,
+                                                      "original_max_position_embeddings": 32}}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

@@ -44,6 +44,50 @@ TEST(RopeTest, LongRopeTablesAreTheBaseFrequenciesOverEachFactor) {
   EXPECT_NEAR(RopeInvFreq(plain)[1], 0.1f, 1e-8);
 }
 
+// YaRN (gpt-oss): the tables transformers 5.25 computes (_compute_yarn_parameters, float32) for
+// head_dim 16, theta 1e4, factor 32 over a 4096-token context, betas 32 / 1, with the correction
+// range as it is (2.62 .. 5.63) and truncated (2 .. 6, llama.cpp's rule); taken by hand with
+// ROPE_INIT_FUNCTIONS["yarn"](GptOssConfig(...)).
+TEST(RopeTest, YarnTablesAreTransformers) {
+  model::ModelConfig c;
+  c.architecture = "gpt_oss";
+  c.head_dim = 16, c.rope_dim = 16, c.rope_theta = 10000.0;
+  c.rope_scaling.type = model::RopeScaling::Type::kYarn;
+  c.rope_scaling.factor = 32.0;
+  c.rope_scaling.original_max_position = 4096;
+  c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0;
+  c.rope_scaling.attention_factor = 1.3465735902799727;  // 1 + 0.1 ln 32, transformers' default
+  const std::vector<double> untruncated = {1,
+                                           0.316227764,
+                                           0.100000001,
+                                           0.0277359355,
+                                           0.00555275427,
+                                           0.000738276867,
+                                           3.12500015e-05,
+                                           9.88211832e-06};
+  const std::vector<double> truncated = {1,
+                                         0.316227764,
+                                         0.100000001,
+                                         0.0239641368,
+                                         0.00515624974,
+                                         0.000864685338,
+                                         3.12500015e-05,
+                                         9.88211832e-06};
+  for (bool truncate : {false, true}) {
+    c.rope_scaling.truncate = truncate;
+    const std::vector<float> inv = RopeInvFreq(c);
+    const std::vector<double>& want = truncate ? truncated : untruncated;
+    ASSERT_EQ(inv.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      // transformers blends in float32 (a few ulps); astr in double, rounded once.
+      EXPECT_NEAR(inv[i], want[i], 1e-6 * want[i]) << "truncate " << truncate << " i " << i;
+    }
+  }
+  EXPECT_FLOAT_EQ(RopeCosSinScale(c), 1.3465736f);
+  EXPECT_TRUE(RopeInvFreqLong(c).empty());
+}
+
 TEST(RopeTest, AnEntryTakesTheLongSetWhenItsLastPositionReachesTheOriginalContext) {
   const model::ModelConfig c = LongRopeConfig();
   // Entries: a prefill 0..30 (short), a prefill 28..32 (long: it reaches position 32, so all of its

@@ -335,7 +335,15 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
       differ("moe_layer_step", a.moe_layer_step, b.moe_layer_step) ||
       differ("dense_layers", a.dense_layers != b.dense_layers, false) ||
       differ("shared_expert_intermediate_size", a.shared_expert_intermediate_size,
-             b.shared_expert_intermediate_size);
+             b.shared_expert_intermediate_size) ||
+      differ("rope_scaling.beta_fast", a.rope_scaling.beta_fast, b.rope_scaling.beta_fast) ||
+      differ("rope_scaling.beta_slow", a.rope_scaling.beta_slow, b.rope_scaling.beta_slow) ||
+      differ("rope_scaling.truncate", a.rope_scaling.truncate, b.rope_scaling.truncate) ||
+      differ("o_bias", a.o_bias, b.o_bias) || differ("attn_sinks", a.attn_sinks, b.attn_sinks) ||
+      differ("swiglu_limit", a.swiglu_limit, b.swiglu_limit) ||
+      differ("swiglu_alpha", a.swiglu_alpha, b.swiglu_alpha) ||
+      differ("router_bias", a.router_bias, b.router_bias) ||
+      differ("expert_bias", a.expert_bias, b.expert_bias);
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");

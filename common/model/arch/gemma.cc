@@ -32,38 +32,6 @@ void SetGemmaLayer(ModelConfig* c) {
   c->embed_scale = std::sqrt(static_cast<double>(c->hidden_size));
 }
 
-// layer_types ["sliding_attention", ..., "full_attention", ...] as a period P (layer l global when
-// (l + 1) % P == 0; 0 when every layer slides); anything else is refused.
-Status ReadLayerTypes(const ConfigJson& r, int64_t num_layers, int64_t* pattern) {
-  const nlohmann::json& types = r.raw()["layer_types"];
-  if (!types.is_array() || static_cast<int64_t>(types.size()) != num_layers) {
-    return r.Error("layer_types", "must be a list of num_hidden_layers = " +
-                                      std::to_string(num_layers) + " strings");
-  }
-  int64_t period = 0;
-  for (size_t l = 0; l < types.size(); ++l) {
-    if (!types[l].is_string()) return r.Error("layer_types", "must be a list of strings");
-    const std::string t = types[l].get<std::string>();
-    if (t != "sliding_attention" && t != "full_attention") {
-      return r.Unsupported("layer_types", "entry '" + t +
-                                              "' is not supported (sliding_attention, "
-                                              "full_attention)");
-    }
-    if (t == "full_attention" && period == 0) period = static_cast<int64_t>(l) + 1;
-  }
-  for (size_t l = 0; l < types.size(); ++l) {
-    const bool global = period > 0 && (static_cast<int64_t>(l) + 1) % period == 0;
-    if ((types[l].get<std::string>() == "full_attention") != global) {
-      return r.Unsupported("layer_types", "is not one global layer every N layers (layer " +
-                                              std::to_string(l) +
-                                              " breaks the pattern set by layer " +
-                                              std::to_string(period - 1) + ")");
-    }
-  }
-  *pattern = period;
-  return OkStatus();
-}
-
 // transformers 5's rope_parameters {"full_attention": {...}, "sliding_attention": {...}}.
 Status ReadRopeParameters(const ConfigJson& r, ModelConfig* c) {
   const nlohmann::json& p = r.raw()["rope_parameters"];
@@ -119,7 +87,8 @@ Status ReadGemmaHf(const ConfigJson& r, int64_t pattern, ModelConfig* c) {
   if (c->sliding_window <= 0) return r.Error("sliding_window", "must be positive");
   ASTR_RETURN_IF_ERROR(CheckContextTokens(
       c->sliding_window, [&](const std::string& why) { return r.Error("sliding_window", why); }));
-  if (r.Has("layer_types")) return ReadLayerTypes(r, c->num_layers, &c->sliding_window_pattern);
+  if (r.Has("layer_types"))
+    return arch::ReadLayerTypes(r, c->num_layers, &c->sliding_window_pattern);
   const char* key =
       r.Has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
   ASTR_ASSIGN_OR_RETURN(c->sliding_window_pattern, r.Int(key, pattern));

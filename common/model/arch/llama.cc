@@ -69,6 +69,38 @@ Status CheckPlainLlamaFeatures(const ModelConfig& c, const std::string& model_ty
   return OkStatus();
 }
 
+// layer_types ["sliding_attention", ..., "full_attention", ...] as a period P (layer l global when
+// (l + 1) % P == 0; 0 when every layer slides); anything else is refused.
+Status ReadLayerTypes(const ConfigJson& r, int64_t num_layers, int64_t* pattern) {
+  const nlohmann::json& types = r.raw()["layer_types"];
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != num_layers) {
+    return r.Error("layer_types", "must be a list of num_hidden_layers = " +
+                                      std::to_string(num_layers) + " strings");
+  }
+  int64_t period = 0;
+  for (size_t l = 0; l < types.size(); ++l) {
+    if (!types[l].is_string()) return r.Error("layer_types", "must be a list of strings");
+    const std::string t = types[l].get<std::string>();
+    if (t != "sliding_attention" && t != "full_attention") {
+      return r.Unsupported("layer_types", "entry '" + t +
+                                              "' is not supported (sliding_attention, "
+                                              "full_attention)");
+    }
+    if (t == "full_attention" && period == 0) period = static_cast<int64_t>(l) + 1;
+  }
+  for (size_t l = 0; l < types.size(); ++l) {
+    const bool global = period > 0 && (static_cast<int64_t>(l) + 1) % period == 0;
+    if ((types[l].get<std::string>() == "full_attention") != global) {
+      return r.Unsupported("layer_types", "is not one global layer every N layers (layer " +
+                                              std::to_string(l) +
+                                              " breaks the pattern set by layer " +
+                                              std::to_string(period - 1) + ")");
+    }
+  }
+  *pattern = period;
+  return OkStatus();
+}
+
 void WriteLlamaFamilyHf(const ModelConfig& c, nlohmann::json* j) {
   (*j)["hidden_act"] = c.mlp_activation == MlpActivation::kGeluTanh ? "gelu_pytorch_tanh" : "silu";
   if (c.sliding_window > 0) (*j)["sliding_window"] = c.sliding_window;

@@ -21,6 +21,9 @@ Status ReadHfActivation(const ConfigJson& r, const std::string& key, const std::
 // unless the config has exactly `qkv_bias` and `qk_norm`.
 Status CheckPlainLlamaFeatures(const ModelConfig& c, const std::string& model_type, bool qkv_bias,
                                QkNorm qk_norm);
+// layer_types ["sliding_attention", ..., "full_attention", ...] as a period P (layer l global when
+// (l + 1) % P == 0; 0 when every layer slides); anything else is refused (Gemma, gpt-oss).
+Status ReadLayerTypes(const ConfigJson& r, int64_t num_layers, int64_t* pattern);
 // Writes hidden_act and sliding_window.
 void WriteLlamaFamilyHf(const ModelConfig& c, nlohmann::json* j);
 

@@ -77,7 +77,14 @@ void AttendGroup(const cpu::AttnKernels& kern, const float* q, int64_t ldq, cons
   }
   for (int64_t h = 0; h < group; ++h) {
     float* o = out + t * ldo + (g * group + h) * hd;
-    const float inv = 1.0f / l[h];
+    float inv = 1.0f / l[h];
+    if (s.sinks != nullptr) {
+      // The sink's term joins the denominator, both taken relative to the larger of the two maxima.
+      const float sink = s.sinks[g * group + h];
+      const float mx = std::max(m[h], sink);
+      const float keep = std::exp(m[h] - mx);
+      inv = keep / (l[h] * keep + std::exp(sink - mx));
+    }
     for (int64_t d = 0; d < hd; ++d) o[d] = acc[h * hd + d] * inv;
   }
 }

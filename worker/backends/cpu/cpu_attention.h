@@ -18,6 +18,8 @@ struct AttentionShape {
   float scale = 0.0f;      // softmax scale of the scores; 0 = 1 / sqrt(head_dim)
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
   int32_t table = 0;       // the batch's page table the layer reads (StepBatch::page_indices)
+  // gpt-oss: per query head a logit that joins each softmax without weighing a value (null: none).
+  const float* sinks = nullptr;  // [num_heads]
 };
 
 // Scratch floats attention needs per thread.

@@ -42,17 +42,27 @@ class StepBuffer {
   size_t size_ = 0;
 };
 
-// act[r] = act(gate) * up for `rows` rows of gate_up ([gate f | up f] each), the rows on `pool`
+// act[r] = act(gate) * up for `rows` rows of gate_up ([gate f | up f] each; the activation is
+// c.mlp_activation), the rows on `pool`
 // (may be null; each row's call is the same whichever thread makes it).
-void GatedActivation(model::MlpActivation kind, const float* gate_up, int64_t rows, int64_t f,
+void GatedActivation(const model::ModelConfig& c, const float* gate_up, int64_t rows, int64_t f,
                      float* act, cpu::ThreadPool* pool) {
+  const model::MlpActivation kind = c.mlp_activation;
   cpu::ParallelFor(pool, rows, 1, [&](int64_t r0, int64_t r1) {
-    if (kind == model::MlpActivation::kGeluTanh) {
+    if (kind == model::MlpActivation::kSwigluClamped) {
+      cpu::SwigluClampedMul(gate_up + r0 * 2 * f, r1 - r0, f, static_cast<float>(c.swiglu_alpha),
+                            static_cast<float>(c.swiglu_limit), act + r0 * f, f);
+    } else if (kind == model::MlpActivation::kGeluTanh) {
       cpu::GeluTanhMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
     } else {
       cpu::SiluMul(gate_up + r0 * 2 * f, r1 - r0, f, act + r0 * f, f);
     }
   });
+}
+
+// rows [0, n) of x ([n, cols], dense) += bias [cols].
+void AddRowBias(float* x, int64_t n, int64_t cols, const std::vector<float>& bias) {
+  for (int64_t r = 0; r < n; ++r) cpu::AddInPlace(x + r * cols, bias.data(), cols);
 }
 
 // Every per-step buffer, sized once for the largest step (max_batch_tokens rows).
@@ -301,6 +311,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
   AttentionShape shape = shape_;
   shape.sliding_window = c.LayerWindow(l);
   shape.table = table;
+  shape.sinks = w.attn_sinks.empty() ? nullptr : w.attn_sinks.data();
   PagedAttention(q, qkv_rows_, k_pool, v_pool, batch, ws_.row_entry.data(), shape,
                  ws_.attn_scratch.data(), ws_.attn.data(), q_cols, &pool_);
   if (c.gated_attention) {
@@ -312,6 +323,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
     }
   }
   w.o.Apply(ws_.attn.data(), q_cols, t, ws_.proj.data(), c.hidden_size, &pool_);
+  if (!w.o_bias.empty()) AddRowBias(ws_.proj.data(), t, c.hidden_size, w.o_bias);
   if (c.sandwich_norms) NormProjRows(w.post_attn_norm, t);
   AddRmsNormRows(w.mlp_norm.data(), t);
   if (c.LayerIsMoe(l)) {
@@ -326,7 +338,7 @@ void CpuBackend::Layer(int64_t l, const StepBatch& batch, const float* next_norm
 void CpuBackend::Mlp(const CpuLinear& gate_up, const CpuLinear& down, int64_t f, int64_t t,
                      float* out) {
   gate_up.Apply(ws_.xn.data(), config_.hidden_size, t, ws_.gate_up.data(), 2 * f, &pool_);
-  GatedActivation(config_.mlp_activation, ws_.gate_up.data(), t, f, ws_.act.data(), &pool_);
+  GatedActivation(config_, ws_.gate_up.data(), t, f, ws_.act.data(), &pool_);
   down.Apply(ws_.act.data(), f, t, out, config_.hidden_size, &pool_);
 }
 
@@ -336,6 +348,7 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
   const int64_t n_exp = c.num_experts, k = c.num_experts_per_tok, pairs = t * k;
   float* logits = ws_.router.data();
   w.router.Apply(ws_.xn.data(), h, t, logits, n_exp, &pool_);
+  if (!w.router_bias.empty()) AddRowBias(logits, t, n_exp, w.router_bias);
   int32_t* chosen = ws_.topk_expert.data();
   float* weight = ws_.topk_weight.data();
   cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
@@ -377,8 +390,10 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
     float* gate_up = ws_.expert_gate_up.data() + p0 * 2 * f;
     float* act = ws_.expert_act.data() + p0 * f;
     w.expert_gate_up[e].Apply(in + p0 * h, h, n, gate_up, 2 * f, pool);
-    GatedActivation(c.mlp_activation, gate_up, n, f, act, pool);
+    if (!w.expert_gate_up_bias.empty()) AddRowBias(gate_up, n, 2 * f, w.expert_gate_up_bias[e]);
+    GatedActivation(c, gate_up, n, f, act, pool);
     w.expert_down[e].Apply(act, f, n, out + p0 * h, h, pool);
+    if (!w.expert_down_bias.empty()) AddRowBias(out + p0 * h, n, h, w.expert_down_bias[e]);
   };
   moe_active_.clear();
   for (int64_t e = 0; e < n_exp; ++e) {

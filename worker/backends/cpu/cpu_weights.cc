@@ -286,6 +286,16 @@ auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
       return &w->layers[g.layer].qkv_bias;
     case Kind::kSharedGate:
       return &w->layers[g.layer].shared_gate;
+    case Kind::kOBias:
+      return &w->layers[g.layer].o_bias;
+    case Kind::kSinks:
+      return &w->layers[g.layer].attn_sinks;
+    case Kind::kRouterBias:
+      return &w->layers[g.layer].router_bias;
+    case Kind::kExpertGateUpBias:
+      return &w->layers[g.layer].expert_gate_up_bias[g.expert];
+    case Kind::kExpertDownBias:
+      return &w->layers[g.layer].expert_down_bias[g.expert];
     default:
       return nullptr;
   }
@@ -338,6 +348,9 @@ int64_t VectorElements(const model::ModelConfig& c, const CpuWeightGroup& g,
   if (g.kind == Kind::kQkvBias) {
     return name.ends_with(".q_bias") ? c.num_heads * c.head_dim : c.num_kv_heads * c.head_dim;
   }
+  if (g.kind == Kind::kSinks) return c.num_heads;
+  if (g.kind == Kind::kRouterBias) return c.num_experts;
+  if (g.kind == Kind::kExpertGateUpBias) return c.moe_intermediate_size;
   return c.hidden_size;
 }
 
@@ -461,7 +474,8 @@ size_t CpuWeights::bytes() const {
                  final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
     total += (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() +
-              l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size()) *
+              l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size() +
+              l.o_bias.size() + l.attn_sinks.size() + l.router_bias.size()) *
              4;
     total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
              l.shared_gate_up.bytes() + l.shared_down.bytes() + l.shared_gate.size() * 4;
@@ -474,6 +488,8 @@ size_t CpuWeights::expert_bytes() const {
   for (const auto& l : layers) {
     for (const CpuLinear& e : l.expert_gate_up) total += e.bytes();
     for (const CpuLinear& e : l.expert_down) total += e.bytes();
+    for (const auto& b : l.expert_gate_up_bias) total += b.size() * 4;
+    for (const auto& b : l.expert_down_bias) total += b.size() * 4;
   }
   return total;
 }
@@ -497,6 +513,8 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
       groups.push_back({Kind::kKNorm, i, {p + "k_norm"}});
     }
     groups.push_back({Kind::kO, i, {p + "o_proj"}});
+    if (c.o_bias) groups.push_back({Kind::kOBias, i, {p + "o_bias"}});
+    if (c.attn_sinks) groups.push_back({Kind::kSinks, i, {p + "attn_sinks"}});
     if (c.sandwich_norms) groups.push_back({Kind::kPostAttnNorm, i, {p + "post_attn_norm"}});
     if (c.sandwich_norms) groups.push_back({Kind::kPostMlpNorm, i, {p + "post_mlp_norm"}});
     if (!c.LayerIsMoe(i)) {
@@ -505,10 +523,15 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
       continue;
     }
     groups.push_back({Kind::kRouter, i, {p + "router"}});
+    if (c.router_bias) groups.push_back({Kind::kRouterBias, i, {p + "router_bias"}});
     for (int64_t e = 0; e < c.num_experts; ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
       groups.push_back({Kind::kExpertGateUp, i, {x + "gate_proj", x + "up_proj"}, false, e});
       groups.push_back({Kind::kExpertDown, i, {x + "down_proj"}, false, e});
+      if (c.expert_bias) {
+        groups.push_back({Kind::kExpertGateUpBias, i, {x + "gate_bias", x + "up_bias"}, false, e});
+        groups.push_back({Kind::kExpertDownBias, i, {x + "down_bias"}, false, e});
+      }
     }
     if (c.shared_expert_intermediate_size > 0) {
       groups.push_back(
@@ -528,6 +551,10 @@ CpuWeights EmptyCpuWeights(const model::ModelConfig& c, cpu::WeightType type) {
     if (!c.LayerIsMoe(i)) continue;
     w.layers[i].expert_gate_up.resize(c.num_experts);
     w.layers[i].expert_down.resize(c.num_experts);
+    if (c.expert_bias) {
+      w.layers[i].expert_gate_up_bias.resize(c.num_experts);
+      w.layers[i].expert_down_bias.resize(c.num_experts);
+    }
   }
   return w;
 }
@@ -559,9 +586,11 @@ Status LoadGroupWith(WeightLoader& loader, const model::TensorSource& source,
     }
     return OkStatus();
   }
-  // The qkv biases, zero over the gate rows (gated attention).
-  const int64_t rows =
-      c.num_heads * c.head_dim * (c.gated_attention ? 2 : 1) + 2 * c.num_kv_heads * c.head_dim;
+  // Stacked vectors: the qkv biases (zero over the gate rows with gated attention), an expert's
+  // gate and up biases.
+  int64_t rows = 0;
+  for (const std::string& name : g.tensors) rows += VectorElements(c, g, name);
+  if (g.kind == Kind::kQkvBias && c.gated_attention) rows += c.num_heads * c.head_dim;
   out->assign(static_cast<size_t>(rows), 0.0f);
   std::vector<float> b;
   int64_t off = 0;

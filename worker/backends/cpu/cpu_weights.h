@@ -38,6 +38,8 @@ struct CpuLayerWeights {
   std::vector<float> q_norm;     // [head_dim] (qk_norm only)
   std::vector<float> k_norm;     // [head_dim] (qk_norm only)
   std::vector<float> qkv_bias;   // [qkv_rows] (qkv_bias only; zero over the gate rows)
+  std::vector<float> o_bias;     // [hidden] (o_bias only)
+  std::vector<float> attn_sinks;  // [heads] (attn_sinks only)
   CpuLinear qkv;      // rows: q [heads*hd], k [kv*hd], v [kv*hd], gate [heads*hd] (gated)
   CpuLinear o;        // [hidden, heads*hd]
   CpuLinear gate_up;  // rows: gate [ffn], up [ffn]
@@ -48,6 +50,11 @@ struct CpuLayerWeights {
   CpuLinear router;
   std::vector<CpuLinear> expert_gate_up;
   std::vector<CpuLinear> expert_down;
+  // gpt-oss: the router's bias [experts] and each expert's gate/up bias [2 * moe_ffn] and down
+  // bias [hidden] (router_bias, expert_bias).
+  std::vector<float> router_bias;
+  std::vector<std::vector<float>> expert_gate_up_bias;
+  std::vector<std::vector<float>> expert_down_bias;
   // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], and its gate
   // [hidden] f32 (one row).
   CpuLinear shared_gate_up;
@@ -110,13 +117,18 @@ struct CpuWeightGroup {
     kExpertDown,
     kSharedGateUp,
     kSharedDown,
-    kSharedGate
+    kSharedGate,
+    kOBias,
+    kSinks,
+    kRouterBias,
+    kExpertGateUpBias,
+    kExpertDownBias
   };
   Kind kind = Kind::kEmbed;
   int64_t layer = -1;
   std::vector<std::string> tensors;  // canonical names, in stacking order
   bool tied_head = false;            // kEmbed: lm_head is built from the table too
-  int64_t expert = -1;               // kExpertGateUp / kExpertDown
+  int64_t expert = -1;               // kExpertGateUp / kExpertDown and their biases
 };
 // Every group of a model, in LoadCpuWeights' order.
 std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& config);
