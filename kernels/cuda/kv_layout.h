@@ -30,6 +30,10 @@ struct AttentionDims {
   // > 0: each score s (after sm_scale) becomes softcap * tanh(s / softcap) (Gemma 2), in every
   // kernel (the tensor-core ones through ScoreToLog2, ptx.cuh).
   float softcap = 0.0f;
+  // gpt-oss: per query head a logit (natural units, not scaled) that joins each row's softmax
+  // without weighing a value: out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sinks[h])). Null:
+  // none. A row that sees no key still gets zeros.
+  const float* sinks = nullptr;  // [num_heads] f32
 };
 
 // Where each batch entry's KV lives (device pointers; the StepBatch arrays of the same name).

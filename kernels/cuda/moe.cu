@@ -91,7 +91,8 @@ __global__ void MoeSortKernel(const int32_t* __restrict__ experts, int pairs, in
 template <bool kOutF32>
 __global__ void GroupedMatmulKernel(const bf16* __restrict__ x, int64_t ldx,
                                     const bf16* __restrict__ w, const int32_t* __restrict__ tiles,
-                                    int n, int k, void* __restrict__ y, int64_t ldy) {
+                                    int n, int k, const float* __restrict__ bias,
+                                    void* __restrict__ y, int64_t ldy) {
   const int tile = blockIdx.y;
   const int expert = tiles[3 * tile];
   if (expert < 0) return;
@@ -127,10 +128,11 @@ __global__ void GroupedMatmulKernel(const bf16* __restrict__ x, int64_t ldx,
     const int c = c0 + 4 * g + q;
     if (c >= n) break;
     const int64_t at = static_cast<int64_t>(first + r) * ldy + c;
+    const float v = bias != nullptr ? acc[q] + bias[static_cast<int64_t>(expert) * n + c] : acc[q];
     if constexpr (kOutF32) {
-      static_cast<float*>(y)[at] = acc[q];
+      static_cast<float*>(y)[at] = v;
     } else {
-      static_cast<bf16*>(y)[at] = __float2bfloat16_rn(acc[q]);
+      static_cast<bf16*>(y)[at] = __float2bfloat16_rn(v);
     }
   }
 }
@@ -228,7 +230,7 @@ cudaError_t LaunchMoeSort(const int32_t* experts, int pairs, int top_k, int num_
 
 cudaError_t LaunchGroupedMatmul(const bf16* x, int64_t ldx, const bf16* w, const int32_t* tiles,
                                 int max_tiles, int n, int k, void* y, int64_t ldy, bool out_f32,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const float* bias) {
   if (max_tiles < 0 || n < 1 || k < 1 || ldx < k || ldy < n || max_tiles > 65535) {
     return cudaErrorInvalidValue;
   }
@@ -236,10 +238,10 @@ cudaError_t LaunchGroupedMatmul(const bf16* x, int64_t ldx, const bf16* w, const
   const dim3 grid((n + kGemmCols - 1) / kGemmCols, max_tiles);
   if (out_f32) {
     ASTR_LAUNCH_KERNEL(GroupedMatmulKernel<true>, grid, kGemmThreads, 0, stream)
-    (x, ldx, w, tiles, n, k, y, ldy);
+    (x, ldx, w, tiles, n, k, bias, y, ldy);
   } else {
     ASTR_LAUNCH_KERNEL(GroupedMatmulKernel<false>, grid, kGemmThreads, 0, stream)
-    (x, ldx, w, tiles, n, k, y, ldy);
+    (x, ldx, w, tiles, n, k, bias, y, ldy);
   }
   return LaunchError();
 }

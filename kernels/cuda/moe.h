@@ -53,10 +53,12 @@ cudaError_t LaunchMoeSort(const int32_t* experts, int pairs, int top_k, int num_
 
 // For each used tile {e, first, end}: y[i, :n] = x[i, :k] . w[e]^T for i in [first, end), with
 // x [*, k] bf16 (row stride ldx), w [num_experts][n, k] bf16 (expert e at w + e * n * k), f32
-// accumulation, y row stride ldy of bf16 (out_f32 false) or f32. Blocks past the used tiles exit.
+// accumulation, y row stride ldy of bf16 (out_f32 false) or f32. With `bias` ([num_experts][n]
+// f32, gpt-oss), bias[e] is added to the f32 sums before any rounding. Blocks past the used tiles
+// exit.
 cudaError_t LaunchGroupedMatmul(const bf16* x, int64_t ldx, const bf16* w, const int32_t* tiles,
                                 int max_tiles, int n, int k, void* y, int64_t ldy, bool out_f32,
-                                cudaStream_t stream);
+                                cudaStream_t stream, const float* bias = nullptr);
 
 // out[t, :] = sum over j of weights[t, j] * y[slot[t * top_k + j], :], the terms added in
 // increasing expert order from 0 (f32, one fma each, as the CPU backend's Axpy), for t <

@@ -223,19 +223,27 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 // act(g) * u: silu(g) = g / (1 + exp(-g)); gelu_tanh(g) = g / (1 + exp(-2k (g + 0.044715 g^3))),
 // k = sqrt(2 / pi) (cpu::GeluTanhMul's form of 0.5 g (1 + tanh(k (g + 0.044715 g^3)))).
-template <bool kGelu>
-__device__ __forceinline__ float ActTimes(float g, float u) {
-  if constexpr (kGelu) {
+// The gate activations: 0 SiLU, 1 GeLU (tanh), 2 gpt-oss's clamped SwiGLU (alpha, limit).
+constexpr int kActSilu = 0, kActGelu = 1, kActClamped = 2;
+
+template <int kAct>
+__device__ __forceinline__ float ActTimes(float g, float u, float alpha, float limit) {
+  if constexpr (kAct == kActGelu) {
     return g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+  } else if constexpr (kAct == kActClamped) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
   } else {
     return g / (1.0f + expf(-g)) * u;
   }
 }
 
-template <bool kVec, bool kGelu>
+template <bool kVec, int kAct>
 __global__ void __launch_bounds__(kEltThreads)
-    GatedActKernel(const bf16* __restrict__ gate_up,                   // [T, 2 * ffn]
-                   int num_tokens, int ffn, bf16* __restrict__ out) {  // [T, ffn]
+    GatedActKernel(const bf16* __restrict__ gate_up,                 // [T, 2 * ffn]
+                   int num_tokens, int ffn, bf16* __restrict__ out,  // [T, ffn]
+                   float alpha, float limit) {
   const int c = blockIdx.x * kEltThreads + threadIdx.x;  // 8-column group (kVec) or column
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
     const bf16* g = gate_up + t * 2 * ffn;
@@ -248,12 +256,14 @@ __global__ void __launch_bounds__(kEltThreads)
       Bf16x8 ov;
       for (int j = 0; j < 4; ++j) {
         const float2 gf = __bfloat1622float2(gv.h[j]), uf = __bfloat1622float2(uv.h[j]);
-        ov.h[j] = __floats2bfloat162_rn(ActTimes<kGelu>(gf.x, uf.x), ActTimes<kGelu>(gf.y, uf.y));
+        ov.h[j] = __floats2bfloat162_rn(ActTimes<kAct>(gf.x, uf.x, alpha, limit),
+                                        ActTimes<kAct>(gf.y, uf.y, alpha, limit));
       }
       reinterpret_cast<Bf16x8*>(o)[c] = ov;
     } else {
       if (c >= ffn) return;
-      o[c] = __float2bfloat16_rn(ActTimes<kGelu>(__bfloat162float(g[c]), __bfloat162float(u[c])));
+      o[c] = __float2bfloat16_rn(
+          ActTimes<kAct>(__bfloat162float(g[c]), __bfloat162float(u[c]), alpha, limit));
     }
   }
 }
@@ -272,6 +282,16 @@ __global__ void __launch_bounds__(kEltThreads)
     bf16* p = rows + t * stride + c;
     *p = __float2bfloat16_rn(__bfloat162float(*p) + b);
   }
+}
+
+__global__ void __launch_bounds__(kEltThreads)
+    AddBiasF32Kernel(float* __restrict__ rows,  // [T, stride], first cols used
+                     int64_t stride, int num_tokens, int cols,
+                     const float* __restrict__ bias) {  // [cols]
+  const int c = blockIdx.x * kEltThreads + threadIdx.x;
+  if (c >= cols) return;
+  const float b = bias[c];
+  for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) rows[t * stride + c] += b;
 }
 
 __global__ void __launch_bounds__(kEltThreads)
@@ -400,33 +420,48 @@ cudaError_t LaunchRope(bf16* rows, int64_t stride, int num_tokens, int heads, in
   return LaunchError();
 }
 
-template <bool kGelu>
+template <int kAct>
 cudaError_t LaunchGatedAct(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, float alpha = 0.0f, float limit = 0.0f) {
   if (num_tokens < 0 || ffn <= 0) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   const bool vec = ffn % 8 == 0 && Aligned(gate_up, 16) && Aligned(out, 16);
   // Named, so that the launch macro does not split the template's arguments.
-  constexpr auto gated_act_vec = GatedActKernel<true, kGelu>;
-  constexpr auto gated_act = GatedActKernel<false, kGelu>;
+  constexpr auto gated_act_vec = GatedActKernel<true, kAct>;
+  constexpr auto gated_act = GatedActKernel<false, kAct>;
   if (vec) {
     ASTR_LAUNCH_KERNEL(gated_act_vec, EltGrid(ffn / 8, num_tokens), kEltThreads, 0, stream)
-    (gate_up, num_tokens, ffn, out);
+    (gate_up, num_tokens, ffn, out, alpha, limit);
   } else {
     ASTR_LAUNCH_KERNEL(gated_act, EltGrid(ffn, num_tokens), kEltThreads, 0, stream)
-    (gate_up, num_tokens, ffn, out);
+    (gate_up, num_tokens, ffn, out, alpha, limit);
   }
   return LaunchError();
 }
 
 cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
                           cudaStream_t stream) {
-  return LaunchGatedAct<false>(gate_up, num_tokens, ffn, out, stream);
+  return LaunchGatedAct<kActSilu>(gate_up, num_tokens, ffn, out, stream);
 }
 
 cudaError_t LaunchGeluTanhMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
                               cudaStream_t stream) {
-  return LaunchGatedAct<true>(gate_up, num_tokens, ffn, out, stream);
+  return LaunchGatedAct<kActGelu>(gate_up, num_tokens, ffn, out, stream);
+}
+
+cudaError_t LaunchSwigluClampedMul(const bf16* gate_up, int num_tokens, int ffn, float alpha,
+                                   float limit, bf16* out, cudaStream_t stream) {
+  if (!(limit > 0.0f)) return cudaErrorInvalidValue;
+  return LaunchGatedAct<kActClamped>(gate_up, num_tokens, ffn, out, stream, alpha, limit);
+}
+
+cudaError_t LaunchAddBiasF32(float* rows, int64_t stride, int num_tokens, int cols,
+                             const float* bias, cudaStream_t stream) {
+  if (num_tokens < 0 || cols <= 0 || stride < cols) return cudaErrorInvalidValue;
+  if (num_tokens == 0) return cudaSuccess;
+  ASTR_LAUNCH_KERNEL(AddBiasF32Kernel, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
+  (rows, stride, num_tokens, cols, bias);
+  return LaunchError();
 }
 
 cudaError_t LaunchAddBias(bf16* rows, int64_t stride, int num_tokens, int cols, const float* bias,

@@ -71,6 +71,15 @@ cudaError_t LaunchSiluMul(const bf16* gate_up, int num_tokens, int ffn, bf16* ou
 cudaError_t LaunchGeluTanhMul(const bf16* gate_up, int num_tokens, int ffn, bf16* out,
                               cudaStream_t stream);
 
+// gpt-oss's clamped SwiGLU, f32 math as cpu::SwigluClampedMul: g = min(gate, limit), u =
+// clamp(up, -limit, limit), out = (u + 1) * g / (1 + expf(-alpha g)); limit > 0.
+cudaError_t LaunchSwigluClampedMul(const bf16* gate_up, int num_tokens, int ffn, float alpha,
+                                   float limit, bf16* out, cudaStream_t stream);
+
+// rows[t, i] += bias[i] for i < cols; rows [T, cols] f32 with row stride `stride`; bias f32.
+cudaError_t LaunchAddBiasF32(float* rows, int64_t stride, int num_tokens, int cols,
+                             const float* bias, cudaStream_t stream);
+
 // rows[t, i] += bias[i] for i < cols; rows [T, cols] bf16 with row stride `stride`; bias f32.
 // The add is in f32 (as the CPU backend's AddInPlace on its f32 rows), then rounded to bf16.
 cudaError_t LaunchAddBias(bf16* rows, int64_t stride, int num_tokens, int cols, const float* bias,

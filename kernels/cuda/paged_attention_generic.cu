@@ -69,7 +69,11 @@ __global__ void GenericPagedAttentionKernel(GenericAttentionArgs a) {
     }
     m = m_new;
   }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  if (d.sinks != nullptr && l > 0.0f) {
+    const float sink = d.sinks[head], mx = fmaxf(m, sink), keep = expf(m - mx);
+    inv = keep / (l * keep + expf(sink - mx));
+  }
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) {
     const int dim = lane + i * kWarp;

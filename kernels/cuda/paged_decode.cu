@@ -250,33 +250,38 @@ __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
 }
 
 // out[b, h, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the splits with lse_s > -inf
-// (M = their max); zeros if there are none.
+// (M = their max); zeros if there are none. With sinks, 2^(sink_h log2(e) - M) joins the
+// denominator (M then the max of the splits' and the sink's).
 __global__ void __launch_bounds__(128)
     CombineKernel(const float* o_partial /* [batch, num_heads, num_splits, head_dim] */,
                   const float* lse_partial /* [batch, num_heads, num_splits] */, int num_heads,
-                  int num_splits, int head_dim, bf16* out /* [batch, num_heads, head_dim] */,
-                  int64_t out_stride) {
+                  int num_splits, int head_dim, const float* sinks /* [num_heads] or null */,
+                  bf16* out /* [batch, num_heads, head_dim] */, int64_t out_stride) {
   const int h = blockIdx.x, b = blockIdx.y;
   const int64_t row0 = (static_cast<int64_t>(b) * num_heads + h) * num_splits;
   const float* lse = lse_partial + row0;
   float mx = kNegInf;
   for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse[s]);
+  const bool any = mx != kNegInf;
+  const float sink = sinks != nullptr ? sinks[h] * 1.4426950408889634f : kNegInf;
+  if (any) mx = fmaxf(mx, sink);
   float denom = 0.0f;
-  if (mx != kNegInf) {
+  if (any) {
     for (int s = 0; s < num_splits; ++s) {
       if (lse[s] != kNegInf) denom += exp2f(lse[s] - mx);
     }
+    if (sinks != nullptr) denom += exp2f(sink - mx);
   }
   bf16* out_row = out + b * out_stride + static_cast<int64_t>(h) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    if (mx != kNegInf) {
+    if (any) {
       for (int s = 0; s < num_splits; ++s) {
         if (lse[s] == kNegInf) continue;  // empty split: its o_partial row was not written
         acc += exp2f(lse[s] - mx) * o_partial[(row0 + s) * head_dim + d];
       }
     }
-    out_row[d] = __float2bfloat16_rn(mx != kNegInf ? acc / denom : 0.0f);
+    out_row[d] = __float2bfloat16_rn(any ? acc / denom : 0.0f);
   }
 }
 
@@ -296,7 +301,8 @@ cudaError_t LaunchWithStages(const PagedDecodeArgs& a, cudaStream_t stream) {
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   ASTR_LAUNCH_KERNEL(CombineKernel, dim3(a.dims.num_heads, a.batch), 128, 0, stream)
-  (a.o_partial, a.lse_partial, a.dims.num_heads, a.num_splits, kHeadDim, a.out, a.out_stride);
+  (a.o_partial, a.lse_partial, a.dims.num_heads, a.num_splits, kHeadDim, a.dims.sinks, a.out,
+   a.out_stride);
   return cudaGetLastError();
 }
 

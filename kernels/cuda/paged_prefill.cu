@@ -276,6 +276,12 @@ __device__ __forceinline__ void StoreOutput(const PagedPrefillArgs& a, const Til
     st.l[i] += __shfl_xor_sync(0xffffffffu, st.l[i], 1);
     st.l[i] += __shfl_xor_sync(0xffffffffu, st.l[i], 2);
     inv[i] = st.l[i] > 0.0f ? 1.0f / st.l[i] : 0.0f;  // no visible key: zeros
+    if (a.dims.sinks != nullptr && st.l[i] > 0.0f) {
+      // The head's sink joins the denominator (log2 domain, as m), both relative to the larger.
+      const float sink = a.dims.sinks[g.head] * 1.4426950408889634f;
+      const float mx = fmaxf(st.m[i], sink), keep = exp2f(st.m[i] - mx);
+      inv[i] = keep / (st.l[i] * keep + exp2f(sink - mx));
+    }
   }
 #pragma unroll
   for (int db = 0; db < D / 8; ++db) {

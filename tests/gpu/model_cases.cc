@@ -66,6 +66,13 @@ const std::vector<ModelSpec>& Models() {
        "--moe-ffn 64 --shared-ffn 96 --experts 8 --experts-per-tok 2 --vocab 1000 --seed 19 "
        "--router-std 0.5",
        ""},
+      // gpt-oss from GGUF: q/k/v/o biases, attention sinks, YaRN, alternating windows of 5, 8
+      // experts top-2 with router and expert biases, clamped SwiGLU.
+      {"random-gptoss-d64",
+       "--arch gpt_oss --hidden 128 --layers 2 --heads 4 --kv-heads 1 --head-dim 64 --ffn 64 "
+       "--experts 8 --experts-per-tok 2 --vocab 1000 --seed 20 --router-std 0.5 "
+       "--sliding-window 5",
+       ""},
   };
   return models;
 }

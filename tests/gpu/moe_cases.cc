@@ -116,14 +116,20 @@ CaseResult RunSort(int tokens, int experts, int top_k) {
   return Pass(0, 0);
 }
 
-CaseResult RunGroupedMatmul(int tokens, int experts, int top_k, int n, int k, bool out_f32) {
+CaseResult RunGroupedMatmul(int tokens, int experts, int top_k, int n, int k, bool out_f32,
+                            bool with_bias = false) {
   const std::vector<int32_t> chosen = RandomChoices(tokens, experts, top_k, 17 + n);
   const int pairs = tokens * top_k;
   const int max_tiles = static_cast<int>(cuda::MoeMaxTiles(pairs, experts));
   const std::vector<float> x = RoundBf16(RandomVector(int64_t{pairs} * k, 18 + k));
   const std::vector<float> w = RoundBf16(RandomVector(int64_t{experts} * n * k, 19 + n));
+  // gpt-oss's expert biases: [experts][n] f32, added to the f32 sums.
+  const std::vector<float> bias =
+      with_bias ? RandomVector(int64_t{experts} * n, 20 + n, -2.0f, 2.0f) : std::vector<float>{};
   DeviceBuffer<int32_t> dc, drow(pairs), dslot(pairs), dtiles(3 * max_tiles);
   DeviceBuffer<uint16_t> dx, dw;
+  DeviceBuffer<float> dbias;
+  if (with_bias) ASTR_GPU_CHECK(dbias.Upload(bias));
   ASTR_GPU_CHECK(dc.Upload(chosen));
   ASTR_GPU_CHECK(dx.Upload(ToBf16(x)));
   ASTR_GPU_CHECK(dw.Upload(ToBf16(w)));
@@ -133,9 +139,9 @@ CaseResult RunGroupedMatmul(int tokens, int experts, int top_k, int n, int k, bo
   DeviceBuffer<float> yf(static_cast<size_t>(pairs) * ldy);
   DeviceBuffer<uint16_t> yb(static_cast<size_t>(pairs) * ldy);
   void* y = out_f32 ? static_cast<void*>(yf.get()) : static_cast<void*>(yb.get());
-  ASTR_GPU_CHECK(cuda::LaunchGroupedMatmul(reinterpret_cast<const bf16*>(dx.get()), k,
-                                           reinterpret_cast<const bf16*>(dw.get()), dtiles.get(),
-                                           max_tiles, n, k, y, ldy, out_f32, nullptr));
+  ASTR_GPU_CHECK(cuda::LaunchGroupedMatmul(
+      reinterpret_cast<const bf16*>(dx.get()), k, reinterpret_cast<const bf16*>(dw.get()),
+      dtiles.get(), max_tiles, n, k, y, ldy, out_f32, nullptr, with_bias ? dbias.get() : nullptr));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<float> got;
   if (out_f32) {
@@ -154,7 +160,7 @@ CaseResult RunGroupedMatmul(int tokens, int experts, int top_k, int n, int k, bo
   for (int i = 0; i < pairs; ++i) {
     const float* we = w.data() + int64_t{expert_of[i]} * n * k;
     for (int c = 0; c < n; ++c) {
-      double sum = 0, mag = 0;
+      double sum = with_bias ? bias[int64_t{expert_of[i]} * n + c] : 0.0, mag = std::fabs(sum);
       for (int q = 0; q < k; ++q) {
         const double term = double(x[int64_t{i} * k + q]) * we[int64_t{c} * k + q];
         sum += term, mag += std::fabs(term);
@@ -286,6 +292,11 @@ void RegisterMoeCases() {
     }
     RegisterCase({"grouped_matmul", Shape("T=%lld E=16 top=4 n=70 K=33 out=f32", t),
                   [=] { return RunGroupedMatmul(t, 16, 4, 70, 33, true); }});
+    for (bool f32 : {false, true}) {
+      RegisterCase({"grouped_matmul",
+                    Shape("T=%lld E=8 top=3 n=96 K=80 bias out=", t) + (f32 ? "f32" : "bf16"),
+                    [=] { return RunGroupedMatmul(t, 8, 3, 96, 80, f32, true); }});
+    }
     for (int cols : {96, 2048}) {
       RegisterCase({"add_shared_expert", Shape("T=%lld cols=%lld", t, cols),
                     [=] { return RunAddSharedExpert(t, cols); }});

@@ -242,6 +242,35 @@ CaseResult RunGeluTanhMul(int t, int ffn) {
   return RunGatedAct(t, ffn, 43, cpu::GeluTanhMul, cuda::LaunchGeluTanhMul);
 }
 
+// gpt-oss's clamped SwiGLU at its released constants and at a limit that clamps most values
+// (gate and up are drawn from [-4, 4)).
+CaseResult RunSwigluClamped(int t, int ffn, float limit) {
+  return RunGatedAct(
+      t, ffn, 47,
+      [limit](const float* gu, int64_t tokens, int64_t f, float* out, int64_t ldo) {
+        cpu::SwigluClampedMul(gu, tokens, f, 1.702f, limit, out, ldo);
+      },
+      [limit](const bf16* gu, int tokens, int f, bf16* out, cudaStream_t s) {
+        return cuda::LaunchSwigluClampedMul(gu, tokens, f, 1.702f, limit, out, s);
+      });
+}
+
+// f32 rows += an f32 bias (o_proj's and the router's in gpt-oss): the same single f32 add.
+CaseResult RunAddBiasF32(int t, int cols, int64_t stride) {
+  const std::vector<float> rows = RandomVector(t * stride, 53 + cols, -3.0f, 3.0f);
+  const std::vector<float> bias = RandomVector(cols, 54, -1.0f, 1.0f);
+  std::vector<float> want = rows;
+  for (int r = 0; r < t; ++r) cpu::AddInPlace(want.data() + r * stride, bias.data(), cols);
+  DeviceBuffer<float> d, db;
+  ASTR_GPU_CHECK(d.Upload(rows));
+  ASTR_GPU_CHECK(db.Upload(bias));
+  ASTR_GPU_CHECK(cuda::LaunchAddBiasF32(d.get(), stride, t, cols, db.get(), nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got;
+  ASTR_GPU_CHECK(d.Download(&got));
+  return Exact(got, want);
+}
+
 CaseResult RunAddBias(int t, int cols, int64_t stride) {
   const std::vector<float> rows = RoundBf16(RandomVector(t * stride, 51 + cols, -3.0f, 3.0f));
   const std::vector<float> bias = RandomVector(cols, 52, -1.0f, 1.0f);
@@ -468,6 +497,17 @@ void RegisterOpsCases() {
       Add("silu_mul", Fmt("T=%lld ffn=%lld", t, ffn), [=] { return RunSiluMul(t, ffn); });
       Add("gelu_tanh_mul", Fmt("T=%lld ffn=%lld", t, ffn), [=] { return RunGeluTanhMul(t, ffn); });
     }
+    for (float limit : {7.0f, 0.5f}) {
+      Add("swiglu_clamped_mul",
+          Fmt("T=%lld ffn=%lld limit=", t, 2880) + (limit == 7.0f ? "7" : "0.5"),
+          [=] { return RunSwigluClamped(t, 2880, limit); });
+    }
+    Add("swiglu_clamped_mul", Fmt("T=%lld ffn=%lld limit=7", t, 13),
+        [=] { return RunSwigluClamped(t, 13, 7.0f); });
+    Add("add_bias_f32", Fmt("T=%lld cols=2880 stride=2880", t),
+        [=] { return RunAddBiasF32(t, 2880, 2880); });
+    Add("add_bias_f32", Fmt("T=%lld cols=37 stride=41", t),
+        [=] { return RunAddBiasF32(t, 37, 41); });
     Add("add_bias", Fmt("T=%lld cols=4608 stride=4608", t),
         [=] { return RunAddBias(t, 4608, 4608); });
     Add("add_bias", Fmt("T=%lld cols=1000 stride=1003", t),

@@ -61,6 +61,7 @@ struct DecodeCase {
   uint64_t seed = 1;
   int stages = 0;  // cp.async pipeline depth; 0: the deepest this device's shared memory allows
   float softcap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
+  bool sinks = false;    // gpt-oss's per-head sink logits (SinkValues)
 
   int batch() const { return static_cast<int>(kv_lens.size()); }
   int num_splits() const {
@@ -90,7 +91,19 @@ std::string DecodeCase::shape() const {
   std::string out(buf);
   if (stages != 0) out += " stages=" + std::to_string(stages);
   if (softcap > 0.0f) out += " softcap=" + std::to_string(static_cast<int>(softcap));
+  if (sinks) out += " sinks";
   return out;
+}
+
+// Per-head sink logits for a case with sinks: from -4 to 4 across the heads, so that some sinks
+// take most of a row's weight and others next to none.
+std::vector<float> SinkValues(const DecodeCase& c) {
+  std::vector<float> v;
+  if (!c.sinks) return v;
+  for (int h = 0; h < c.num_heads; ++h) {
+    v.push_back(c.num_heads == 1 ? 1.0f : -4.0f + 8.0f * h / (c.num_heads - 1));
+  }
+  return v;
 }
 
 // Portable draws (the distributions' algorithms are implementation-defined; these are not).
@@ -206,8 +219,10 @@ std::vector<float> Reference(const DecodeCase& c, const Inputs& in) {
     q.insert(q.end(), q_row.begin(), q_row.end());
   }
   if (entry_of_row.empty()) return want;
-  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
-                             c.window,    0.0f,           c.softcap};
+  AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
+                       c.window,    0.0f,           c.softcap};
+  const std::vector<float> sinks = SinkValues(c);
+  if (c.sinks) shape.sinks = sinks.data();
   std::vector<float> scratch(AttentionScratchFloats(shape));
   std::vector<int32_t> row_entry(entry_of_row.size());
   std::iota(row_entry.begin(), row_entry.end(), 0);
@@ -229,6 +244,11 @@ CaseResult RunDecodeCase(const DecodeCase& c) {
   dims.sliding_window = c.window;
   dims.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));  // what the CPU backend uses
   dims.softcap = c.softcap;
+  DeviceBuffer<float> sinks;
+  if (c.sinks) {
+    ASTR_GPU_CHECK(sinks.Upload(SinkValues(c)));
+    dims.sinks = sinks.get();
+  }
   const char* why = nullptr;
   if (!cuda::SupportsPagedDecode(dims, &why)) return Unsupported(why);
 
@@ -451,6 +471,14 @@ void RegisterDecodeCases() {
       if (cap == 1.0f) c.window = 63;
       Add(c);
     }
+  }
+  // gpt-oss's attention sinks: the combine adds each head's to the merged denominator, with one
+  // split and with many (empty splits and padding entries included), and under a window.
+  for (int splits : {1, kMax}) {
+    DecodeCase c = Case({0, 1, 100, 2000}, 16, 16, 4, 64, splits);
+    c.sinks = true;
+    c.window = splits == 1 ? 0 : 128;
+    Add(c);
   }
   DecodeCase neg_window = Case({1, 100, 2000}, 16, 32, 8, 128, kAutoSplits);
   neg_window.window = 65;

@@ -59,6 +59,7 @@ struct PrefillCase {
   int window;  // 0 = full causal
   float softcap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
   bool generic = false;  // run the generic kernel instead of the tensor-core prefill
+  bool sinks = false;    // gpt-oss's per-head sink logits (SinkValues)
 
   std::string Shape() const {
     std::string s = "e=";
@@ -69,9 +70,21 @@ struct PrefillCase {
     return s + " ps=" + std::to_string(page_size) + " h=" + std::to_string(num_heads) + "/" +
            std::to_string(num_kv_heads) + " d=" + std::to_string(head_dim) +
            " w=" + std::to_string(window) +
-           (softcap > 0.0f ? " softcap=" + std::to_string(static_cast<int>(softcap)) : "");
+           (softcap > 0.0f ? " softcap=" + std::to_string(static_cast<int>(softcap)) : "") +
+           (sinks ? " sinks" : "");
   }
 };
+
+// Per-head sink logits for a case with sinks: from -4 to 4 across the heads, so that some sinks
+// take most of a row's weight and others next to none (scores here are within ~[-2, 2]).
+std::vector<float> SinkValues(const PrefillCase& c) {
+  std::vector<float> v;
+  if (!c.sinks) return v;
+  for (int h = 0; h < c.num_heads; ++h) {
+    v.push_back(c.num_heads == 1 ? 1.0f : -4.0f + 8.0f * h / (c.num_heads - 1));
+  }
+  return v;
+}
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -167,8 +180,10 @@ std::vector<float> Reference(const PrefillCase& c, const PrefillFixture& f) {
   for (int64_t e = 0; e < b.batch_size(); ++e) {
     for (int t = b.qo_indptr[e]; t < b.qo_indptr[e + 1]; ++t) row_entry[t] = e;
   }
-  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
-                             c.window,    0.0f,           c.softcap};
+  AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.page_size,
+                       c.window,    0.0f,           c.softcap};
+  const std::vector<float> sinks = SinkValues(c);
+  if (c.sinks) shape.sinks = sinks.data();
   cpu::ThreadPool* pool = ReferencePool();
   std::vector<float> scratch(AttentionScratchFloats(shape) * pool->size());
   const int64_t ldo = int64_t{c.num_heads} * c.head_dim;
@@ -196,12 +211,17 @@ CaseResult CompareOutput(const PrefillCase& c, const StepBatch& b, const std::ve
 }
 
 CaseResult RunPrefillCase(const PrefillCase& c) {
-  const AttentionDims dims{c.num_heads,
-                           c.num_kv_heads,
-                           c.head_dim,
-                           c.window,
-                           1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-                           c.softcap};
+  AttentionDims dims{c.num_heads,
+                     c.num_kv_heads,
+                     c.head_dim,
+                     c.window,
+                     1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                     c.softcap};
+  DeviceBuffer<float> sinks;
+  if (c.sinks) {
+    ASTR_GPU_CHECK(sinks.Upload(SinkValues(c)));
+    dims.sinks = sinks.get();
+  }
   const char* why = "";
   if (!c.generic && !cuda::SupportsPagedPrefill(dims, &why)) return Unsupported(why);
   const PrefillFixture f = MakeFixture(c, Fnv1a(c.Shape()));
@@ -334,6 +354,16 @@ void RegisterPrefillCases() {
     for (float cap : {50.0f, 1.0f}) {
       PrefillCase c{{{31, 65}, {300, 1}, {0, 200}}, 16, 0, 0, d, cap == 1.0f ? 17 : 0, cap};
       AddPrefill(Heads(c, 2));
+    }
+  }
+  // gpt-oss's attention sinks, on both kernels: one row per head of a GQA group sinks most of its
+  // weight, another almost none; with a window, a cached prefix and decode-like rows.
+  for (bool generic : {false, true}) {
+    for (int d : {64, 128}) {
+      PrefillCase c{{{31, 65}, {300, 1}, {0, 200}}, 16, 0, 0, d, generic ? 0 : 17};
+      c.generic = generic;
+      c.sinks = true;
+      AddPrefill(Heads(c, 4));
     }
   }
   RegisterCase({"paged_prefill", "a negative or non-finite softcap is refused", [] {

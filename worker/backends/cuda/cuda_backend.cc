@@ -590,6 +590,7 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
               "rope k");
   AttentionDims dims = dims_;
   dims.sliding_window = static_cast<int>(c.LayerWindow(l));
+  dims.sinks = c.attn_sinks ? w.attn_sinks.as<float>() : nullptr;
   if (c.qk_norm == model::QkNorm::kAfterRope) ASTR_RETURN_IF_ERROR(qk_norm());
 
   PagedKv kv;
@@ -658,6 +659,9 @@ Status CudaBackend::EnqueueLayer(int64_t l, int rows, int entries, bool decode, 
   }
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.attn, q_cols, w.o.as<bf16>(), a.proj, hidden, CUDA_R_32F,
                                      rows, hidden, q_cols, s));
+  if (c.o_bias) {
+    ASTR_LAUNCH(LaunchAddBiasF32(a.proj, hidden, rows, hidden, w.o_bias.as<float>(), s), "o bias");
+  }
   if (c.sandwich_norms) {
     ASTR_LAUNCH(LaunchRmsNormRows(a.proj, w.post_attn_norm.as<float>(), eps, rows, hidden, s),
                 "post-attention norm");
@@ -690,7 +694,12 @@ Status CudaBackend::EnqueueMlp(const bf16* gate_up, const bf16* down, int64_t ff
 
 Status CudaBackend::EnqueueGatedActivation(const bf16* gate_up, int rows, int ffn, bf16* act,
                                            cudaStream_t s) {
-  if (config_.mlp_activation == model::MlpActivation::kGeluTanh) {
+  const model::ModelConfig& c = config_;
+  if (c.mlp_activation == model::MlpActivation::kSwigluClamped) {
+    ASTR_LAUNCH(LaunchSwigluClampedMul(gate_up, rows, ffn, static_cast<float>(c.swiglu_alpha),
+                                       static_cast<float>(c.swiglu_limit), act, s),
+                "clamped swiglu");
+  } else if (c.mlp_activation == model::MlpActivation::kGeluTanh) {
     ASTR_LAUNCH(LaunchGeluTanhMul(gate_up, rows, ffn, act, s), "gelu_tanh * mul");
   } else {
     ASTR_LAUNCH(LaunchSiluMul(gate_up, rows, ffn, act, s), "silu * mul");
@@ -711,6 +720,11 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
   const int max_tiles = static_cast<int>(MoeMaxTiles(pairs, experts));
   ASTR_RETURN_IF_ERROR(gemm_->Matmul(a.xn, hidden, w.router.as<bf16>(), a.moe_logits, experts,
                                      CUDA_R_32F, rows, experts, hidden, s));
+  if (c.router_bias) {
+    ASTR_LAUNCH(
+        LaunchAddBiasF32(a.moe_logits, experts, rows, experts, w.router_bias.as<float>(), s),
+        "router bias");
+  }
   ASTR_LAUNCH(LaunchMoeRoute(a.moe_logits, rows, experts, top_k, c.norm_topk_prob, a.moe_experts,
                              a.moe_weights, s),
               "moe routing");
@@ -720,11 +734,13 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
   ASTR_LAUNCH(LaunchGatherRows(a.xn, hidden, a.moe_pair_row, pairs, hidden, a.moe_in, hidden, s),
               "moe gather");
   ASTR_LAUNCH(LaunchGroupedMatmul(a.moe_in, hidden, w.experts_gate_up.as<bf16>(), a.moe_tiles,
-                                  max_tiles, 2 * f, hidden, a.moe_gate_up, 2 * f, false, s),
+                                  max_tiles, 2 * f, hidden, a.moe_gate_up, 2 * f, false, s,
+                                  c.expert_bias ? w.experts_gate_up_bias.as<float>() : nullptr),
               "moe gate/up");
   ASTR_RETURN_IF_ERROR(EnqueueGatedActivation(a.moe_gate_up, pairs, f, a.moe_act, s));
   ASTR_LAUNCH(LaunchGroupedMatmul(a.moe_act, f, w.experts_down.as<bf16>(), a.moe_tiles, max_tiles,
-                                  hidden, f, a.moe_out, hidden, true, s),
+                                  hidden, f, a.moe_out, hidden, true, s,
+                                  c.expert_bias ? w.experts_down_bias.as<float>() : nullptr),
               "moe down");
   ASTR_LAUNCH(LaunchMoeCombine(a.moe_out, hidden, a.moe_experts, a.moe_weights, a.moe_slot, rows,
                                top_k, hidden, a.proj, s),

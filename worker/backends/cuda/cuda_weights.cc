@@ -125,6 +125,14 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
     ASTR_RETURN_IF_ERROR(cv.Norm(LayerSlot(i, &L::k_norm), p + "k_norm", c.head_dim));
   }
   ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::o), {{p + "o_proj", c.hidden_size}}, q_rows));
+  if (c.o_bias) {
+    ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::o_bias), p + "o_bias",
+                                   {{p + "o_bias", c.hidden_size}}, c.hidden_size));
+  }
+  if (c.attn_sinks) {
+    ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::attn_sinks), p + "attn_sinks",
+                                   {{p + "attn_sinks", c.num_heads}}, c.num_heads));
+  }
   if (c.sandwich_norms) {
     ASTR_RETURN_IF_ERROR(
         cv.Norm(LayerSlot(i, &L::post_attn_norm), p + "post_attn_norm", c.hidden_size));
@@ -143,6 +151,25 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
     }
     ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::experts_gate_up), gate_up, c.hidden_size));
     ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::experts_down), down, c.moe_intermediate_size));
+    if (c.router_bias) {
+      ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::router_bias), p + "router_bias",
+                                     {{p + "router_bias", c.num_experts}}, c.num_experts));
+    }
+    if (c.expert_bias) {
+      const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
+      std::vector<std::pair<std::string, int64_t>> gate_up_bias, down_bias;
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "experts." + std::to_string(e) + ".";
+        gate_up_bias.push_back({x + "gate_bias", f});
+        gate_up_bias.push_back({x + "up_bias", f});
+        down_bias.push_back({x + "down_bias", h});
+      }
+      ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::experts_gate_up_bias),
+                                     p + "experts.gate_up_bias", gate_up_bias,
+                                     c.num_experts * 2 * f));
+      ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::experts_down_bias), p + "experts.down_bias",
+                                     down_bias, c.num_experts * h));
+    }
     if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
       ASTR_RETURN_IF_ERROR(cv.Stacked(
           LayerSlot(i, &L::shared_gate_up),
@@ -172,7 +199,9 @@ size_t CudaWeights::bytes() const {
              l.post_mlp_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.qkv_bias.bytes() +
              l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
              l.experts_gate_up.bytes() + l.experts_down.bytes() + l.shared_gate_up.bytes() +
-             l.shared_down.bytes() + l.shared_gate.bytes();
+             l.shared_down.bytes() + l.shared_gate.bytes() + l.o_bias.bytes() +
+             l.attn_sinks.bytes() + l.router_bias.bytes() + l.experts_gate_up_bias.bytes() +
+             l.experts_down_bias.bytes();
   }
   return total;
 }

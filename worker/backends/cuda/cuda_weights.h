@@ -30,6 +30,8 @@ struct CudaLayerWeights {
   DeviceMemory q_norm;     // [head_dim] f32 (qk_norm only)
   DeviceMemory k_norm;     // [head_dim] f32 (qk_norm only)
   DeviceMemory qkv_bias;   // [qkv_rows] f32 (qkv_bias only; zero over the gate rows)
+  DeviceMemory o_bias;     // [hidden] f32 (o_bias only)
+  DeviceMemory attn_sinks;  // [heads] f32 (attn_sinks only)
   DeviceMemory qkv;        // [qkv_rows, hidden] bf16: q, k, v (, gate)
   DeviceMemory o;          // [hidden, heads*hd] bf16
   DeviceMemory gate_up;    // [2*ffn, hidden] bf16: gate, up
@@ -39,6 +41,11 @@ struct CudaLayerWeights {
   DeviceMemory router;           // [experts, hidden] bf16
   DeviceMemory experts_gate_up;  // [experts][2 * moe_ffn, hidden] bf16: each expert's gate, up
   DeviceMemory experts_down;     // [experts][hidden, moe_ffn] bf16
+  // gpt-oss: the router's bias [experts] and the experts' biases [experts][2 * moe_ffn] (gate,
+  // up) and [experts][hidden], f32 (router_bias, expert_bias).
+  DeviceMemory router_bias;
+  DeviceMemory experts_gate_up_bias;
+  DeviceMemory experts_down_bias;
   // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], gate [hidden].
   DeviceMemory shared_gate_up;
   DeviceMemory shared_down;
