@@ -598,13 +598,14 @@ int RunMakeModel(int argc, const char* const* argv) {
             "arch).");
   fs.String(
       "dtype", &o.dtype,
-      "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1 (random weights quantized) and q5_0, "
+      "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1, mxfp4 (random weights quantized) and q5_0, "
       "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (random blocks whose values have std "
       "--init-std). 1-D tensors stay f32, and tensors whose rows are not whole blocks f16. "
       "Default: f16 for gguf, bf16 for hf.");
   fs.String("dtype-of", &o.dtype_of,
             "gguf: per-tensor types as NAME=TYPE,... where NAME is part of a canonical tensor "
-            "name (e.g. v_proj=q6_k,down_proj=q6_k,lm_head=q6_k for a Q4_K_M-like mix); the "
+            "name (e.g. v_proj=q6_k,down_proj=q6_k,lm_head=q6_k for a Q4_K_M-like mix; "
+            "experts.=mxfp4 for gpt-oss's form); the "
             "first match wins, other tensors take --dtype.");
   fs.Int("hidden", &o.hidden, "Hidden size.");
   fs.Int("layers", &o.layers, "Decoder layers.");

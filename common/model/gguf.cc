@@ -180,10 +180,12 @@ bool GgufValue::operator==(const GgufValue& o) const {
 
 std::string GgmlTypeName(uint32_t t) {
   static const char* kNames[] = {
-      "F32",     "F16",    "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
-      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
-      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16"};
+      "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
+      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
+      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
+      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   return t < sizeof(kNames) / sizeof(kNames[0]) ? kNames[t] : "ggml_type#" + std::to_string(t);
 }
 
@@ -219,10 +221,12 @@ StatusOr<DType> DTypeFromGgml(uint32_t t) {
       return DType::kIQ4_XS;
     case 30:
       return DType::kBF16;
+    case 39:
+      return DType::kMXFP4;
     default:
       return UnimplementedError("unsupported ggml type " + GgmlTypeName(t) +
                                 " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
+                                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)");
   }
 }
 
@@ -258,6 +262,8 @@ uint32_t GgmlFromDType(DType d) {
       return 20;
     case DType::kIQ4_XS:
       return 23;
+    case DType::kMXFP4:
+      return 39;
   }
   return 0;
 }

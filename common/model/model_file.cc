@@ -268,6 +268,8 @@ Status ModelFile::OpenHf() {
     return NotFoundError(path_ + ": no config.json in the model folder");
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromHfJson(config_path));
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
+  // gpt-oss's MXFP4 experts: (layer, gate_up_proj / down_proj) -> their blocks and scales.
+  std::map<std::pair<std::string, std::string>, std::pair<TensorView, TensorView>> mxfp4;
   for (const auto& [name, t] : safetensors_->tensors()) {
     std::string layer;
     const FusedTensorNames* fused = nullptr;
@@ -291,20 +293,23 @@ Status ModelFile::OpenHf() {
       const TensorView view{name,    name,   dtype.ok() ? *dtype : DType::kF32,
                             t.shape, t.data, t.bytes};
       if (dtype.ok() && AddTransposedExperts(view, layer, rest)) continue;
-      if (rest.ends_with("_blocks") || rest.ends_with("_scales") || !dtype.ok()) {
-        // gpt-oss's released MXFP4 experts, or another dtype: every expert of the layer is
-        // unreadable, and says why.
+      for (const char* base : {"gate_up_proj", "down_proj"}) {
+        for (const char* what : {"_blocks", "_scales"}) {
+          if (rest == std::string("mlp.experts.") + base + what) {
+            TensorView raw{name, name, DType::kF32, t.shape, t.data, t.bytes};
+            // dtype carries nothing for these byte tensors; the check is the stored name's.
+            raw.source_name = name + (t.dtype_name == "U8" ? "" : " (" + t.dtype_name + ")");
+            (what[1] == 'b' ? mxfp4[{layer, base}].first : mxfp4[{layer, base}].second) = raw;
+          }
+        }
+      }
+      if (rest.ends_with("_blocks") || rest.ends_with("_scales")) continue;
+      if (!dtype.ok()) {
         NoteLayer("layers." + layer + ".router");
-        const std::string why =
-            rest.ends_with("_blocks") || rest.ends_with("_scales")
-                ? path_ + ": tensor '" + name +
-                      "': MXFP4 experts in a Hugging Face folder are not supported; convert the "
-                      "checkpoint to bf16 (or use a GGUF file)"
-                : std::string(dtype.status().message());
         for (int64_t e = 0; e < config_.num_experts; ++e) {
           for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
             const std::string c = "layers." + layer + ".experts." + std::to_string(e) + "." + part;
-            if (tensors_.count(c) == 0) unreadable_[c] = InvalidArgumentError(why);
+            if (tensors_.count(c) == 0) unreadable_[c] = dtype.status();
           }
         }
         continue;
@@ -320,7 +325,80 @@ Status ModelFile::OpenHf() {
     }
     AddTensor(TensorView{key, name, *dtype, t.shape, t.data, t.bytes});
   }
+  for (const auto& [where, parts] : mxfp4)
+    AddMxfp4Experts(where.first, where.second, parts.first, parts.second);
   return OkStatus();
+}
+
+void ModelFile::AddMxfp4Experts(const std::string& layer, const std::string& base,
+                                const TensorView& blocks, const TensorView& scales) {
+  const int64_t n_exp = config_.num_experts, f = config_.moe_intermediate_size,
+                h = config_.hidden_size;
+  const bool gate_up = base == "gate_up_proj";
+  const int64_t rows = gate_up ? 2 * f : h, cols = gate_up ? h : f, groups = cols / 32;
+  const std::vector<std::string> parts = gate_up ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                                 : std::vector<std::string>{"down_proj"};
+  const std::string prefix = "layers." + layer + ".experts.";
+  NoteLayer("layers." + layer + ".router");
+  std::string why;
+  if (blocks.data == nullptr || scales.data == nullptr) {
+    why = "has no " + std::string(blocks.data == nullptr ? "_blocks" : "_scales") + " tensor";
+  } else if (blocks.source_name.find(" (") != std::string::npos ||
+             scales.source_name.find(" (") != std::string::npos) {
+    why = "must be U8";
+  } else if (cols % 32 != 0 || blocks.shape != std::vector<int64_t>{n_exp, rows, groups, 16} ||
+             scales.shape != std::vector<int64_t>{n_exp, rows, groups}) {
+    why = "has shapes " + ShapeToString(blocks.shape) + " / " + ShapeToString(scales.shape) +
+          ", expected " + ShapeToString({n_exp, rows, groups, 16}) + " / " +
+          ShapeToString({n_exp, rows, groups});
+  }
+  for (int64_t e = 0; e < std::max<int64_t>(n_exp, 1); ++e) {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const std::string canonical = prefix + std::to_string(e) + "." + parts[p];
+      if (!why.empty()) {
+        unreadable_[canonical] = InvalidArgumentError(path_ + ": MXFP4 experts 'model.layers." +
+                                                      layer + ".mlp.experts." + base + "' " + why +
+                                                      " (they hold " + canonical + ")");
+        continue;
+      }
+      const int64_t out_rows = rows / static_cast<int64_t>(parts.size());
+      const uint64_t bytes = static_cast<uint64_t>(out_rows * groups * 17);
+      auto data = std::make_unique<uint8_t[]>(bytes);
+      const auto* b = static_cast<const uint8_t*>(blocks.data);
+      const auto* sc = static_cast<const uint8_t*>(scales.data);
+      for (int64_t r = 0; r < out_rows; ++r) {
+        // gate_up's rows interleave gate and up: canonical row r of part p is stored row 2r + p.
+        const int64_t src = parts.size() == 2 ? 2 * r + static_cast<int64_t>(p) : r;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t at = (e * rows + src) * groups + g;
+          uint8_t* out = data.get() + (r * groups + g) * 17;
+          uint8_t nib[32];
+          for (int j = 0; j < 16; ++j) {
+            nib[2 * j] = b[at * 16 + j] & 0x0F;
+            nib[2 * j + 1] = b[at * 16 + j] >> 4;
+          }
+          out[0] = sc[at];
+          for (int j = 0; j < 16; ++j)
+            out[1 + j] = static_cast<uint8_t>(nib[j] | (nib[j + 16] << 4));
+        }
+      }
+      TensorView t;
+      t.name = canonical;
+      t.source_name = "model.layers." + layer + ".mlp.experts." + base + "_blocks[" +
+                      std::to_string(e) + "] (" + parts[p] + ")";
+      t.dtype = DType::kMXFP4;
+      t.shape = {out_rows, cols};
+      t.data = data.get();
+      t.bytes = bytes;
+      t.owned = true;
+      owned_.push_back(std::move(data));
+      AddTensor(std::move(t));
+    }
+  }
+  if (why.empty()) {
+    ReleaseMappedPages(blocks.data, blocks.bytes);
+    ReleaseMappedPages(scales.data, scales.bytes);
+  }
 }
 
 Status ModelFile::ReadGgufVocab() {

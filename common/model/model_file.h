@@ -125,6 +125,14 @@ class ModelFile final : public TensorSource {
   // them.
   bool AddTransposedExperts(const TensorView& view, const std::string& layer,
                             const std::string& rest);
+  // gpt-oss's released MXFP4 experts: `base` (gate_up_proj or down_proj) of layer `layer` as HF
+  // stores it, {base}_blocks [experts, rows, cols / 32, 16] (two FP4 values a byte, element 2j in
+  // byte j's low nibble) and {base}_scales [experts, rows, cols / 32] (E8M0), rows in the x W^T
+  // sense (gate_up's interleaved: row 2j gate j, 2j + 1 up j). Each expert's canonical tensors
+  // become owned MXFP4 copies in ggml's block layout (block_mxfp4); a shape or dtype they do not
+  // have makes them unreadable, with the reason.
+  void AddMxfp4Experts(const std::string& layer, const std::string& base, const TensorView& blocks,
+                       const TensorView& scales);
   // general.architecture of a GGUF file (the prefix of its keys).
   std::string GgufArchitecture() const;
   // Records the layer index of a mapped tensor's canonical name ("layers.N.*").

@@ -156,6 +156,47 @@ void DecodeIq4Nl(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, f
   }
 }
 
+// ggml's kvalues_mxfp4: FP4 E2M1's values, doubled (the block scale is half E8M0's).
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// E8M0 exponent e as ggml's half scale: 2^(e - 128) (2^-128 and 2^-127, subnormal, for e < 2).
+float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+
+// MXFP4: as Q4_0's nibbles, each an index into kMxfp4Values; q = value + 128.
+void DecodeMxfp4(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
+  for (int64_t b = 0; b < blocks; ++b, src += 17, q += kQBlock) {
+    scale[b] = Mxfp4Scale(src[0]);
+    for (int j = 0; j < 16; ++j) {
+      q[j] = static_cast<uint8_t>(kMxfp4Values[src[1 + j] & 0x0F] + 128);
+      q[j + 16] = static_cast<uint8_t>(kMxfp4Values[src[1 + j] >> 4] + 128);
+    }
+  }
+}
+
+// ggml's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block), each
+// value the table entry nearest to it / 2^(e - 128) (the first of two equally near).
+void QuantizeMxfp4(const float* src, int64_t blocks, uint8_t* dst) {
+  for (int64_t b = 0; b < blocks; ++b, src += kQBlock, dst += 17) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(src[j]));
+    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : 0;
+    const float d = Mxfp4Scale(e);
+    auto best = [d](float x) {
+      int best_i = 0;
+      float best_err = std::fabs(kMxfp4Values[0] * d - x);
+      for (int i = 1; i < 16; ++i) {
+        const float err = std::fabs(kMxfp4Values[i] * d - x);
+        if (err < best_err) best_i = i, best_err = err;
+      }
+      return static_cast<uint8_t>(best_i);
+    };
+    dst[0] = e;
+    for (int j = 0; j < 16; ++j) {
+      dst[1 + j] = static_cast<uint8_t>(best(src[j]) | (best(src[j + 16]) << 4));
+    }
+  }
+}
+
 // IQ4_XS: 8 sub-blocks of 32, each laid out as one IQ4_NL block's nibbles, with scale d * (ls -
 // 32), ls = low nibble of scales_l[s / 2] (high nibble for odd s) | bits 2s, 2s + 1 of scales_h.
 void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*,
@@ -324,6 +365,8 @@ std::string_view DTypeName(DType dtype) {
       return "Q6_K";
     case DType::kIQ4_NL:
       return "IQ4_NL";
+    case DType::kMXFP4:
+      return "MXFP4";
     case DType::kIQ4_XS:
       return "IQ4_XS";
   }
@@ -338,6 +381,7 @@ bool DTypeWritable(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kMXFP4:
       return true;
     default:
       return false;
@@ -349,12 +393,12 @@ StatusOr<DType> ParseDType(std::string_view name) {
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4}) {
     if (upper == DTypeName(d)) return d;
   }
   return InvalidArgumentError("unknown dtype '" + std::string(name) +
                               "' (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
-                              "q3_k, q4_k, q5_k, q6_k, iq4_nl or iq4_xs)");
+                              "q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs or mxfp4)");
 }
 
 int64_t DTypeBlockElements(DType dtype) {
@@ -365,6 +409,7 @@ int64_t DTypeBlockElements(DType dtype) {
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kIQ4_NL:
+    case DType::kMXFP4:
       return kQBlock;
     case DType::kIQ4_XS:
     case DType::kQ2_K:
@@ -409,6 +454,8 @@ int64_t DTypeBlockBytes(DType dtype) {
       return 18;
     case DType::kIQ4_XS:
       return 136;
+    case DType::kMXFP4:
+      return 17;
   }
   return 0;
 }
@@ -488,6 +535,8 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
       return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
     case DType::kIQ4_XS:
       return QuantLayout{8, 32, false, 128, DotType::kQ8_K, true};
+    case DType::kMXFP4:
+      return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
     default:
       return std::nullopt;
   }
@@ -523,6 +572,8 @@ void DecodeQuant(DType dtype, const void* src, int64_t n, uint8_t* q, float* sca
       return DecodeIq4Nl(p, blocks, q, scale, min);
     case DType::kIQ4_XS:
       return DecodeIq4Xs(p, blocks, q, scale, min, sink);
+    case DType::kMXFP4:
+      return DecodeMxfp4(p, blocks, q, scale, min);
     default:
       std::abort();  // not a block type (QuantLayoutOf says which are)
   }
@@ -548,6 +599,9 @@ void QuantizeFromF32(DType dtype, const float* src, int64_t n, void* dst) {
       return;
     case DType::kQ4_1:
       QuantizeQ4(true, src, n / kQBlock, p);
+      return;
+    case DType::kMXFP4:
+      QuantizeMxfp4(src, n / kQBlock, p);
       return;
     default:
       // Not writable (DTypeWritable): callers check first.

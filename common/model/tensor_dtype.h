@@ -21,6 +21,10 @@
 //          sub-blocks of 32 with 6-bit scales (low 4 bits in scales_l, high 2 in scales_h) - 32,
 //          value = d * scale * kvalues[nibble]; nibbles as in Q4_0 per sub-block.
 // They are read (DequantizeToF32) but not written: QuantizeFromF32 takes DTypeWritable types.
+// Microscaling FP4 (gpt-oss's experts; ggml's block_mxfp4):
+//   MXFP4   32 elements in 17 bytes   {u8 e (E8M0); u8 qs[16]}  value = 2^(e - 128) *
+//          kvalues_mxfp4[nibble] (0, 1, 2, 3, 4, 6, 8, 12, then the same negated: FP4 E2M1 doubled,
+//          so the scale is half E8M0's); nibbles as in Q4_0. Written with ggml's reference rule.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +53,7 @@ enum class DType {
   kQ6_K,
   kIQ4_NL,
   kIQ4_XS,
+  kMXFP4,
 };
 
 // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K" ... "Q6_K", "IQ4_NL",
@@ -56,7 +61,7 @@ enum class DType {
 std::string_view DTypeName(DType dtype);
 // Case-insensitive inverse of DTypeName ("bf16" -> kBF16, "q4_k" -> kQ4_K).
 StatusOr<DType> ParseDType(std::string_view name);
-// Whether QuantizeFromF32 can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+// Whether QuantizeFromF32 can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_1, MXFP4).
 bool DTypeWritable(DType dtype);
 // Elements per block (1 for plain float types, 32 for Q4/Q5/Q8 and IQ4_NL, 256 for the K-quants
 // and IQ4_XS).
@@ -79,8 +84,8 @@ using ::astr::F32ToF16;
 // with q < 2^bits and one scale (and min) per `sub` consecutive elements. DequantizeToF32 computes
 // exactly these floats. Q8_0 and Q5_0 / Q4_0 shift their signed values by the offset (128, 16,
 // 8), Q6_K by 32, Q3_K by 4; the K-quants' scales are d x the sub-block's scale and their mins
-// -(dmin x the sub-block's min), products taken in f32. IQ4_NL / IQ4_XS hold their table value +
-// 128 (offset 128).
+// -(dmin x the sub-block's min), products taken in f32. IQ4_NL / IQ4_XS / MXFP4 hold their table
+// value + 128 (offset 128).
 // `dot` names the activation type llama.cpp multiplies the block type with (ggml's vec_dot_type):
 // Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants.
 enum class DotType { kQ8_0, kQ8_1, kQ8_K };
@@ -113,7 +118,7 @@ void DecodeQuant(DType dtype, const void* src, int64_t num_elements, uint8_t* q,
 // Converts `num_elements` elements (a whole number of blocks) of `src` to f32.
 void DequantizeToF32(DType dtype, const void* src, int64_t num_elements, float* dst);
 // Converts f32 to `dtype` (a whole number of blocks; DTypeWritable). Q8_0 uses ggml's scale
-// amax / 127; Q4_0 / Q4_1 use ggml's reference quantizers.
+// amax / 127; Q4_0 / Q4_1 / MXFP4 use ggml's reference quantizers.
 void QuantizeFromF32(DType dtype, const float* src, int64_t num_elements, void* dst);
 
 }  // namespace astr::model

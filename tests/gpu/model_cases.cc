@@ -67,7 +67,10 @@ const std::vector<ModelSpec>& Models() {
        "--router-std 0.5",
        ""},
       // gpt-oss from GGUF: q/k/v/o biases, attention sinks, YaRN, alternating windows of 5, 8
-      // experts top-2 with router and expert biases, clamped SwiGLU.
+      // experts top-2 with router and expert biases, clamped SwiGLU. (f16 experts: MXFP4 ones
+      // stay MXFP4 on the CPU, multiplied with Q8_0 activations, which moves its logits by more
+      // than this comparison of bf16 paths allows; the CUDA backend dequantizes MXFP4 at load as
+      // every block type, DequantizeToF32, checked against gguf-py.)
       {"random-gptoss-d64",
        "--arch gpt_oss --hidden 128 --layers 2 --heads 4 --kv-heads 1 --head-dim 64 --ffn 64 "
        "--experts 8 --experts-per-tok 2 --vocab 1000 --seed 20 --router-std 0.5 "

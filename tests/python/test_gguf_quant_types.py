@@ -1,6 +1,7 @@
 """Every quantized GGUF type astr reads dequantizes exactly as the `gguf` package (llama.cpp's
 gguf-py, PyPI) does, block for block: a GGUF file is written with stories260K's metadata and
-tensors plus one extra tensor per type made of random blocks (valid f16 scales), and
+tensors plus one extra tensor per type made of random blocks (valid f16 scales; MXFP4's E8M0
+exponents over their finite range), and
 `astr inspect --dump` prints astr's f32 values of each, which must equal gguf-py's."""
 
 import json
@@ -26,10 +27,13 @@ Q = gguf.GGMLQuantizationType
 TYPES = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
-    Q.IQ4_NL: [0], Q.IQ4_XS: [0],
+    Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [],
 }
+# type -> byte offsets of its E8M0 exponents (MXFP4: the block scale is 2^(e - 128)), drawn from
+# [0, 250]: the subnormal scales of e < 2 included, the largest still finite times 12.
+E8M0 = {Q.MXFP4: [0]}
 # Odd shapes: rows that are not powers of two, a single block, several rows.
-SHAPES = [(1, 1), (3, 2), (7, 3)]  # (rows, blocks per row)
+SHAPES = [(1, 1), (3, 2), (7, 3), (5, 40)]  # (rows, blocks per row)
 
 
 def random_blocks(rng, qtype, count):
@@ -38,6 +42,8 @@ def random_blocks(rng, qtype, count):
     for off in TYPES[qtype]:
         scale = (rng.standard_normal(count) * 0.05).astype(np.float16)
         raw[:, off:off + 2] = scale.view(np.uint8).reshape(count, 2)
+    for off in E8M0.get(qtype, []):
+        raw[:, off] = rng.integers(0, 251, size=count, dtype=np.uint8)
     return raw
 
 
