@@ -1,5 +1,7 @@
 #include "common/model/architecture.h"
 
+#include <cstring>
+
 namespace astr::model {
 
 // The descriptions (common/model/arch/*.cc).
@@ -182,7 +184,8 @@ bool MatchHfStackedExperts(const ModelConfig& c, const std::string& hf_name, std
                            std::vector<std::string>* parts, std::vector<int64_t>* shape) {
   const Architecture* a = FindArchitecture(c.architecture);
   std::string rest;
-  if (a == nullptr || !a->moe || c.num_experts <= 0 ||
+  // (gpt-oss's stacked form is MatchTransposedExperts'.)
+  if (a == nullptr || !a->moe || a->hf_experts_transposed || c.num_experts <= 0 ||
       !SplitLayerName(hf_name, LayerPrefix(Side::kHf), layer, &rest)) {
     return false;
   }
@@ -208,6 +211,51 @@ bool MatchHfStackedExperts(const ModelConfig& c, const std::string& hf_name, std
     return false;
   }
   return true;
+}
+
+bool MatchTransposedExperts(const ModelConfig& c, const std::string& rest,
+                            std::vector<int64_t>* shape, std::vector<TransposedExpertPart>* parts) {
+  const int64_t n = c.num_experts, f = c.moe_intermediate_size, h = c.hidden_size;
+  if (rest == "mlp.experts.gate_up_proj") {
+    *shape = {n, h, 2 * f};
+    *parts = {{"gate_proj", {f, h}}, {"up_proj", {f, h}}};
+  } else if (rest == "mlp.experts.gate_up_proj_bias") {
+    *shape = {n, 2 * f};
+    *parts = {{"gate_bias", {f}}, {"up_bias", {f}}};
+  } else if (rest == "mlp.experts.down_proj") {
+    *shape = {n, f, h};
+    *parts = {{"down_proj", {h, f}}};
+  } else if (rest == "mlp.experts.down_proj_bias") {
+    *shape = {n, h};
+    *parts = {{"down_bias", {h}}};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void CopyTransposedExpert(const ModelConfig& c, const std::string& rest, size_t part, int64_t e,
+                          const void* src, size_t elem_bytes, void* dst) {
+  const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t p = static_cast<int64_t>(part);
+  auto put = [&](int64_t to, int64_t from) {
+    std::memcpy(out + to * elem_bytes, in + from * elem_bytes, elem_bytes);
+  };
+  if (rest == "mlp.experts.gate_up_proj") {  // [E, h, 2f] -> [f, h]
+    for (int64_t r = 0; r < f; ++r) {
+      for (int64_t k = 0; k < h; ++k) put(r * h + k, (e * h + k) * 2 * f + 2 * r + p);
+    }
+  } else if (rest == "mlp.experts.gate_up_proj_bias") {  // [E, 2f] -> [f]
+    for (int64_t r = 0; r < f; ++r) put(r, e * 2 * f + 2 * r + p);
+  } else if (rest == "mlp.experts.down_proj") {  // [E, f, h] -> [h, f]
+    for (int64_t r = 0; r < h; ++r) {
+      for (int64_t k = 0; k < f; ++k) put(r * f + k, (e * f + k) * h + r);
+    }
+  } else {  // down_proj_bias [E, h] -> [h]
+    std::memcpy(out, in + e * h * elem_bytes, static_cast<size_t>(h) * elem_bytes);
+  }
 }
 
 bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,

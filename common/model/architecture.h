@@ -137,6 +137,25 @@ bool MatchHfStackedExperts(const ModelConfig& config, const std::string& hf_name
                            std::string* layer, std::vector<std::string>* parts,
                            std::vector<int64_t>* shape);
 
+// gpt-oss-style stacked experts (Architecture::hf_experts_transposed): for `rest` (a layer tensor's
+// HF name after "model.layers.N.") one of mlp.experts.gate_up_proj [experts, hidden, 2 * moe_ffn]
+// (x @ W; column 2j of expert e is its gate_proj row j, 2j + 1 its up_proj row j),
+// gate_up_proj_bias [experts, 2 * moe_ffn] (gate_bias / up_bias interleaved alike),
+// down_proj [experts, moe_ffn, hidden] (down_proj transposed) or down_proj_bias [experts, hidden]:
+// its shape, and the canonical parts each expert's slice holds (with their shapes, [rows] for a
+// bias). False for any other name.
+struct TransposedExpertPart {
+  std::string part;            // "gate_proj", "up_bias", ...
+  std::vector<int64_t> shape;  // the canonical tensor's
+};
+bool MatchTransposedExperts(const ModelConfig& config, const std::string& rest,
+                            std::vector<int64_t>* shape, std::vector<TransposedExpertPart>* parts);
+// Copies expert e's part `part` (an index into MatchTransposedExperts' parts) out of the stacked
+// tensor `src` (elements of `elem_bytes` bytes, any element type) into dst, row-major in its
+// canonical shape.
+void CopyTransposedExpert(const ModelConfig& config, const std::string& rest, size_t part,
+                          int64_t e, const void* src, size_t elem_bytes, void* dst);
+
 // Whether file tensor `file_name` (GGUF) stacks one tensor of every expert of a MoE layer
 // (ffn_gate_exps.weight, ...): then its layer and the canonical part of each expert ("gate_proj").
 bool MatchStackedExperts(const std::string& arch, const std::string& file_name, std::string* layer,

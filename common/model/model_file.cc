@@ -152,52 +152,16 @@ void ModelFile::AddStackedExperts(const TensorView& view, const std::string& lay
 
 bool ModelFile::AddTransposedExperts(const TensorView& view, const std::string& layer,
                                      const std::string& rest) {
-  const int64_t n_exp = config_.num_experts, f = config_.moe_intermediate_size,
-                h = config_.hidden_size;
-  // Each canonical part: where its element (e, r, c) (row r, column c; c = 0 for a bias) lies in
-  // the stacked tensor, as an element index.
-  struct Part {
-    const char* name;
-    int64_t rows, cols;
-    int64_t (*at)(int64_t e, int64_t r, int64_t c, int64_t f, int64_t h);
-  };
-  std::vector<Part> parts;
   std::vector<int64_t> shape;
-  if (rest == "mlp.experts.gate_up_proj") {  // [E, h, 2f]: column 2j is gate row j, 2j+1 up's
-    shape = {n_exp, h, 2 * f};
-    parts = {{"gate_proj", f, h,
-              [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
-                return (e * h + c) * 2 * f + 2 * r;
-              }},
-             {"up_proj", f, h, [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
-                return (e * h + c) * 2 * f + 2 * r + 1;
-              }}};
-  } else if (rest == "mlp.experts.gate_up_proj_bias") {  // [E, 2f], interleaved likewise
-    shape = {n_exp, 2 * f};
-    parts = {{"gate_bias", f, 0,
-              [](int64_t e, int64_t r, int64_t, int64_t f, int64_t) { return e * 2 * f + 2 * r; }},
-             {"up_bias", f, 0, [](int64_t e, int64_t r, int64_t, int64_t f, int64_t) {
-                return e * 2 * f + 2 * r + 1;
-              }}};
-  } else if (rest == "mlp.experts.down_proj") {  // [E, f, h]: down_proj^T
-    shape = {n_exp, f, h};
-    parts = {{"down_proj", h, f, [](int64_t e, int64_t r, int64_t c, int64_t f, int64_t h) {
-                return (e * f + c) * h + r;
-              }}};
-  } else if (rest == "mlp.experts.down_proj_bias") {  // [E, h]
-    shape = {n_exp, h};
-    parts = {{"down_bias", h, 0,
-              [](int64_t e, int64_t r, int64_t, int64_t, int64_t h) { return e * h + r; }}};
-  } else {
-    return false;
-  }
+  std::vector<TransposedExpertPart> parts;
+  if (!MatchTransposedExperts(config_, rest, &shape, &parts)) return false;
   const std::string prefix = "layers." + layer + ".experts.";
-  NoteLayer("layers." + layer + "." + parts[0].name);
+  NoteLayer("layers." + layer + "." + parts[0].part);
   auto elem = DTypeByteSize(view.dtype, 1);
   const bool fits = view.shape == shape && elem.ok() && DTypeBlockElements(view.dtype) == 1;
-  for (const Part& p : parts) {
-    for (int64_t e = 0; e < std::max<int64_t>(n_exp, 1); ++e) {
-      const std::string canonical = prefix + std::to_string(e) + "." + p.name;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    for (int64_t e = 0; e < std::max<int64_t>(config_.num_experts, 1); ++e) {
+      const std::string canonical = prefix + std::to_string(e) + "." + parts[k].part;
       if (!fits) {
         unreadable_[canonical] = InvalidArgumentError(
             path_ + ": tensor '" + view.source_name + "' has shape " + ShapeToString(view.shape) +
@@ -205,21 +169,16 @@ bool ModelFile::AddTransposedExperts(const TensorView& view, const std::string& 
             ShapeToString(shape) + " of f32, f16 or bf16 (it holds " + canonical + ")");
         continue;
       }
-      const int64_t cols = std::max<int64_t>(p.cols, 1), n = p.rows * cols;
-      const uint64_t es = *elem;
-      auto data = std::make_unique<uint8_t[]>(static_cast<size_t>(n * es));
-      const auto* src = static_cast<const uint8_t*>(view.data);
-      for (int64_t r = 0; r < p.rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          std::memcpy(data.get() + (r * cols + c) * es, src + p.at(e, r, c, f, h) * es, es);
-        }
-      }
+      int64_t n = 1;
+      for (int64_t d : parts[k].shape) n *= d;
+      auto data = std::make_unique<uint8_t[]>(static_cast<size_t>(n * *elem));
+      CopyTransposedExpert(config_, rest, k, e, view.data, *elem, data.get());
       TensorView t = view;
       t.name = canonical;
-      t.source_name = view.source_name + "[" + std::to_string(e) + "] (" + p.name + ")";
-      t.shape = p.cols > 0 ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.rows};
+      t.source_name = view.source_name + "[" + std::to_string(e) + "] (" + parts[k].part + ")";
+      t.shape = parts[k].shape;
       t.data = data.get();
-      t.bytes = static_cast<uint64_t>(n) * es;
+      t.bytes = static_cast<uint64_t>(n) * *elem;
       t.owned = true;
       owned_.push_back(std::move(data));
       AddTensor(std::move(t));

@@ -174,3 +174,55 @@ def test_mixtral_push_in_both_forms(make_cluster, models, tmp_path):
         r = W.push(admin, form)
         assert (r.version, r.tensors) == (version, len(form))
         assert [list(greedy(c, p).token_ids) for p in PROMPTS] == want
+
+
+def test_gpt_oss_push_in_its_stacked_form_and_per_expert(make_cluster, models, tmp_path):
+    """gpt-oss holds a layer's experts stacked in x @ W form (mlp.experts.gate_up_proj [experts,
+    hidden, 2 * ffn] with gate and up columns interleaved, their biases, down_proj [experts, ffn,
+    hidden]) both in its checkpoints and in a trainer's state_dict: a push of that form serves the
+    new weights (greedy ids of `astr run` on them, logprobs of the float64 reference, which reads
+    the stacked form as transformers does); so does one expert's gate_proj pushed on its own."""
+    old = str(tmp_path / "gpt-oss")
+    subprocess.run([harness.ASTR_BIN, "make-model", "--format", "hf", "--dtype", "f32",
+                    "--arch", "gpt_oss", "--layers", "2", "--hidden", "64", "--heads", "4",
+                    "--kv-heads", "2", "--head-dim", "16", "--ffn", "48", "--experts", "4",
+                    "--experts-per-tok", "2", "--vocab", "512", "--seed", "73", "--init-std", "0.1",
+                    "--router-std", "0.5", "--sliding-window", "4", "--out", old],
+                   check=True, stdout=subprocess.DEVNULL)
+    old_t = W.load(old)
+    gate_up = "model.layers.1.mlp.experts.gate_up_proj"
+    assert old_t[gate_up].shape == (4, 64, 96), old_t[gate_up].shape
+    new_t = W.perturbed(old_t, seed=5, scale=0.05)
+    new = W.write_folder(old, new_t, str(tmp_path / "gpt-oss-new"))
+    c = make_cluster(model=old, num_workers=1, worker_flags={"dtype": "f32"},
+                     scheduler_flags={"admin_token_file": models["token"],
+                                      "tokenizer": harness.STORIES})
+    admin = c.scheduler.admin_stub()
+    want = [offline_ids(new, p) for p in PROMPTS]
+    assert want != [offline_ids(old, p) for p in PROMPTS]
+    r = W.push(admin, new_t, label="gpt-oss")
+    assert (r.version, r.tensors) == (1, len(new_t))
+    ref = ReferenceModel.load(new)
+    for p, ids in zip(PROMPTS, want):
+        got = greedy(c, p)
+        assert list(got.token_ids) == ids
+        for tok, lp, row in zip(got.token_ids, got.logprobs, ref.score(p, list(got.token_ids))):
+            assert abs(lp - row[tok]) < 1e-4
+    # Expert 2's gate_proj of layer 1 under its own name: the stacked tensor's even columns.
+    one_t = {k: v.copy() for k, v in new_t.items()}
+    gate = (new_t[gate_up][2][:, 0::2].T * 1.5).astype(np.float32)  # [ffn, hidden]
+    one_t[gate_up][2][:, 0::2] = gate.T
+    one = W.write_folder(old, one_t, str(tmp_path / "gpt-oss-one"))
+    r = W.push(admin, {"model.layers.1.mlp.experts.2.gate_proj.weight": gate}, label="one")
+    assert (r.version, r.tensors) == (2, 1)
+    ref, before = ReferenceModel.load(one), ReferenceModel.load(new)
+    changed = 0.0
+    for p in PROMPTS:
+        got = greedy(c, p)
+        assert list(got.token_ids) == offline_ids(one, p)
+        toks = list(got.token_ids)
+        for tok, lp, row, old_row in zip(toks, got.logprobs, ref.score(p, toks),
+                                         before.score(p, toks)):
+            assert abs(lp - row[tok]) < 1e-4
+            changed = max(changed, abs(lp - old_row[tok]))
+    assert changed > 1e-3, "expert 2 of layer 1 is never routed to by these prompts"

@@ -1,7 +1,8 @@
 """Independent float64 numpy reference of the Hugging Face decoder-only forward pass.
 
-Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM as implemented in
-`transformers` (modeling_llama.py / modeling_mistral.py / modeling_qwen2.py / modeling_qwen3.py):
+Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and
+GptOssForCausalLM as implemented in `transformers` (modeling_llama.py / modeling_mistral.py /
+modeling_qwen2.py / modeling_qwen3.py / modeling_qwen3_moe.py / modeling_gpt_oss.py):
 
   h = embed_tokens[ids]
   per layer:
@@ -14,6 +15,11 @@ Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausal
     x = RMSNorm(h) * post_attention_layernorm.weight
     h = h + (silu(x @ Wg^T) * (x @ Wu^T)) @ Wd^T
   logits = RMSNorm(h) * norm.weight @ lm_head^T  (lm_head = embed_tokens when tie_word_embeddings)
+
+gpt-oss differs: YaRN RoPE, a sink logit per head in each softmax (self_attn.sinks), layer_types'
+sliding windows, biases on q/k/v/o, and every MLP a mixture of experts with a biased router (softmax
+over the top-k logits) and experts stacked in x @ W form (mlp.experts.gate_up_proj [E, hidden, 2f],
+gate and up columns interleaved, with biases) under the clamped SwiGLU.
 
 Written from the HF modeling semantics; it does not share code or reading with astr's C++ implementation.
 Everything is computed in float64.
@@ -111,6 +117,30 @@ def rope_inv_freq(cfg: dict, head_dim: int) -> tuple[np.ndarray, float]:
         smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
         is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
         return np.where(is_medium, smoothed, inv_freq_llama), 1.0
+    if rope_type == "yarn":
+        # _compute_yarn_parameters: interpolation (/ factor) above the correction range, the
+        # original frequencies below it, a linear ramp across; cos / sin times attention_factor.
+        factor = float(scaling["factor"])
+        orig = float(scaling["original_max_position_embeddings"])
+        beta_fast = float(scaling.get("beta_fast") or 32)
+        beta_slow = float(scaling.get("beta_slow") or 1)
+
+        def corr_dim(rot: float) -> float:
+            return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        inv = inv_freq / factor * (1 - extrapolation) + inv_freq * extrapolation
+        att = scaling.get("attention_factor")
+        if att is None:
+            att = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv, float(att)
     raise NotImplementedError(f"rope_scaling type {rope_type!r} is not implemented in the reference")
 
 
@@ -174,7 +204,12 @@ class ReferenceModel:
             self.t = {k: (round_bf16(v) if v.ndim == 2 else v) for k, v in self.t.items()}
         self._act = round_bf16 if self.emulate_bf16 else (lambda a: a)
         self.model_type = c.get("model_type", "llama")
-        if self.model_type not in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"):
+        if self.model_type == "gpt_oss" and not c.get("rope_scaling"):
+            c = self.cfg = dict(c, rope_scaling=c.get("rope_parameters") or {
+                "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": False, "original_max_position_embeddings": 4096})
+            c.setdefault("rope_theta", c["rope_scaling"].get("rope_theta", 150000.0))
+        if self.model_type not in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss"):
             raise NotImplementedError(f"model_type {self.model_type!r}")
         act = c.get("hidden_act", "silu")
         if act not in ("silu", "swish"):
@@ -206,6 +241,10 @@ class ReferenceModel:
             return None
         if self.model_type == "mistral":
             return int(sw)
+        if self.model_type == "gpt_oss":
+            types = c.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else
+                                             "full_attention" for i in range(self.n_layers)]
+            return int(sw) if types[layer] == "sliding_attention" else None
         if self.model_type in ("qwen2", "qwen3"):
             # HF Qwen2/Qwen3: sliding attention only with use_sliding_window, on layers >= max_window_layers.
             if c.get("use_sliding_window") and layer >= int(c.get("max_window_layers", 0)):
@@ -254,9 +293,15 @@ class ReferenceModel:
             k = np.repeat(k, n_rep, axis=0)  # repeat_kv: head h -> kv head h // n_rep
             v = np.repeat(v, n_rep, axis=0)
             scores = q @ k.transpose(0, 2, 1) * scale + self._mask(seq, self._sliding_window(i))[None]
+            sinks = t.get(p + "self_attn.sinks")
+            if sinks is not None:  # gpt-oss: one more logit per head, weighing no value
+                scores = np.concatenate(
+                    [scores, np.broadcast_to(sinks[:, None, None], (nh, seq, 1))], axis=-1)
             scores = scores - scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)
+            if sinks is not None:
+                probs = probs[..., :-1]
             attn = (probs @ v).transpose(1, 0, 2).reshape(seq, nh * hd)
             o = self._act(attn) @ t[p + "self_attn.o_proj.weight"].T
             ob = t.get(p + "self_attn.o_proj.bias")
@@ -265,6 +310,9 @@ class ReferenceModel:
             x = self._act(rms_norm(h, t[p + "post_attention_layernorm.weight"], self.eps))
             if p + "mlp.gate.weight" in t:  # Qwen3-MoE: a mixture of experts
                 h = h + self._moe(p + "mlp.", x)
+                continue
+            if p + "mlp.router.weight" in t:  # gpt-oss
+                h = h + self._gpt_oss_moe(p + "mlp.", x)
                 continue
             g = x @ t[p + "mlp.gate_proj.weight"].T
             u = x @ t[p + "mlp.up_proj.weight"].T
@@ -290,6 +338,30 @@ class ReferenceModel:
                 g = x[r] @ t[q + "gate_proj.weight"].T
                 u = x[r] @ t[q + "up_proj.weight"].T
                 out[r] += we * (self._act(silu(g) * u) @ t[q + "down_proj.weight"].T)
+        return out
+
+    def _gpt_oss_moe(self, p: str, x: np.ndarray) -> np.ndarray:
+        """gpt-oss's experts, row by row: the top-k router logits (with its bias) softmaxed, each
+        chosen expert's x @ gate_up + bias split into interleaved gate / up columns, the clamped
+        SwiGLU ((clamp(up, +-L) + 1) * g * sigmoid(alpha g), g = min(gate, L)), then @ down +
+        bias."""
+        t, c = self.t, self.cfg
+        k = int(c["num_experts_per_tok"])
+        limit, alpha = float(c.get("swiglu_limit", 7.0)), float(c.get("swiglu_alpha", 1.702))
+        logits = x @ t[p + "router.weight"].T + t[p + "router.bias"]
+        gate_up, gate_up_b = t[p + "experts.gate_up_proj"], t[p + "experts.gate_up_proj_bias"]
+        down, down_b = t[p + "experts.down_proj"], t[p + "experts.down_proj_bias"]
+        out = np.zeros_like(x)
+        for r in range(x.shape[0]):
+            top = np.argsort(-logits[r], kind="stable")[:k]
+            w = np.exp(logits[r][top] - logits[r][top].max())
+            w /= w.sum()
+            for e, we in zip(top, w):
+                gu = x[r] @ gate_up[e] + gate_up_b[e]
+                g = np.minimum(gu[0::2], limit)
+                u = np.clip(gu[1::2], -limit, limit)
+                act = (u + 1) * g / (1 + np.exp(-alpha * g))
+                out[r] += we * (self._act(act) @ down[e] + down_b[e])
         return out
 
     def greedy(self, prompt: list[int], max_tokens: int) -> tuple[list[int], list[np.ndarray]]:

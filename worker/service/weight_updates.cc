@@ -83,7 +83,24 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     std::vector<int64_t> part_rows, whole_shape;
     std::string layer;
     const model::FusedTensorNames* fused = nullptr;
-    if (model::MatchHfStackedExperts(config_, spec.name(), &layer, &part_names, &whole_shape)) {
+    std::string rest;
+    std::vector<model::TransposedExpertPart> tparts;
+    const model::Architecture* arch = model::FindArchitecture(config_.architecture);
+    if (arch != nullptr && arch->hf_experts_transposed &&
+        model::SplitLayerName(spec.name(), "model.layers.", &layer, &rest) && layer.size() < 10 &&
+        std::stoll(layer) < config_.num_layers && config_.LayerIsMoe(std::stoll(layer)) &&
+        model::MatchTransposedExperts(config_, rest, &whole_shape, &tparts)) {
+      // gpt-oss's stacked experts: each expert's parts gathered out of the x @ W form.
+      canonical = spec.name();
+      expected[canonical] = whole_shape;
+      for (int64_t e = 0; e < config_.num_experts; ++e) {
+        for (const auto& tp : tparts) {
+          parts.push_back("layers." + layer + ".experts." + std::to_string(e) + "." + tp.part);
+          part_rows.push_back(tp.shape[0]);
+        }
+      }
+    } else if (model::MatchHfStackedExperts(config_, spec.name(), &layer, &part_names,
+                                            &whole_shape)) {
       // (Its name of the router is a plain tensor.)
       canonical = part_names.size() == 1 ? part_names[0] : spec.name();
       if (part_names.size() == 1) part_names.clear();
@@ -133,6 +150,10 @@ Status WeightStager::Begin(const v1::WeightManifest& manifest) {
     Pending& p = pending_.emplace_back();
     p.parts = std::move(parts);
     p.part_rows = std::move(part_rows);
+    if (!tparts.empty()) {
+      p.transposed = rest;
+      p.transposed_parts = std::move(tparts);
+    }
     p.tensor = std::make_shared<UpdateTensor>();
     UpdateTensor& t = *p.tensor;
     t.hf_name = spec.name();
@@ -204,6 +225,7 @@ Status WeightStager::Complete(Pending& p) {
                          Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
   }
   if (p.parts.empty()) return Deliver(p.tensor);
+  if (!p.transposed.empty()) return SplitTransposed(p);
   // Fused or stacked: each part's rows copied into a tensor of its own, which goes on as if pushed
   // alone.
   const int64_t cols = t.shape.back();
@@ -227,6 +249,44 @@ Status WeightStager::Complete(Pending& p) {
     }
     std::memcpy(part->data.get(), t.data.get() + offset, part->bytes);
     offset += part->bytes;
+    model::ContentHasher64 h;
+    h.Update(part->data.get(), part->bytes);
+    part->xxh64 = h.Digest();
+    ASTR_RETURN_IF_ERROR(Deliver(part));
+    p.split.push_back(std::move(part));
+  }
+  ReceiveBuffers::Global().Put(std::move(t.data));
+  return OkStatus();
+}
+
+Status WeightStager::SplitTransposed(Pending& p) {
+  UpdateTensor& t = *p.tensor;
+  const size_t elem = t.bytes / static_cast<size_t>([&] {
+                        int64_t n = 1;
+                        for (int64_t d : t.shape) n *= d;
+                        return n;
+                      }());
+  const size_t per_expert = p.transposed_parts.size();
+  for (size_t k = 0; k < p.parts.size(); ++k) {
+    const model::TransposedExpertPart& tp = p.transposed_parts[k % per_expert];
+    auto part = std::make_shared<UpdateTensor>();
+    part->hf_name = t.hf_name + " (" + p.parts[k] + ")";
+    part->canonical = p.parts[k];
+    part->dtype = t.dtype;
+    part->shape = tp.shape;
+    int64_t n = 1;
+    for (int64_t d : tp.shape) n *= d;
+    part->bytes = elem * static_cast<size_t>(n);
+    part->half_to_interleaved = false;
+    part->norm_shift = 0.0f;
+    part->data = ReceiveBuffers::Global().Take(part->bytes);
+    if (!part->data) {
+      return ResourceExhaustedError("tensor '" + part->hf_name + "': cannot allocate " +
+                                    std::to_string(part->bytes) + " bytes");
+    }
+    model::CopyTransposedExpert(config_, p.transposed, k % per_expert,
+                                static_cast<int64_t>(k / per_expert), t.data.get(), elem,
+                                part->data.get());
     model::ContentHasher64 h;
     h.Update(part->data.get(), part->bytes);
     part->xxh64 = h.Digest();

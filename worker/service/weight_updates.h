@@ -12,9 +12,9 @@
 // mapping of it stays open between updates.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +23,7 @@
 #include "astr/v1/admin.pb.h"
 #include "astr/v1/worker.pb.h"
 #include "common/base/status.h"
+#include "common/model/architecture.h"
 #include "common/model/content_hash.h"
 #include "common/model/model_config.h"
 #include "worker/backend.h"
@@ -65,6 +66,10 @@ class WeightStager {
     // once complete, the parts it was split into (tensor then holds no bytes).
     std::vector<std::string> parts;
     std::vector<int64_t> part_rows;
+    // gpt-oss-style stacked experts (model::MatchTransposedExperts): the tensor's name after
+    // "model.layers.N." and its parts' shapes; parts[i] is expert i / parts-per-expert's.
+    std::string transposed;
+    std::vector<model::TransposedExpertPart> transposed_parts;
     std::vector<std::shared_ptr<UpdateTensor>> split;
     uint64_t received = 0;
     bool has_checksum = false;
@@ -74,6 +79,8 @@ class WeightStager {
 
   // Tensor `p` is complete: its checksum, then (split into its parts when fused) the builder.
   Status Complete(Pending& p);
+  // Splits complete tensor `p` of gpt-oss-style stacked experts into its parts (Complete's).
+  Status SplitTransposed(Pending& p);
   // Hands `t` to the builder (keeping what it was) or keeps it whole.
   Status Deliver(std::shared_ptr<UpdateTensor>& t);
 
