@@ -123,6 +123,9 @@ struct Options {
          attn_softcap = 50.0, final_softcap = 30.0, swiglu_limit = 7.0;
   bool tie = false, qk_norm = false, gated = false, norm_topk_prob = false;
   int64_t experts = 8, experts_per_tok = 2, moe_ffn = 0, moe_layer_step = 1, shared_ffn = 0;
+  int64_t expert_groups = 1, topk_groups = 1, first_dense = 1;
+  double routed_scaling = 1.0;
+  bool attention_bias = false;
   std::string dense_layers;
 };
 
@@ -186,6 +189,25 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
       }
       c.dense_layers.push_back(l);
     }
+  } else if (o.arch == "glm4_moe") {
+    // GLM-4.5's layer (common/model/arch/glm.cc): the first --first-dense layers dense (--ffn),
+    // then 'experts' of --moe-ffn with sigmoid routing, a random choice bias, --expert-groups
+    // groups of which --topk-groups stay, weights times --routed-scaling, ungated shared experts
+    // (--shared-ffn, a multiple of --moe-ffn); partial rotary over half the head.
+    c.qkv_bias = o.attention_bias;
+    c.qk_norm = o.qk_norm ? model::QkNorm::kBeforeRope : model::QkNorm::kNone;
+    c.rope_dim = c.head_dim / 2;
+    c.num_experts = o.experts;
+    c.num_experts_per_tok = o.experts_per_tok;
+    c.moe_intermediate_size = o.moe_ffn > 0 ? o.moe_ffn : o.ffn;
+    c.shared_expert_intermediate_size = o.shared_ffn;
+    c.shared_expert_gated = false;
+    c.norm_topk_prob = o.norm_topk_prob;
+    c.router_sigmoid = c.router_choice_bias = true;
+    c.router_groups = o.expert_groups;
+    c.router_topk_groups = o.topk_groups;
+    c.routed_scaling_factor = o.routed_scaling;
+    for (int64_t l = 0; l < o.first_dense && l < c.num_layers; ++l) c.dense_layers.push_back(l);
   } else if (o.arch == "gpt_oss") {
     // gpt-oss's layer (common/model/arch/gpt_oss.cc): every MLP a mixture of --experts of --ffn
     // with biases, clamped SwiGLU, attention biases and sinks, sliding / global alternation.
@@ -233,7 +255,7 @@ StatusOr<model::ModelConfig> BuildConfig(const Options& o) {
   } else {
     return InvalidArgumentError(
         "--arch must be llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, "
-        "autoregressive_lm, gemma2, gemma3, phi3 or gpt_oss");
+        "autoregressive_lm, gemma2, gemma3, phi3, gpt_oss or glm4_moe");
   }
   if (!(o.init_std > 0.0 && o.init_std <= 1.0)) {
     return InvalidArgumentError("--init-std must be in (0, 1]");
@@ -590,7 +612,7 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String(
       "arch", &o.arch,
       "llama | mistral | mixtral | qwen2 | qwen2_moe | qwen3 | qwen3_moe | autoregressive_lm | "
-      "gemma2 | gemma3 | phi3 | gpt_oss.");
+      "gemma2 | gemma3 | phi3 | gpt_oss | glm4_moe.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format,
             "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss) or hf "
@@ -635,14 +657,16 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("hidden-act", &o.hidden_act,
             "--format hf: the MLP's activation, config.json hidden_act: silu (SwiGLU) or "
             "gelu_pytorch_tanh (GeGLU).");
-  fs.Int("experts", &o.experts, "qwen3_moe, qwen2_moe, mixtral, gpt_oss: experts per MoE layer.");
+  fs.Int("experts", &o.experts,
+         "qwen3_moe, qwen2_moe, mixtral, gpt_oss, glm4_moe: experts per MoE layer.");
   fs.Int("experts-per-tok", &o.experts_per_tok,
-         "qwen3_moe, qwen2_moe, mixtral, gpt_oss: experts each token is routed to.");
+         "MoE architectures: experts each token is routed to.");
   fs.Int("moe-ffn", &o.moe_ffn,
          "qwen3_moe, qwen2_moe: each expert's intermediate size (0: --ffn, which the dense layers "
          "keep; mixtral's and gpt_oss's experts take --ffn).");
   fs.Int("shared-ffn", &o.shared_ffn,
-         "qwen2_moe: the shared expert's intermediate size (0: --ffn).");
+         "qwen2_moe: the shared expert's intermediate size (0: --ffn); glm4_moe: the shared "
+         "experts' (a multiple of --moe-ffn; 0: none).");
   fs.Double("router-std", &o.router_std,
             "MoE architectures: standard deviation of the random router weights (0: "
             "--init-std); larger values make routing decisive, as a trained router's is (tests).");
@@ -656,13 +680,26 @@ int RunMakeModel(int argc, const char* const* argv) {
   fs.String("dense-layers", &o.dense_layers,
             "qwen3_moe, qwen2_moe: comma-separated layers that keep a dense MLP (mlp_only_layers; "
             "hf only).");
+  fs.Int("expert-groups", &o.expert_groups,
+         "glm4_moe: expert groups (n_group) the router picks among.");
+  fs.Int("topk-groups", &o.topk_groups, "glm4_moe: groups that stay per token (topk_group).");
+  fs.Double(
+      "routed-scaling", &o.routed_scaling,
+      "glm4_moe: the chosen experts' weights are multiplied by this (routed_scaling_factor).");
+  fs.Int("first-dense", &o.first_dense,
+         "glm4_moe: the first N layers keep a dense MLP of --ffn (first_k_dense_replace).");
+  fs.Bool("attention-bias", &o.attention_bias, "glm4_moe: biases on q, k and v (attention_bias).");
   fs.Double("swiglu-limit", &o.swiglu_limit,
             "gpt_oss: the clamped SwiGLU's limit (config.json swiglu_limit; GGUF holds 7 only).");
-  fs.Bool("qk-norm", &o.qk_norm, "autoregressive_lm: q/k RMSNorm after RoPE (default on).");
+  fs.Bool("qk-norm", &o.qk_norm,
+          "autoregressive_lm: q/k RMSNorm after RoPE (default on); glm4_moe: before RoPE "
+          "(use_qk_norm, default off).");
   fs.Bool("gated-attention", &o.gated,
           "autoregressive_lm: sigmoid-gated attention output (default on).");
   if (int rc = fs.ParseOrExit(argc, argv); rc >= 0) return rc;
-  if (o.arch == "qwen3_moe" && !fs.WasSet("norm-topk-prob")) o.norm_topk_prob = true;
+  if ((o.arch == "qwen3_moe" || o.arch == "glm4_moe") && !fs.WasSet("norm-topk-prob")) {
+    o.norm_topk_prob = true;
+  }
   if (o.arch == "autoregressive_lm") {
     if (!fs.WasSet("qk-norm")) o.qk_norm = true;
     if (!fs.WasSet("gated-attention")) o.gated = true;

@@ -67,7 +67,7 @@ def greedy_run(torch, model, ids: list[int]) -> dict:
         moe = getattr(model.config, "num_experts_per_tok", 0)
         out = model(torch.tensor([ids + greedy]), **({"output_router_logits": True} if moe else {}))
         logits = out.logits[0].double()
-        margins = route_margins(torch, out.router_logits, moe) if moe else None
+        margins = route_margins(torch, out.router_logits, moe, model) if moe else None
     steps = logits[len(ids) - 1: len(ids) - 1 + len(greedy)]
     logp = torch.log_softmax(steps, dim=-1)
     top = torch.topk(logp, cases.TOP_N, dim=-1)
@@ -92,15 +92,43 @@ def greedy_run(torch, model, ids: list[int]) -> dict:
     }
 
 
-def route_margins(torch, router_logits, k: int) -> list[float]:
+def route_margins(torch, router_logits, k: int, model=None) -> list[float]:
     """Mixture of experts: per position of the teacher-forced sequence, the smallest gap over the
     MoE layers between the k-th and the (k+1)-th largest router logit (0 when every expert is
-    chosen). A small one is a routing near-tie that rounding (bf16 activations) could flip."""
+    chosen). A small one is a routing near-tie that rounding (bf16 activations) could flip.
+    Sigmoid routers (GLM-4.5, DeepSeek-V3: n_group, e_score_correction_bias) choose by the score
+    sigmoid(logit) + bias within the kept groups: there the gaps are those of the choice scores
+    (the k-th against the (k+1)-th kept one, and the topk_group-th group's score against the next
+    group's), times 4, sigmoid's steepest slope being 1/4 (so in logit units, at most the logit
+    change that closes them)."""
+    cfg = getattr(model, "config", None)
+    groups = getattr(cfg, "n_group", None)
+    biases = []
+    if groups is not None:
+        for layer in model.model.layers:
+            gate = getattr(layer.mlp, "gate", None)
+            if gate is not None and hasattr(gate, "e_score_correction_bias"):
+                biases.append(gate.e_score_correction_bias.double())
     best = None
-    for layer in router_logits:
+    for i, layer in enumerate(router_logits):
         logits = layer.double()
-        top = torch.topk(logits, min(k + 1, logits.shape[-1]), dim=-1).values
-        gap = top[:, k - 1] - top[:, k] if top.shape[-1] > k else torch.zeros(top.shape[0])
+        if groups is not None:
+            choice = torch.sigmoid(logits) + biases[i]
+            n = choice.shape[-1]
+            grouped = choice.view(-1, groups, n // groups)
+            group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
+            kept_n = cfg.topk_group
+            gtop = torch.topk(group_scores, min(kept_n + 1, groups), dim=-1)
+            ggap = (gtop.values[:, kept_n - 1] - gtop.values[:, kept_n] if groups > kept_n
+                    else torch.full((choice.shape[0],), float("inf"), dtype=choice.dtype))
+            mask = torch.zeros_like(group_scores).scatter_(1, gtop.indices[:, :kept_n], 1.0)
+            masked = (grouped * mask.unsqueeze(-1)).reshape(-1, n)
+            top = torch.topk(masked, min(k + 1, n), dim=-1).values
+            egap = top[:, k - 1] - top[:, k] if top.shape[-1] > k else torch.zeros(top.shape[0])
+            gap = 4 * torch.minimum(ggap, egap)
+        else:
+            top = torch.topk(logits, min(k + 1, logits.shape[-1]), dim=-1).values
+            gap = top[:, k - 1] - top[:, k] if top.shape[-1] > k else torch.zeros(top.shape[0])
         best = gap if best is None else torch.minimum(best, gap)
     return [round(float(g), 7) for g in best]
 

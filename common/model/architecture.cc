@@ -17,6 +17,7 @@ extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
 extern const Architecture kPhi3Architecture;
 extern const Architecture kGptOssArchitecture;
+extern const Architecture kGlm4MoeArchitecture;
 
 namespace {
 
@@ -291,7 +292,8 @@ const std::vector<const Architecture*>& Architectures() {
       &kQwen2MoeArchitecture, &kQwen3Architecture,
       &kQwen3MoeArchitecture, &kAutoregressiveLmArchitecture,
       &kGemma2Architecture,   &kGemma3Architecture,
-      &kPhi3Architecture,     &kGptOssArchitecture};
+      &kPhi3Architecture,     &kGptOssArchitecture,
+      &kGlm4MoeArchitecture};
   return all;
 }
 

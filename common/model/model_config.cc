@@ -123,6 +123,26 @@ Status ModelConfig::Validate() const {
     return Bad("num_experts", "is 0 but the config has router / expert biases");
   }
   if (num_experts > 0) {
+    if (router_groups < 1 || router_groups > 64 || num_experts % router_groups != 0 ||
+        (router_groups > 1 && num_experts / router_groups < 2)) {
+      return Bad("n_group", "must divide num_experts " + std::to_string(num_experts) +
+                                " into at most 64 groups of at least 2, got " +
+                                std::to_string(router_groups));
+    }
+    if (router_topk_groups < 1 || router_topk_groups > router_groups ||
+        num_experts_per_tok > router_topk_groups * (num_experts / router_groups)) {
+      return Bad("topk_group",
+                 "must be in [1, n_group] and keep num_experts_per_tok experts, got " +
+                     std::to_string(router_topk_groups));
+    }
+    if (!(routed_scaling_factor > 0.0) || !std::isfinite(routed_scaling_factor)) {
+      return Bad("routed_scaling_factor", "must be > 0 and finite");
+    }
+    if (!router_sigmoid && (router_choice_bias || router_groups > 1)) {
+      return Bad("scoring_func", "softmax routing has no choice bias or expert groups");
+    }
+  }
+  if (num_experts > 0) {
     if (num_experts > 4096) {
       return Bad("num_experts", "must be at most 4096, got " + std::to_string(num_experts));
     }
@@ -227,6 +247,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       // Part by part (every expert's gate_proj, then up_proj, then down_proj): GGUF stacks them.
       w.push_back({p + "router", {c.num_experts, c.hidden_size}});
       if (c.router_bias) w.push_back({p + "router_bias", {c.num_experts}});
+      if (c.router_choice_bias) w.push_back({p + "router_choice_bias", {c.num_experts}});
       const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
       std::vector<std::pair<const char*, std::vector<int64_t>>> parts = {
           {"gate_proj", {f, h}}, {"up_proj", {f, h}}, {"down_proj", {h, f}}};
@@ -242,7 +263,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
         w.push_back({p + "shared_expert.gate_proj", {s, h}});
         w.push_back({p + "shared_expert.up_proj", {s, h}});
         w.push_back({p + "shared_expert.down_proj", {h, s}});
-        w.push_back({p + "shared_expert_gate", {1, h}});
+        if (c.shared_expert_gated) w.push_back({p + "shared_expert_gate", {1, h}});
       }
     } else {
       w.push_back({p + "gate_proj", {c.intermediate_size, c.hidden_size}});
@@ -468,7 +489,15 @@ StatusOr<ModelConfig> ConfigFromHfJson(const std::string& path) {
   ASTR_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", c.num_heads));
   if (c.num_heads <= 0) return r.Error("num_attention_heads", "must be positive");
   ASTR_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", c.hidden_size / c.num_heads));
-  ASTR_ASSIGN_OR_RETURN(double partial, r.Number("partial_rotary_factor", 1.0));
+  // partial_rotary_factor: top-level, or (transformers 5) in a single rope_parameters set.
+  double partial = 1.0;
+  if (r.Has("partial_rotary_factor") || !r.Has("rope_parameters") ||
+      !r.raw()["rope_parameters"].is_object() || RopeParametersPerLayerType(r)) {
+    ASTR_ASSIGN_OR_RETURN(partial, r.Number("partial_rotary_factor", 1.0));
+  } else {
+    ConfigJson rp(r.raw()["rope_parameters"], path + ": rope_parameters");
+    ASTR_ASSIGN_OR_RETURN(partial, rp.Number("partial_rotary_factor", 1.0));
+  }
   if (!(partial > 0.0 && partial <= 1.0)) {
     return r.Error("partial_rotary_factor", "must be in (0, 1], got " + std::to_string(partial));
   }

@@ -154,6 +154,18 @@ struct ModelConfig {
   // (expert_bias).
   bool router_bias = false;
   bool expert_bias = false;
+  // DeepSeek-V3-style routing (GLM-4.5; kernels/common/moe_route.h): sigmoid scores instead of a
+  // softmax, a per-expert bias on the scores that only the choice sees (router_choice_bias:
+  // e_score_correction_bias, noaux_tc), experts in router_groups groups of which the
+  // router_topk_groups best stay, and the chosen weights times routed_scaling_factor.
+  bool router_sigmoid = false;
+  bool router_choice_bias = false;
+  int64_t router_groups = 1;
+  int64_t router_topk_groups = 1;
+  double routed_scaling_factor = 1.0;
+  // Whether the shared expert is scaled by sigmoid(h . shared_expert_gate) (Qwen2-MoE) or added as
+  // it is (GLM-4.5's shared_experts).
+  bool shared_expert_gated = true;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -198,7 +210,8 @@ struct ModelConfig {
 //   layers.{i}.experts.{e}.gate_proj, up_proj [moe_intermediate, hidden]  down_proj [hidden,
 //   moe_intermediate]   for e in [0, num_experts)
 //   layers.{i}.shared_expert.gate_proj, up_proj [shared, hidden]  down_proj [hidden, shared]
-//   layers.{i}.shared_expert_gate [1, hidden]         (shared_expert_intermediate_size > 0)
+//   layers.{i}.shared_expert_gate [1, hidden]   (shared_expert_intermediate_size > 0 and gated)
+//   layers.{i}.router_choice_bias [num_experts]                              (router_choice_bias)
 //   layers.{i}.router_bias [num_experts]                                            (router_bias)
 //   layers.{i}.experts.{e}.gate_bias, up_bias [moe_intermediate]  down_bias [hidden] (expert_bias)
 // q_proj / k_proj rows are in the order the config's rope_layout expects. The list grows with

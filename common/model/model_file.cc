@@ -229,8 +229,14 @@ Status ModelFile::OpenHf() {
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
   // gpt-oss's MXFP4 experts: (layer, gate_up_proj / down_proj) -> their blocks and scales.
   std::map<std::pair<std::string, std::string>, std::pair<TensorView, TensorView>> mxfp4;
+  const Architecture* description = FindArchitecture(config_.architecture);
   for (const auto& [name, t] : safetensors_->tensors()) {
     std::string layer;
+    if (std::string rest; description != nullptr && description->hf_mtp_layers &&
+                          SplitLayerName(name, "model.layers.", &layer, &rest) &&
+                          layer.size() < 10 && std::stoll(layer) >= config_.num_layers) {
+      continue;  // a multi-token-prediction layer: not served
+    }
     const FusedTensorNames* fused = nullptr;
     if (MatchFusedTensor(config_.architecture, name, /*gguf=*/false, &layer, &fused)) {
       auto fused_dtype = safetensors_->ReadableDType(t);

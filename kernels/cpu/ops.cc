@@ -157,27 +157,17 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 void Scale(float* y, float alpha, int64_t n) { ScaleIsa(ActiveIsa(), y, alpha, n); }
 void AddInPlace(float* y, const float* x, int64_t n) { AddInPlaceIsa(ActiveIsa(), y, x, n); }
 
+void RouteTopK(const float* logits, const moe::RouteParams& p, int32_t* experts, float* weights) {
+  moe::RouteRow(
+      logits, p, [](float x) { return std::exp(x); }, experts, weights);
+}
 void RouteTopK(const float* logits, int64_t n, int64_t k, bool normalize, int32_t* experts,
                float* weights) {
-  float max = logits[0];
-  for (int64_t i = 1; i < n; ++i) max = std::max(max, logits[i]);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
-  float picked = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; ++i) {
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken = taken || experts[q] == i;
-      if (!taken && (best < 0 || logits[i] > logits[best])) best = i;
-    }
-    experts[j] = static_cast<int32_t>(best);
-    weights[j] = std::exp(logits[best] - max) / sum;
-    picked += weights[j];
-  }
-  if (normalize) {
-    for (int64_t j = 0; j < k; ++j) weights[j] /= picked;
-  }
+  moe::RouteParams p;
+  p.num_experts = static_cast<int>(n);
+  p.top_k = static_cast<int>(k);
+  p.normalize = normalize;
+  RouteTopK(logits, p, experts, weights);
 }
 void F32ToBf16(const float* x, uint16_t* y, int64_t n) { F32ToBf16Isa(ActiveIsa(), x, y, n); }
 void Bf16ToF32(const uint16_t* x, float* y, int64_t n) { Bf16ToF32Isa(ActiveIsa(), x, y, n); }

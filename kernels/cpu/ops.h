@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/moe_route.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace astr::cpu {
@@ -51,6 +52,10 @@ void AddInPlace(float* y /*[n]*/, const float* x /*[n]*/, int64_t n);         //
 // softmax(logits[0, n)) in f32, the k largest p in decreasing order (ties: the lower expert) into
 // experts[0, k) and their p into weights[0, k), divided by their sum when `normalize`. Scalar: a
 // row's n is small next to the expert GEMMs it picks.
+// The general form (softmax or sigmoid scoring, a choice bias, expert groups, a scale:
+// kernels/common/moe_route.h, shared with the CUDA kernel).
+void RouteTopK(const float* logits /*[p.num_experts]*/, const moe::RouteParams& p,
+               int32_t* experts /*[p.top_k]*/, float* weights /*[p.top_k]*/);
 void RouteTopK(const float* logits /*[n]*/, int64_t n, int64_t k, bool normalize,
                int32_t* experts /*[k]*/, float* weights /*[k]*/);
 // Round-to-nearest-even; NaN stays a (quiet) NaN.

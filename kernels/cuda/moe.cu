@@ -20,34 +20,15 @@ constexpr int kCombineThreads = 256;
 
 cudaError_t LaunchError() { return cudaGetLastError(); }
 
-// One thread per row: the same sequence of f32 operations as cpu::RouteTopK.
-__global__ void MoeRouteKernel(const float* __restrict__ logits, int num_tokens, int num_experts,
-                               int top_k, bool normalize, int32_t* __restrict__ experts,
+// One thread per row: the same sequence of f32 operations as cpu::RouteTopK (moe_route.h).
+__global__ void MoeRouteKernel(const float* __restrict__ logits, int num_tokens,
+                               const moe::RouteParams p, int32_t* __restrict__ experts,
                                float* __restrict__ weights) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= num_tokens) return;
-  const float* l = logits + static_cast<int64_t>(t) * num_experts;
-  int32_t* ex = experts + static_cast<int64_t>(t) * top_k;
-  float* w = weights + static_cast<int64_t>(t) * top_k;
-  float max = l[0];
-  for (int i = 1; i < num_experts; ++i) max = fmaxf(max, l[i]);
-  float sum = 0.0f;
-  for (int i = 0; i < num_experts; ++i) sum += expf(l[i] - max);
-  float picked = 0.0f;
-  for (int j = 0; j < top_k; ++j) {
-    int best = -1;
-    for (int i = 0; i < num_experts; ++i) {
-      bool taken = false;
-      for (int q = 0; q < j; ++q) taken = taken || ex[q] == i;
-      if (!taken && (best < 0 || l[i] > l[best])) best = i;
-    }
-    ex[j] = best;
-    w[j] = expf(l[best] - max) / sum;
-    picked += w[j];
-  }
-  if (normalize) {
-    for (int j = 0; j < top_k; ++j) w[j] /= picked;
-  }
+  moe::RouteRow(
+      logits + static_cast<int64_t>(t) * p.num_experts, p, [](float x) { return expf(x); },
+      experts + static_cast<int64_t>(t) * p.top_k, weights + static_cast<int64_t>(t) * p.top_k);
 }
 
 // One block: each thread counts (then places) the pairs of its experts, scanning the pairs in
@@ -172,19 +153,22 @@ __global__ void AddSharedExpertKernel(const bf16* __restrict__ x, int64_t ldx,
                                       const bf16* __restrict__ gate, const float* __restrict__ y,
                                       int cols, float* __restrict__ out) {
   const int t = blockIdx.x;
-  __shared__ float partial[kCombineThreads];
-  float dot = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    dot = fmaf(__bfloat162float(x[static_cast<int64_t>(t) * ldx + c]), __bfloat162float(gate[c]),
-               dot);
-  }
-  partial[threadIdx.x] = dot;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+  float scale = 1.0f;  // an ungated shared expert (GLM-4.5's)
+  if (gate != nullptr) {
+    __shared__ float partial[kCombineThreads];
+    float dot = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      dot = fmaf(__bfloat162float(x[static_cast<int64_t>(t) * ldx + c]), __bfloat162float(gate[c]),
+                 dot);
+    }
+    partial[threadIdx.x] = dot;
     __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+      __syncthreads();
+    }
+    scale = 1.0f / (1.0f + expf(-partial[0]));
   }
-  const float scale = 1.0f / (1.0f + expf(-partial[0]));
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
     const int64_t at = static_cast<int64_t>(t) * cols + c;
     out[at] = fmaf(scale, y[at], out[at]);
@@ -202,17 +186,29 @@ cudaError_t LaunchAddSharedExpert(const bf16* x, int64_t ldx, const bf16* gate, 
   return LaunchError();
 }
 
-cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, int num_experts, int top_k,
-                           bool normalize, int32_t* experts, float* weights, cudaStream_t stream) {
-  if (num_tokens < 0 || num_experts < 1 || num_experts > kMaxMoeExperts || top_k < 1 ||
-      top_k > num_experts || top_k > kMaxMoeTopK) {
+cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, const moe::RouteParams& p,
+                           int32_t* experts, float* weights, cudaStream_t stream) {
+  const int n = p.num_experts, top_k = p.top_k;
+  if (num_tokens < 0 || n < 1 || n > kMaxMoeExperts || top_k < 1 || top_k > n ||
+      top_k > kMaxMoeTopK || p.groups < 1 || p.groups > 64 || n % p.groups != 0 ||
+      (p.groups > 1 && n / p.groups < 2) || p.topk_groups < 1 || p.topk_groups > p.groups ||
+      top_k > p.topk_groups * (n / p.groups)) {
     return cudaErrorInvalidValue;
   }
   if (num_tokens == 0) return cudaSuccess;
   ASTR_LAUNCH_KERNEL(MoeRouteKernel, (num_tokens + kRouteThreads - 1) / kRouteThreads,
                      kRouteThreads, 0, stream)
-  (logits, num_tokens, num_experts, top_k, normalize, experts, weights);
+  (logits, num_tokens, p, experts, weights);
   return LaunchError();
+}
+
+cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, int num_experts, int top_k,
+                           bool normalize, int32_t* experts, float* weights, cudaStream_t stream) {
+  moe::RouteParams p;
+  p.num_experts = num_experts;
+  p.top_k = top_k;
+  p.normalize = normalize;
+  return LaunchMoeRoute(logits, num_tokens, p, experts, weights, stream);
 }
 
 cudaError_t LaunchMoeSort(const int32_t* experts, int pairs, int top_k, int num_experts,

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/moe_route.h"
 #include "kernels/cuda/kv_layout.h"
 
 namespace astr::cuda {
@@ -41,6 +42,11 @@ inline int64_t MoeMaxTiles(int64_t pairs, int64_t num_experts) {
 // (CUDA's expf: <= 2 ulp from the CPU's).
 cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, int num_experts, int top_k,
                            bool normalize, int32_t* experts, float* weights, cudaStream_t stream);
+// The general form (kernels/common/moe_route.h: softmax or sigmoid scoring, a choice bias on the
+// device, expert groups, a scale), cpu::RouteTopK's arithmetic likewise. Groups must divide the
+// experts into groups of at least two, at most 64 of them.
+cudaError_t LaunchMoeRoute(const float* logits, int num_tokens, const moe::RouteParams& p,
+                           int32_t* experts, float* weights, cudaStream_t stream);
 
 // The pairs p = t * top_k + j (row t's j-th choice, experts [pairs]) sorted by expert, rows
 // ascending within an expert (counting sort, deterministic): pair_row[i] is the row of the i-th
@@ -69,7 +75,8 @@ cudaError_t LaunchMoeCombine(const float* y, int64_t ldy, const int32_t* experts
 
 // Qwen2-MoE's shared expert, added to the experts' sum: for t < num_tokens, s = sigmoid(dot(x[t],
 // gate)) (x [T, cols] bf16 row stride ldx, gate [cols] bf16, the dot in f32) and out[t, c] =
-// fma(s, y[t, c], out[t, c]) (y, out [T, cols] f32).
+// fma(s, y[t, c], out[t, c]) (y, out [T, cols] f32). A null gate (GLM-4.5's ungated shared
+// experts): s = 1, x unread.
 cudaError_t LaunchAddSharedExpert(const bf16* x, int64_t ldx, const bf16* gate, const float* y,
                                   int num_tokens, int cols, float* out, cudaStream_t stream);
 

@@ -513,6 +513,46 @@ TEST(ModelConfigTest, HfGptOssDefaultsAndErrors) {
   }
 }
 
+// GLM-4.5-Air's config.json (zai-org/GLM-4.5-Air): 46 layers, the first dense, 128 experts top-8
+// with sigmoid routing and one shared expert, partial rotary 0.5, q/k/v biases, an MTP layer.
+TEST(ModelConfigTest, HfGlm4Moe) {
+  const std::string j = R"({"architectures":["Glm4MoeForCausalLM"],"attention_bias":true,
+      "attention_dropout":0.0,"pad_token_id":151329,"eos_token_id":[151329,151336,151338],
+      "hidden_act":"silu","head_dim":128,"hidden_size":4096,"partial_rotary_factor":0.5,
+      "initializer_range":0.02,"intermediate_size":10944,"max_position_embeddings":131072,
+      "model_type":"glm4_moe","moe_intermediate_size":1408,"norm_topk_prob":true,
+      "num_attention_heads":96,"n_group":1,"topk_group":1,"n_routed_experts":128,
+      "n_shared_experts":1,"routed_scaling_factor":1.0,"num_experts_per_tok":8,
+      "first_k_dense_replace":1,"num_hidden_layers":46,"num_key_value_heads":8,
+      "rms_norm_eps":1e-05,"rope_scaling":null,"rope_theta":1000000,"num_nextn_predict_layers":1,
+      "tie_word_embeddings":false,"use_qk_norm":false,"vocab_size":151552})";
+  auto c = model::ConfigFromHfJson(WriteConfig(j));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "glm4_moe");
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);
+  EXPECT_EQ(c->qk_norm, model::QkNorm::kNone);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rope_dim, 64);
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 1408);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 1408);
+  EXPECT_FALSE(c->shared_expert_gated);
+  EXPECT_TRUE(c->router_sigmoid && c->router_choice_bias && c->norm_topk_prob);
+  EXPECT_EQ(c->router_groups, 1);
+  EXPECT_EQ(c->routed_scaling_factor, 1.0);
+  EXPECT_FALSE(c->LayerIsMoe(0));
+  EXPECT_TRUE(c->LayerIsMoe(1) && c->LayerIsMoe(45));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{151329, 151336, 151338}));
+  // Groups that cannot hold the experts a token needs are refused, naming the key.
+  std::string bad = j;
+  bad.replace(bad.find("\"topk_group\":1"), 13, "\"topk_group\":9");
+  auto r = model::ConfigFromHfJson(WriteConfig(bad));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("topk_group"), std::string::npos) << r.status().ToString();
+}
+
 // Qwen1.5-MoE-A2.7B's config.json: 60 experts of 1408 (top 4, raw softmax weights) and a shared
 // expert of 5632 on each of 24 layers, q/k/v biases.
 TEST(ModelConfigTest, HfQwen2Moe) {

@@ -10,6 +10,7 @@
 //   moe_combine      the same fma's in the same (expert) order as the CPU's Axpy: bit-exact;
 //   add_shared_expert  Qwen2-MoE's gated shared expert against a double-precision gate.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,40 @@ CaseResult RunRoute(int tokens, int experts, int top_k, bool normalize) {
   ASTR_GPU_CHECK(dl.Upload(logits));
   ASTR_GPU_CHECK(cuda::LaunchMoeRoute(dl.get(), tokens, experts, top_k, normalize, de.get(),
                                       dw.get(), nullptr));
+  ASTR_GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<int32_t> got_e;
+  std::vector<float> got_w;
+  ASTR_GPU_CHECK(de.Download(&got_e));
+  ASTR_GPU_CHECK(dw.Download(&got_w));
+  if (got_e != want_e) return Fail("experts differ from cpu::RouteTopK's");
+  double worst = 0;
+  for (size_t i = 0; i < want_w.size(); ++i) {
+    worst = std::max(worst, std::fabs(got_w[i] - want_w[i]) / (2e-6 * want_w[i] + 1e-12));
+  }
+  return worst <= 1.0 ? Pass(worst, 1.0) : Fail("weights", worst, 1.0);
+}
+
+// DeepSeek-V3 / GLM-4.5 routing (sigmoid scores, a choice bias, expert groups, a scale): the
+// kernel's experts must be cpu::RouteTopK's exactly and its weights within 2e-6 relative.
+CaseResult RunSigmoidRoute(int tokens, int experts, int top_k, int groups, int topk_groups) {
+  const std::vector<float> logits =
+      RandomVector(int64_t{tokens} * experts, 211 + experts, -6.0f, 6.0f);
+  const std::vector<float> bias = RandomVector(experts, 212, -0.3f, 0.3f);
+  moe::RouteParams p;
+  p.num_experts = experts, p.top_k = top_k, p.sigmoid = true, p.normalize = true;
+  p.scale = 2.5f, p.choice_bias = bias.data(), p.groups = groups, p.topk_groups = topk_groups;
+  std::vector<int32_t> want_e(static_cast<size_t>(tokens) * top_k);
+  std::vector<float> want_w(want_e.size());
+  for (int t = 0; t < tokens; ++t) {
+    cpu::RouteTopK(logits.data() + int64_t{t} * experts, p, want_e.data() + t * top_k,
+                   want_w.data() + t * top_k);
+  }
+  DeviceBuffer<float> dl, db, dw(want_w.size());
+  DeviceBuffer<int32_t> de(want_e.size());
+  ASTR_GPU_CHECK(dl.Upload(logits));
+  ASTR_GPU_CHECK(db.Upload(bias));
+  p.choice_bias = db.get();
+  ASTR_GPU_CHECK(cuda::LaunchMoeRoute(dl.get(), tokens, p, de.get(), dw.get(), nullptr));
   ASTR_GPU_CHECK(cudaDeviceSynchronize());
   std::vector<int32_t> got_e;
   std::vector<float> got_w;
@@ -304,6 +339,14 @@ void RegisterMoeCases() {
   }
   // Many pairs of one expert: tiles of kMoeTileRows rows (top-1 of 2 experts).
   RegisterCase({"moe_sort", "T=100 E=2 k=1", [] { return RunSort(100, 2, 1); }});
+  for (const auto [experts, top_k, groups, topk_groups] :
+       {std::array{8, 2, 4, 2}, std::array{16, 4, 4, 2}, std::array{128, 8, 8, 4},
+        std::array{160, 6, 1, 1}}) {
+    RegisterCase(
+        {"moe_route_sigmoid",
+         Shape("T=257 E=%lld k=%lld groups=%lld keep=%lld", experts, top_k, groups, topk_groups),
+         [=] { return RunSigmoidRoute(257, experts, top_k, groups, topk_groups); }});
+  }
   RegisterCase({"moe_invalid_arguments", "route/sort/gemm/combine", RunInvalid});
 }
 

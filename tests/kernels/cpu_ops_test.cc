@@ -192,6 +192,48 @@ TEST(CpuOpsTest, RouteTopK) {
   EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
 }
 
+// DeepSeek-V3 / GLM-4.5 routing worked by hand: 8 experts in 4 groups of 2, choice = sigmoid +
+// bias. Logits chosen so that sigmoid(l) is exact enough to reason with: l = 0 -> 0.5.
+//   expert:  0     1     2     3     4     5     6     7
+//   logit:   2     0    -1     3     0     0     1    -2
+//   bias:    0     0     0   -0.5   0.4   0.4    0     0
+// choice c = s + b; group sums (both members, groups of 2): g0 = s(2) + s(0) = 1.3808,
+// g1 = s(-1) + s(3) - 0.5 = 0.7262, g2 = 0.9 + 0.9 = 1.8, g3 = s(1) + s(-2) = 0.8500.
+// topk_groups 2 keeps groups 2 and 0; the others' choices become 0. Top 3 of the kept choices:
+// experts 4 and 5 (0.9 each; the tie to the lower first), then 0 (0.8808). Weights are the
+// sigmoid scores without the bias: 0.5, 0.5, s(2), renormalized and scaled by 2.5.
+TEST(CpuOpsTest, RouteTopKSigmoidGroups) {
+  const float logits[8] = {2, 0, -1, 3, 0, 0, 1, -2};
+  const float bias[8] = {0, 0, 0, -0.5f, 0.4f, 0.4f, 0, 0};
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  moe::RouteParams p;
+  p.num_experts = 8, p.top_k = 3, p.sigmoid = true, p.normalize = true, p.scale = 2.5f;
+  p.choice_bias = bias, p.groups = 4, p.topk_groups = 2;
+  int32_t experts[3];
+  float weights[3];
+  RouteTopK(logits, p, experts, weights);
+  EXPECT_EQ(experts[0], 4);
+  EXPECT_EQ(experts[1], 5);
+  EXPECT_EQ(experts[2], 0);
+  const double sum = 0.5 + 0.5 + sig(2.0);
+  EXPECT_NEAR(weights[0], 2.5 * 0.5 / sum, 1e-6);
+  EXPECT_NEAR(weights[2], 2.5 * sig(2.0) / sum, 1e-6);
+  // Without groups expert 3 (s(3) - 0.5 = 0.4526) loses to 6 (s(1) = 0.7311) anyway, and the
+  // raw weights (no renormalization) are the sigmoid scores times the scale.
+  p.groups = p.topk_groups = 1, p.normalize = false, p.scale = 1.0f;
+  RouteTopK(logits, p, experts, weights);
+  EXPECT_EQ(experts[0], 4);
+  EXPECT_EQ(experts[1], 5);
+  EXPECT_EQ(experts[2], 0);
+  EXPECT_NEAR(weights[2], sig(2.0), 1e-6);
+  // One group kept of four, top 2: group 2's experts, however large expert 0's choice.
+  p.groups = 4, p.topk_groups = 1, p.top_k = 2;
+  const float tilted[8] = {5, 0, -1, 3, 0, 0.5f, 1, -2};  // g0 = s(5) + 0.5 = 1.4933 < g2 = 1.9225
+  RouteTopK(tilted, p, experts, weights);
+  EXPECT_EQ(experts[0], 5);
+  EXPECT_EQ(experts[1], 4);
+}
+
 TEST(CpuOpsTest, Conversions) {
   std::vector<float> x = Random(37, 13, -1e5f, 1e5f);
   const float specials[] = {0.0f,

@@ -391,3 +391,31 @@ def test_gemma3_multimodal_checkpoint_serves_its_text_stack(prefix: str, models,
     config = json.loads(inspect.stdout)["config"]
     assert config["architecture"] == "gemma3" and config["rope_local_theta"] == 1e4
     check_f32_greedy(name, folder, f"as gemma3 under {prefix}")
+
+
+def test_glm4_moe_checkpoint_with_its_mtp_layer(models, tmp_path: Path) -> None:
+    """GLM-4.5's released checkpoints add their multi-token-prediction layer after the last one
+    (model.layers.{num_hidden_layers}.*, num_nextn_predict_layers 1), which transformers does not
+    run: astr skips it and serves transformers' greedy ids."""
+    name = "glm4_moe_e8_g2_shared"
+    folder = tmp_path / "glm-mtp"
+    folder.mkdir()
+    config = dict(GOLD["cases"][name]["transformers_config"], num_nextn_predict_layers=1)
+    (folder / "config.json").write_text(json.dumps(config))
+    layers = config["num_hidden_layers"]
+    blob = (models(name) / "model.safetensors").read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    # The MTP layer: a copy of the last layer's tensors under the next index (its own extras,
+    # eh_proj and enorm / hnorm, as GLM's checkpoints have them).
+    last = f"model.layers.{layers - 1}."
+    for key, info in list(header.items()):
+        if key.startswith(last):
+            header[f"model.layers.{layers}." + key[len(last):]] = info
+    header[f"model.layers.{layers}.eh_proj.weight"] = header[last + "self_attn.o_proj.weight"]
+    header[f"model.layers.{layers}.enorm.weight"] = header[last + "input_layernorm.weight"]
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    (folder / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head +
+                                               blob[8 + n:])
+    check_f32_greedy(name, folder, "with an MTP layer")

@@ -11,7 +11,8 @@ biases (qwen2), GeGLU (hidden_act gelu_pytorch_tanh, Gemma's MLP), Gemma 2 (soft
 qkv / gate_up, partial rotary), Qwen3-MoE (8 and 16 experts, top-1 / 2 / 4, renormalized and raw
 top-k weights, dense layers by mlp_only_layers and by decoder_sparse_step), Qwen2-MoE (a gated
 shared expert), Mixtral and gpt-oss (attention sinks, q/k/v/o biases, YaRN, clamped SwiGLU,
-expert and router biases). `--init-std 0.25` makes the random models' distributions sharp enough that
+expert and router biases) and GLM-4.5 (sigmoid routing with a choice bias, expert groups, a
+routed scaling factor, ungated shared experts, dense first layers). `--init-std 0.25` makes the random models' distributions sharp enough that
 greedy decoding has no near-ties at float32 precision (the goldens record the smallest top-2 gap of each prompt).
 """
 
@@ -184,6 +185,23 @@ CASES: dict[str, tuple[list[str], dict]] = {
                                                       "beta_fast": 16.0, "beta_slow": 2.0,
                                                       "truncate": False,
                                                       "original_max_position_embeddings": 32}}),
+    # GLM-4.5 (glm4_moe): layer 0 dense, then 8 experts in 2 groups (1 stays) with sigmoid scores,
+    # a random e_score_correction_bias, renormalized top-2 weights times 2.5 and an ungated shared
+    # expert; q/k/v biases, q/k norms, partial rotary (half the head).
+    "glm4_moe_e8_g2_shared": (["--arch", "glm4_moe", "--layers", "3", "--hidden", "64", "--heads",
+                               "4", "--kv-heads", "2", "--head-dim", "16", "--ffn", "96",
+                               "--moe-ffn", "32", "--shared-ffn", "32", "--experts", "8",
+                               "--experts-per-tok", "2", "--expert-groups", "2",
+                               "--topk-groups", "1", "--routed-scaling", "2.5", "--qk-norm",
+                               "--attention-bias", "--vocab", "300", "--seed", "81"], {}),
+    # Every layer MoE: 8 experts in 4 groups (2 stay), top-2 with the raw sigmoid weights, two
+    # shared experts' worth (ffn 48), MQA, no biases or q/k norms.
+    "glm4_moe_e8_g4_raw": (["--arch", "glm4_moe", "--layers", "2", "--hidden", "48", "--heads",
+                            "4", "--kv-heads", "1", "--head-dim", "16", "--ffn", "64",
+                            "--moe-ffn", "24", "--shared-ffn", "48", "--experts", "8",
+                            "--experts-per-tok", "2", "--expert-groups", "4", "--topk-groups",
+                            "2", "--first-dense", "0", "--norm-topk-prob=false", "--vocab",
+                            "300", "--seed", "84"], {}),
 }
 
 # Prompt lengths per case: one token, a few, and past the sliding window.

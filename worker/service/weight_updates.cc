@@ -403,7 +403,13 @@ Status CheckSameModel(const model::ModelConfig& a, const model::ModelConfig& b,
       differ("swiglu_limit", a.swiglu_limit, b.swiglu_limit) ||
       differ("swiglu_alpha", a.swiglu_alpha, b.swiglu_alpha) ||
       differ("router_bias", a.router_bias, b.router_bias) ||
-      differ("expert_bias", a.expert_bias, b.expert_bias);
+      differ("expert_bias", a.expert_bias, b.expert_bias) ||
+      differ("router_sigmoid", a.router_sigmoid, b.router_sigmoid) ||
+      differ("router_choice_bias", a.router_choice_bias, b.router_choice_bias) ||
+      differ("router_groups", a.router_groups, b.router_groups) ||
+      differ("router_topk_groups", a.router_topk_groups, b.router_topk_groups) ||
+      differ("routed_scaling_factor", a.routed_scaling_factor, b.routed_scaling_factor) ||
+      differ("shared_expert_gated", a.shared_expert_gated, b.shared_expert_gated);
   if (!d) return OkStatus();
   return FailedPreconditionError(other_path + " is not the served model: " + why.str() +
                                  " (served vs given)");

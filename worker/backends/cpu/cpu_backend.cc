@@ -351,10 +351,18 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
   if (!w.router_bias.empty()) AddRowBias(logits, t, n_exp, w.router_bias);
   int32_t* chosen = ws_.topk_expert.data();
   float* weight = ws_.topk_weight.data();
+  moe::RouteParams route;
+  route.num_experts = static_cast<int>(n_exp);
+  route.top_k = static_cast<int>(k);
+  route.sigmoid = c.router_sigmoid;
+  route.normalize = c.norm_topk_prob;
+  route.scale = static_cast<float>(c.routed_scaling_factor);
+  route.choice_bias = w.router_choice_bias.empty() ? nullptr : w.router_choice_bias.data();
+  route.groups = static_cast<int>(c.router_groups);
+  route.topk_groups = static_cast<int>(c.router_topk_groups);
   cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      cpu::RouteTopK(logits + r * n_exp, n_exp, k, c.norm_topk_prob, chosen + r * k,
-                     weight + r * k);
+      cpu::RouteTopK(logits + r * n_exp, route, chosen + r * k, weight + r * k);
     }
   });
   // The (row, choice) pairs sorted by expert, rows ascending within one: expert e's rows are
@@ -423,14 +431,17 @@ void CpuBackend::MoeMlp(const CpuLayerWeights& w, int64_t t) {
       for (int64_t j : order) cpu::Axpy(weight[r * k + j], out + slot[r * k + j] * h, row, h);
     }
   });
-  // Qwen2-MoE's shared expert on every row, scaled by sigmoid(xn . shared_gate), added last.
+  // The shared expert on every row (Qwen2-MoE's scaled by sigmoid(xn . shared_gate)), added last.
   if (const int64_t sf = c.shared_expert_intermediate_size; sf > 0) {
     float* shared = in;  // the gathered rows are no longer needed
     Mlp(w.shared_gate_up, w.shared_down, sf, t, shared);
     cpu::ParallelFor(&pool_, t, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const float g = cpu::Dot(ws_.xn.data() + r * h, w.shared_gate.data(), h);
-        const float scale = 1.0f / (1.0f + std::exp(-g));
+        float scale = 1.0f;  // GLM-4.5's shared experts are ungated
+        if (c.shared_expert_gated) {
+          const float g = cpu::Dot(ws_.xn.data() + r * h, w.shared_gate.data(), h);
+          scale = 1.0f / (1.0f + std::exp(-g));
+        }
         cpu::Axpy(scale, shared + r * h, proj + r * h, h);
       }
     });

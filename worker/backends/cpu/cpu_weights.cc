@@ -292,6 +292,8 @@ auto VectorOf(const CpuWeightGroup& g, Weights* w) -> decltype(&w->final_norm) {
       return &w->layers[g.layer].attn_sinks;
     case Kind::kRouterBias:
       return &w->layers[g.layer].router_bias;
+    case Kind::kRouterChoiceBias:
+      return &w->layers[g.layer].router_choice_bias;
     case Kind::kExpertGateUpBias:
       return &w->layers[g.layer].expert_gate_up_bias[g.expert];
     case Kind::kExpertDownBias:
@@ -349,7 +351,7 @@ int64_t VectorElements(const model::ModelConfig& c, const CpuWeightGroup& g,
     return name.ends_with(".q_bias") ? c.num_heads * c.head_dim : c.num_kv_heads * c.head_dim;
   }
   if (g.kind == Kind::kSinks) return c.num_heads;
-  if (g.kind == Kind::kRouterBias) return c.num_experts;
+  if (g.kind == Kind::kRouterBias || g.kind == Kind::kRouterChoiceBias) return c.num_experts;
   if (g.kind == Kind::kExpertGateUpBias) return c.moe_intermediate_size;
   return c.hidden_size;
 }
@@ -473,10 +475,11 @@ size_t CpuWeights::bytes() const {
   size_t total = embed_f32.size() * 4 + embed_bf16.size() * 2 + embed_quant.size() +
                  final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
-    total += (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() +
-              l.post_mlp_norm.size() + l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size() +
-              l.o_bias.size() + l.attn_sinks.size() + l.router_bias.size()) *
-             4;
+    total +=
+        (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() + l.post_mlp_norm.size() +
+         l.q_norm.size() + l.k_norm.size() + l.qkv_bias.size() + l.o_bias.size() +
+         l.attn_sinks.size() + l.router_bias.size() + l.router_choice_bias.size()) *
+        4;
     total += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
              l.shared_gate_up.bytes() + l.shared_down.bytes() + l.shared_gate.size() * 4;
   }
@@ -524,6 +527,9 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
     }
     groups.push_back({Kind::kRouter, i, {p + "router"}});
     if (c.router_bias) groups.push_back({Kind::kRouterBias, i, {p + "router_bias"}});
+    if (c.router_choice_bias) {
+      groups.push_back({Kind::kRouterChoiceBias, i, {p + "router_choice_bias"}});
+    }
     for (int64_t e = 0; e < c.num_experts; ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
       groups.push_back({Kind::kExpertGateUp, i, {x + "gate_proj", x + "up_proj"}, false, e});
@@ -537,7 +543,8 @@ std::vector<CpuWeightGroup> CpuWeightGroups(const model::ModelConfig& c) {
       groups.push_back(
           {Kind::kSharedGateUp, i, {p + "shared_expert.gate_proj", p + "shared_expert.up_proj"}});
       groups.push_back({Kind::kSharedDown, i, {p + "shared_expert.down_proj"}});
-      groups.push_back({Kind::kSharedGate, i, {p + "shared_expert_gate"}});
+      if (c.shared_expert_gated)
+        groups.push_back({Kind::kSharedGate, i, {p + "shared_expert_gate"}});
     }
   }
   return groups;

@@ -53,10 +53,12 @@ struct CpuLayerWeights {
   // gpt-oss: the router's bias [experts] and each expert's gate/up bias [2 * moe_ffn] and down
   // bias [hidden] (router_bias, expert_bias).
   std::vector<float> router_bias;
+  // GLM-4.5 / DeepSeek-V3: the bias the choice of experts adds to their scores [experts].
+  std::vector<float> router_choice_bias;
   std::vector<std::vector<float>> expert_gate_up_bias;
   std::vector<std::vector<float>> expert_down_bias;
-  // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], and its gate
-  // [hidden] f32 (one row).
+  // The shared expert: gate/up [2 * shared, hidden], down [hidden, shared], and (Qwen2-MoE's,
+  // gated) its gate [hidden] f32 (one row).
   CpuLinear shared_gate_up;
   CpuLinear shared_down;
   std::vector<float> shared_gate;
@@ -122,7 +124,8 @@ struct CpuWeightGroup {
     kSinks,
     kRouterBias,
     kExpertGateUpBias,
-    kExpertDownBias
+    kExpertDownBias,
+    kRouterChoiceBias
   };
   Kind kind = Kind::kEmbed;
   int64_t layer = -1;

@@ -725,8 +725,16 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
         LaunchAddBiasF32(a.moe_logits, experts, rows, experts, w.router_bias.as<float>(), s),
         "router bias");
   }
-  ASTR_LAUNCH(LaunchMoeRoute(a.moe_logits, rows, experts, top_k, c.norm_topk_prob, a.moe_experts,
-                             a.moe_weights, s),
+  moe::RouteParams route;
+  route.num_experts = experts;
+  route.top_k = top_k;
+  route.sigmoid = c.router_sigmoid;
+  route.normalize = c.norm_topk_prob;
+  route.scale = static_cast<float>(c.routed_scaling_factor);
+  route.choice_bias = c.router_choice_bias ? w.router_choice_bias.as<float>() : nullptr;
+  route.groups = static_cast<int>(c.router_groups);
+  route.topk_groups = static_cast<int>(c.router_topk_groups);
+  ASTR_LAUNCH(LaunchMoeRoute(a.moe_logits, rows, route, a.moe_experts, a.moe_weights, s),
               "moe routing");
   ASTR_LAUNCH(LaunchMoeSort(a.moe_experts, pairs, top_k, experts, a.moe_pair_row, a.moe_slot,
                             a.moe_tiles, max_tiles, s),
@@ -749,8 +757,9 @@ Status CudaBackend::EnqueueMoe(const CudaLayerWeights& w, int rows, cudaStream_t
     // Qwen2-MoE's shared expert on every row (dense GEMMs; its output in moe_out, free again).
     ASTR_RETURN_IF_ERROR(
         EnqueueMlp(w.shared_gate_up.as<bf16>(), w.shared_down.as<bf16>(), sf, rows, a.moe_out, s));
-    ASTR_LAUNCH(LaunchAddSharedExpert(a.xn, hidden, w.shared_gate.as<bf16>(), a.moe_out, rows,
-                                      hidden, a.proj, s),
+    ASTR_LAUNCH(LaunchAddSharedExpert(a.xn, hidden,
+                                      c.shared_expert_gated ? w.shared_gate.as<bf16>() : nullptr,
+                                      a.moe_out, rows, hidden, a.proj, s),
                 "shared expert");
   }
   return OkStatus();

@@ -155,6 +155,10 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
       ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::router_bias), p + "router_bias",
                                      {{p + "router_bias", c.num_experts}}, c.num_experts));
     }
+    if (c.router_choice_bias) {
+      ASTR_RETURN_IF_ERROR(cv.Concat(LayerSlot(i, &L::router_choice_bias), p + "router_choice_bias",
+                                     {{p + "router_choice_bias", c.num_experts}}, c.num_experts));
+    }
     if (c.expert_bias) {
       const int64_t f = c.moe_intermediate_size, h = c.hidden_size;
       std::vector<std::pair<std::string, int64_t>> gate_up_bias, down_bias;
@@ -176,8 +180,10 @@ Status ConvertLayer(Converter& cv, const model::ModelConfig& c, int64_t i) {
           {{p + "shared_expert.gate_proj", sf}, {p + "shared_expert.up_proj", sf}}, c.hidden_size));
       ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::shared_down),
                                       {{p + "shared_expert.down_proj", c.hidden_size}}, sf));
-      ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::shared_gate),
-                                      {{p + "shared_expert_gate", 1}}, c.hidden_size));
+      if (c.shared_expert_gated) {
+        ASTR_RETURN_IF_ERROR(cv.Stacked(LayerSlot(i, &L::shared_gate),
+                                        {{p + "shared_expert_gate", 1}}, c.hidden_size));
+      }
     }
     return OkStatus();
   }
@@ -200,8 +206,8 @@ size_t CudaWeights::bytes() const {
              l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes() +
              l.experts_gate_up.bytes() + l.experts_down.bytes() + l.shared_gate_up.bytes() +
              l.shared_down.bytes() + l.shared_gate.bytes() + l.o_bias.bytes() +
-             l.attn_sinks.bytes() + l.router_bias.bytes() + l.experts_gate_up_bias.bytes() +
-             l.experts_down_bias.bytes();
+             l.attn_sinks.bytes() + l.router_bias.bytes() + l.router_choice_bias.bytes() +
+             l.experts_gate_up_bias.bytes() + l.experts_down_bias.bytes();
   }
   return total;
 }

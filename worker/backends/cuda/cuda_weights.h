@@ -44,6 +44,7 @@ struct CudaLayerWeights {
   // gpt-oss: the router's bias [experts] and the experts' biases [experts][2 * moe_ffn] (gate,
   // up) and [experts][hidden], f32 (router_bias, expert_bias).
   DeviceMemory router_bias;
+  DeviceMemory router_choice_bias;  // [experts] f32 (router_choice_bias: GLM-4.5)
   DeviceMemory experts_gate_up_bias;
   DeviceMemory experts_down_bias;
   // Qwen2-MoE's shared expert: gate/up [2 * shared, hidden], down [hidden, shared], gate [hidden].
