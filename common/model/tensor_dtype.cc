@@ -162,13 +162,17 @@ constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 // E8M0 exponent e as ggml's half scale: 2^(e - 128) (2^-128 and 2^-127, subnormal, for e < 2).
 float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
 
-// MXFP4: as Q4_0's nibbles, each an index into kMxfp4Values; q = value + 128.
+// kMxfp4Values + 128: the quants MXFP4's nibbles stand for (QuantLayout::table).
+constexpr uint8_t kMxfp4Quants[16] = {128, 129, 130, 131, 132, 134, 136, 140,
+                                      128, 127, 126, 125, 124, 122, 120, 116};
+
+// MXFP4: as Q4_0's nibbles, each kept as the index (QuantLayout::table gives its quant).
 void DecodeMxfp4(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
   for (int64_t b = 0; b < blocks; ++b, src += 17, q += kQBlock) {
     scale[b] = Mxfp4Scale(src[0]);
     for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<uint8_t>(kMxfp4Values[src[1 + j] & 0x0F] + 128);
-      q[j + 16] = static_cast<uint8_t>(kMxfp4Values[src[1 + j] >> 4] + 128);
+      q[j] = src[1 + j] & 0x0F;
+      q[j + 16] = src[1 + j] >> 4;
     }
   }
 }
@@ -503,8 +507,9 @@ void DequantizeToF32(DType dtype, const void* src, int64_t n, float* dst) {
     DecodeQuant(dtype, p + (i / block) * DTypeBlockBytes(dtype), len, q, scale, min);
     for (int64_t j = 0; j < len; ++j) {
       const int64_t sb = j / layout.sub;
-      dst[i + j] = layout.has_min ? scale[sb] * static_cast<float>(q[j]) + min[sb]
-                                  : scale[sb] * static_cast<float>(q[j] - layout.offset);
+      const int qj = layout.table != nullptr ? layout.table[q[j]] : q[j];
+      dst[i + j] = layout.has_min ? scale[sb] * static_cast<float>(qj) + min[sb]
+                                  : scale[sb] * static_cast<float>(qj - layout.offset);
     }
   }
 }
@@ -536,7 +541,7 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
     case DType::kIQ4_XS:
       return QuantLayout{8, 32, false, 128, DotType::kQ8_K, true};
     case DType::kMXFP4:
-      return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
+      return QuantLayout{4, 32, false, 128, DotType::kQ8_0, false, kMxfp4Quants};
     default:
       return std::nullopt;
   }

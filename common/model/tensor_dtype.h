@@ -98,6 +98,9 @@ struct QuantLayout {
   // Scales (and mins) are an f16 factor per 256 elements times an int8 per sub-block (the
   // K-quants and IQ4_XS; DecodeQuant's `super`).
   bool super = false;
+  // MXFP4: q is a 4-bit index and the quant it stands for is table[q] (16 entries; the value is
+  // scale * (table[q] - offset)). Null for the others.
+  const uint8_t* table = nullptr;
 };
 // The layout of a block type; nullopt for F32 / F16 / BF16.
 std::optional<QuantLayout> QuantLayoutOf(DType dtype);

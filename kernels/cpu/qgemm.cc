@@ -132,6 +132,8 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
   CHECK(fmt.has_min ? fmt.offset == 0 : fmt.offset >= 0 && fmt.offset <= 255);
   CHECK(fmt.bits != 8 || (fmt.offset == 128 && !fmt.has_min))
       << "8-bit quants must be offset-128 signed values";
+  CHECK(!fmt.table || (fmt.bits == 4 && fmt.offset == 128 && !fmt.has_min && !fmt.super))
+      << "table quants are 4-bit indices of offset-128 values";
   PackedMatrix pm(n, k, WeightType::kQuant, fmt);
   if (pm.bytes_ == 0) return pm;
   const int64_t nb = pm.k_blocks(), kp = nb * 32, subs = kp / fmt.sub, supers = kp / 256;
@@ -280,6 +282,7 @@ void PackedMatrix::UnpackQuantRow(int64_t row, float* out) const {
         } else {
           const uint8_t lo = blk[(g % 4) * 64 + pr * 4 + t];
           q = g < 4 ? lo & 15 : lo >> 4;
+          if (f.table) q = f.values[q];
           if (f.bits == 6) q |= ((blk[256 + (g / 4) * 64 + pr * 4 + t] >> (2 * (g % 4))) & 3) << 4;
         }
         out[kk] = f.has_min ? scale * static_cast<float>(q) + min
@@ -325,7 +328,7 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
                  sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb, dtp + r0, m);
   });
   const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dtp, m};
-  const int bits = internal::QuantBitsIndex(w.quant().bits);
+  const int bits = internal::QuantBitsIndex(internal::QuantKernelBits(w.quant()));
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),
             [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {

@@ -139,6 +139,8 @@ struct QuantTileAmx {
 #pragma GCC unroll 2
     for (int j = 0; j < NP; ++j) pf[j] = reinterpret_cast<const char*>(w + j * panel_stride);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.values.data())));
     // Quants with an offset go to B as q - offset (int8; every offset of the ggml types fits).
     const bool signed_b = BITS == 8 || (!f.has_min && f.offset <= 128);
     const __m512i off = _mm512_set1_epi8(static_cast<char>(signed_b ? f.offset : 0));
@@ -173,12 +175,16 @@ struct QuantTileAmx {
           const char* until = reinterpret_cast<const char*>(blk) + block_bytes + kAmxPrefetchBytes;
           for (; pf[j] < until; pf[j] += 64) _mm_prefetch(pf[j], _MM_HINT_T1);
           bq[j] = wide[slot];  // row g: group g's 4 quants of the 16 outputs
-          if constexpr (BITS == 4) {
+          if constexpr (BITS == 4 || BITS == kTableBits) {
 #pragma GCC unroll 4
             for (int v = 0; v < 4; ++v) {
               const __m512i raw = _mm512_loadu_si512(blk + v * 64);
-              const __m512i lo = _mm512_and_si512(raw, low4);
-              const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+              __m512i lo = _mm512_and_si512(raw, low4);
+              __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+              if constexpr (BITS == kTableBits) {  // the table's values (q) for the indices
+                lo = _mm512_shuffle_epi8(table, lo);
+                hi = _mm512_shuffle_epi8(table, hi);
+              }
               _mm512_store_si512(wide[slot] + v * 64, _mm512_sub_epi8(lo, off));
               _mm512_store_si512(wide[slot] + (v + 4) * 64, _mm512_sub_epi8(hi, off));
             }

@@ -80,7 +80,8 @@ template <int MR, int NP, int BITS, int SUB, bool kMin, bool kSuper>
 void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t panel_stride,
           int64_t block_bytes, const QuantFormat& f, float* y, int64_t ldy, int64_t ncols,
           bool accumulate) {
-  constexpr bool kSigned = BITS == 8;    // 8-bit quants are stored as signed q - 128
+  // 8-bit quants are stored as signed q - 128; table quants are looked up as that signed value.
+  constexpr bool kSigned = BITS == 8 || BITS == kTableBits;
   constexpr int NH = SUB == 16 ? 2 : 1;  // sub-blocks per 32-element block
   constexpr int GPS = 8 / NH;            // groups of 4 k per sub-block
   constexpr int FLUSH = BITS == 4 ? GPS : (kSigned ? 1 : 2);  // groups summed in int16
@@ -93,6 +94,10 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
   const int64_t kp = x.k_blocks * 32;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
+  // Table quants: the 16 values as signed q - 128 (f.offset is 128), in both 128-bit lanes.
+  __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(f.values.data()));
+  table128 = _mm_xor_si128(table128, _mm_set1_epi8(static_cast<char>(0x80)));
+  const __m256i table = _mm256_broadcastsi128_si256(table128);
   const int8_t* xq[MR];
   for (int i = 0; i < MR; ++i) xq[i] = x.q + (row0 + i) * kp;
   constexpr int NV = 2 * NP;  // 8-output halves of the tile's panels
@@ -157,6 +162,12 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
                     reinterpret_cast<const __m256i*>(blk + gg * 64 + (hf % 2) * 32));
               } else if constexpr (BITS == 6) {
                 wv = Quant6(blk, gg, hf % 2);
+              } else if constexpr (BITS == kTableBits) {
+                const __m256i raw = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(blk + (gg % 4) * 64 + (hf % 2) * 32));
+                wv = _mm256_shuffle_epi8(
+                    table, gg < 4 ? _mm256_and_si256(raw, low4)
+                                  : _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
               } else {
                 const __m256i raw = _mm256_loadu_si256(
                     reinterpret_cast<const __m256i*>(blk + (gg % 4) * 64 + (hf % 2) * 32));
@@ -243,6 +254,8 @@ struct Tile {
     if constexpr (BITS == 8) {  // offset-128 signed, no min
       if (f.sub == 16) ASTR_QRUN_SUPER(16, false);
       ASTR_QRUN_SUPER(32, false);
+    } else if constexpr (BITS == kTableBits) {  // offset-128 signed, no min, not super
+      ASTR_QRUN(32, false, false);
     } else {
       if (f.sub == 16) {
         if (f.has_min) ASTR_QRUN_SUPER(16, true);

@@ -63,6 +63,9 @@ struct QuantTileAvx512Vnni {
 #pragma GCC unroll 2
     for (int j = 0; j < NP; ++j) pf[j] = reinterpret_cast<const char*>(w + j * panel_stride);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
+    // Table quants (kTableBits): each 128-bit lane looks its nibbles up in the 16 values.
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(f.values.data())));
     const int8_t* xq[MR];
     const float* xd[MR];
     const int32_t* xs[MR];
@@ -96,7 +99,7 @@ struct QuantTileAvx512Vnni {
 #pragma GCC unroll 2
           for (int j = 0; j < NP; ++j) isum[i][j] = _mm512_setzero_si512();
         }
-        if constexpr (BITS != 4) {
+        if constexpr (BITS != 4 && BITS != kTableBits) {
           const int g0 = h * 8 / nh, g1 = (h + 1) * 8 / nh;
           for (int g = g0; g < g1; ++g) {
 #pragma GCC unroll 2
@@ -120,8 +123,12 @@ struct QuantTileAvx512Vnni {
 #pragma GCC unroll 2
             for (int j = 0; j < NP; ++j) {
               const __m512i raw = _mm512_loadu_si512(blk[j] + v * 64);
-              const __m512i lo = _mm512_and_si512(raw, low4);
-              const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+              __m512i lo = _mm512_and_si512(raw, low4);
+              __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+              if constexpr (BITS == kTableBits) {
+                lo = _mm512_shuffle_epi8(table, lo);
+                hi = _mm512_shuffle_epi8(table, hi);
+              }
 #pragma GCC unroll 4
               for (int i = 0; i < MR; ++i) {
                 const auto* xg = reinterpret_cast<const uint8_t*>(xq[i] + b * 32);

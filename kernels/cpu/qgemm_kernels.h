@@ -38,8 +38,13 @@ using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,
 constexpr int kMaxQuantTileRows = 16;
 constexpr int kMaxQuantTilePanels = 2;
 
-// The kernel table's index for a quant width: 8, 4, 6 bits.
-constexpr int QuantBitsIndex(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : 2; }
+// The tiles' template code for 4-bit indices into a table (QuantFormat::table): stored as 4 bits.
+constexpr int kTableBits = 5;
+// The bits a tile's quants are stored in.
+constexpr int StoredBits(int bits) { return bits == kTableBits ? 4 : bits; }
+// The kernel table's index for a quant width: 8, 4, 6 bits, 4-bit table indices.
+constexpr int QuantBitsIndex(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : bits == 6 ? 2 : 3; }
+inline int QuantKernelBits(const QuantFormat& f) { return f.table ? kTableBits : f.bits; }
 
 // The activations' quantization loops (gemm.h), which every path must compute exactly alike:
 // max |x[j]| over n elements, and q[j] = clamp(nearest-even(x[j] * mul), -127, 127).
@@ -65,7 +70,7 @@ struct QuantKernelSet {
   HalfSumsFn half_sums = nullptr;          // null: the scalar loop
   QuantizeRow32Fn quantize_row32 = nullptr;  // null: the three loops above
   // [QuantBitsIndex(bits)][rows - 1][np - 1]
-  QuantTileKernel kernels[3][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
+  QuantTileKernel kernels[4][kMaxQuantTileRows][kMaxQuantTilePanels] = {};
 };
 
 // Sets the activations' loops of `set` to the AVX2 ones (every AVX2-capable kernel set: they run at
@@ -75,7 +80,7 @@ void UseAvx2ActivationLoops(QuantKernelSet* set);
 void UseAvx512ActivationLoops(QuantKernelSet* set);
 
 // Bytes of one block's quants for one panel (16 outputs x 32 k).
-constexpr int64_t QuantBlockQuantBytes(int bits) { return bits * 64; }
+constexpr int64_t QuantBlockQuantBytes(int bits) { return StoredBits(bits) * 64; }
 
 // A unit's header (gemm.h): f16 d[16] and, with has_min, dmin[16] with `super`; nothing otherwise.
 constexpr int64_t QuantUnitHeaderBytes(const QuantFormat& f) {
@@ -118,6 +123,7 @@ void FillQuantRow(QuantKernelSet* set) {
     set->kernels[QuantBitsIndex(8)][R - 1][P - 1] = &Tile<R, P, 8>::Run;
     set->kernels[QuantBitsIndex(4)][R - 1][P - 1] = &Tile<R, P, 4>::Run;
     set->kernels[QuantBitsIndex(6)][R - 1][P - 1] = &Tile<R, P, 6>::Run;
+    set->kernels[QuantBitsIndex(kTableBits)][R - 1][P - 1] = &Tile<R, P, kTableBits>::Run;
     FillQuantRow<Tile, R, P - 1>(set);
   }
 }

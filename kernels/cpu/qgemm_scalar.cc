@@ -19,11 +19,12 @@ float F16Value(const uint8_t* p) {
 
 // Quant u of output r, k t of group g in a block (gemm.h's layouts).
 template <int BITS>
-int QuantAt(const uint8_t* blk, int g, int r, int t) {
+int QuantAt(const uint8_t* blk, int g, int r, int t, const QuantFormat& f) {
   if constexpr (BITS == 8) return blk[g * 64 + r * 4 + t] ^ 0x80;  // stored as q - 128
   const uint8_t byte = blk[(g % 4) * 64 + r * 4 + t];
   const int low = g < 4 ? byte & 0x0F : byte >> 4;
   if constexpr (BITS == 4) return low;
+  if constexpr (BITS == kTableBits) return f.values[low];
   const uint8_t high = blk[256 + (g / 4) * 64 + r * 4 + t];
   return low | ((high >> (2 * (g % 4))) & 3) << 4;
 }
@@ -49,7 +50,7 @@ struct Tile {
               const int8_t* xq = x.q + (row0 + i) * kp + b * 32 + 4 * g;
               for (int r = 0; r < kPanel; ++r) {
                 for (int t = 0; t < 4; ++t)
-                  isum[i][j][r] += QuantAt<BITS>(at[j].block, g, r, t) * xq[t];
+                  isum[i][j][r] += QuantAt<BITS>(at[j].block, g, r, t, f) * xq[t];
               }
             }
           }

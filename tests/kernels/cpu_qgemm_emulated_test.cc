@@ -212,6 +212,20 @@ inline __m512i _mm512_sub_epi8(__m512i a, __m512i b) {
   for (int j = 0; j < 64; ++j) a.u8[j] = static_cast<uint8_t>(a.u8[j] - b.u8[j]);
   return a;
 }
+// The 16 bytes in each 128-bit lane; a byte lookup within each lane (the index's low 4 bits, 0
+// where its top bit is set).
+inline __m512i _mm512_broadcast_i32x4(__m128i a) {
+  __m512i r;
+  for (int j = 0; j < 64; ++j) r.u8[j] = a.u8[j % 16];
+  return r;
+}
+inline __m512i _mm512_shuffle_epi8(__m512i a, __m512i b) {
+  __m512i r;
+  for (int j = 0; j < 64; ++j) {
+    r.u8[j] = (b.u8[j] & 0x80) ? 0 : a.u8[(j / 16) * 16 + (b.u8[j] & 0x0F)];
+  }
+  return r;
+}
 
 #include "kernels/cpu/qgemm_avx512vnni_impl.h"
 // After the VNNI tile: the AMX tile uses its helpers.
@@ -229,7 +243,12 @@ void CheckEqualsScalarPath(const QuantKernelSet& emu) {
       {6, 32, true, 0, ActQuant::kQ8_K, true},    {6, 16, false, 32, ActQuant::kQ8_K, true},
       {6, 16, false, 4, ActQuant::kQ8_K, true},   {4, 16, true, 0, ActQuant::kQ8_K, true},
       {8, 32, false, 128, ActQuant::kQ8_K, true}, {4, 32, true, 0, ActQuant::kQ8_K}};
-  for (const QuantFormat& fmt : formats) {
+  QuantFormat mxfp4{4, 32, false, 128, ActQuant::kQ8_0};  // 4-bit indices into MXFP4's quants
+  mxfp4.table = true;
+  mxfp4.values = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+  std::vector<QuantFormat> all = formats;
+  all.push_back(mxfp4);
+  for (const QuantFormat& fmt : all) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
              {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}, {9, 50, 256}}) {
       if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
@@ -286,6 +305,10 @@ void FillEmulatedAmxRows(QuantKernelSet* set) {
   set->kernels[QuantBitsIndex(8)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 8>::Run;
   set->kernels[QuantBitsIndex(4)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 4>::Run;
   set->kernels[QuantBitsIndex(6)][R - 1][1] = &emulated::QuantTileAmx<R, 2, 6>::Run;
+  set->kernels[QuantBitsIndex(kTableBits)][R - 1][0] =
+      &emulated::QuantTileAmx<R, 1, kTableBits>::Run;
+  set->kernels[QuantBitsIndex(kTableBits)][R - 1][1] =
+      &emulated::QuantTileAmx<R, 2, kTableBits>::Run;
 }
 
 TEST(CpuQuantGemmEmulatedTest, AmxEqualsScalarPathBitForBit) {

@@ -31,7 +31,7 @@ struct QuantWeights {
   std::vector<int8_t> sc, m;      // super: [n, k / sub]
   double Value(int64_t r, int64_t c) const {
     const int64_t s = r * (k / fmt.sub) + c / fmt.sub;
-    const double u = q[r * k + c];
+    const double u = fmt.table ? fmt.values[q[r * k + c]] : q[r * k + c];
     return fmt.has_min ? scale[s] * u + min[s] : scale[s] * (u - fmt.offset);
   }
   // Sets scale = d * sc and min = dmin * m (super) after changing those.
@@ -100,7 +100,16 @@ std::string Name(const QuantFormat& f) {
                                                : " q8_k";
   return "bits=" + std::to_string(f.bits) + " sub=" + std::to_string(f.sub) +
          (f.has_min ? " min" : " offset=" + std::to_string(f.offset)) + act +
-         (f.super ? " super" : "");
+         (f.super ? " super" : "") + (f.table ? " table" : "");
+}
+
+// MXFP4's format (worker/backends/cpu/quant_format.h): 4-bit indices into the quants 128 +
+// {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}.
+QuantFormat Mxfp4Format() {
+  QuantFormat f{4, 32, false, 128, ActQuant::kQ8_0};
+  f.table = true;
+  f.values = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+  return f;
 }
 
 // The ggml types' formats (worker/backends/cpu/quant_format.h), and the non-super forms too.
@@ -118,7 +127,7 @@ const std::vector<QuantFormat>& Formats() {
       {4, 16, true, 0, ActQuant::kQ8_K, true},     // Q2_K
       {8, 32, false, 128, ActQuant::kQ8_K, true},  // IQ4_XS
       {4, 32, true, 0, ActQuant::kQ8_K},          {6, 16, false, 32, ActQuant::kQ8_K},
-      {8, 16, false, 128, ActQuant::kQ8_K},
+      {8, 16, false, 128, ActQuant::kQ8_K},       Mxfp4Format(),
   };
   return formats;
 }
@@ -284,7 +293,9 @@ TEST(CpuQuantGemmTest, ExtremeQuantsDoNotOverflow) {
     SCOPED_TRACE(Name(fmt));
     for (int sign : {1, -1}) {
       QuantWeights w = MakeWeights(fmt, 16, 256, 2);
-      for (auto& q : w.q) q = static_cast<uint8_t>(MaxQuant(fmt));
+      // The largest quant (a table format's: the index of its largest value, MXFP4's 7).
+      const int extreme = fmt.table ? 7 : MaxQuant(fmt);
+      for (auto& q : w.q) q = static_cast<uint8_t>(extreme);
       for (auto& v : w.scale) v = 1.0f / 64;
       for (auto& v : w.min) v = 0.0f;
       for (auto& v : w.d) v = 1.0f / 64;
@@ -296,7 +307,8 @@ TEST(CpuQuantGemmTest, ExtremeQuantsDoNotOverflow) {
       for (Isa isa : AvailableIsas()) {
         std::vector<float> y(16);
         GemmIsa(isa, x.data(), 256, 1, pm, y.data(), 16, false, nullptr);
-        const double per = MaxQuant(fmt) - (fmt.has_min ? 0 : fmt.offset);
+        const double per =
+            (fmt.table ? fmt.values[extreme] : extreme) - (fmt.has_min ? 0 : fmt.offset);
         const double want = sign * 3.0 * 256 * per / 64;
         for (float v : y) ASSERT_NEAR(v, want, 1e-3 * std::fabs(want) + 1e-3) << IsaName(isa);
       }

@@ -13,7 +13,12 @@ inline cpu::QuantFormat QuantKernelFormat(model::DType dtype) {
   const cpu::ActQuant act = l.dot == model::DotType::kQ8_0   ? cpu::ActQuant::kQ8_0
                             : l.dot == model::DotType::kQ8_1 ? cpu::ActQuant::kQ8_1
                                                              : cpu::ActQuant::kQ8_K;
-  return cpu::QuantFormat{l.bits, l.sub, l.has_min, l.offset, act, l.super};
+  cpu::QuantFormat f{l.bits, l.sub, l.has_min, l.offset, act, l.super};
+  if (l.table != nullptr) {
+    f.table = true;
+    for (int i = 0; i < 16; ++i) f.values[i] = l.table[i];
+  }
+  return f;
 }
 
 }  // namespace astr
