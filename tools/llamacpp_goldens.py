@@ -28,6 +28,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+
+from transformers_cases import prompt_ids  # noqa: E402  (the same deterministic prompts)
 
 MAX_NEW_TOKENS = 16
 TOP_N = 5
@@ -46,16 +49,6 @@ CASES: dict[str, list[str]] = {
 
 # Prompt lengths: one token, a few, past the window, and several windows long.
 PROMPT_LENGTHS = (1, 3, 7, 12, 20, 33, 40, 64)
-
-
-def prompt_ids(name: str, length: int, vocab: int) -> list[int]:
-    """A deterministic prompt: ids in [3, vocab) from a small LCG seeded by the case and length."""
-    state = (sum(ord(c) for c in name) * 1_000_003 + length * 7919) & 0xFFFFFFFF
-    ids = []
-    for _ in range(length):
-        state = (state * 1664525 + 1013904223) & 0xFFFFFFFF
-        ids.append(3 + (state >> 8) % (vocab - 3))
-    return ids
 
 
 def vocab_of(flags: list[str]) -> int:

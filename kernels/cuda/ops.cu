@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
@@ -271,27 +272,23 @@ __global__ void __launch_bounds__(kEltThreads)
 // ---------------------------------------------------------------------------------------------
 // Bias add and sigmoid gate: grid (column blocks, min(T, kMaxGridY)), one element per thread.
 
+// rows[t, c] += bias[c]: bf16 rows (the add in f32, then rounded) or f32 rows.
+template <typename T>
 __global__ void __launch_bounds__(kEltThreads)
-    AddBiasKernel(bf16* __restrict__ rows,  // [T, stride], first cols used
+    AddBiasKernel(T* __restrict__ rows,  // [T, stride], first cols used
                   int64_t stride, int num_tokens, int cols,
                   const float* __restrict__ bias) {  // [cols]
   const int c = blockIdx.x * kEltThreads + threadIdx.x;
   if (c >= cols) return;
   const float b = bias[c];
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
-    bf16* p = rows + t * stride + c;
-    *p = __float2bfloat16_rn(__bfloat162float(*p) + b);
+    T* p = rows + t * stride + c;
+    if constexpr (std::is_same_v<T, float>) {
+      *p += b;
+    } else {
+      *p = __float2bfloat16_rn(__bfloat162float(*p) + b);
+    }
   }
-}
-
-__global__ void __launch_bounds__(kEltThreads)
-    AddBiasF32Kernel(float* __restrict__ rows,  // [T, stride], first cols used
-                     int64_t stride, int num_tokens, int cols,
-                     const float* __restrict__ bias) {  // [cols]
-  const int c = blockIdx.x * kEltThreads + threadIdx.x;
-  if (c >= cols) return;
-  const float b = bias[c];
-  for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) rows[t * stride + c] += b;
 }
 
 __global__ void __launch_bounds__(kEltThreads)
@@ -459,7 +456,7 @@ cudaError_t LaunchAddBiasF32(float* rows, int64_t stride, int num_tokens, int co
                              const float* bias, cudaStream_t stream) {
   if (num_tokens < 0 || cols <= 0 || stride < cols) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
-  ASTR_LAUNCH_KERNEL(AddBiasF32Kernel, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
+  ASTR_LAUNCH_KERNEL(AddBiasKernel<float>, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
   (rows, stride, num_tokens, cols, bias);
   return LaunchError();
 }
@@ -468,7 +465,7 @@ cudaError_t LaunchAddBias(bf16* rows, int64_t stride, int num_tokens, int cols, 
                           cudaStream_t stream) {
   if (num_tokens < 0 || cols <= 0 || stride < cols) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
-  ASTR_LAUNCH_KERNEL(AddBiasKernel, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
+  ASTR_LAUNCH_KERNEL(AddBiasKernel<bf16>, EltGrid(cols, num_tokens), kEltThreads, 0, stream)
   (rows, stride, num_tokens, cols, bias);
   return LaunchError();
 }

@@ -225,21 +225,25 @@ Status WeightStager::Complete(Pending& p) {
                          Hex(t.xxh64) + ", the manifest says " + Hex(p.checksum));
   }
   if (p.parts.empty()) return Deliver(p.tensor);
-  if (!p.transposed.empty()) return SplitTransposed(p);
-  // Fused or stacked: each part's rows copied into a tensor of its own, which goes on as if pushed
-  // alone.
+  // Fused or stacked: each part copied into a tensor of its own, which goes on as if pushed alone:
+  // rows one after the other, or (gpt-oss's stacked experts) gathered out of the x @ W form.
+  const bool transposed = !p.transposed.empty();
+  int64_t elems = 1;
+  for (int64_t d : t.shape) elems *= d;
+  const size_t elem_bytes = t.bytes / static_cast<size_t>(elems);
   const int64_t cols = t.shape.back();
-  int64_t rows = 1;
-  for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
-  const size_t row_bytes = t.bytes / static_cast<size_t>(rows);
+  const size_t per_expert = p.transposed_parts.size();
   size_t offset = 0;
   for (size_t k = 0; k < p.parts.size(); ++k) {
     auto part = std::make_shared<UpdateTensor>();
-    part->hf_name = t.hf_name + " (" + p.parts[k] + " rows)";
+    part->hf_name = t.hf_name + " (" + p.parts[k] + (transposed ? ")" : " rows)");
     part->canonical = p.parts[k];
     part->dtype = t.dtype;
-    part->shape = {p.part_rows[k], cols};
-    part->bytes = row_bytes * static_cast<size_t>(p.part_rows[k]);
+    part->shape = transposed ? p.transposed_parts[k % per_expert].shape
+                             : std::vector<int64_t>{p.part_rows[k], cols};
+    int64_t n = 1;
+    for (int64_t d : part->shape) n *= d;
+    part->bytes = elem_bytes * static_cast<size_t>(n);
     part->half_to_interleaved = NeedsHalfToInterleaved(config_, part->canonical);
     part->norm_shift = model::HfNormShift(config_, part->canonical);
     part->data = ReceiveBuffers::Global().Take(part->bytes);
@@ -247,46 +251,14 @@ Status WeightStager::Complete(Pending& p) {
       return ResourceExhaustedError("tensor '" + part->hf_name + "': cannot allocate " +
                                     std::to_string(part->bytes) + " bytes");
     }
-    std::memcpy(part->data.get(), t.data.get() + offset, part->bytes);
-    offset += part->bytes;
-    model::ContentHasher64 h;
-    h.Update(part->data.get(), part->bytes);
-    part->xxh64 = h.Digest();
-    ASTR_RETURN_IF_ERROR(Deliver(part));
-    p.split.push_back(std::move(part));
-  }
-  ReceiveBuffers::Global().Put(std::move(t.data));
-  return OkStatus();
-}
-
-Status WeightStager::SplitTransposed(Pending& p) {
-  UpdateTensor& t = *p.tensor;
-  const size_t elem = t.bytes / static_cast<size_t>([&] {
-                        int64_t n = 1;
-                        for (int64_t d : t.shape) n *= d;
-                        return n;
-                      }());
-  const size_t per_expert = p.transposed_parts.size();
-  for (size_t k = 0; k < p.parts.size(); ++k) {
-    const model::TransposedExpertPart& tp = p.transposed_parts[k % per_expert];
-    auto part = std::make_shared<UpdateTensor>();
-    part->hf_name = t.hf_name + " (" + p.parts[k] + ")";
-    part->canonical = p.parts[k];
-    part->dtype = t.dtype;
-    part->shape = tp.shape;
-    int64_t n = 1;
-    for (int64_t d : tp.shape) n *= d;
-    part->bytes = elem * static_cast<size_t>(n);
-    part->half_to_interleaved = false;
-    part->norm_shift = 0.0f;
-    part->data = ReceiveBuffers::Global().Take(part->bytes);
-    if (!part->data) {
-      return ResourceExhaustedError("tensor '" + part->hf_name + "': cannot allocate " +
-                                    std::to_string(part->bytes) + " bytes");
+    if (transposed) {
+      model::CopyTransposedExpert(config_, p.transposed, k % per_expert,
+                                  static_cast<int64_t>(k / per_expert), t.data.get(), elem_bytes,
+                                  part->data.get());
+    } else {
+      std::memcpy(part->data.get(), t.data.get() + offset, part->bytes);
+      offset += part->bytes;
     }
-    model::CopyTransposedExpert(config_, p.transposed, k % per_expert,
-                                static_cast<int64_t>(k / per_expert), t.data.get(), elem,
-                                part->data.get());
     model::ContentHasher64 h;
     h.Update(part->data.get(), part->bytes);
     part->xxh64 = h.Digest();

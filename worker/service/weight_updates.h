@@ -79,8 +79,6 @@ class WeightStager {
 
   // Tensor `p` is complete: its checksum, then (split into its parts when fused) the builder.
   Status Complete(Pending& p);
-  // Splits complete tensor `p` of gpt-oss-style stacked experts into its parts (Complete's).
-  Status SplitTransposed(Pending& p);
   // Hands `t` to the builder (keeping what it was) or keeps it whole.
   Status Deliver(std::shared_ptr<UpdateTensor>& t);
 
