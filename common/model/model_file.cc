@@ -228,7 +228,9 @@ Status ModelFile::OpenHf() {
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromHfJson(config_path));
   ASTR_ASSIGN_OR_RETURN(safetensors_, SafetensorsFile::Open(path_));
   // gpt-oss's MXFP4 experts: (layer, gate_up_proj / down_proj) -> their blocks and scales.
-  std::map<std::pair<std::string, std::string>, std::pair<TensorView, TensorView>> mxfp4;
+  std::map<std::pair<std::string, std::string>,
+           std::pair<const SafetensorsTensor*, const SafetensorsTensor*>>
+      mxfp4;
   const Architecture* description = FindArchitecture(config_.architecture);
   for (const auto& [name, t] : safetensors_->tensors()) {
     std::string layer;
@@ -250,9 +252,8 @@ Status ModelFile::OpenHf() {
       }
       continue;
     }
-    const Architecture* arch = FindArchitecture(config_.architecture);
     std::string rest;
-    if (arch != nullptr && arch->hf_experts_transposed &&
+    if (description != nullptr && description->hf_experts_transposed &&
         SplitLayerName(name, "model.layers.", &layer, &rest) && rest.starts_with("mlp.experts.")) {
       auto dtype = safetensors_->ReadableDType(t);
       const TensorView view{name,    name,   dtype.ok() ? *dtype : DType::kF32,
@@ -261,10 +262,7 @@ Status ModelFile::OpenHf() {
       for (const char* base : {"gate_up_proj", "down_proj"}) {
         for (const char* what : {"_blocks", "_scales"}) {
           if (rest == std::string("mlp.experts.") + base + what) {
-            TensorView raw{name, name, DType::kF32, t.shape, t.data, t.bytes};
-            // dtype carries nothing for these byte tensors; the check is the stored name's.
-            raw.source_name = name + (t.dtype_name == "U8" ? "" : " (" + t.dtype_name + ")");
-            (what[1] == 'b' ? mxfp4[{layer, base}].first : mxfp4[{layer, base}].second) = raw;
+            (what[1] == 'b' ? mxfp4[{layer, base}].first : mxfp4[{layer, base}].second) = &t;
           }
         }
       }
@@ -296,7 +294,8 @@ Status ModelFile::OpenHf() {
 }
 
 void ModelFile::AddMxfp4Experts(const std::string& layer, const std::string& base,
-                                const TensorView& blocks, const TensorView& scales) {
+                                const SafetensorsTensor* blocks_t,
+                                const SafetensorsTensor* scales_t) {
   const int64_t n_exp = config_.num_experts, f = config_.moe_intermediate_size,
                 h = config_.hidden_size;
   const bool gate_up = base == "gate_up_proj";
@@ -306,14 +305,13 @@ void ModelFile::AddMxfp4Experts(const std::string& layer, const std::string& bas
   const std::string prefix = "layers." + layer + ".experts.";
   NoteLayer("layers." + layer + ".router");
   std::string why;
-  if (blocks.data == nullptr || scales.data == nullptr) {
-    why = "has no " + std::string(blocks.data == nullptr ? "_blocks" : "_scales") + " tensor";
-  } else if (blocks.source_name.find(" (") != std::string::npos ||
-             scales.source_name.find(" (") != std::string::npos) {
+  if (blocks_t == nullptr || scales_t == nullptr) {
+    why = "has no " + std::string(blocks_t == nullptr ? "_blocks" : "_scales") + " tensor";
+  } else if (blocks_t->dtype_name != "U8" || scales_t->dtype_name != "U8") {
     why = "must be U8";
-  } else if (cols % 32 != 0 || blocks.shape != std::vector<int64_t>{n_exp, rows, groups, 16} ||
-             scales.shape != std::vector<int64_t>{n_exp, rows, groups}) {
-    why = "has shapes " + ShapeToString(blocks.shape) + " / " + ShapeToString(scales.shape) +
+  } else if (cols % 32 != 0 || blocks_t->shape != std::vector<int64_t>{n_exp, rows, groups, 16} ||
+             scales_t->shape != std::vector<int64_t>{n_exp, rows, groups}) {
+    why = "has shapes " + ShapeToString(blocks_t->shape) + " / " + ShapeToString(scales_t->shape) +
           ", expected " + ShapeToString({n_exp, rows, groups, 16}) + " / " +
           ShapeToString({n_exp, rows, groups});
   }
@@ -329,8 +327,8 @@ void ModelFile::AddMxfp4Experts(const std::string& layer, const std::string& bas
       const int64_t out_rows = rows / static_cast<int64_t>(parts.size());
       const uint64_t bytes = static_cast<uint64_t>(out_rows * groups * 17);
       auto data = std::make_unique<uint8_t[]>(bytes);
-      const auto* b = static_cast<const uint8_t*>(blocks.data);
-      const auto* sc = static_cast<const uint8_t*>(scales.data);
+      const uint8_t* b = blocks_t->data;
+      const uint8_t* sc = scales_t->data;
       for (int64_t r = 0; r < out_rows; ++r) {
         // gate_up's rows interleave gate and up: canonical row r of part p is stored row 2r + p.
         const int64_t src = parts.size() == 2 ? 2 * r + static_cast<int64_t>(p) : r;
@@ -361,8 +359,8 @@ void ModelFile::AddMxfp4Experts(const std::string& layer, const std::string& bas
     }
   }
   if (why.empty()) {
-    ReleaseMappedPages(blocks.data, blocks.bytes);
-    ReleaseMappedPages(scales.data, scales.bytes);
+    ReleaseMappedPages(blocks_t->data, blocks_t->bytes);
+    ReleaseMappedPages(scales_t->data, scales_t->bytes);
   }
 }
 

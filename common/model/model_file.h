@@ -21,6 +21,7 @@ namespace astr::model {
 
 class GgufFile;
 class SafetensorsFile;
+struct SafetensorsTensor;
 
 struct TensorView {
   std::string name;         // canonical name (the file's own name for tensors we do not map)
@@ -131,8 +132,9 @@ class ModelFile final : public TensorSource {
   // sense (gate_up's interleaved: row 2j gate j, 2j + 1 up j). Each expert's canonical tensors
   // become owned MXFP4 copies in ggml's block layout (block_mxfp4); a shape or dtype they do not
   // have makes them unreadable, with the reason.
-  void AddMxfp4Experts(const std::string& layer, const std::string& base, const TensorView& blocks,
-                       const TensorView& scales);
+  // A missing tensor is null.
+  void AddMxfp4Experts(const std::string& layer, const std::string& base,
+                       const SafetensorsTensor* blocks, const SafetensorsTensor* scales);
   // general.architecture of a GGUF file (the prefix of its keys).
   std::string GgufArchitecture() const;
   // Records the layer index of a mapped tensor's canonical name ("layers.N.*").

@@ -181,3 +181,19 @@ def test_hf_mxfp4_experts_with_a_wrong_shape_are_refused(forms, tmp_path: Path) 
                            "--max-tokens", "1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "down_proj" in proc.stderr and "MXFP4" in proc.stderr, proc.stderr
+
+
+def test_hf_mxfp4_experts_of_another_dtype_are_refused(forms, tmp_path: Path) -> None:
+    _, hf = forms
+    from safetensors.numpy import load_file
+    tensors = load_file(str(hf / "model.safetensors"))
+    name = "model.layers.1.mlp.experts.gate_up_proj_blocks"
+    tensors[name] = tensors[name].view(np.int8)  # I8, not U8
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((hf / "config.json").read_text())
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    proc = subprocess.run([str(ASTR), "run", "--model", str(bad), "--prompt-ids", "5",
+                           "--max-tokens", "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "gate_up_proj" in proc.stderr and "must be U8" in proc.stderr, proc.stderr
