@@ -213,6 +213,10 @@ struct StreamImpl {
 };
 
 std::mutex g_streams_mu;
+// Held shared while a call walks a copy of the stream list waiting on each stream, and exclusively
+// while cudaStreamDestroy frees one: a stream another thread destroys meanwhile is never waited on
+// after it is gone.
+std::shared_mutex g_stream_lifetime_mu;
 std::set<StreamImpl*>& Streams() {
   static auto* s = new std::set<StreamImpl*>();
   return *s;
@@ -243,6 +247,7 @@ std::vector<StreamImpl*> AllStreams() {
 }
 
 void SyncAll() {
+  std::shared_lock<std::shared_mutex> alive(g_stream_lifetime_mu);
   for (StreamImpl* s : AllStreams()) s->Sync();
 }
 
@@ -292,6 +297,7 @@ cudaError_t Enqueue(cudaStream_t stream, std::function<void()> op, uint64_t* seq
     }
   }
   if (s == Legacy()) {
+    std::shared_lock<std::shared_mutex> alive(g_stream_lifetime_mu);
     for (StreamImpl* o : AllStreams()) {
       if (o != s && o->blocking) o->Sync();
     }
@@ -1103,6 +1109,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   StreamImpl* s = emu::Resolve(stream);
   if (s == emu::Legacy() || !emu::Known(s)) return Fail(cudaErrorInvalidResourceHandle);
   s->Sync();
+  std::unique_lock<std::shared_mutex> alive(emu::g_stream_lifetime_mu);
   {
     std::lock_guard<std::mutex> lock(emu::g_streams_mu);
     emu::Streams().erase(s);
