@@ -178,17 +178,36 @@ void DivideByTemperature(float* logits, int64_t vocab, float t) {
   for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
 }
 
-// Single pass; strict > keeps the lowest id among equal maxima.
-int32_t Argmax(const float* x, int64_t vocab) {
-  int64_t best = 0;
-  float best_value = x[0];
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (x[i] > best_value) {
-      best_value = x[i];
-      best = i;
+// Single pass; strict > keeps the lowest id among equal maxima, and NaNs never win (a NaN first
+// entry is returned as id 0, as a plain loop from it would). Sixteen lanes, each keeping its first
+// strict maximum, then merged by value and lowest id: the same id as one loop over the row, at
+// vector speed (the clones are picked at load time by the CPU's features; a greedy step over a
+// 262144-token vocabulary spent ~0.3 ms per row in the scalar loop).
+__attribute__((target_clones("avx512f", "avx2", "default"))) int32_t Argmax(const float* x,
+                                                                            int64_t vocab) {
+  constexpr int kLanes = 16;
+  float best[kLanes];
+  int32_t at[kLanes];
+  for (int l = 0; l < kLanes; ++l) best[l] = x[0], at[l] = 0;
+  int64_t i = 0;
+  for (; i + kLanes <= vocab; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const bool greater = x[i + l] > best[l];
+      best[l] = greater ? x[i + l] : best[l];
+      at[l] = greater ? static_cast<int32_t>(i + l) : at[l];
     }
   }
-  return static_cast<int32_t>(best);
+  float best_value = x[0];
+  int32_t best_id = 0;
+  for (; i < vocab; ++i) {
+    if (x[i] > best_value) best_value = x[i], best_id = static_cast<int32_t>(i);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    if (best[l] > best_value || (best[l] == best_value && at[l] < best_id)) {
+      best_value = best[l], best_id = at[l];
+    }
+  }
+  return best_id;
 }
 
 // log(sum(exp(x))) over the row: exps in float, sum in double.

@@ -184,6 +184,43 @@ TEST(SamplerTest, GreedyIsArgmaxWithLowestIdOnTies) {
   EXPECT_EQ(Sample(tie.data(), 5, state, scratch).token, 1);
 }
 
+// Greedy's id by definition: the first entry greater than every one before it (scanning from
+// entry 0), so the lowest id of the maximum, NaNs never taken (a NaN entry 0 stays the answer).
+int64_t FirstMaximum(const std::vector<float>& x) {
+  int64_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (x[i] > x[best]) best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
+TEST(SamplerTest, GreedyTakesTheFirstMaximumWhereverItLies) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  SequenceSampler state(p, 0, {});
+  SamplerScratch scratch;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {1, 2, 15, 16, 17, 31, 33, 100, 1000, 4099}) {
+    for (uint32_t seed = 0; seed < 12; ++seed) {
+      std::mt19937 rng(seed * 7919 + static_cast<uint32_t>(vocab));
+      // Few distinct values, so that maxima repeat across lanes and in the tail.
+      std::uniform_int_distribution<int> level(0, seed % 3 == 0 ? 3 : 40);
+      std::vector<float> x(vocab);
+      for (float& v : x) v = static_cast<float>(level(rng));
+      std::uniform_int_distribution<int64_t> at(0, vocab - 1);
+      if (seed % 4 == 1) x[at(rng)] = nan, x[at(rng)] = nan;
+      if (seed % 4 == 2) x[0] = nan;
+      if (seed % 6 == 3) std::fill(x.begin(), x.end(), -inf);
+      if (seed % 6 == 5) x[at(rng)] = inf, x[at(rng)] = inf;
+      if (seed == 7) x.back() = 1000.0f;  // the maximum in the last, partial group
+      std::vector<float> row = x;
+      const int32_t got = Sample(row.data(), vocab, state, scratch).token;
+      EXPECT_EQ(got, FirstMaximum(x)) << "vocab " << vocab << " seed " << seed;
+    }
+  }
+}
+
 // Logits for step `step` of sequence `seq`: the same whatever order they are requested in.
 std::vector<float> StepLogits(int seq, int step, int64_t vocab) {
   return RandomLogits(vocab, static_cast<uint32_t>(1000 * seq + step), 2.0f);
