@@ -534,11 +534,12 @@ Status MakeModel(const Options& o) {
   }
   const bool gguf_arch = o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen2_moe" ||
                          o.arch == "qwen3" || o.arch == "qwen3_moe" || o.arch == "gemma2" ||
-                         o.arch == "gemma3" || o.arch == "phi3" || o.arch == "gpt_oss";
+                         o.arch == "gemma3" || o.arch == "phi3" || o.arch == "gpt_oss" ||
+                         o.arch == "glm4_moe";
   if (gguf && !gguf_arch) {
     return InvalidArgumentError(
         "--format gguf supports --arch llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, "
-        "phi3, gpt_oss (not " +
+        "phi3, gpt_oss, glm4_moe (not " +
         o.arch + "); use --format hf");
   }
   ASTR_ASSIGN_OR_RETURN(model::DType dtype,
@@ -615,9 +616,8 @@ int RunMakeModel(int argc, const char* const* argv) {
       "gemma2 | gemma3 | phi3 | gpt_oss | glm4_moe.");
   fs.String("out", &o.out, "Output: a .gguf file (--format gguf) or a folder (--format hf).", true);
   fs.String("format", &o.format,
-            "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss) or hf "
-            "(every "
-            "arch).");
+            "gguf (llama, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss, "
+            "glm4_moe) or hf (every arch).");
   fs.String(
       "dtype", &o.dtype,
       "f32 | f16 | bf16; gguf also q8_0, q4_0, q4_1, mxfp4 (random weights quantized) and q5_0, "

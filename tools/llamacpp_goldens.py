@@ -13,7 +13,8 @@ llama.cpp's greedy continuation (MAX_NEW_TOKENS ids, argmax of its logits at eac
 and, at each step, its TOP_N best [id, logprob] pairs (log-softmax of its f32 logits). These are
 the oracle for file forms that only llama.cpp defines: gpt-oss GGUF files with MXFP4 experts (the
 form in which gpt-oss is served from GGUF), whose layer (sinks, YaRN as llama.cpp computes it,
-the clamped SwiGLU, biases) and block format astr must read as llama.cpp does.
+the clamped SwiGLU, biases) and block format astr must read as llama.cpp does, and GLM-4.5's
+glm4moe files (its keys, exp_probs_b, the shared experts, partial rotary).
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ CASES: dict[str, list[str]] = {
                       "--kv-heads", "2", "--head-dim", "32", "--ffn", "128", "--experts", "8",
                       "--experts-per-tok", "2", "--vocab", "300", "--seed", "73", "--init-std",
                       "0.1", "--router-std", "0.5", "--sliding-window", "8"],
+    # GLM-4.5 as llama.cpp's glm4moe holds it (f32): layer 0 dense, then 8 experts in 2 groups
+    # (1 stays) by sigmoid scores plus exp_probs_b, renormalized top-2 weights times 2.5, an
+    # ungated shared expert (ffn_*_shexp), q/k/v biases, q/k norms, partial rotary (half the
+    # head, NeoX order).
+    "glm4moe_shared": ["--arch", "glm4_moe", "--format", "gguf", "--dtype", "f32", "--layers",
+                       "3", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim",
+                       "16", "--ffn", "96", "--moe-ffn", "32", "--shared-ffn", "32", "--experts",
+                       "8", "--experts-per-tok", "2", "--expert-groups", "2", "--topk-groups", "1",
+                       "--routed-scaling", "2.5", "--qk-norm", "--attention-bias", "--vocab",
+                       "300", "--seed", "91", "--init-std", "0.1", "--router-std", "0.5"],
 }
 
 # Prompt lengths: one token, a few, past the window, and several windows long.
@@ -106,7 +117,7 @@ def main() -> int:
             gaps = [min(s[0][1] - s[1][1] for s in p["top"]) for p in prompts]
             print(f"{name}: min top-2 logprob gaps {gaps}", file=sys.stderr)
     with open(args.out, "w") as f:
-        json.dump(gold, f, indent=1)
+        json.dump(gold, f, indent=2)
         f.write("\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

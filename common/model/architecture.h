@@ -68,9 +68,10 @@ struct Architecture {
   // moe_ffn, hidden], down_proj_bias [experts, hidden]. The model file exposes each expert's
   // canonical tensors (gate_proj, up_proj, down_proj and their biases) as copies, transposed.
   bool hf_experts_transposed = false;
-  // HF checkpoints hold multi-token-prediction layers (GLM-4.5's num_nextn_predict_layers) numbered
-  // from num_hidden_layers on: the model file skips every tensor of a layer past the config's.
-  bool hf_mtp_layers = false;
+  // The files hold multi-token-prediction layers (GLM-4.5's num_nextn_predict_layers, llama.cpp's
+  // nextn_predict_layers) numbered from the served layers' count on: the model file skips every
+  // tensor of a layer past the config's (HF model.layers.N., GGUF blk.N.).
+  bool mtp_layers = false;
   // ModelConfig::norm_weight_offset of the architecture's HF checkpoints (Gemma: 1, its norms
   // scale by 1 + w); converting to HF subtracts the difference from every norm.
   double hf_norm_weight_offset = 0.0;

@@ -199,8 +199,14 @@ void ModelFile::NoteLayer(const std::string& canonical) {
 Status ModelFile::OpenGguf() {
   ASTR_ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path_));
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
+  const Architecture* description = FindArchitecture(config_.architecture);
   for (const GgufTensor& t : gguf_->tensors()) {
     std::string layer;
+    if (std::string rest; description != nullptr && description->mtp_layers &&
+                          SplitLayerName(t.name, "blk.", &layer, &rest) && layer.size() < 10 &&
+                          std::stoll(layer) >= config_.num_layers) {
+      continue;  // a multi-token-prediction layer: not served
+    }
     const FusedTensorNames* fused = nullptr;
     if (MatchFusedTensor(config_.architecture, t.name, /*gguf=*/true, &layer, &fused)) {
       AddFused(TensorView{t.name, t.name, t.dtype, t.shape, t.data, t.bytes}, layer, *fused);
@@ -234,7 +240,7 @@ Status ModelFile::OpenHf() {
   const Architecture* description = FindArchitecture(config_.architecture);
   for (const auto& [name, t] : safetensors_->tensors()) {
     std::string layer;
-    if (std::string rest; description != nullptr && description->hf_mtp_layers &&
+    if (std::string rest; description != nullptr && description->mtp_layers &&
                           SplitLayerName(name, "model.layers.", &layer, &rest) &&
                           layer.size() < 10 && std::stoll(layer) >= config_.num_layers) {
       continue;  // a multi-token-prediction layer: not served

@@ -318,7 +318,8 @@ def test_cuda_emulated_window_pages_given_back_follow_transformers(name: str, ch
 # rows] and YaRN as llama.cpp's keys say it), so astr's reading of
 # the GGUF form must give transformers' greedy ids too.
 GGUF_FORM_CASES = ["gemma2_gqa2_hd32_softcap", "phi3_gqa2_hd16", "qwen3_gqa4_hd32",
-                   "qwen3_moe_e8_top2", "qwen2_moe_e8_top2_shared", "gpt_oss_e4_top2_sw8"]
+                   "qwen3_moe_e8_top2", "qwen2_moe_e8_top2_shared", "gpt_oss_e4_top2_sw8",
+                   "glm4_moe_e8_g2_shared"]
 
 
 @pytest.mark.parametrize("name", GGUF_FORM_CASES)
