@@ -145,13 +145,25 @@ void DecodeQ3K(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, flo
 constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 
-// IQ4_NL: as Q4_0's nibbles, each an index into kIq4Values; q = value + 128.
+// kIq4Values + 128: the quants IQ4_NL / IQ4_XS's nibbles stand for (QuantLayout::table).
+constexpr uint8_t kIq4Quants[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                    129, 141, 153, 166, 181, 197, 217, 241};
+constexpr bool Iq4QuantsAreTheValues() {
+  for (int i = 0; i < 16; ++i) {
+    if (kIq4Quants[i] != kIq4Values[i] + 128) return false;
+  }
+  return true;
+}
+static_assert(Iq4QuantsAreTheValues());
+
+// IQ4_NL: as Q4_0's nibbles, each kept as the index into kIq4Values (QuantLayout::table gives its
+// quant).
 void DecodeIq4Nl(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, float*) {
   for (int64_t b = 0; b < blocks; ++b, src += 18, q += kQBlock) {
     scale[b] = F16ToF32(LoadU16(src));
     for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<uint8_t>(kIq4Values[src[2 + j] & 0x0F] + 128);
-      q[j + 16] = static_cast<uint8_t>(kIq4Values[src[2 + j] >> 4] + 128);
+      q[j] = src[2 + j] & 0x0F;
+      q[j + 16] = src[2 + j] >> 4;
     }
   }
 }
@@ -217,8 +229,8 @@ void DecodeIq4Xs(const uint8_t* src, int64_t blocks, uint8_t* q, float* scale, f
       *scale++ = d * static_cast<float>(ls - 32);
       sink.Scale(ls - 32);
       for (int j = 0; j < 16; ++j) {
-        q[j] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] & 0x0F] + 128);
-        q[j + 16] = static_cast<uint8_t>(kIq4Values[qs[16 * s + j] >> 4] + 128);
+        q[j] = qs[16 * s + j] & 0x0F;
+        q[j + 16] = qs[16 * s + j] >> 4;
       }
     }
   }
@@ -537,9 +549,9 @@ std::optional<QuantLayout> QuantLayoutOf(DType dtype) {
     case DType::kQ6_K:
       return QuantLayout{6, 16, false, 32, DotType::kQ8_K, true};
     case DType::kIQ4_NL:
-      return QuantLayout{8, 32, false, 128, DotType::kQ8_0};
+      return QuantLayout{4, 32, false, 128, DotType::kQ8_0, false, kIq4Quants};
     case DType::kIQ4_XS:
-      return QuantLayout{8, 32, false, 128, DotType::kQ8_K, true};
+      return QuantLayout{4, 32, false, 128, DotType::kQ8_K, true, kIq4Quants};
     case DType::kMXFP4:
       return QuantLayout{4, 32, false, 128, DotType::kQ8_0, false, kMxfp4Quants};
     default:

@@ -84,8 +84,8 @@ using ::astr::F32ToF16;
 // with q < 2^bits and one scale (and min) per `sub` consecutive elements. DequantizeToF32 computes
 // exactly these floats. Q8_0 and Q5_0 / Q4_0 shift their signed values by the offset (128, 16,
 // 8), Q6_K by 32, Q3_K by 4; the K-quants' scales are d x the sub-block's scale and their mins
-// -(dmin x the sub-block's min), products taken in f32. IQ4_NL / IQ4_XS / MXFP4 hold their table
-// value + 128 (offset 128).
+// -(dmin x the sub-block's min), products taken in f32. IQ4_NL / IQ4_XS / MXFP4 hold 4-bit indices
+// into a table of their values + 128 (offset 128; QuantLayout::table).
 // `dot` names the activation type llama.cpp multiplies the block type with (ggml's vec_dot_type):
 // Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants.
 enum class DotType { kQ8_0, kQ8_1, kQ8_K };
@@ -98,8 +98,8 @@ struct QuantLayout {
   // Scales (and mins) are an f16 factor per 256 elements times an int8 per sub-block (the
   // K-quants and IQ4_XS; DecodeQuant's `super`).
   bool super = false;
-  // MXFP4: q is a 4-bit index and the quant it stands for is table[q] (16 entries; the value is
-  // scale * (table[q] - offset)). Null for the others.
+  // MXFP4, IQ4_NL, IQ4_XS: q is a 4-bit index and the quant it stands for is table[q] (16
+  // entries; the value is scale * (table[q] - offset)). Null for the others.
   const uint8_t* table = nullptr;
 };
 // The layout of a block type; nullopt for F32 / F16 / BF16.

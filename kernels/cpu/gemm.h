@@ -43,8 +43,8 @@ struct QuantFormat {
   int offset = 0;  // 0..255, without min
   ActQuant act = ActQuant::kQ8_0;
   bool super = false;  // int8 scales / mins with per-256 f16 factors (k a multiple of 256)
-  // 4-bit indices into a table (MXFP4): a quant q < 16 stands for values[q] (an 8-bit quant with
-  // this offset, 128: values[q] - 128 is the signed value). bits 4, no min, not super.
+  // 4-bit indices into a table (MXFP4, IQ4_NL, IQ4_XS): a quant q < 16 stands for values[q] (an
+  // 8-bit quant with this offset, 128: values[q] - 128 is the signed value). bits 4, no min.
   bool table = false;
   std::array<uint8_t, 16> values{};
   bool operator==(const QuantFormat&) const = default;

@@ -132,7 +132,7 @@ PackedMatrix PackedMatrix::FromQuantRows(int64_t n, int64_t k, const QuantFormat
   CHECK(fmt.has_min ? fmt.offset == 0 : fmt.offset >= 0 && fmt.offset <= 255);
   CHECK(fmt.bits != 8 || (fmt.offset == 128 && !fmt.has_min))
       << "8-bit quants must be offset-128 signed values";
-  CHECK(!fmt.table || (fmt.bits == 4 && fmt.offset == 128 && !fmt.has_min && !fmt.super))
+  CHECK(!fmt.table || (fmt.bits == 4 && fmt.offset == 128 && !fmt.has_min))
       << "table quants are 4-bit indices of offset-128 values";
   PackedMatrix pm(n, k, WeightType::kQuant, fmt);
   if (pm.bytes_ == 0) return pm;

@@ -254,8 +254,8 @@ struct Tile {
     if constexpr (BITS == 8) {  // offset-128 signed, no min
       if (f.sub == 16) ASTR_QRUN_SUPER(16, false);
       ASTR_QRUN_SUPER(32, false);
-    } else if constexpr (BITS == kTableBits) {  // offset-128 signed, no min, not super
-      ASTR_QRUN(32, false, false);
+    } else if constexpr (BITS == kTableBits) {  // offset-128 signed, no min
+      ASTR_QRUN_SUPER(32, false);
     } else {
       if (f.sub == 16) {
         if (f.has_min) ASTR_QRUN_SUPER(16, true);

@@ -185,12 +185,12 @@ TEST(GgufTest, BlockTypesDecodeIntoTheirLayouts) {
     int max_q;
   };
   const std::vector<Type> types = {
-      {model::DType::kQ8_0, {0}, 255},     {model::DType::kQ4_0, {0}, 15},
-      {model::DType::kQ4_1, {0, 2}, 15},   {model::DType::kQ5_0, {0}, 31},
-      {model::DType::kQ5_1, {0, 2}, 31},   {model::DType::kQ2_K, {80, 82}, 3},
-      {model::DType::kQ3_K, {108}, 7},     {model::DType::kQ4_K, {0, 2}, 15},
-      {model::DType::kQ5_K, {0, 2}, 31},   {model::DType::kQ6_K, {208}, 63},
-      {model::DType::kIQ4_NL, {0}, 241},   {model::DType::kIQ4_XS, {0}, 241},  // 113 + 128
+      {model::DType::kQ8_0, {0}, 255},   {model::DType::kQ4_0, {0}, 15},
+      {model::DType::kQ4_1, {0, 2}, 15}, {model::DType::kQ5_0, {0}, 31},
+      {model::DType::kQ5_1, {0, 2}, 31}, {model::DType::kQ2_K, {80, 82}, 3},
+      {model::DType::kQ3_K, {108}, 7},   {model::DType::kQ4_K, {0, 2}, 15},
+      {model::DType::kQ5_K, {0, 2}, 31}, {model::DType::kQ6_K, {208}, 63},
+      {model::DType::kIQ4_NL, {0}, 15},  {model::DType::kIQ4_XS, {0}, 15},  // table indices
   };
   std::mt19937 rng(17);
   for (const Type& t : types) {
@@ -236,10 +236,12 @@ TEST(GgufTest, BlockTypesDecodeIntoTheirLayouts) {
     }
     std::vector<float> ref(n);
     model::DequantizeToF32(t.dtype, bytes.data(), n, ref.data());
+    if (layout->table != nullptr) EXPECT_EQ(layout->bits, 4);
     for (int64_t i = 0; i < n; ++i) {
       const float s = scale[i / layout->sub];
-      const float v = layout->has_min ? s * static_cast<float>(q[i]) + min[i / layout->sub]
-                                      : s * static_cast<float>(q[i] - layout->offset);
+      const int qi = layout->table != nullptr ? layout->table[q[i]] : q[i];
+      const float v = layout->has_min ? s * static_cast<float>(qi) + min[i / layout->sub]
+                                      : s * static_cast<float>(qi - layout->offset);
       ASSERT_EQ(v, ref[i]) << "element " << i;
     }
   }

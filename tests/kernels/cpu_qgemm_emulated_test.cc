@@ -248,6 +248,12 @@ void CheckEqualsScalarPath(const QuantKernelSet& emu) {
   mxfp4.values = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
   std::vector<QuantFormat> all = formats;
   all.push_back(mxfp4);
+  for (bool super : {false, true}) {  // IQ4_NL / IQ4_XS: kvalues_iq4nl + 128, extremes 1 and 241
+    QuantFormat iq4{4, 32, false, 128, super ? ActQuant::kQ8_K : ActQuant::kQ8_0, super};
+    iq4.table = true;
+    iq4.values = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+    all.push_back(iq4);
+  }
   for (const QuantFormat& fmt : all) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
              {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}, {9, 50, 256}}) {

@@ -112,10 +112,18 @@ QuantFormat Mxfp4Format() {
   return f;
 }
 
+// IQ4_NL's (super: IQ4_XS's) 4-bit indices into kvalues_iq4nl + 128 (its extremes: 1 and 241).
+QuantFormat Iq4Format(bool super) {
+  QuantFormat f{4, 32, false, 128, super ? ActQuant::kQ8_K : ActQuant::kQ8_0, super};
+  f.table = true;
+  f.values = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  return f;
+}
+
 // The ggml types' formats (worker/backends/cpu/quant_format.h), and the non-super forms too.
 const std::vector<QuantFormat>& Formats() {
   static const std::vector<QuantFormat> formats = {
-      {8, 32, false, 128, ActQuant::kQ8_0},        // Q8_0, IQ4_NL
+      {8, 32, false, 128, ActQuant::kQ8_0},        // Q8_0
       {4, 32, false, 8, ActQuant::kQ8_0},          // Q4_0
       {4, 32, true, 0, ActQuant::kQ8_1},           // Q4_1
       {4, 32, true, 0, ActQuant::kQ8_K, true},     // Q4_K
@@ -125,9 +133,13 @@ const std::vector<QuantFormat>& Formats() {
       {6, 16, false, 32, ActQuant::kQ8_K, true},   // Q6_K
       {6, 16, false, 4, ActQuant::kQ8_K, true},    // Q3_K
       {4, 16, true, 0, ActQuant::kQ8_K, true},     // Q2_K
-      {8, 32, false, 128, ActQuant::kQ8_K, true},  // IQ4_XS
-      {4, 32, true, 0, ActQuant::kQ8_K},          {6, 16, false, 32, ActQuant::kQ8_K},
-      {8, 16, false, 128, ActQuant::kQ8_K},       Mxfp4Format(),
+      {8, 32, false, 128, ActQuant::kQ8_K, true},  // a super 8-bit form
+      Iq4Format(false),                            // IQ4_NL
+      Iq4Format(true),                             // IQ4_XS
+      {4, 32, true, 0, ActQuant::kQ8_K},
+      {6, 16, false, 32, ActQuant::kQ8_K},
+      {8, 16, false, 128, ActQuant::kQ8_K},
+      Mxfp4Format(),
   };
   return formats;
 }
