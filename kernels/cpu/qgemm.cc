@@ -1,6 +1,7 @@
 // Block-quantized weights (WeightType::kQuant): packing, the activations' int8 quantization and the
 // GEMM driver. The tiles are in qgemm_{scalar,avx2,avx512vnni}.cc.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -327,7 +328,8 @@ void QuantGemmWith(const QuantKernelSet& ks, const float* x, int64_t ldx, int64_
     QuantizeRows(ks, act, x + r0 * ldx, ldx, r1 - r0, k, nb, qp + r0 * nb * 32, dp + r0 * nb,
                  sp + r0 * nb * 2, s16p + r0 * nb * 2, s32p + r0 * nb, dtp + r0, m);
   });
-  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dtp, m};
+  static std::atomic<uint64_t> calls{0};
+  const QuantActivations xa{qp, dp, sp, s16p, s32p, nb, dtp, m, ++calls};
   const int bits = internal::QuantBitsIndex(internal::QuantKernelBits(w.quant()));
   const int64_t np = m == 1 && ks.single_row_panels > 0 ? ks.single_row_panels : ks.panels_per_tile;
   SplitGemm(pool, m, w.panels(), np, m * w.n() * w.k(),

@@ -28,6 +28,9 @@ struct QuantActivations {
   int64_t k_blocks = 0;
   const float* dt = nullptr;
   int64_t m = 0;
+  // Distinct for every GEMM call (the weights may change between calls: weight updates): tiles
+  // that keep per-call caches of their weights' unpacked form key them by it.
+  uint64_t call = 0;
 };
 
 using QuantTileKernel = void (*)(const QuantActivations& x, int64_t row0,

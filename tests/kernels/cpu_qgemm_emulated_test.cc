@@ -255,8 +255,13 @@ void CheckEqualsScalarPath(const QuantKernelSet& emu) {
     all.push_back(iq4);
   }
   for (const QuantFormat& fmt : all) {
-    for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 16, 256}, {3, 40, 512}, {9, 67, 256}, {5, 33, 48}, {21, 35, 256}, {9, 50, 256}}) {
+    for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 16, 256},
+                                                                             {3, 40, 512},
+                                                                             {9, 67, 256},
+                                                                             {5, 33, 48},
+                                                                             {21, 35, 256},
+                                                                             {9, 50, 256},
+                                                                             {37, 34, 256}}) {
       if (k % (fmt.super ? 256 : fmt.sub) != 0) continue;
       SCOPED_TRACE("bits=" + std::to_string(fmt.bits) + " sub=" + std::to_string(fmt.sub) +
                    " min=" + std::to_string(fmt.has_min) + " super=" + std::to_string(fmt.super) +
@@ -300,7 +305,8 @@ TEST(CpuQuantGemmEmulatedTest, VnniEqualsScalarPathBitForBit) {
   CheckEqualsScalarPath(MakeQuantKernelSet<emulated::QuantTileAvx512Vnni, 4, 2>());
 }
 
-// The emulated AMX tile for the row counts the shapes above take (1, 3, 5, 9, and 21 = 16 + 5):
+// The emulated AMX tile for the row counts the shapes above take (1, 3, 5, 9, 21 = 16 + 5 and
+// 37 = 16 + 16 + 5, whose second 16-row tile reads the first's widened quants):
 // every row count up to 16 would make this file take a minute to compile. One and two panels per
 // tile (the shapes' odd panel counts end on a one-panel tile; n = 50 on a partial second panel).
 template <int R>

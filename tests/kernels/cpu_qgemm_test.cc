@@ -390,5 +390,32 @@ TEST(CpuQuantGemmTest, AmxTilesEqualVnniTilesBitForBit) {
   }
 }
 
+// The AMX tiles widen 4- and 6-bit quants once per GEMM call and panel pair, for every 16-row
+// tile of that call: weights rewritten in place between two calls (a weight update reuses the
+// storage) must be read anew, not from the previous call's widened copy.
+TEST(CpuQuantGemmTest, AmxTilesReadWeightsRewrittenInPlace) {
+  if (!CpuHasAmx()) GTEST_SKIP() << "this CPU (or OS) runs no AMX-INT8";
+  const int64_t m = 40, n = 48;
+  for (const QuantFormat& fmt : Formats()) {
+    SCOPED_TRACE(Name(fmt));
+    const int64_t k = fmt.super ? 512 : 320;
+    PackedMatrix a = MakeWeights(fmt, n, k, 21).Pack();
+    const PackedMatrix b = MakeWeights(fmt, n, k, 22).Pack();
+    const std::vector<float> x = testing::RandomFloats(m * k, 5, -1.5f, 1.5f);
+    std::vector<float> first(m * n), second(m * n), want(m * n);
+    internal::QuantGemmWith(internal::QuantKernelsAmx(), x.data(), k, m, a, first.data(), n, false,
+                            nullptr);
+    const void* storage = a.quant_panel(0);
+    const PackedMatrix rewritten = b.Clone(&a);
+    ASSERT_EQ(storage, rewritten.quant_panel(0));
+    internal::QuantGemmWith(internal::QuantKernelsAmx(), x.data(), k, m, rewritten, second.data(),
+                            n, false, nullptr);
+    internal::QuantGemmWith(internal::QuantKernelsAvx512Vnni(), x.data(), k, m, b, want.data(), n,
+                            false, nullptr);
+    ASSERT_EQ(0, std::memcmp(want.data(), second.data(), want.size() * sizeof(float)));
+    ASSERT_NE(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+  }
+}
+
 }  // namespace
 }  // namespace astr::cpu
