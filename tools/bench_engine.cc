@@ -199,20 +199,24 @@ int Main(int argc, const char* const* argv) {
   out["load_ms"] = load_ms;
   const size_t weight_bytes = engine.backend().weight_bytes();
   out["weight_bytes"] = weight_bytes;
-  // A MoE model's batch-1 step reads the dense weights and num_experts_per_tok of num_experts
-  // experts per layer; a larger batch reads as many experts as its tokens pick (not counted).
+  // A batch-1 step reads every weight but the rows it gathers of an untied embedding table (one
+  // row of it) and, in MoE layers, num_experts_per_tok of num_experts experts; a larger batch
+  // reads as many experts as its tokens pick (not counted).
   const model::ModelConfig& mc = engine.backend().config();
   const size_t expert_bytes = engine.backend().expert_weight_bytes();
+  const size_t gathered_bytes = engine.backend().gathered_weight_bytes();
   const bool moe = mc.num_experts > 0 && expert_bytes > 0;
-  const double b1_read_bytes = moe ? static_cast<double>(weight_bytes - expert_bytes) +
-                                         static_cast<double>(expert_bytes) *
-                                             static_cast<double>(mc.num_experts_per_tok) /
-                                             static_cast<double>(mc.num_experts)
-                                   : static_cast<double>(weight_bytes);
-  if (moe) {
-    out["expert_weight_bytes"] = expert_bytes;
-    out["batch1_read_bytes"] = b1_read_bytes;
+  double b1_read_bytes = static_cast<double>(weight_bytes - expert_bytes - gathered_bytes);
+  if (gathered_bytes > 0 && mc.vocab_size > 0) {
+    b1_read_bytes += static_cast<double>(gathered_bytes) / static_cast<double>(mc.vocab_size);
   }
+  b1_read_bytes += moe ? static_cast<double>(expert_bytes) *
+                             static_cast<double>(mc.num_experts_per_tok) /
+                             static_cast<double>(mc.num_experts)
+                       : static_cast<double>(expert_bytes);
+  if (moe) out["expert_weight_bytes"] = expert_bytes;
+  out["gathered_weight_bytes"] = gathered_bytes;
+  out["batch1_read_bytes"] = b1_read_bytes;
   if (read_mb > 0) out["read_gb_per_s_before"] = ReadBandwidth(read_mb, ef.threads);
   auto prefill = BenchPrefill(engine, prompt_len, static_cast<int>(reps));
   if (!prefill.ok()) return fail(prefill.status());
@@ -221,7 +225,7 @@ int Main(int argc, const char* const* argv) {
   for (int64_t b : *sizes) {
     auto r = BenchDecode(engine, b, decode_context, decode_steps);
     if (!r.ok()) return fail(r.status());
-    if (weight_bytes > 0 && (!moe || b == 1)) {  // each step reads every weight once
+    if (weight_bytes > 0 && (!moe || b == 1)) {  // each step reads those weights once
       (*r)["weight_gb_per_s"] = b1_read_bytes / ((*r)["ms_per_step"].get<double>() * 1e6);
     }
     decode.push_back(*r);

@@ -134,9 +134,11 @@ def main(argv=None):
         entry["astr"]["isa"] = runs[m]["astr"][0]["isa"]
         entry["read_gb_s"] = [v for r in runs[m]["astr"] for v in r["read_gb_s"]]
         mb = runs[m]["llama"][0].get("model_bytes")
-        # A MoE model's step reads its active experts only: llama.cpp's share of its file is taken
-        # to be astr's share of its weights (batch1_read_bytes / weight_bytes).
+        # A step reads one row of an untied embedding table and a MoE model's active experts only:
+        # llama.cpp's share of its file is taken to be astr's share of its weights
+        # (batch1_read_bytes / weight_bytes).
         read = runs[m]["astr"][0].get("batch1_read_bytes")
+        entry["astr"]["batch1_read_bytes"] = read
         if mb and read and entry["astr"]["weight_bytes"]:
             mb = mb * read / entry["astr"]["weight_bytes"]
         if mb and entry["llama_cpp"]["b1_tok_s"]:

@@ -45,7 +45,10 @@ def test_bench_quant_json(tmp_path):
     assert m["llama_cpp"]["prefill_tok_s"] == 50.0
     assert m["llama_cpp"]["b1_tok_s"] == 20.0
     assert m["llama_cpp"]["b16_tok_s"] == 40.0
-    assert m["llama_cpp"]["b1_weight_gb_s"] == pytest.approx(1000000 * 20.0 / 1e9)
+    # llama.cpp's file read in astr's share: all but one row of the untied embedding table.
+    share = m["astr"]["batch1_read_bytes"] / m["astr"]["weight_bytes"]
+    assert 0.5 < share < 1.0
+    assert m["llama_cpp"]["b1_weight_gb_s"] == pytest.approx(1000000 * share * 20.0 / 1e9)
     for key, llama in (("prefill_tok_s", 50.0), ("b1_tok_s", 20.0), ("b16_tok_s", 40.0)):
         assert m["astr"][key] > 0
         assert m["ratio"][key] == pytest.approx(m["astr"][key] / llama)

@@ -151,6 +151,7 @@ class CpuBackend final : public Backend {
   int64_t max_sample_rows() const override { return max_samples_; }
   size_t weight_bytes() const override { return weights_->bytes(); }
   size_t expert_weight_bytes() const override { return weights_->expert_bytes(); }
+  size_t gathered_weight_bytes() const override { return weights_->embed_table_bytes(); }
 
   Status Forward(const StepBatch& batch, float* logits) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;

@@ -471,9 +471,12 @@ void CpuWeights::GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden,
   }
 }
 
+size_t CpuWeights::embed_table_bytes() const {
+  return embed_f32.size() * 4 + embed_bf16.size() * 2 + embed_quant.size();
+}
+
 size_t CpuWeights::bytes() const {
-  size_t total = embed_f32.size() * 4 + embed_bf16.size() * 2 + embed_quant.size() +
-                 final_norm.size() * 4 + lm_head.bytes();
+  size_t total = embed_table_bytes() + final_norm.size() * 4 + lm_head.bytes();
   for (const auto& l : layers) {
     total +=
         (l.attn_norm.size() + l.mlp_norm.size() + l.post_attn_norm.size() + l.post_mlp_norm.size() +

@@ -83,6 +83,7 @@ struct CpuWeights {
   void GatherEmbeddings(const int32_t* ids, int64_t n, int64_t hidden, float* out) const;
   size_t bytes() const;
   size_t expert_bytes() const;  // MoE layers' experts (part of bytes())
+  size_t embed_table_bytes() const;  // the gathered embedding table (part of bytes(); 0 when tied)
 };
 
 // Loads and packs every weight of `file` (conversion and packing run on `pool`); reports progress
