@@ -1,5 +1,6 @@
 #include "worker/step_sampling.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/base/clock.h"
@@ -56,11 +57,24 @@ Status StepSampling::Run(Backend& backend, const StepBatch& batch,
   if (forward_ns != nullptr) *forward_ns = NanosSince(start);
   if (before_draws) ASTR_RETURN_IF_ERROR(before_draws());
   const auto sample_start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < samplers.size(); ++i) {
-    results[i] = Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i],
-                        scratch_, masks.empty() ? nullptr : masks[i]);
+  // Rows split in contiguous ranges over the backend's idle host threads (a greedy or logprob
+  // pass over a 262144-token row takes ~0.1-1 ms); the same draws whatever the split.
+  const int threads = samplers.size() > 1 ? std::max(1, backend.host_threads()) : 1;
+  if (scratch_.size() < static_cast<size_t>(threads)) scratch_.resize(threads);
+  auto draw = [&](int thread, int num_threads) {
+    const size_t n = samplers.size();
+    const size_t begin = n * thread / num_threads, end = n * (thread + 1) / num_threads;
+    for (size_t i = begin; i < end; ++i) {
+      results[i] = Sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab, *samplers[i],
+                          scratch_[thread], masks.empty() ? nullptr : masks[i]);
+    }
+  };
+  if (threads > 1) {
+    backend.RunOnHostThreads(draw);
+  } else {
+    draw(0, 1);
   }
-  for (size_t j = 0; j < scores.size(); ++j) {
+  for (size_t j = 0; j < scores.size(); ++j) {  // in order: rows of one scorer follow its context
     const size_t row = samplers.size() + j;
     results[row] = scores[j].scorer->Score(logits_.data() + static_cast<int64_t>(row) * vocab,
                                            vocab, scores[j].token);

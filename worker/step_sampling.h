@@ -52,7 +52,9 @@ class StepSampling {
 
  private:
   std::vector<float> logits_;  // [logits rows, vocab] host path only
-  SamplerScratch scratch_;
+  // One per host thread of the backend (Backend::host_threads): the draws of a step's rows are
+  // spread over them (each row's draw depends on its own state only).
+  std::vector<SamplerScratch> scratch_;
 };
 
 }  // namespace astr

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/test_util.h"
@@ -342,6 +343,106 @@ TEST(SamplingMaskTest, AStepThatAsksForAMaskDrawsOnTheHost) {
   }
   EXPECT_EQ(results[0].mask.count, 0);
   EXPECT_EQ(results[1].mask.ids, top3);
+}
+
+// A host-sampling backend whose rows have logits of their own and which spreads the draws over
+// `threads` host threads (its own std::threads, as the CPU backend's pool would).
+class HostThreadsBackend final : public Backend {
+ public:
+  HostThreadsBackend(int64_t vocab, int rows, int threads) : rows_(rows), threads_(threads) {
+    config_.vocab_size = vocab;
+  }
+  std::string name() const override { return "fake-host"; }
+  const model::ModelConfig& config() const override { return config_; }
+  int64_t num_pages() const override { return 1; }
+  int64_t page_size() const override { return 16; }
+  int64_t max_batch_tokens() const override { return 16; }
+  int64_t max_sample_rows() const override { return rows_; }
+  Status Forward(const StepBatch& batch, float* logits) override {
+    for (size_t r = 0; r < batch.sample_rows.size(); ++r) {
+      const std::vector<float> x = RandomLogits(config_.vocab_size, 100 + r);
+      std::copy(x.begin(), x.end(), logits + r * config_.vocab_size);
+    }
+    return OkStatus();
+  }
+  int host_threads() const override { return threads_; }
+  void RunOnHostThreads(const std::function<void(int, int)>& fn) override {
+    ++regions;
+    std::vector<std::thread> others;
+    for (int t = 1; t < threads_; ++t) others.emplace_back([&fn, t, this] { fn(t, threads_); });
+    fn(0, threads_);
+    for (std::thread& t : others) t.join();
+  }
+  int regions = 0;
+
+ private:
+  int rows_;
+  int threads_;
+  model::ModelConfig config_;
+};
+
+TEST(SamplingMaskTest, HostDrawsSpreadOverThreadsEqualOneThreadsDraws) {
+  const int64_t vocab = 3000;
+  const int rows = 7;
+  std::vector<SamplingParams> params(rows);
+  params[0].temperature = 0.0f;  // greedy
+  params[1].temperature = 0.0f;
+  params[1].logprobs = 5;
+  params[2].temperature = 0.9f;
+  params[2].top_k = 50;
+  params[2].seed = 11;
+  params[3].temperature = 1.3f;
+  params[3].top_p = 0.8f;
+  params[3].return_logprob = true;
+  params[3].seed = 12;
+  params[4].min_p = 0.1f;
+  params[4].seed = 13;
+  params[5].logprobs = 3;
+  params[5].seed = 14;
+  params[6].temperature = 0.7f;
+  params[6].return_sampling_mask = true;
+  params[6].top_k = 20;
+  params[6].seed = 15;
+  std::vector<SequenceSampler> states;
+  states.reserve(rows);
+  for (int i = 0; i < rows; ++i) {
+    states.emplace_back(params[i], static_cast<uint64_t>(i), std::span<const int32_t>{});
+  }
+  std::vector<const SequenceSampler*> samplers;
+  for (const SequenceSampler& s : states) samplers.push_back(&s);
+  StepBatch batch;
+  for (int i = 0; i < rows; ++i) batch.sample_rows.push_back(i);
+
+  std::vector<std::vector<SampleResult>> got;
+  for (int threads : {1, 2, 3, 8}) {
+    HostThreadsBackend backend(vocab, rows, threads);
+    StepSampling sampling(backend);
+    std::vector<SampleResult> results(rows);
+    ASSERT_TRUE(sampling.Run(backend, batch, samplers, {}, results).ok());
+    EXPECT_EQ(backend.regions, threads > 1 ? 1 : 0);
+    got.push_back(results);
+  }
+  for (size_t v = 1; v < got.size(); ++v) {
+    for (int i = 0; i < rows; ++i) {
+      SCOPED_TRACE("variant " + std::to_string(v) + " row " + std::to_string(i));
+      const SampleResult& a = got[0][i];
+      const SampleResult& b = got[v][i];
+      EXPECT_EQ(a.token, b.token);
+      EXPECT_EQ(a.logprob, b.logprob);
+      ASSERT_EQ(a.num_top, b.num_top);
+      for (int k = 0; k < a.num_top; ++k) {
+        EXPECT_EQ(a.top[k].id, b.top[k].id);
+        EXPECT_EQ(a.top[k].logprob, b.top[k].logprob);
+      }
+      EXPECT_EQ(a.mask.count, b.mask.count);
+      EXPECT_EQ(a.mask.ids, b.mask.ids);
+    }
+  }
+  // The rows did draw what their params say: greedy rows the argmax, the mask row within its k.
+  const std::vector<float> x0 = RandomLogits(vocab, 100);
+  EXPECT_EQ(got[0][0].token, std::max_element(x0.begin(), x0.end()) - x0.begin());
+  EXPECT_EQ(got[0][6].mask.count, 20);
+  EXPECT_EQ(got[0][1].num_top, 5);
 }
 
 }  // namespace

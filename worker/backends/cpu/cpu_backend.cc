@@ -152,6 +152,8 @@ class CpuBackend final : public Backend {
   size_t weight_bytes() const override { return weights_->bytes(); }
   size_t expert_weight_bytes() const override { return weights_->expert_bytes(); }
   size_t gathered_weight_bytes() const override { return weights_->embed_table_bytes(); }
+  int host_threads() const override { return pool_.size(); }
+  void RunOnHostThreads(const std::function<void(int, int)>& fn) override { pool_.Run(fn); }
 
   Status Forward(const StepBatch& batch, float* logits) override;
   StatusOr<std::unique_ptr<WeightSet>> PrepareWeights(const model::TensorSource& source) override;
