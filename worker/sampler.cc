@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "kernels/cpu/cpu_features.h"
 #include "common/base/philox.h"
 
 namespace astr {
@@ -181,10 +182,9 @@ void DivideByTemperature(float* logits, int64_t vocab, float t) {
 // Single pass; strict > keeps the lowest id among equal maxima, and NaNs never win (a NaN first
 // entry is returned as id 0, as a plain loop from it would). Sixteen lanes, each keeping its first
 // strict maximum, then merged by value and lowest id: the same id as one loop over the row, at
-// vector speed (the clones are picked at load time by the CPU's features; a greedy step over a
-// 262144-token vocabulary spent ~0.3 ms per row in the scalar loop).
-__attribute__((target_clones("avx512f", "avx2", "default"))) int32_t Argmax(const float* x,
-                                                                            int64_t vocab) {
+// vector speed (a greedy step over a 262144-token vocabulary spent ~0.3 ms per row in the scalar
+// loop).
+inline __attribute__((always_inline)) int32_t ArgmaxLanes(const float* x, int64_t vocab) {
   constexpr int kLanes = 16;
   float best[kLanes];
   int32_t at[kLanes];
@@ -208,6 +208,28 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) int32_t Argmax(cons
     }
   }
   return best_id;
+}
+
+// The same loop compiled for each instruction set; Argmax picks one by the CPU the kernels use
+// (cpu::ActiveIsa: CPUID and the OS's vector state, $ASTR_CPU_ISA). Not GCC's target_clones:
+// their ifunc resolvers run before ThreadSanitizer's runtime starts and crash under it.
+int32_t ArgmaxScalar(const float* x, int64_t vocab) { return ArgmaxLanes(x, vocab); }
+__attribute__((target("avx2"))) int32_t ArgmaxAvx2(const float* x, int64_t vocab) {
+  return ArgmaxLanes(x, vocab);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) int32_t ArgmaxAvx512(const float* x,
+                                                                          int64_t vocab) {
+  return ArgmaxLanes(x, vocab);
+}
+
+int32_t Argmax(const float* x, int64_t vocab) {
+  static const auto fn = [] {
+    const cpu::Isa isa = cpu::ActiveIsa();
+    return isa >= cpu::Isa::kAvx512 ? &ArgmaxAvx512
+           : isa >= cpu::Isa::kAvx2 ? &ArgmaxAvx2
+                                    : &ArgmaxScalar;
+  }();
+  return fn(x, vocab);
 }
 
 // log(sum(exp(x))) over the row: exps in float, sum in double.
