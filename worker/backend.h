@@ -139,6 +139,9 @@ class Backend {
   virtual size_t weight_bytes() const { return 0; }
   // Of those, the bytes of MoE layers' experts (a token reads num_experts_per_tok of num_experts).
   virtual size_t expert_weight_bytes() const { return 0; }
+  // Of those, the bytes of tables a step gathers rows of (an untied embedding table: a token reads
+  // one row, not the table).
+  virtual size_t gathered_weight_bytes() const { return 0; }
   // Host threads the backend owns and leaves idle between steps (the CPU backend's pool): 1 when
   // none. RunOnHostThreads(fn) runs fn(thread, host_threads()) on each of them, the caller being
   // thread 0, and returns when all are done; only from the thread that calls Forward, between
@@ -147,9 +150,6 @@ class Backend {
   virtual void RunOnHostThreads(const std::function<void(int thread, int threads)>& fn) {
     fn(0, 1);
   }
-  // Of those, the bytes of tables a step gathers rows of (an untied embedding table: a token reads
-  // one row, not the table).
-  virtual size_t gathered_weight_bytes() const { return 0; }
   // Runs the step: writes the K/V of every row into its out slot and fills
   // logits [batch.sample_rows.size(), vocab] (row-major) for the sample rows. Validates the batch
   // first.

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <utility>
 
-#include "kernels/cpu/cpu_features.h"
 #include "common/base/philox.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace astr {
 namespace {

@@ -29,6 +29,17 @@ std::vector<float> PermuteRows(const std::vector<float>& w, int64_t rows, int64_
   return out;
 }
 
+// Whether `name` (a file's tensor name, layers numbered after `prefix`) belongs to a
+// multi-token-prediction layer the architecture's files hold past the served ones
+// (Architecture::mtp_layers): such tensors are not served.
+bool IsMtpLayerTensor(const Architecture* description, const ModelConfig& config,
+                      const std::string& name, const char* prefix) {
+  std::string layer, rest;
+  return description != nullptr && description->mtp_layers &&
+         SplitLayerName(name, prefix, &layer, &rest) && layer.size() < 10 &&
+         std::stoll(layer) >= config.num_layers;
+}
+
 }  // namespace
 
 std::vector<float> InterleavedToHalfRows(const std::vector<float>& w, int64_t rows, int64_t cols,
@@ -201,12 +212,8 @@ Status ModelFile::OpenGguf() {
   ASTR_ASSIGN_OR_RETURN(config_, ConfigFromGguf(*gguf_));
   const Architecture* description = FindArchitecture(config_.architecture);
   for (const GgufTensor& t : gguf_->tensors()) {
+    if (IsMtpLayerTensor(description, config_, t.name, "blk.")) continue;
     std::string layer;
-    if (std::string rest; description != nullptr && description->mtp_layers &&
-                          SplitLayerName(t.name, "blk.", &layer, &rest) && layer.size() < 10 &&
-                          std::stoll(layer) >= config_.num_layers) {
-      continue;  // a multi-token-prediction layer: not served
-    }
     const FusedTensorNames* fused = nullptr;
     if (MatchFusedTensor(config_.architecture, t.name, /*gguf=*/true, &layer, &fused)) {
       AddFused(TensorView{t.name, t.name, t.dtype, t.shape, t.data, t.bytes}, layer, *fused);
@@ -239,12 +246,8 @@ Status ModelFile::OpenHf() {
       mxfp4;
   const Architecture* description = FindArchitecture(config_.architecture);
   for (const auto& [name, t] : safetensors_->tensors()) {
+    if (IsMtpLayerTensor(description, config_, name, "model.layers.")) continue;
     std::string layer;
-    if (std::string rest; description != nullptr && description->mtp_layers &&
-                          SplitLayerName(name, "model.layers.", &layer, &rest) &&
-                          layer.size() < 10 && std::stoll(layer) >= config_.num_layers) {
-      continue;  // a multi-token-prediction layer: not served
-    }
     const FusedTensorNames* fused = nullptr;
     if (MatchFusedTensor(config_.architecture, name, /*gguf=*/false, &layer, &fused)) {
       auto fused_dtype = safetensors_->ReadableDType(t);

@@ -10,10 +10,11 @@ from gguf import GGMLQuantizationType as Q
 SKIP_FIELDS = ("GGUF.version", "GGUF.tensor_count", "GGUF.kv_count")
 
 
-def copy_metadata(reader, writer) -> None:
-    """Every key of `reader` but the header's and the architecture (GGUFWriter writes those)."""
+def copy_metadata(reader, writer, skip=()) -> None:
+    """Every key of `reader` but the header's, the architecture (GGUFWriter writes those) and
+    `skip`'s."""
     for name, field in reader.fields.items():
-        if name in SKIP_FIELDS or name == "general.architecture":
+        if name in SKIP_FIELDS or name == "general.architecture" or name in skip:
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None

@@ -16,7 +16,7 @@ import gguf
 import numpy as np
 import pytest
 
-from quant_variants import SKIP_FIELDS
+from quant_variants import copy_metadata
 
 BIN = Path(os.environ.get("ASTR_BIN_DIR", Path(__file__).resolve().parents[2] / "build" / "bin"))
 ASTR = BIN / "astr"
@@ -31,20 +31,16 @@ FLAGS = ["--arch", "glm4_moe", "--format", "gguf", "--dtype", "f32", "--layers",
          "--vocab", str(VOCAB), "--seed", "93", "--init-std", "0.1", "--router-std", "0.5"]
 
 
-def with_nextn_block(src: Path, dst: Path, nextn: int, seed: int = 5) -> None:
+def with_nextn_block(src: Path, dst: Path, nextn: int, seed: int = 5,
+                     claimed: int | None = None) -> None:
     """A copy of `src` with `nextn` NextN blocks after its layers (the last layer's tensors with
-    random values, plus the nextn.* tensors) and block_count / nextn_predict_layers to match."""
+    random values, plus the nextn.* tensors), block_count to match and nextn_predict_layers
+    `claimed` (default: `nextn`)."""
     reader = gguf.GGUFReader(str(src))
     writer = gguf.GGUFWriter(str(dst), "glm4moe")
-    for name, field in reader.fields.items():
-        if name in SKIP_FIELDS or name in ("general.architecture", "glm4moe.block_count",
-                                           "glm4moe.nextn_predict_layers"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_metadata(reader, writer, skip=("glm4moe.block_count", "glm4moe.nextn_predict_layers"))
     writer.add_uint32("glm4moe.block_count", LAYERS + nextn)
-    writer.add_uint32("glm4moe.nextn_predict_layers", nextn)
+    writer.add_uint32("glm4moe.nextn_predict_layers", nextn if claimed is None else claimed)
     rng = np.random.default_rng(seed)
     last = f"blk.{LAYERS - 1}."
     extra = []
@@ -111,26 +107,8 @@ def test_inspect_counts_the_served_layers(plain: Path, tmp_path: Path) -> None:
 
 def test_nextn_leaving_no_layer_is_refused(plain: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
-    with_nextn_block(plain, bad, 1)
-    reader = gguf.GGUFReader(str(bad))
-    writer_path = tmp_path / "bad2.gguf"
-    writer = gguf.GGUFWriter(str(writer_path), "glm4moe")
-    for name, field in reader.fields.items():
-        if name in SKIP_FIELDS or name in ("general.architecture",
-                                           "glm4moe.nextn_predict_layers"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
-    writer.add_uint32("glm4moe.nextn_predict_layers", LAYERS + 1)
-    for t in reader.tensors:
-        shape = [int(d) for d in reversed(t.shape)]
-        writer.add_tensor(t.name, np.asarray(t.data).reshape(shape), raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    proc = subprocess.run([str(ASTR), "inspect", str(writer_path)], capture_output=True,
-                          text=True, timeout=60)
+    with_nextn_block(plain, bad, 1, claimed=LAYERS + 1)
+    proc = subprocess.run([str(ASTR), "inspect", str(bad)], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode != 0
     assert "nextn_predict_layers" in proc.stderr, proc.stderr

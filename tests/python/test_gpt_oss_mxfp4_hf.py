@@ -167,33 +167,36 @@ def test_inspect_lists_the_hf_experts_as_mxfp4(forms) -> None:
     assert e["dtype"] == "MXFP4" and e["shape"] == [64, 64], e
 
 
-def test_hf_mxfp4_experts_with_a_wrong_shape_are_refused(forms, tmp_path: Path) -> None:
-    _, hf = forms
+def run_on_edited_copy(hf: Path, tmp_path: Path, edit) -> subprocess.CompletedProcess:
+    """`astr run` on a copy of folder `hf` whose tensors `edit` (name -> array dict) changed."""
     from safetensors.numpy import load_file
     tensors = load_file(str(hf / "model.safetensors"))
-    tensors["model.layers.0.mlp.experts.down_proj_scales"] = \
-        tensors["model.layers.0.mlp.experts.down_proj_scales"][:, :-1]
+    edit(tensors)
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text((hf / "config.json").read_text())
     save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
-    proc = subprocess.run([str(ASTR), "run", "--model", str(bad), "--prompt-ids", "5",
+    return subprocess.run([str(ASTR), "run", "--model", str(bad), "--prompt-ids", "5",
                            "--max-tokens", "1"], capture_output=True, text=True, timeout=60)
+
+
+def test_hf_mxfp4_experts_with_a_wrong_shape_are_refused(forms, tmp_path: Path) -> None:
+    _, hf = forms
+
+    def cut(tensors):
+        name = "model.layers.0.mlp.experts.down_proj_scales"
+        tensors[name] = tensors[name][:, :-1]
+    proc = run_on_edited_copy(hf, tmp_path, cut)
     assert proc.returncode != 0
     assert "down_proj" in proc.stderr and "MXFP4" in proc.stderr, proc.stderr
 
 
 def test_hf_mxfp4_experts_of_another_dtype_are_refused(forms, tmp_path: Path) -> None:
     _, hf = forms
-    from safetensors.numpy import load_file
-    tensors = load_file(str(hf / "model.safetensors"))
-    name = "model.layers.1.mlp.experts.gate_up_proj_blocks"
-    tensors[name] = tensors[name].view(np.int8)  # I8, not U8
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    (bad / "config.json").write_text((hf / "config.json").read_text())
-    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
-    proc = subprocess.run([str(ASTR), "run", "--model", str(bad), "--prompt-ids", "5",
-                           "--max-tokens", "1"], capture_output=True, text=True, timeout=60)
+
+    def signed(tensors):
+        name = "model.layers.1.mlp.experts.gate_up_proj_blocks"
+        tensors[name] = tensors[name].view(np.int8)  # I8, not U8
+    proc = run_on_edited_copy(hf, tmp_path, signed)
     assert proc.returncode != 0
     assert "gate_up_proj" in proc.stderr and "must be U8" in proc.stderr, proc.stderr
