@@ -32,15 +32,17 @@ FLAGS = ["--arch", "glm4_moe", "--format", "gguf", "--dtype", "f32", "--layers",
 
 
 def with_nextn_block(src: Path, dst: Path, nextn: int, seed: int = 5,
-                     claimed: int | None = None) -> None:
+                     claimed: int | None = None, gating: int = 2) -> None:
     """A copy of `src` with `nextn` NextN blocks after its layers (the last layer's tensors with
-    random values, plus the nextn.* tensors), block_count to match and nextn_predict_layers
-    `claimed` (default: `nextn`)."""
+    random values, plus the nextn.* tensors), block_count to match, nextn_predict_layers
+    `claimed` (default: `nextn`) and expert_gating_func `gating`."""
     reader = gguf.GGUFReader(str(src))
     writer = gguf.GGUFWriter(str(dst), "glm4moe")
-    copy_metadata(reader, writer, skip=("glm4moe.block_count", "glm4moe.nextn_predict_layers"))
+    copy_metadata(reader, writer, skip=("glm4moe.block_count", "glm4moe.nextn_predict_layers",
+                                        "glm4moe.expert_gating_func"))
     writer.add_uint32("glm4moe.block_count", LAYERS + nextn)
     writer.add_uint32("glm4moe.nextn_predict_layers", nextn if claimed is None else claimed)
+    writer.add_uint32("glm4moe.expert_gating_func", gating)
     rng = np.random.default_rng(seed)
     last = f"blk.{LAYERS - 1}."
     extra = []
@@ -112,3 +114,21 @@ def test_nextn_leaving_no_layer_is_refused(plain: Path, tmp_path: Path) -> None:
                           timeout=60)
     assert proc.returncode != 0
     assert "nextn_predict_layers" in proc.stderr, proc.stderr
+
+
+def test_softmax_gating_is_refused_naming_the_key(plain: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "softmax.gguf"
+    with_nextn_block(plain, bad, 1, gating=1)  # llama.cpp's softmax gating
+    proc = subprocess.run([str(ASTR), "inspect", str(bad)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0
+    assert "expert_gating_func" in proc.stderr and "sigmoid" in proc.stderr, proc.stderr
+
+
+def test_make_model_refuses_a_gguf_without_attention_biases(tmp_path: Path) -> None:
+    flags = [f for f in FLAGS if f != "--attention-bias"]
+    proc = subprocess.run([str(ASTR), "make-model", *flags, "--out", str(tmp_path / "m.gguf")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "q/k/v biases" in proc.stderr, proc.stderr
+    assert not (tmp_path / "m.gguf").exists()
