@@ -185,6 +185,9 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
           for (int hf = 0; hf < NV; ++hf) {
             const __m256i s32 = _mm256_madd_epi16(s16[i][hf], ones);
             isum[i][hf] = f0 == 0 ? s32 : _mm256_add_epi32(isum[i][hf], s32);
+            // Kept in its register group by group: otherwise GCC sums a block's groups as a tree
+            // and spills every group's sums to the stack (a store and a load each).
+            asm("" : "+x"(isum[i][hf]));
           }
         }
       }
