@@ -19,6 +19,11 @@ namespace {
 constexpr int kPanel = PackedMatrix::kPanel;
 constexpr int64_t kPrefetchBytes = 4096;
 
+// A running sum kept in its register from one step to the next: without this, GCC sums a tile's
+// products as a tree and spills every product to the stack (a store and a load each), which made
+// the 3-row tiles ~10-20% slower.
+inline void KeepInRegister(__m256i& v) { asm("" : "+x"(v)); }
+
 inline __m256i Group4(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, sizeof(v));
@@ -144,6 +149,7 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
               for (int i = 0; i < MR; ++i) {
                 s16[i][hf] = _mm256_add_epi16(s16[i][hf], _mm256_maddubs_epi16(lo, xlo[i]));
                 s16[i][hf] = _mm256_add_epi16(s16[i][hf], _mm256_maddubs_epi16(hi, xhi[i]));
+                KeepInRegister(s16[i][hf]);
               }
             }
           }
@@ -177,6 +183,7 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
               for (int i = 0; i < MR; ++i) {
                 const __m256i p = Dot4<kSigned>(wv, xg[i]);
                 s16[i][hf] = FLUSH == 1 ? p : _mm256_add_epi16(s16[i][hf], p);
+                if constexpr (FLUSH > 1) KeepInRegister(s16[i][hf]);
               }
             }
           }
@@ -185,9 +192,7 @@ void Run1(const QuantActivations& x, int64_t row0, const uint8_t* w, int64_t pan
           for (int hf = 0; hf < NV; ++hf) {
             const __m256i s32 = _mm256_madd_epi16(s16[i][hf], ones);
             isum[i][hf] = f0 == 0 ? s32 : _mm256_add_epi32(isum[i][hf], s32);
-            // Kept in its register group by group: otherwise GCC sums a block's groups as a tree
-            // and spills every group's sums to the stack (a store and a load each).
-            asm("" : "+x"(isum[i][hf]));
+            KeepInRegister(isum[i][hf]);
           }
         }
       }
