@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/base/philox.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
 
 namespace astr {
 namespace {
@@ -177,59 +177,6 @@ void ApplyBiasMaskPenalties(float* logits, const SequenceSampler& state, bool ma
 // Step 6's division; callers skip it for greedy temperatures.
 void DivideByTemperature(float* logits, int64_t vocab, float t) {
   for (int64_t i = 0; i < vocab; ++i) logits[i] /= t;
-}
-
-// Single pass; strict > keeps the lowest id among equal maxima, and NaNs never win (a NaN first
-// entry is returned as id 0, as a plain loop from it would). Sixteen lanes, each keeping its first
-// strict maximum, then merged by value and lowest id: the same id as one loop over the row, at
-// vector speed (a greedy step over a 262144-token vocabulary spent ~0.3 ms per row in the scalar
-// loop).
-inline __attribute__((always_inline)) int32_t ArgmaxLanes(const float* x, int64_t vocab) {
-  constexpr int kLanes = 16;
-  float best[kLanes];
-  int32_t at[kLanes];
-  for (int l = 0; l < kLanes; ++l) best[l] = x[0], at[l] = 0;
-  int64_t i = 0;
-  for (; i + kLanes <= vocab; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const bool greater = x[i + l] > best[l];
-      best[l] = greater ? x[i + l] : best[l];
-      at[l] = greater ? static_cast<int32_t>(i + l) : at[l];
-    }
-  }
-  float best_value = x[0];
-  int32_t best_id = 0;
-  for (; i < vocab; ++i) {
-    if (x[i] > best_value) best_value = x[i], best_id = static_cast<int32_t>(i);
-  }
-  for (int l = 0; l < kLanes; ++l) {
-    if (best[l] > best_value || (best[l] == best_value && at[l] < best_id)) {
-      best_value = best[l], best_id = at[l];
-    }
-  }
-  return best_id;
-}
-
-// The same loop compiled for each instruction set; Argmax picks one by the CPU the kernels use
-// (cpu::ActiveIsa: CPUID and the OS's vector state, $ASTR_CPU_ISA). Not GCC's target_clones:
-// their ifunc resolvers run before ThreadSanitizer's runtime starts and crash under it.
-int32_t ArgmaxScalar(const float* x, int64_t vocab) { return ArgmaxLanes(x, vocab); }
-__attribute__((target("avx2"))) int32_t ArgmaxAvx2(const float* x, int64_t vocab) {
-  return ArgmaxLanes(x, vocab);
-}
-__attribute__((target("avx512f,avx512bw,avx512vl"))) int32_t ArgmaxAvx512(const float* x,
-                                                                          int64_t vocab) {
-  return ArgmaxLanes(x, vocab);
-}
-
-int32_t Argmax(const float* x, int64_t vocab) {
-  static const auto fn = [] {
-    const cpu::Isa isa = cpu::ActiveIsa();
-    return isa >= cpu::Isa::kAvx512 ? &ArgmaxAvx512
-           : isa >= cpu::Isa::kAvx2 ? &ArgmaxAvx2
-                                    : &ArgmaxScalar;
-  }();
-  return fn(x, vocab);
 }
 
 // log(sum(exp(x))) over the row: exps in float, sum in double.
@@ -435,7 +382,7 @@ int32_t SampleScaled(const float* x, int64_t vocab, const SamplingParams& p, dou
   float m = kNegInf;
   for (int64_t i = 0; i < vocab; ++i) m = std::max(m, x[i]);
   if (!(m > kNegInf)) {  // everything masked: nothing to sample from
-    const int32_t token = Argmax(x, vocab);
+    const int32_t token = cpu::Argmax(x, vocab);
     if (mask != nullptr) OnlyToken(token, mask);
     return token;
   }
@@ -515,7 +462,7 @@ SampleResult Sample(float* logits, int64_t vocab, const SequenceSampler& state,
   // line).
   SamplingMask* mask = p.return_sampling_mask ? &result.mask : nullptr;
   if (p.temperature < kGreedyTemperature) {
-    result.token = Argmax(logits, vocab);
+    result.token = cpu::Argmax(logits, vocab);  // vectorized: 262144 logits a row
     if (mask != nullptr) OnlyToken(result.token, mask);
   } else {
     DivideByTemperature(logits, vocab, p.temperature);

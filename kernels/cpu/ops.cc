@@ -100,6 +100,7 @@ void GeluTanhMulIsa(Isa isa, const float* gate_up, int64_t tokens, int64_t f, fl
   }
 }
 
+int32_t ArgmaxIsa(Isa isa, const float* x, int64_t n) { return Table(isa).argmax(x, n); }
 float DotIsa(Isa isa, const float* a, const float* b, int64_t n) { return Table(isa).dot(a, b, n); }
 void AxpyIsa(Isa isa, float alpha, const float* x, float* y, int64_t n) {
   Table(isa).axpy(alpha, x, y, n);
@@ -172,5 +173,6 @@ void RouteTopK(const float* logits, int64_t n, int64_t k, bool normalize, int32_
 void F32ToBf16(const float* x, uint16_t* y, int64_t n) { F32ToBf16Isa(ActiveIsa(), x, y, n); }
 void Bf16ToF32(const uint16_t* x, float* y, int64_t n) { Bf16ToF32Isa(ActiveIsa(), x, y, n); }
 void F16ToF32(const uint16_t* x, float* y, int64_t n) { F16ToF32Isa(ActiveIsa(), x, y, n); }
+int32_t Argmax(const float* x, int64_t n) { return ArgmaxIsa(ActiveIsa(), x, n); }
 
 }  // namespace astr::cpu

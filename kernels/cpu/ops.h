@@ -58,6 +58,9 @@ void RouteTopK(const float* logits /*[p.num_experts]*/, const moe::RouteParams& 
                int32_t* experts /*[p.top_k]*/, float* weights /*[p.top_k]*/);
 void RouteTopK(const float* logits /*[n]*/, int64_t n, int64_t k, bool normalize,
                int32_t* experts /*[k]*/, float* weights /*[k]*/);
+// The lowest i of the maximum of x[0, n), n >= 1: the first entry greater than every one before it,
+// so NaNs are never taken (a NaN x[0] is returned as 0, as one loop from it would return it).
+int32_t Argmax(const float* x /*[n]*/, int64_t n);
 // Round-to-nearest-even; NaN stays a (quiet) NaN.
 void F32ToBf16(const float* x /*[n]*/, uint16_t* y /*[n]*/, int64_t n);
 void Bf16ToF32(const uint16_t* x /*[n]*/, float* y /*[n]*/, int64_t n);
@@ -80,5 +83,6 @@ void AddInPlaceIsa(Isa isa, float* y, const float* x, int64_t n);
 void F32ToBf16Isa(Isa isa, const float* x, uint16_t* y, int64_t n);
 void Bf16ToF32Isa(Isa isa, const uint16_t* x, float* y, int64_t n);
 void F16ToF32Isa(Isa isa, const uint16_t* x, float* y, int64_t n);
+int32_t ArgmaxIsa(Isa isa, const float* x, int64_t n);
 
 }  // namespace astr::cpu

@@ -208,7 +208,7 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 const OpsTable& OpsAvx2() {
   static const OpsTable table = {SumSquares,  ScaleMul,  AddSumSquares, RopeRotate, SiluMul,
                                  GeluTanhMul, Dot,       Axpy,          Scale,      AddInPlace,
-                                 F32ToBf16,   Bf16ToF32, F16ToF32};
+                                 F32ToBf16,   Bf16ToF32, F16ToF32,      ArgmaxLanes};
   return table;
 }
 

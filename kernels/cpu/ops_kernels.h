@@ -31,7 +31,38 @@ struct OpsTable {
   void (*f32_to_bf16)(const float* x, uint16_t* y, int64_t n);
   void (*bf16_to_f32)(const uint16_t* x, float* y, int64_t n);
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
+  // ops.h Argmax.
+  int32_t (*argmax)(const float* x, int64_t n);
 };
+
+// ops.h Argmax as sixteen lanes, each keeping its first strict maximum, then merged by value and
+// lowest id: the same id as one loop over the row, in a form the compiler vectorizes. `static`:
+// each ops_*.cc compiles its own copy with its ISA's flags (no copy is shared across ISAs).
+static inline int32_t ArgmaxLanes(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float best[kLanes];
+  int32_t at[kLanes];
+  for (int l = 0; l < kLanes; ++l) best[l] = x[0], at[l] = 0;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const bool greater = x[i + l] > best[l];
+      best[l] = greater ? x[i + l] : best[l];
+      at[l] = greater ? static_cast<int32_t>(i + l) : at[l];
+    }
+  }
+  float best_value = x[0];
+  int32_t best_id = 0;
+  for (; i < n; ++i) {
+    if (x[i] > best_value) best_value = x[i], best_id = static_cast<int32_t>(i);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    if (best[l] > best_value || (best[l] == best_value && at[l] < best_id)) {
+      best_value = best[l], best_id = at[l];
+    }
+  }
+  return best_id;
+}
 
 const OpsTable& OpsScalar();
 const OpsTable& OpsAvx2();

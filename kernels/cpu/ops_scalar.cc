@@ -86,7 +86,7 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n) {
 const OpsTable& OpsScalar() {
   static const OpsTable table = {SumSquares,  ScaleMul,  AddSumSquares, RopeRotate, SiluMul,
                                  GeluTanhMul, Dot,       Axpy,          Scale,      AddInPlace,
-                                 F32ToBf16,   Bf16ToF32, F16ToF32};
+                                 F32ToBf16,   Bf16ToF32, F16ToF32,      ArgmaxLanes};
   return table;
 }
 

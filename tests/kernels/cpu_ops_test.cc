@@ -1,6 +1,7 @@
 // Tests of the ops in kernels/cpu/ops.h on every ISA path, against double references computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -159,6 +160,40 @@ TEST(CpuOpsTest, VectorOps) {
       y = b;
       AddInPlaceIsa(isa, y.data(), a.data(), n);
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], b[i] + a[i]);
+    }
+  }
+}
+
+// Argmax by definition: the first entry greater than every one before it (scanning from entry 0).
+int64_t FirstMaximum(const std::vector<float>& x) {
+  int64_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (x[i] > x[best]) best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
+TEST(CpuOpsTest, ArgmaxIsTheFirstMaximumOnEveryPath) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 100, 1000, 4099}) {
+      for (uint32_t seed = 0; seed < 12; ++seed) {
+        SCOPED_TRACE(std::string(IsaName(isa)) + " n=" + std::to_string(n) + " seed " +
+                     std::to_string(seed));
+        std::mt19937 rng(seed * 7919 + static_cast<uint32_t>(n));
+        // Few distinct values, so that maxima repeat across lanes and in the tail.
+        std::uniform_int_distribution<int> level(0, seed % 3 == 0 ? 3 : 40);
+        std::vector<float> x(n);
+        for (float& v : x) v = static_cast<float>(level(rng));
+        std::uniform_int_distribution<int64_t> at(0, n - 1);
+        if (seed % 4 == 1) x[at(rng)] = nan, x[at(rng)] = nan;
+        if (seed % 4 == 2) x[0] = nan;
+        if (seed % 6 == 3) std::fill(x.begin(), x.end(), -inf);
+        if (seed % 6 == 5) x[at(rng)] = inf, x[at(rng)] = inf;
+        if (seed == 7) x.back() = 1000.0f;  // the maximum in the last, partial group
+        EXPECT_EQ(ArgmaxIsa(isa, x.data(), n), FirstMaximum(x));
+      }
     }
   }
 }
